@@ -1,0 +1,48 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment(object):
+    """Options and attributes shared by the modules that read or write a node."""
+
+    DOCUMENTATION = r"""
+options:
+  root:
+    description:
+      - Root directory of the node. Every sysfs, procfs and C(/dev) path is resolved below it.
+      - V(/) is the running system. Any other directory is a simulated node (see C(tools/simnode.py));
+        then no system command acts on the controller's host, and C(lspci)/C(setpci) are pointed at
+        the tree with C(-O sysfs.path=).
+    type: path
+    default: /
+"""
+
+    ATTRIBUTES = r"""
+attributes:
+  check_mode:
+    support: full
+    description: Nothing is written in check mode, not even a temporary file.
+  diff_mode:
+    support: full
+    description: Before and after values are returned per item.
+  platform:
+    platforms: linux
+    support: full
+    description: Linux only; reads and writes sysfs and procfs.
+"""
+
+    ATTRIBUTES_READ_ONLY = r"""
+attributes:
+  check_mode:
+    support: full
+    description: The module never writes; it runs the same in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: linux
+    support: full
+    description: Linux only; reads sysfs and procfs.
+"""

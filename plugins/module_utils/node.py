@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The node abstraction: every sysfs, procfs and /dev path lives below a root directory.
+
+The root is ``/`` on a real node and a directory on a simulated one (tools/simnode.py). Modules
+take it as their ``root`` option, so the same code runs against both. Nothing here knows about
+Ansible: functions raise ``NodeError`` and modules turn that into ``fail_json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+NODE_ARGUMENT_SPEC = dict(root=dict(type="path", default="/"))
+
+SYSFS_CPU = "sys/devices/system/cpu"
+SYSFS_PCI_DEVICES = "sys/bus/pci/devices"
+
+
+class NodeError(Exception):
+    """A node could not be read or written as asked; the message names the path."""
+
+
+class Node:
+    """A Linux node seen through a root directory."""
+
+    def __init__(self, root="/"):
+        self.root = os.path.abspath(root or "/")
+
+    @property
+    def is_live(self):
+        """True when the root is the running system's ``/`` (system commands may run)."""
+        return self.root == "/"
+
+    def path(self, *parts):
+        """Return the absolute path of ``parts`` (relative to the node root)."""
+        rel = os.path.join(*[p.lstrip("/") for p in parts]) if parts else ""
+        return os.path.join(self.root, rel)
+
+    def exists(self, *parts):
+        return os.path.exists(self.path(*parts))
+
+    def isdir(self, *parts):
+        return os.path.isdir(self.path(*parts))
+
+    def listdir(self, *parts):
+        """Sorted directory entries, or an empty list when the directory is absent."""
+        try:
+            return sorted(os.listdir(self.path(*parts)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def read(self, *parts, default=None):
+        """Return a file's content with surrounding whitespace stripped.
+
+        A missing file returns ``default`` when one is given, otherwise raises ``NodeError``.
+        """
+        full = self.path(*parts)
+        try:
+            with open(full, "r", encoding="utf-8", errors="replace") as fh:
+                return fh.read().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            if default is not None:
+                return default
+            raise NodeError("%s does not exist" % full)
+        except OSError as exc:
+            if default is not None:
+                return default
+            raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc))
+
+    def write(self, value, *parts):
+        """Write ``value`` to a sysfs/procfs attribute in a single write call.
+
+        sysfs attributes take one write of the whole value; there is no temp file and no
+        rename (those do not exist in sysfs). Raises ``NodeError`` naming the path and errno.
+        """
+        full = self.path(*parts)
+        data = str(value)
+        try:
+            fd = os.open(full, os.O_WRONLY | os.O_TRUNC if not self.is_live else os.O_WRONLY)
+        except OSError as exc:
+            raise NodeError("cannot open %s for writing: %s" % (full, exc.strerror or exc))
+        try:
+            os.write(fd, data.encode())
+        except OSError as exc:
+            raise NodeError("writing %r to %s failed: %s" % (data, full, exc.strerror or exc))
+        finally:
+            os.close(fd)
+
+    def pciutils_args(self):
+        """Extra arguments that make lspci/setpci operate on this node's sysfs tree."""
+        if self.is_live:
+            return []
+        return ["-O", "sysfs.path=%s" % self.path(SYSFS_PCI_DEVICES.rsplit("/", 1)[0])]
+
+    def bin_path(self, module, name, package):
+        """Find a system command for this node, failing with the package that provides it.
+
+        On a simulated node, a command the node ships (``<root>/usr/sbin/NAME``) is preferred
+        so that no real system command acts on the controller's host.
+        """
+        if not self.is_live:
+            for d in ("usr/sbin", "sbin", "usr/bin", "bin"):
+                candidate = self.path(d, name)
+                if os.access(candidate, os.X_OK):
+                    return candidate
+        path = module.get_bin_path(name)
+        if not path:
+            module.fail_json(msg="%s not found: install the %s package on the node" % (name, package))
+        return path
+
+
+def parse_cpulist(text):
+    """Parse a kernel cpulist such as ``0-3,8,10-11`` into a sorted list of ints."""
+    cpus = set()
+    text = (text or "").strip()
+    if not text:
+        return []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        elif part:
+            cpus.add(int(part))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus):
+    """Format CPU numbers as a compact kernel cpulist (inverse of ``parse_cpulist``)."""
+    out = []
+    start = prev = None
+    for c in sorted(set(cpus)):
+        if start is None:
+            start = prev = c
+        elif c == prev + 1:
+            prev = c
+        else:
+            out.append("%d-%d" % (start, prev) if start != prev else "%d" % start)
+            start = prev = c
+    if start is not None:
+        out.append("%d-%d" % (start, prev) if start != prev else "%d" % start)
+    return ",".join(out)
+
+
+def online_cpus(node):
+    """CPU numbers that are online (falls back to the cpuN directories present)."""
+    text = node.read(SYSFS_CPU, "online", default="")
+    if text:
+        return parse_cpulist(text)
+    return sorted(int(n[3:]) for n in node.listdir(SYSFS_CPU) if n.startswith("cpu") and n[3:].isdigit())
+
+
+def selected_bracket(text):
+    """Return the bracketed choice of a sysfs multiple-choice file (``always [madvise] never``)."""
+    for word in (text or "").split():
+        if word.startswith("[") and word.endswith("]"):
+            return word[1:-1]
+    return None
+
+
+def bracket_choices(text):
+    """Return every choice of a sysfs multiple-choice file, brackets removed."""
+    return [w.strip("[]") for w in (text or "").split()]
+
+
+def lockdown_mode(node):
+    """Return the kernel lockdown mode (none, integrity, confidentiality) or None if unknown."""
+    return selected_bracket(node.read("sys/kernel/security/lockdown", default=""))
+
+
+def cmdline_args(node):
+    """Return the running kernel command line as a list of arguments."""
+    return node.read("proc/cmdline", default="").split()

@@ -1,0 +1,103 @@
+"""Shared fixtures: simulated nodes and an in-process module runner."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(REPO, ".collections")
+if not os.path.isdir(os.path.join(COLLECTIONS, "ansible_collections", "gpunode", "tuning")):
+    os.makedirs(os.path.join(COLLECTIONS, "ansible_collections", "gpunode"), exist_ok=True)
+    os.symlink("../../..", os.path.join(COLLECTIONS, "ansible_collections", "gpunode", "tuning"))
+for p in (COLLECTIONS, os.path.join(REPO, "tools")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import simnode  # noqa: E402  (tools/ is put on sys.path above)
+from ansible.module_utils import basic  # noqa: E402
+from ansible.module_utils.testing import patch_module_args  # noqa: E402
+
+
+class ModuleExit(Exception):
+    """Raised instead of sys.exit by exit_json/fail_json; carries the result."""
+
+    def __init__(self, result, failed):
+        super().__init__(result.get("msg", ""))
+        self.result = result
+        self.failed = failed
+
+
+@pytest.fixture
+def build_node(tmp_path):
+    """Return a function that builds a simulated node and returns its root path."""
+    counter = {"n": 0}
+
+    def _build(preset="audited-epyc-8gpu", **kwargs):
+        counter["n"] += 1
+        root = tmp_path / ("node%d" % counter["n"])
+        simnode.build(str(root), preset, **kwargs)
+        return str(root)
+
+    return _build
+
+
+def tree_digest(root):
+    """Hash of every path, file content and symlink target under root (byte-identity checks)."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            full = os.path.join(dirpath, name)
+            h.update(os.path.relpath(full, root).encode() + b"\0")
+            if os.path.islink(full):
+                h.update(b"L" + os.readlink(full).encode())
+            else:
+                with open(full, "rb") as fh:
+                    h.update(fh.read())
+        for d in dirnames:
+            h.update(os.path.relpath(os.path.join(dirpath, d), root).encode() + b"/\0")
+    return h.hexdigest()
+
+
+@pytest.fixture
+def digest():
+    return tree_digest
+
+
+@pytest.fixture
+def run_module(monkeypatch):
+    """Run a collection module's main() in-process and return (result, failed).
+
+    ``run_module("setpci_mrrs", {...}, check=True, diff=True)``
+    """
+
+    def _exit_json(self, **kwargs):
+        kwargs.setdefault("changed", False)
+        raise ModuleExit(kwargs, False)
+
+    def _fail_json(self, msg="", **kwargs):
+        kwargs["msg"] = msg
+        kwargs["failed"] = True
+        raise ModuleExit(kwargs, True)
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+
+    def _run(name, args, check=False, diff=False):
+        mod = importlib.import_module("ansible_collections.gpunode.tuning.plugins.modules.%s" % name)
+        args = dict(args)
+        args["_ansible_check_mode"] = check
+        args["_ansible_diff"] = diff
+        with patch_module_args(args):
+            try:
+                mod.main()
+            except ModuleExit as exc:
+                return exc.result, exc.failed
+        raise AssertionError("module %s returned without exit_json/fail_json" % name)
+
+    return _run

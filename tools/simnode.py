@@ -1,0 +1,780 @@
+#!/usr/bin/env python3
+"""Build simulated GPU nodes: a directory tree laid out like a Linux node's sysfs/procfs.
+
+The tree is what the collection's modules see through their ``root`` option, so unit tests,
+Molecule scenarios, benchmarks and the demo exercise the real code paths (including the real
+``lspci``/``setpci`` binaries through ``-O sysfs.path=``) without hardware and without root.
+
+Usage::
+
+    tools/simnode.py build --preset audited-epyc-8gpu DIR [--cpus N] [--gpus N] [--kmsg-records N]
+    tools/simnode.py list
+
+The file is standard-library only so it can be copied into a container and run there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import struct
+import sys
+
+# ---------------------------------------------------------------------------------------------
+# Machine descriptions
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class IdleState:
+    name: str
+    desc: str
+    latency: int
+    residency: int
+
+
+@dataclasses.dataclass
+class PciFunction:
+    """One PCI function. ``kind`` is endpoint, root_port, upstream or downstream."""
+
+    bdf: str
+    vendor: int
+    device: int
+    class_code: int  # 24-bit: base, sub, prog-if
+    kind: str = "endpoint"
+    numa_node: int = -1
+    pcie: bool = True
+    mps_supported: int = 2  # DevCap bits 2:0 -> 128 << n
+    mps: int = 256
+    mrrs: int = 512
+    link_speed_cap: int = 5  # 1=2.5 2=5 3=8 4=16 5=32 GT/s
+    link_width_cap: int = 16
+    link_speed: int = 5
+    link_width: int = 16
+    secondary_bus: int = 0
+    subordinate_bus: int = 0
+    subsystem_vendor: int = 0
+    subsystem_device: int = 0
+    revision: int = 0xA1
+    parent: str | None = None  # bdf of the upstream bridge, None for a root-complex device
+
+
+IDLE_ACPI_EPYC = [
+    IdleState("POLL", "CPUIDLE CORE POLL IDLE", 0, 0),
+    IdleState("C1", "ACPI FFH MWAIT 0x0", 1, 2),
+    IdleState("C2", "ACPI IOPORT 0x814", 400, 800),
+]
+IDLE_INTEL_XEON = [
+    IdleState("POLL", "CPUIDLE CORE POLL IDLE", 0, 0),
+    IdleState("C1", "MWAIT 0x00", 2, 2),
+    IdleState("C1E", "MWAIT 0x01", 10, 20),
+    IdleState("C6", "MWAIT 0x20", 170, 600),
+]
+
+ACPI_GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
+PSTATE_GOVERNORS = "performance powersave"
+EPP_CHOICES = "default performance balance_performance balance_power power"
+
+DEFAULT_SYSCTLS = {
+    "kernel/numa_balancing": "1",
+    "kernel/osrelease": "6.1.0-28-amd64",
+    "kernel/hostname": "gpunode",
+    "vm/swappiness": "60",
+    "vm/zone_reclaim_mode": "0",
+    "vm/dirty_ratio": "20",
+    "vm/dirty_background_ratio": "10",
+    "vm/max_map_count": "65530",
+    "net/core/somaxconn": "4096",
+    "net/core/rmem_max": "212992",
+    "net/core/wmem_max": "212992",
+    "net/core/netdev_max_backlog": "1000",
+    "net/ipv4/tcp_rmem": "4096\t131072\t6291456",
+    "net/ipv4/tcp_wmem": "4096\t16384\t4194304",
+    "fs/file-max": "9223372036854775807",
+}
+
+
+@dataclasses.dataclass
+class Preset:
+    name: str
+    description: str
+    cpu_vendor: str
+    cpu_model: str
+    cpu_family: int
+    sockets: int
+    cpus: int
+    idle_driver: str | None
+    idle_states: list
+    freq_driver: str | None
+    governors: str
+    governor: str
+    epp: str | None
+    boost: str | None  # content of cpufreq/boost, None when absent
+    amd_pstate_status: str | None
+    intel_pstate: tuple | None  # (status, no_turbo)
+    gpus: int
+    gpu_device: int
+    gpu_class: int
+    topology: str  # "root-ports", "switch" or "none"
+    cmdline: str
+    lockdown: str
+    numa_balancing: str
+    thp_enabled: str
+    thp_defrag: str
+    modules: dict
+    kmsg: list  # (level, message)
+    gpu_mps: int = 256
+    gpu_mrrs: int = 512
+    extra_devices: tuple = ("nic", "nvme", "audio")
+    os_id: str = "debian"
+    os_version: str = "12"
+    persistenced: bool = True
+
+
+PRESETS = {
+    "audited-epyc-8gpu": dict(
+        description="The audited node of knobs.md: 2x AMD EPYC, acpi_idle POLL/C1/C2, acpi-cpufreq, "
+        "numa_balancing 1, 8 NVIDIA RTX PRO 6000 Blackwell (class 0x0302) at MRRS 512 / MPS 256 "
+        "behind root ports, a ConnectX NIC, an NVMe drive and a GPU HDMI-audio function.",
+        cpu_vendor="AuthenticAMD",
+        cpu_model="AMD EPYC 9354 32-Core Processor",
+        cpu_family=0x19,
+        sockets=2,
+        cpus=128,
+        idle_driver="acpi_idle",
+        idle_states=IDLE_ACPI_EPYC,
+        freq_driver="acpi-cpufreq",
+        governors=ACPI_GOVERNORS,
+        governor="schedutil",
+        epp=None,
+        boost="1",
+        amd_pstate_status=None,
+        intel_pstate=None,
+        gpus=8,
+        gpu_device=0x2BB5,
+        gpu_class=0x030200,
+        topology="root-ports",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=3f1c2a9e-8d1b-4c52-9e0a-5b7f0c1d2e3f ro quiet",
+        lockdown="[none] integrity confidentiality",
+        numa_balancing="1",
+        thp_enabled="[always] madvise never",
+        thp_defrag="always defer defer+madvise [madvise] never",
+        modules={"nvidia": {"NVreg_EnableGpuFirmware": "1"}, "nvidia_uvm": {}, "nvidia_modeset": {},
+                 "nvme": {}, "mlx5_core": {}},
+        kmsg=[
+            (6, "Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1"),
+            (6, "Command line: BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=3f1c2a9e ro quiet"),
+            (5, "amd_pstate: driver load is disabled, boot with specific mode to enable this"),
+            (4, "ACPI: _OSC: platform retains control of PCIe features (AE_NOT_FOUND)"),
+            (6, "nvidia: loading out-of-tree module taints kernel."),
+            (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.124.06"),
+            (4, "vxlan: non-ECT from 10.224.3.17 with TOS=0x2"),
+            (4, "vxlan: non-ECT from 10.224.7.201 with TOS=0x2"),
+        ],
+    ),
+    "epyc-pstate-epp": dict(
+        description="AMD EPYC family 1Ah node already on amd-pstate-epp (active mode), powersave governor, "
+        "EPP balance_performance, 4 GPUs behind root ports.",
+        cpu_vendor="AuthenticAMD",
+        cpu_model="AMD EPYC 9555 64-Core Processor",
+        cpu_family=0x1A,
+        sockets=2,
+        cpus=64,
+        idle_driver="acpi_idle",
+        idle_states=IDLE_ACPI_EPYC,
+        freq_driver="amd-pstate-epp",
+        governors=PSTATE_GOVERNORS,
+        governor="powersave",
+        epp="balance_performance",
+        boost="1",
+        amd_pstate_status="active",
+        intel_pstate=None,
+        gpus=4,
+        gpu_device=0x2BB5,
+        gpu_class=0x030200,
+        topology="root-ports",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.12.9-amd64 root=UUID=77aa01c2 ro quiet amd_pstate=active",
+        lockdown="[none] integrity confidentiality",
+        numa_balancing="0",
+        thp_enabled="always [madvise] never",
+        thp_defrag="always defer [defer+madvise] madvise never",
+        modules={"nvidia": {}, "nvidia_uvm": {}, "nvme": {}},
+        kmsg=[
+            (6, "Linux version 6.12.9-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.12.9-1"),
+            (6, "amd_pstate: The CPPC feature is supported"),
+        ],
+        os_version="13",
+    ),
+    "xeon-4gpu-switch": dict(
+        description="Intel Xeon node: intel_idle POLL/C1/C1E/C6, intel_pstate active, 4 NVIDIA GPUs "
+        "(class 0x0300) behind a PCIe switch, an NVMe drive.",
+        cpu_vendor="GenuineIntel",
+        cpu_model="Intel(R) Xeon(R) Platinum 8480+",
+        cpu_family=6,
+        sockets=2,
+        cpus=112,
+        idle_driver="intel_idle",
+        idle_states=IDLE_INTEL_XEON,
+        freq_driver="intel_pstate",
+        governors=PSTATE_GOVERNORS,
+        governor="powersave",
+        epp="balance_performance",
+        boost=None,
+        amd_pstate_status=None,
+        intel_pstate=("active", "0"),
+        gpus=4,
+        gpu_device=0x2330,
+        gpu_class=0x030000,
+        topology="switch",
+        cmdline="BOOT_IMAGE=/vmlinuz-5.14.0-503.el9.x86_64 root=/dev/mapper/rhel-root ro crashkernel=1G-4G:192M rhgb quiet",
+        lockdown="[none] integrity confidentiality",
+        numa_balancing="1",
+        thp_enabled="[always] madvise never",
+        thp_defrag="always defer defer+madvise [madvise] never",
+        modules={"nvidia": {}, "nvidia_uvm": {}, "nvme": {}},
+        kmsg=[
+            (6, "Linux version 5.14.0-503.el9.x86_64 (mockbuild@x86-64-01) #1 SMP PREEMPT_DYNAMIC"),
+            (6, "intel_idle: MWAIT substates: 0x2020"),
+        ],
+        extra_devices=("nvme",),
+        os_id="rhel",
+        os_version="9.5",
+    ),
+    "tiny-vm": dict(
+        description="A small VM: no cpuidle driver, no cpufreq, no PCIe devices (virtio only).",
+        cpu_vendor="GenuineIntel",
+        cpu_model="Intel Xeon Processor (Icelake)",
+        cpu_family=6,
+        sockets=1,
+        cpus=2,
+        idle_driver=None,
+        idle_states=[],
+        freq_driver=None,
+        governors="",
+        governor="",
+        epp=None,
+        boost=None,
+        amd_pstate_status=None,
+        intel_pstate=None,
+        gpus=0,
+        gpu_device=0,
+        gpu_class=0x030200,
+        topology="none",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-cloud-amd64 root=/dev/vda1 ro console=ttyS0",
+        lockdown="[none] integrity confidentiality",
+        numa_balancing="0",
+        thp_enabled="always [madvise] never",
+        thp_defrag="always defer defer+madvise [madvise] never",
+        modules={"virtio_net": {}},
+        kmsg=[(6, "Linux version 6.1.0-28-cloud-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1")],
+        extra_devices=("virtio",),
+        persistenced=False,
+    ),
+    "locked-bus-perf": dict(
+        description="An EPYC node booted with pci=pcie_bus_perf (MRRS forced down to MPS 256) and kernel "
+        "lockdown in integrity mode: config-space writes from user space are refused.",
+        cpu_vendor="AuthenticAMD",
+        cpu_model="AMD EPYC 7763 64-Core Processor",
+        cpu_family=0x19,
+        sockets=2,
+        cpus=64,
+        idle_driver="acpi_idle",
+        idle_states=IDLE_ACPI_EPYC,
+        freq_driver="acpi-cpufreq",
+        governors=ACPI_GOVERNORS,
+        governor="schedutil",
+        epp=None,
+        boost="1",
+        amd_pstate_status=None,
+        intel_pstate=None,
+        gpus=2,
+        gpu_device=0x2BB5,
+        gpu_class=0x030200,
+        topology="root-ports",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=9b1f ro quiet pci=pcie_bus_perf lockdown=integrity",
+        lockdown="none [integrity] confidentiality",
+        numa_balancing="1",
+        thp_enabled="[always] madvise never",
+        thp_defrag="always defer defer+madvise [madvise] never",
+        modules={"nvidia": {}, "nvme": {}},
+        kmsg=[
+            (6, "Linux version 6.1.0-28-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1"),
+            (5, "Kernel is locked down from command line; see man kernel_lockdown.7"),
+            (6, "pci 0000:41:00.0: Max Payload Size set to 256/ 512 (was  256), Max Read Rq  256"),
+            (6, "pci 0000:61:00.0: Max Payload Size set to 256/ 512 (was  256), Max Read Rq  256"),
+        ],
+        gpu_mrrs=256,
+    ),
+}
+
+# Root-complex buses used for GPUs, alternating between the two sockets as on real EPYC boards.
+GPU_BUSES = [0x41, 0x61, 0x81, 0xA1, 0xC1, 0xE1, 0x01, 0x21]
+
+
+def build_pci_topology(p: Preset) -> list:
+    """Return the list of PCI functions for a preset, bridges first."""
+    funcs = []
+    sockets = max(p.sockets, 1)
+    if p.topology == "none":
+        funcs.append(PciFunction("0000:00:03.0", 0x1AF4, 0x1041, 0x020000, pcie=False, numa_node=-1,
+                                 subsystem_vendor=0x1AF4, subsystem_device=0x0001, revision=1))
+        funcs.append(PciFunction("0000:00:04.0", 0x1AF4, 0x1042, 0x010000, pcie=False, numa_node=-1,
+                                 subsystem_vendor=0x1AF4, subsystem_device=0x0002, revision=1))
+        return funcs
+    amd = p.cpu_vendor == "AuthenticAMD"
+    port_vendor, port_device = (0x1022, 0x14AB) if amd else (0x8086, 0x352A)
+    gpu_sub = (0x10DE, 0x204E)
+    if p.topology == "root-ports":
+        for i in range(p.gpus):
+            # Beyond 8 GPUs (benchmarks), further buses in the same root complexes.
+            bus = GPU_BUSES[i % len(GPU_BUSES)] + 4 * (i // len(GPU_BUSES))
+            root_bus = bus - 1
+            node = (i * sockets // max(p.gpus, 1)) if p.sockets > 1 else 0
+            rp = f"0000:{root_bus:02x}:01.1"
+            funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=node,
+                                     mps_supported=2, mps=p.gpu_mps, mrrs=512, secondary_bus=bus,
+                                     subordinate_bus=bus))
+            funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x10DE, p.gpu_device, p.gpu_class,
+                                     numa_node=node, mps=p.gpu_mps, mrrs=p.gpu_mrrs, parent=rp,
+                                     subsystem_vendor=gpu_sub[0], subsystem_device=gpu_sub[1]))
+            if i == 0 and "audio" in p.extra_devices:
+                funcs.append(PciFunction(f"0000:{bus:02x}:00.1", 0x10DE, 0x22E8, 0x040300, numa_node=node,
+                                         mps=p.gpu_mps, mrrs=512, parent=rp,
+                                         subsystem_vendor=gpu_sub[0], subsystem_device=gpu_sub[1]))
+    else:  # a switch: root port -> upstream port -> N downstream ports -> GPUs
+        rp = "0000:15:01.0"
+        funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=0,
+                                 mps=p.gpu_mps, secondary_bus=0x16, subordinate_bus=0x16 + 1 + p.gpus))
+        up = "0000:16:00.0"
+        funcs.append(PciFunction(up, 0x1000, 0xC030, 0x060400, kind="upstream", numa_node=0, mps=p.gpu_mps,
+                                 secondary_bus=0x17, subordinate_bus=0x17 + p.gpus, parent=rp))
+        for i in range(p.gpus):
+            dn = f"0000:17:{i:02x}.0"
+            bus = 0x18 + i
+            funcs.append(PciFunction(dn, 0x1000, 0xC030, 0x060400, kind="downstream", numa_node=0,
+                                     mps=p.gpu_mps, secondary_bus=bus, subordinate_bus=bus, parent=up))
+            funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x10DE, p.gpu_device, p.gpu_class, numa_node=0,
+                                     mps=p.gpu_mps, mrrs=p.gpu_mrrs, parent=dn,
+                                     subsystem_vendor=gpu_sub[0], subsystem_device=gpu_sub[1]))
+    last_node = sockets - 1
+    if "nic" in p.extra_devices:
+        rp = "0000:c0:03.1"
+        funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=last_node,
+                                 mps=p.gpu_mps, secondary_bus=0xC2, subordinate_bus=0xC2))
+        funcs.append(PciFunction("0000:c2:00.0", 0x15B3, 0x1021, 0x020000, numa_node=last_node, mps=p.gpu_mps,
+                                 mrrs=512, parent=rp, link_speed_cap=5, link_width_cap=16,
+                                 subsystem_vendor=0x15B3, subsystem_device=0x0023))
+    if "nvme" in p.extra_devices:
+        rp = "0000:e0:03.1" if amd else "0000:a0:01.0"
+        bus = 0xE3 if amd else 0xA1
+        funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=last_node,
+                                 mps=p.gpu_mps, secondary_bus=bus, subordinate_bus=bus))
+        funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x144D, 0xA80A, 0x010802, numa_node=last_node,
+                                 mps=p.gpu_mps, mrrs=512, parent=rp, link_speed_cap=4, link_width_cap=4,
+                                 link_speed=4, link_width=4, subsystem_vendor=0x144D, subsystem_device=0xA801))
+    return funcs
+
+
+# ---------------------------------------------------------------------------------------------
+# PCI configuration space
+# ---------------------------------------------------------------------------------------------
+
+PCIE_PORT_TYPE = {"endpoint": 0x0, "root_port": 0x4, "upstream": 0x5, "downstream": 0x6}
+
+
+def _encode_size(size: int) -> int:
+    return (size // 128).bit_length() - 1
+
+
+def config_space(f: PciFunction) -> bytes:
+    """Return 4096 bytes of configuration space for a function."""
+    cfg = bytearray(4096)
+    bridge = f.kind != "endpoint"
+    struct.pack_into("<HH", cfg, 0x00, f.vendor, f.device)
+    struct.pack_into("<H", cfg, 0x04, 0x0547 if bridge else 0x0546)  # IO/MEM/bus master, SERR, parity
+    struct.pack_into("<H", cfg, 0x06, 0x0010)  # capability list present
+    cfg[0x08] = f.revision
+    cfg[0x09] = f.class_code & 0xFF
+    cfg[0x0A] = (f.class_code >> 8) & 0xFF
+    cfg[0x0B] = (f.class_code >> 16) & 0xFF
+    cfg[0x0C] = 0x10  # cache line size
+    cfg[0x0E] = 0x01 if bridge else (0x80 if f.bdf.endswith(".0") and f.vendor == 0x10DE else 0x00)
+    if bridge:
+        bus = int(f.bdf[5:7], 16)
+        cfg[0x18] = bus
+        cfg[0x19] = f.secondary_bus
+        cfg[0x1A] = f.subordinate_bus
+        struct.pack_into("<HH", cfg, 0x20, 0xF000, 0xF0F0)  # memory base/limit
+    else:
+        struct.pack_into("<I", cfg, 0x10, 0xF2000000)  # BAR0
+        struct.pack_into("<I", cfg, 0x14, 0x0000000C)  # BAR1 64-bit prefetchable
+        struct.pack_into("<HH", cfg, 0x2C, f.subsystem_vendor, f.subsystem_device)
+        cfg[0x3C] = 0xFF
+        cfg[0x3D] = 0x01
+    cfg[0x34] = 0x60
+    # Power management capability
+    cfg[0x60] = 0x01
+    cfg[0x61] = 0x68
+    struct.pack_into("<H", cfg, 0x62, 0x0003)
+    # MSI capability
+    cfg[0x68] = 0x05
+    cfg[0x69] = 0x78 if f.pcie else 0x00
+    struct.pack_into("<H", cfg, 0x6A, 0x0080)
+    if f.pcie:
+        cap = 0x78
+        cfg[cap] = 0x10
+        cfg[cap + 1] = 0x00
+        slot = 0x0100 if f.kind in ("root_port", "downstream") else 0
+        struct.pack_into("<H", cfg, cap + 0x02, 0x0002 | (PCIE_PORT_TYPE[f.kind] << 4) | slot)
+        # DevCap: MPS supported, phantom functions none, extended tag, L0s/L1 acceptable latencies,
+        # role-based error reporting, FLR capable on endpoints.
+        devcap = (f.mps_supported & 0x7) | 0x20 | (0x7 << 6) | (0x7 << 9) | (1 << 15)
+        if f.kind == "endpoint":
+            devcap |= 1 << 28
+        struct.pack_into("<I", cfg, cap + 0x04, devcap)
+        # DevCtl: error reporting enables, relaxed ordering, extended tags, no-snoop,
+        # plus the MPS and MRRS fields.
+        devctl = 0x000F | 0x0010 | 0x0100 | 0x0800 | (_encode_size(f.mps) << 5) | (_encode_size(f.mrrs) << 12)
+        struct.pack_into("<H", cfg, cap + 0x08, devctl)
+        struct.pack_into("<H", cfg, cap + 0x0A, 0x0000)
+        port_number = int(f.bdf[8:10], 16)
+        lnkcap = (f.link_speed_cap & 0xF) | ((f.link_width_cap & 0x3F) << 4) | (0x3 << 10) | (port_number << 24)
+        struct.pack_into("<I", cfg, cap + 0x0C, lnkcap)
+        struct.pack_into("<H", cfg, cap + 0x10, 0x0040)  # common clock
+        struct.pack_into("<H", cfg, cap + 0x12, (f.link_speed & 0xF) | ((f.link_width & 0x3F) << 4) | 0x1000)
+        struct.pack_into("<I", cfg, cap + 0x24, 0x0070001F)  # DevCap2
+        struct.pack_into("<I", cfg, cap + 0x2C, (((1 << f.link_speed_cap) - 1) << 1))  # LnkCap2 speeds
+        struct.pack_into("<H", cfg, cap + 0x30, f.link_speed_cap)  # LnkCtl2 target speed
+        # Extended capabilities: AER at 0x100, ACS on ports at 0x148.
+        acs = f.kind in ("root_port", "downstream")
+        struct.pack_into("<I", cfg, 0x100, 0x0001 | (1 << 16) | ((0x148 if acs else 0) << 20))
+        if acs:
+            struct.pack_into("<I", cfg, 0x148, 0x000D | (1 << 16))
+            struct.pack_into("<H", cfg, 0x14C, 0x005F)  # ACS capability
+            struct.pack_into("<H", cfg, 0x14E, 0x001D)  # ACS control: SV, RR, CR, UF
+    return bytes(cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writer
+# ---------------------------------------------------------------------------------------------
+
+
+class _Tree:
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel.lstrip("/"))
+
+    def write(self, rel: str, content, mode: int = 0o644) -> None:
+        full = self.path(rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        data = content if isinstance(content, bytes) else (str(content) + "\n").encode()
+        with open(full, "wb") as fh:
+            fh.write(data)
+        os.chmod(full, mode)
+
+    def symlink(self, target: str, rel: str) -> None:
+        full = self.path(rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        os.symlink(target, full)
+
+    def mkdir(self, rel: str) -> None:
+        os.makedirs(self.path(rel), exist_ok=True)
+
+
+def _cpulist(cpus) -> str:
+    """Format a sorted list of CPU numbers as a kernel cpulist ("0-3,8-11")."""
+    parts = []
+    start = prev = None
+    for c in cpus:
+        if start is None:
+            start = prev = c
+        elif c == prev + 1:
+            prev = c
+        else:
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = c
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(parts)
+
+
+def _cpu_node(p: Preset, cpu: int) -> int:
+    per_socket = max(p.cpus // max(p.sockets, 1), 1)
+    return min(cpu // per_socket, max(p.sockets, 1) - 1)
+
+
+def _kmsg_record(seq: int, level: int, usec: int, msg: str, facility: int = 0) -> str:
+    return f"{(facility << 3) | level},{seq},{usec},-;{msg}\n"
+
+
+def write_kmsg(tree: _Tree, messages, extra_records: int = 0) -> None:
+    """Write the kernel log in /dev/kmsg record format (PRI,SEQ,TIMESTAMP_US,FLAGS;MESSAGE)."""
+    lines = []
+    usec = 0
+    seq = 0
+    for level, msg in messages:
+        usec += 137_000
+        lines.append(_kmsg_record(seq, level, usec, msg))
+        seq += 1
+    for i in range(extra_records):
+        usec += 997
+        # Mostly informational noise with a sprinkle of warnings, as on a busy node.
+        if i % 50 == 49:
+            lines.append(_kmsg_record(seq, 4, usec, f"vxlan: non-ECT from 10.224.{(i // 256) % 256}.{i % 256} with TOS=0x2"))
+        else:
+            lines.append(_kmsg_record(seq, 6, usec, f"eth0: rx queue {i % 64} refill ok"))
+        seq += 1
+    tree.write("dev/kmsg", "".join(lines).encode())
+
+
+def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = None,
+          kmsg_records: int = 0) -> dict:
+    """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
+
+    Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; available: {', '.join(sorted(PRESETS))}")
+    p = Preset(name=preset, **PRESETS[preset])
+    if cpus is not None:
+        p.cpus = cpus
+    if gpus is not None:
+        if p.topology == "none" and gpus:
+            raise ValueError(f"preset {preset} has no PCIe devices; it cannot take gpus={gpus}")
+        p.gpus = gpus
+    if p.cpus < 1:
+        raise ValueError("cpus must be >= 1")
+    if os.path.exists(root) and os.listdir(root):
+        raise ValueError(f"{root} is not empty")
+    t = _Tree(root)
+
+    # --- identity
+    t.write("etc/os-release", f'ID={p.os_id}\nVERSION_ID="{p.os_version}"\nPRETTY_NAME="{p.os_id} {p.os_version}"')
+    t.write("etc/hostname", "gpunode")
+    t.write("proc/cmdline", p.cmdline)
+    release = next((m.split()[2] for _, m in p.kmsg if m.startswith("Linux version")), "6.1.0-28-amd64")
+    sysctls = dict(DEFAULT_SYSCTLS)
+    sysctls["kernel/numa_balancing"] = p.numa_balancing
+    sysctls["kernel/osrelease"] = release
+    for key, value in sysctls.items():
+        t.write(f"proc/sys/{key}", value)
+    t.write("proc/version", f"Linux version {release} (simulated node, preset {p.name})")
+    t.write("sys/kernel/security/lockdown", p.lockdown)
+    t.write("sys/kernel/mm/transparent_hugepage/enabled", p.thp_enabled)
+    t.write("sys/kernel/mm/transparent_hugepage/defrag", p.thp_defrag)
+
+    # --- CPUs
+    cpu_base = "sys/devices/system/cpu"
+    all_cpus = _cpulist(range(p.cpus))
+    for name in ("online", "possible", "present"):
+        t.write(f"{cpu_base}/{name}", all_cpus)
+    cpuinfo = []
+    per_socket = max(p.cpus // max(p.sockets, 1), 1)
+    for cpu in range(p.cpus):
+        d = f"{cpu_base}/cpu{cpu}"
+        socket = _cpu_node(p, cpu)
+        t.write(f"{d}/topology/physical_package_id", socket)
+        t.write(f"{d}/topology/core_id", cpu % per_socket)
+        if cpu:
+            t.write(f"{d}/online", "1")
+        for idx, st in enumerate(p.idle_states):
+            s = f"{d}/cpuidle/state{idx}"
+            t.write(f"{s}/name", st.name)
+            t.write(f"{s}/desc", st.desc)
+            t.write(f"{s}/latency", st.latency)
+            t.write(f"{s}/residency", st.residency)
+            t.write(f"{s}/usage", 1000 + cpu * 7 + idx * 131)
+            t.write(f"{s}/time", 500000 + cpu * 991 + idx * 7919)
+            t.write(f"{s}/disable", "0")
+            t.write(f"{s}/default_status", "enabled")
+        if p.freq_driver:
+            pol = f"{cpu_base}/cpufreq/policy{cpu}"
+            t.write(f"{pol}/scaling_driver", p.freq_driver)
+            t.write(f"{pol}/scaling_governor", p.governor)
+            t.write(f"{pol}/scaling_available_governors", p.governors)
+            t.write(f"{pol}/affected_cpus", cpu)
+            t.write(f"{pol}/related_cpus", cpu)
+            t.write(f"{pol}/cpuinfo_min_freq", 1500000)
+            t.write(f"{pol}/cpuinfo_max_freq", 3800000)
+            t.write(f"{pol}/scaling_min_freq", 1500000)
+            t.write(f"{pol}/scaling_max_freq", 3800000)
+            t.write(f"{pol}/scaling_cur_freq", 2450000)
+            if p.epp is not None:
+                t.write(f"{pol}/energy_performance_preference", p.epp)
+                t.write(f"{pol}/energy_performance_available_preferences", EPP_CHOICES)
+            t.symlink(f"../cpufreq/policy{cpu}", f"{d}/cpufreq")
+        cpuinfo.append(
+            f"processor\t: {cpu}\nvendor_id\t: {p.cpu_vendor}\ncpu family\t: {p.cpu_family}\n"
+            f"model name\t: {p.cpu_model}\nphysical id\t: {socket}\ncore id\t\t: {cpu % per_socket}\n"
+        )
+    t.write("proc/cpuinfo", "\n".join(cpuinfo))
+    t.write(f"{cpu_base}/cpuidle/current_driver", p.idle_driver or "none")
+    t.write(f"{cpu_base}/cpuidle/current_governor", "menu" if p.idle_driver else "none")
+    if p.freq_driver and p.boost is not None:
+        t.write(f"{cpu_base}/cpufreq/boost", p.boost)
+    if p.amd_pstate_status:
+        t.write(f"{cpu_base}/amd_pstate/status", p.amd_pstate_status)
+    if p.intel_pstate:
+        t.write(f"{cpu_base}/intel_pstate/status", p.intel_pstate[0])
+        t.write(f"{cpu_base}/intel_pstate/no_turbo", p.intel_pstate[1])
+
+    # --- NUMA
+    nodes = max(p.sockets, 1)
+    t.write("sys/devices/system/node/online", _cpulist(range(nodes)))
+    t.write("sys/devices/system/node/possible", _cpulist(range(nodes)))
+    for n in range(nodes):
+        t.write(f"sys/devices/system/node/node{n}/cpulist",
+                _cpulist([c for c in range(p.cpus) if _cpu_node(p, c) == n]))
+
+    # --- PCI
+    funcs = build_pci_topology(p)
+    by_bdf = {f.bdf: f for f in funcs}
+
+    def device_dir(f: PciFunction) -> str:
+        chain = []
+        cur = f
+        while cur is not None:
+            chain.append(cur.bdf)
+            cur = by_bdf.get(cur.parent) if cur.parent else None
+        domain_bus = chain[-1][:7]  # "0000:41" of the top-most function
+        return "sys/devices/pci" + domain_bus + "/" + "/".join(reversed(chain))
+
+    for f in funcs:
+        d = device_dir(f)
+        t.write(f"{d}/config", config_space(f))
+        t.write(f"{d}/vendor", f"0x{f.vendor:04x}")
+        t.write(f"{d}/device", f"0x{f.device:04x}")
+        t.write(f"{d}/class", f"0x{f.class_code:06x}")
+        t.write(f"{d}/subsystem_vendor", f"0x{f.subsystem_vendor:04x}")
+        t.write(f"{d}/subsystem_device", f"0x{f.subsystem_device:04x}")
+        t.write(f"{d}/revision", f"0x{f.revision:02x}")
+        t.write(f"{d}/numa_node", f.numa_node)
+        t.write(f"{d}/irq", "0" if f.kind != "endpoint" else str(100 + (int(f.bdf[5:7], 16) % 90)))
+        res = ["0x00000000f2000000 0x00000000f2ffffff 0x0000000000040200"] if f.kind == "endpoint" else []
+        res += ["0x0000000000000000 0x0000000000000000 0x0000000000000000"] * (17 - len(res))
+        t.write(f"{d}/resource", "\n".join(res))
+        if f.pcie:
+            speeds = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
+                      5: "32.0 GT/s PCIe"}
+            t.write(f"{d}/current_link_speed", speeds[f.link_speed])
+            t.write(f"{d}/current_link_width", f.link_width)
+            t.write(f"{d}/max_link_speed", speeds[f.link_speed_cap])
+            t.write(f"{d}/max_link_width", f.link_width_cap)
+        t.symlink("../../../" + d[len("sys/"):], f"sys/bus/pci/devices/{f.bdf}")
+
+    # --- modules
+    lines = []
+    for name, params in p.modules.items():
+        t.write(f"sys/module/{name}/initstate", "live")
+        t.write(f"sys/module/{name}/refcnt", "0")
+        for k, v in params.items():
+            t.write(f"sys/module/{name}/parameters/{k}", v)
+        lines.append(f"{name} 65536 0 - Live 0x0000000000000000")
+    t.write("proc/modules", "\n".join(lines) if lines else b"")
+    for builtin in ("pcie_aspm", "processor"):
+        t.mkdir(f"sys/module/{builtin}/parameters")
+
+    # --- processes: the NVIDIA persistence daemon where a preset has one
+    if p.persistenced:
+        t.write("proc/2187/comm", "nvidia-persistenced")
+        t.write("proc/2187/cmdline", b"/usr/bin/nvidia-persistenced\0--user\0nvidia-persistenced\0")
+    t.write("proc/1/comm", "systemd")
+    t.write("proc/1/cmdline", b"/sbin/init\0")
+
+    # --- kernel log
+    write_kmsg(t, p.kmsg, extra_records=kmsg_records)
+
+    # --- places the persistent tuning writes to
+    for rel in ("etc/sysctl.d", "etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system",
+                "etc/udev/rules.d", "var/lib"):
+        t.mkdir(rel)
+    if p.os_id == "debian":
+        t.write("etc/default/grub", 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
+                'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""')
+        t.mkdir("etc/default/grub.d")
+
+    write_modprobe(t, p)
+    gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
+    return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
+
+
+MODPROBE_SCRIPT = r"""#!/bin/sh
+# Simulated modprobe of a simulated node (written by tools/simnode.py). It understands the
+# subset of modprobe that the collection uses and behaves like the real tool would on the
+# preset's machine: known modules load (a /sys/module entry appears), nvidia_peermem fails
+# with EINVAL as on a node without MOFED, anything else is not found.
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+remove=0
+name=""
+params=""
+for arg in "$@"; do
+  case "$arg" in
+    -r|--remove) remove=1 ;;
+    -*) ;;
+    *) if [ -z "$name" ]; then name="$arg"; else params="$params $arg"; fi ;;
+  esac
+done
+name=$(echo "$name" | tr '-' '_')
+kmsg() { seq=$(wc -l < "$ROOT/dev/kmsg"); echo "3,$seq,999999999,-;$1" >> "$ROOT/dev/kmsg"; }
+if [ "$remove" = 1 ]; then
+  [ -d "$ROOT/sys/module/$name" ] || { echo "modprobe: FATAL: Module $name is not in kernel." >&2; exit 1; }
+  rm -rf "$ROOT/sys/module/$name"; exit 0
+fi
+[ -d "$ROOT/sys/module/$name" ] && exit 0
+case " @LOADABLE@ " in
+  *" $name "*)
+    mkdir -p "$ROOT/sys/module/$name/parameters"
+    echo live > "$ROOT/sys/module/$name/initstate"
+    for p in $params; do echo "${p#*=}" > "$ROOT/sys/module/$name/parameters/${p%%=*}"; done
+    exit 0 ;;
+esac
+case "$name" in
+  nvidia_peermem)
+    echo "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument" >&2
+    kmsg "nvidia-peermem nv_mem_client_init:203 ERROR: ib_register_peer_memory_client failed"
+    exit 1 ;;
+esac
+echo "modprobe: FATAL: Module $name not found in directory /lib/modules/@RELEASE@" >&2
+exit 1
+"""
+
+
+def write_modprobe(t: _Tree, p: Preset) -> None:
+    """Install the simulated node's modprobe under <root>/usr/sbin/modprobe."""
+    loadable = ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvme", "mlx5_core", "ib_core",
+                "msr", "cpuid", "tcp_bbr", "br_netfilter", "overlay"]
+    release = open(t.path("proc/sys/kernel/osrelease")).read().strip()
+    script = MODPROBE_SCRIPT.replace("@LOADABLE@", " ".join(loadable)).replace("@RELEASE@", release)
+    t.write("usr/sbin/modprobe", script.encode(), mode=0o755)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="write a simulated node under DIR")
+    b.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    b.add_argument("--cpus", type=int)
+    b.add_argument("--gpus", type=int)
+    b.add_argument("--kmsg-records", type=int, default=0, help="extra kernel log records (benchmarks)")
+    b.add_argument("dir")
+    sub.add_parser("list", help="list presets")
+    args = ap.parse_args(argv)
+    if args.cmd == "list":
+        for name, spec in sorted(PRESETS.items()):
+            print(f"{name}: {spec['description']}")
+        return 0
+    try:
+        info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records)
+    except ValueError as exc:
+        print(f"simnode: {exc}", file=sys.stderr)
+        return 2
+    print(f"built {info['preset']} at {info['root']}: {info['cpus']} CPUs, {info['gpus']} GPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
