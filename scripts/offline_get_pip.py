@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ensurepip
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -27,17 +28,19 @@ def main() -> None:
     """Bootstrap pip, install the requested packages, honour --no-setuptools/--no-wheel."""
     args = sys.argv[1:]
     had_setuptools = importlib.util.find_spec("setuptools") is not None
+    # ensurepip.bootstrap() deletes PIP_* from os.environ and sets PIP_CONFIG_FILE=/dev/null;
+    # the pip runs after it must still see pip's configuration (index, proxy CA, ...).
+    environ = dict(os.environ)
 
     # Python 3.11's ensurepip installs setuptools alongside pip.
     ensurepip.bootstrap(upgrade=True)
 
+    pip = [sys.executable, "-m", "pip"]
     pip_args = [arg for arg in args if arg not in GET_PIP_ONLY_OPTIONS]
-    subprocess.check_call([sys.executable, "-m", "pip", "install", *pip_args])
+    subprocess.check_call([*pip, "install", *pip_args], env=environ)
 
     if "--no-setuptools" in args and not had_setuptools:
-        subprocess.check_call(
-            [sys.executable, "-m", "pip", "uninstall", "--yes", "--quiet", "--disable-pip-version-check", "setuptools"]
-        )
+        subprocess.check_call([*pip, "uninstall", "--yes", "--quiet", "setuptools"], env=environ)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ create_venv() {
     if [[ -x $VENV/bin/python ]] && python_is_supported "$VENV/bin/python"; then
         return
     fi
+    command -v "$PYTHON" >/dev/null || die "$PYTHON not found; Python >= 3.11 is required (set PYTHON=...)"
     python_is_supported "$PYTHON" ||
         die "$PYTHON is '$("$PYTHON" -V 2>&1 || true)'; Python >= 3.11 is required (pyenv: set PYTHON=python3.11)"
     # Resolve a pyenv shim to the real interpreter so the venv does not depend on the shim.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Build simulated GPU nodes: a directory tree laid out like a Linux node's sysfs/procfs.
 
 The tree is what the collection's modules see through their ``root`` option, so unit tests,
@@ -163,7 +163,7 @@ PRESETS = {
         modules={"nvidia": {"NVreg_EnableGpuFirmware": "1"}, "nvidia_uvm": {}, "nvidia_modeset": {},
                  "nvme": {}, "mlx5_core": {}},
         kmsg=[
-            (6, "Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1"),
+            (6, "Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) #1 SMP Debian 6.1.119-1"),
             (6, "Command line: BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=3f1c2a9e ro quiet"),
             (5, "amd_pstate: driver load is disabled, boot with specific mode to enable this"),
             (4, "ACPI: _OSC: platform retains control of PCIe features (AE_NOT_FOUND)"),
@@ -227,7 +227,8 @@ PRESETS = {
         gpu_device=0x2330,
         gpu_class=0x030000,
         topology="switch",
-        cmdline="BOOT_IMAGE=/vmlinuz-5.14.0-503.el9.x86_64 root=/dev/mapper/rhel-root ro crashkernel=1G-4G:192M rhgb quiet",
+        cmdline="BOOT_IMAGE=/vmlinuz-5.14.0-503.el9.x86_64 root=/dev/mapper/rhel-root ro "
+        "crashkernel=1G-4G:192M rhgb quiet",
         lockdown="[none] integrity confidentiality",
         numa_balancing="1",
         thp_enabled="[always] madvise never",
@@ -524,7 +525,8 @@ def write_kmsg(tree: _Tree, messages, extra_records: int = 0) -> None:
         usec += 997
         # Mostly informational noise with a sprinkle of warnings, as on a busy node.
         if i % 50 == 49:
-            lines.append(_kmsg_record(seq, 4, usec, f"vxlan: non-ECT from 10.224.{(i // 256) % 256}.{i % 256} with TOS=0x2"))
+            src = f"10.224.{(i // 256) % 256}.{i % 256}"
+            lines.append(_kmsg_record(seq, 4, usec, f"vxlan: non-ECT from {src} with TOS=0x2"))
         else:
             lines.append(_kmsg_record(seq, 6, usec, f"eth0: rx queue {i % 64} refill ok"))
         seq += 1
@@ -556,7 +558,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     t.write("etc/os-release", f'ID={p.os_id}\nVERSION_ID="{p.os_version}"\nPRETTY_NAME="{p.os_id} {p.os_version}"')
     t.write("etc/hostname", "gpunode")
     t.write("proc/cmdline", p.cmdline)
-    release = next((m.split()[2] for _, m in p.kmsg if m.startswith("Linux version")), "6.1.0-28-amd64")
+    release = next((m.split()[2] for _level, m in p.kmsg if m.startswith("Linux version")), "6.1.0-28-amd64")
     sysctls = dict(DEFAULT_SYSCTLS)
     sysctls["kernel/numa_balancing"] = p.numa_balancing
     sysctls["kernel/osrelease"] = release
@@ -693,7 +695,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
                 "etc/udev/rules.d", "var/lib"):
         t.mkdir(rel)
     if p.os_id == "debian":
-        t.write("etc/default/grub", 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
+        t.write("etc/default/grub", "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n"
+                "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
                 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""')
         t.mkdir("etc/default/grub.d")
 

@@ -1,11 +1,10 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
 
-class ModuleDocFragment(object):
+class ModuleDocFragment:
     """Options and attributes shared by the modules that read or write a node."""
 
     DOCUMENTATION = r"""

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The journal of original values, kept on the node so that tuning can be rolled back.
@@ -56,11 +55,11 @@ class Journal:
         self.dirty = False
         if os.path.exists(self.path):
             try:
-                with open(self.path, "r", encoding="utf-8") as fh:
+                with open(self.path, encoding="utf-8") as fh:
                     self.data = json.load(fh)
             except (OSError, ValueError) as exc:
                 raise NodeError("journal %s is unreadable (%s); refusing to continue so that recorded "
-                                "originals are not lost" % (self.path, exc))
+                                "originals are not lost" % (self.path, exc)) from exc
             if self.data.get("version") != VERSION:
                 raise NodeError("journal %s has version %r; this collection reads version %d"
                                 % (self.path, self.data.get("version"), VERSION))

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The node abstraction: every sysfs, procfs and /dev path lives below a root directory.
@@ -58,16 +57,16 @@ class Node:
         """
         full = self.path(*parts)
         try:
-            with open(full, "r", encoding="utf-8", errors="replace") as fh:
+            with open(full, encoding="utf-8", errors="replace") as fh:
                 return fh.read().strip()
         except (FileNotFoundError, NotADirectoryError):
             if default is not None:
                 return default
-            raise NodeError("%s does not exist" % full)
+            raise NodeError("%s does not exist" % full) from None
         except OSError as exc:
             if default is not None:
                 return default
-            raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc))
+            raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
 
     def write(self, value, *parts):
         """Write ``value`` to a sysfs/procfs attribute in a single write call.
@@ -78,13 +77,15 @@ class Node:
         full = self.path(*parts)
         data = str(value)
         try:
-            fd = os.open(full, os.O_WRONLY | os.O_TRUNC if not self.is_live else os.O_WRONLY)
+            # A simulated attribute is a regular file: truncate it so a shorter value replaces a
+            # longer one, as reading a sysfs attribute would show.
+            fd = os.open(full, os.O_WRONLY if self.is_live else os.O_WRONLY | os.O_TRUNC)
         except OSError as exc:
-            raise NodeError("cannot open %s for writing: %s" % (full, exc.strerror or exc))
+            raise NodeError("cannot open %s for writing: %s" % (full, exc.strerror or exc)) from exc
         try:
             os.write(fd, data.encode())
         except OSError as exc:
-            raise NodeError("writing %r to %s failed: %s" % (data, full, exc.strerror or exc))
+            raise NodeError("writing %r to %s failed: %s" % (data, full, exc.strerror or exc)) from exc
         finally:
             os.close(fd)
 
@@ -137,11 +138,15 @@ def format_cpulist(cpus):
         elif c == prev + 1:
             prev = c
         else:
-            out.append("%d-%d" % (start, prev) if start != prev else "%d" % start)
+            out.append(_cpu_range(start, prev))
             start = prev = c
     if start is not None:
-        out.append("%d-%d" % (start, prev) if start != prev else "%d" % start)
+        out.append(_cpu_range(start, prev))
     return ",".join(out)
+
+
+def _cpu_range(start, end):
+    return str(start) if start == end else "%d-%d" % (start, end)
 
 
 def online_cpus(node):
