@@ -564,6 +564,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     sysctls["kernel/osrelease"] = release
     for key, value in sysctls.items():
         t.write(f"proc/sys/{key}", value)
+    t.write("proc/uptime", "86400.00 5529600.00")
+    t.write("proc/sys/kernel/random/boot_id", "5f0c7a1e-3b2d-4c8e-9a61-0d2b7e4f9c13")
     t.write("proc/version", f"Linux version {release} (simulated node, preset {p.name})")
     t.write("sys/kernel/security/lockdown", p.lockdown)
     t.write("sys/kernel/mm/transparent_hugepage/enabled", p.thp_enabled)

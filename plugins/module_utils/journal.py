@@ -113,6 +113,21 @@ class Journal:
                 out[cpu] = value
         return out
 
+    def mark_applied(self, family):
+        """Note that ``family`` changed the node now (wall clock, boot-relative time and boot id).
+
+        Verification reads the kernel log from this point on; the boot id tells whether the
+        boot-relative time still refers to the running boot.
+        """
+        uptime = self.node.read("proc/uptime", default="0").split()[0]
+        self.data["last_applied"] = {
+            "family": family,
+            "time": _now(),
+            "uptime": float(uptime),
+            "boot_id": self.node.read("proc/sys/kernel/random/boot_id", default=""),
+        }
+        self.dirty = True
+
     def drop(self, family, key):
         fam = self.data["families"].get(family, {})
         if key in fam:
@@ -131,6 +146,8 @@ class Journal:
             return False
         directory = os.path.dirname(self.path)
         if not self.data["families"]:
+            # Nothing left to restore: the journal (and its marker) goes, so a full rollback
+            # leaves nothing of ours behind.
             if os.path.exists(self.path):
                 os.unlink(self.path)
             try:
