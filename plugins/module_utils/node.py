@@ -69,23 +69,29 @@ class Node:
             raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
 
     def write(self, value, *parts):
-        """Write ``value`` to a sysfs/procfs attribute in a single write call.
+        """Write ``value`` (newline-terminated, as ``echo`` would) to a sysfs/procfs attribute.
 
-        sysfs attributes take one write of the whole value; there is no temp file and no
-        rename (those do not exist in sysfs). Raises ``NodeError`` naming the path and errno.
+        One write call of the whole value: sysfs attributes take no temp file and no rename.
+        Raises ``NodeError`` naming the path and the errno.
         """
         full = self.path(*parts)
         data = str(value)
+        if not data.endswith("\n"):
+            data += "\n"
+        payload = data.encode()
         try:
-            # A simulated attribute is a regular file: truncate it so a shorter value replaces a
-            # longer one, as reading a sysfs attribute would show.
-            fd = os.open(full, os.O_WRONLY if self.is_live else os.O_WRONLY | os.O_TRUNC)
+            fd = os.open(full, os.O_WRONLY)
         except OSError as exc:
             raise NodeError("cannot open %s for writing: %s" % (full, exc.strerror or exc)) from exc
         try:
-            os.write(fd, data.encode())
+            os.write(fd, payload)
+            if not self.is_live:
+                # A simulated attribute is a regular file: cut what a longer old value left
+                # behind. Truncating after the write, not with O_TRUNC, avoids ext4's flush
+                # on close of a truncated file (10-50x slower on a 384-CPU node).
+                os.ftruncate(fd, len(payload))
         except OSError as exc:
-            raise NodeError("writing %r to %s failed: %s" % (data, full, exc.strerror or exc)) from exc
+            raise NodeError("writing %r to %s failed: %s" % (data.strip(), full, exc.strerror or exc)) from exc
         finally:
             os.close(fd)
 

@@ -1,0 +1,276 @@
+# -*- coding: utf-8 -*-  # noqa: UP009 (header required by docs/module-contract.md)
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: setpci_mrrs
+short_description: Set the PCIe Max Read Request Size of selected devices
+description:
+  - Sets the Max Read Request Size (MRRS, bits 14:12 of the PCI Express Device Control register)
+    of the selected PCI functions at runtime with C(setpci), then reads it back.
+  - Writes use the mask C(0x7000) only (C(setpci -s BDF CAP_EXP+08.w=V000:7000)), so Max Payload
+    Size and bit 15 (Function Level Reset on endpoints) are never written.
+  - One call handles every selected device with a constant number of C(setpci) processes
+    (one write and one read-back for all devices that change; none when nothing changes or in
+    check mode). Current values are read from the sysfs C(config) files.
+  - Without a selector, the selection is the NVIDIA GPUs (vendor C(0x10de), class C(0x0300) or
+    C(0x0302)); their HDMI-audio functions and NVSwitch bridges are not included.
+  - A device whose value does not read back as written is a failure for that device; the other
+    devices are still applied, and the task fails at the end naming the failed devices.
+  - Refuses, before writing anything, when kernel lockdown (C(integrity) or C(confidentiality))
+    is active and a device would need a change. Warns when the kernel command line has
+    C(pci=pcie_bus_perf), which lowers MRRS to MPS at boot.
+  - Values set here do not survive a reboot or a hot-remove/rescan.
+author:
+  - gpunode.tuning contributors (@gpunode)
+options:
+  mrrs:
+    description:
+      - Max Read Request Size in bytes.
+      - Required unless O(restore=true).
+    type: int
+    choices: [128, 256, 512, 1024, 2048, 4096]
+  vendor:
+    description:
+      - PCI vendor id in hex (V(10de) or V(0x10de)).
+      - Every given selector must match. With no selector at all, NVIDIA GPUs are selected.
+    type: str
+  device:
+    description:
+      - PCI device id in hex (V(2bb5) or V(0x2bb5)).
+    type: str
+  class_prefixes:
+    description:
+      - PCI class prefixes in hex, each 2, 4 or 6 digits (base class, base class and subclass,
+        or with the programming interface), for example V(["0300", "0302"]). Quote them in YAML.
+      - A device matches when its class starts with one of them.
+    type: list
+    elements: str
+  bdfs:
+    description:
+      - PCI addresses, C(DDDD:BB:DD.F) or C(BB:DD.F) (domain 0000 is assumed).
+      - Every address must be present on the node.
+    type: list
+    elements: str
+  allow_empty:
+    description:
+      - Succeed without changes when no PCI Express device matches the selection. By default an
+        empty selection is a failure, so that a typo or a missing driver does not pass silently.
+    type: bool
+    default: false
+  journal:
+    description:
+      - Path, on the node, of the journal of original values (for example
+        V(/var/lib/gpunode-tuning/journal.json)). Before the first write, the original MRRS of
+        every device about to change is recorded there (an original already recorded is kept).
+      - Unset means no journal.
+    type: str
+  restore:
+    description:
+      - Write back the originals recorded in O(journal) for family C(pcie_mrrs), read them back and
+        drop the restored entries. O(mrrs) and the selectors are not used.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - gpunode.tuning.node
+  - gpunode.tuning.node.attributes
+notes:
+  - Needs root (only the first 64 bytes of config space are readable otherwise) and the
+    C(setpci) command from the C(pciutils) package.
+seealso:
+  - name: PCI Express Device Control register (Linux pci_regs.h)
+    description: Field layout of MRRS and MPS.
+    link: https://github.com/torvalds/linux/blob/master/include/uapi/linux/pci_regs.h
+"""
+
+EXAMPLES = r"""
+- name: Set MRRS to 4096 on every NVIDIA GPU, journaling the originals
+  gpunode.tuning.setpci_mrrs:
+    mrrs: 4096
+    journal: /var/lib/gpunode-tuning/journal.json
+
+- name: Set MRRS on ConnectX NICs, where present
+  gpunode.tuning.setpci_mrrs:
+    mrrs: 4096
+    vendor: "15b3"
+    class_prefixes: ["0200", "0207"]
+    allow_empty: true
+
+- name: Set MRRS on two devices by address
+  gpunode.tuning.setpci_mrrs:
+    mrrs: 2048
+    bdfs: ["0000:41:00.0", "61:00.0"]
+
+- name: Put back the MRRS values recorded before tuning
+  gpunode.tuning.setpci_mrrs:
+    restore: true
+    journal: /var/lib/gpunode-tuning/journal.json
+"""
+
+RETURN = r"""
+devices:
+  description:
+    - One entry per selected device (with O(restore=true), per journaled device), sorted by address.
+    - In check mode, RV(devices[].mrrs_after) is the value that would be written.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    bdf:
+      description: PCI address with domain.
+      type: str
+      sample: "0000:41:00.0"
+    vendor:
+      description: Vendor id as in sysfs. Null for a journaled device that is not present.
+      type: str
+      sample: "0x10de"
+    device:
+      description: Device id as in sysfs. Null for a journaled device that is not present.
+      type: str
+      sample: "0x2bb5"
+    class:
+      description: 24-bit class code as in sysfs. Null for a journaled device that is not present.
+      type: str
+      sample: "0x030200"
+    numa_node:
+      description: NUMA node of the device, V(-1) when the platform reports none.
+      type: int
+      sample: 0
+    mps:
+      description: Max Payload Size in bytes (read, never written). Null without a PCIe capability.
+      type: int
+      sample: 256
+    mrrs_before:
+      description: MRRS in bytes before the task. Null without a PCIe capability.
+      type: int
+      sample: 512
+    mrrs_after:
+      description: MRRS in bytes after the task, as read back (predicted in check mode).
+      type: int
+      sample: 4096
+    changed:
+      description: Whether the MRRS of this device changed (would change in check mode).
+      type: bool
+      sample: true
+    skipped:
+      description: Whether the device was left alone (no PCIe capability, or not present).
+      type: bool
+      sample: false
+    failed:
+      description: Whether the value did not take or could not be read back.
+      type: bool
+      sample: false
+    reason:
+      description: Why the device was skipped or failed, or what was done.
+      type: str
+      sample: set
+failed_devices:
+  description: Addresses of the devices whose value did not take. The task fails when it is not empty.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+lockdown:
+  description: Kernel lockdown mode (V(none), V(integrity), V(confidentiality)); null when unknown.
+  returned: always
+  type: str
+  sample: none
+pcie_bus_perf:
+  description:
+    - Whether the kernel command line has C(pci=pcie_bus_perf) (MRRS clamped to MPS at boot).
+    - A warning is issued too.
+  returned: always
+  type: bool
+  sample: false
+setpci_calls:
+  description: Number of C(setpci) processes started (0 when nothing was written).
+  returned: always
+  type: int
+  sample: 2
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_journal
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+
+
+def build_module():
+    argument_spec = dict(
+        mrrs=dict(type="int", choices=list(pcie.MRRS_CHOICES)),
+        vendor=dict(type="str"),
+        device=dict(type="str"),
+        class_prefixes=dict(type="list", elements="str"),
+        bdfs=dict(type="list", elements="str"),
+        allow_empty=dict(type="bool", default=False),
+    )
+    argument_spec.update(JOURNAL_ARGUMENT_SPEC)
+    argument_spec.update(NODE_ARGUMENT_SPEC)
+    return AnsibleModule(
+        argument_spec=argument_spec,
+        supports_check_mode=True,
+    )
+
+
+def main():
+    module = build_module()
+    p = module.params
+    if p["mrrs"] is None and not p["restore"]:
+        module.fail_json(msg="mrrs is required (one of %s bytes) unless restore=true"
+                         % ", ".join(str(c) for c in pcie.MRRS_CHOICES))
+    try:
+        selector = pcie.DeviceSelector(vendor=p["vendor"], device=p["device"],
+                                       class_prefixes=p["class_prefixes"], bdfs=p["bdfs"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    node = Node(p["root"])
+    journal = open_journal(module, node)
+    setpci_bin = node.bin_path(module, "setpci", "pciutils")
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    def setpci_factory():
+        return pcie.Setpci(run, setpci_bin, node.pciutils_args())
+
+    try:
+        result = pcie.run_mrrs(node, setpci_factory, journal, module.check_mode, mrrs=p["mrrs"],
+                               selector=selector, restore=p["restore"], allow_empty=p["allow_empty"])
+    except pcie.MrrsError as exc:
+        _finish(module, exc.result)
+        module.fail_json(msg=str(exc), **_public(module, exc.result, changed=False))
+    except NodeError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    _finish(module, result)
+    if result["failed_devices"]:
+        failed = [d for d in result["devices"] if d["failed"]]
+        module.fail_json(msg="MRRS did not take on %d device(s): %s" % (
+            len(failed), "; ".join("%s: %s" % (d["bdf"], d["reason"]) for d in failed)), **_public(module, result))
+    module.exit_json(**_public(module, result))
+
+
+def _finish(module, result):
+    for warning in result.get("warnings", []):
+        module.warn(warning)
+
+
+def _public(module, result, **overrides):
+    out = dict(
+        changed=result.get("changed", False),
+        devices=result.get("devices", []),
+        failed_devices=result.get("failed_devices", []),
+        lockdown=result.get("lockdown"),
+        pcie_bus_perf=result.get("pcie_bus_perf", False),
+        setpci_calls=result.get("setpci_calls", 0),
+    )
+    out.update(overrides)
+    if module._diff and "diff" in result:
+        out["diff"] = result["diff"]
+    return out
+
+
+if __name__ == "__main__":
+    main()
