@@ -1,0 +1,355 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""CPU idle states (C-states): read, plan and apply the per-CPU ``disable`` files.
+
+Layout: ``/sys/devices/system/cpu/cpuN/cpuidle/stateM/{name,latency,disable}``. States are
+matched by name on every CPU, never by index (indexes differ between platforms and can differ
+between CPUs). Planning is pure (``plan_by_names``, ``plan_by_latency``, ``plan_writes``,
+``summarize``); ``run`` is the module's whole flow and the only part that touches Ansible.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
+    JOURNAL_ARGUMENT_SPEC,
+    Journal,
+    open_journal,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    NODE_ARGUMENT_SPEC,
+    SYSFS_CPU,
+    Node,
+    NodeError,
+    format_cpulist,
+    online_cpus,
+    parse_cpulist,
+)
+
+FAMILY = "cpuidle"
+CURRENT_DRIVER = SYSFS_CPU + "/cpuidle/current_driver"
+POLL = "POLL"
+DISABLED = "disabled"
+ENABLED = "enabled"
+
+ARGUMENT_SPEC = dict(
+    disable=dict(type="list", elements="str"),
+    max_latency_us=dict(type="int"),
+    state=dict(type="str", choices=[DISABLED, ENABLED], default=DISABLED),
+    cpus=dict(type="str"),
+    required=dict(type="bool", default=False),
+)
+ARGUMENT_SPEC.update(JOURNAL_ARGUMENT_SPEC)
+ARGUMENT_SPEC.update(NODE_ARGUMENT_SPEC)
+MUTUALLY_EXCLUSIVE = [("disable", "max_latency_us")]
+
+
+class PlanError(ValueError):
+    """A request that cannot be planned on this node; the message names what is allowed."""
+
+
+class IdleState:
+    """One idle state of one CPU as read from sysfs."""
+
+    __slots__ = ("cpu", "index", "name", "latency", "disabled")
+
+    def __init__(self, cpu, index, name, latency, disabled):
+        self.cpu = cpu
+        self.index = index
+        self.name = name
+        self.latency = latency
+        self.disabled = disabled
+
+    def path(self, attr):
+        return "%s/cpu%d/cpuidle/state%d/%s" % (SYSFS_CPU, self.cpu, self.index, attr)
+
+
+def idle_driver(node):
+    """Return the cpuidle driver name, or None when the node has none (``none`` or no file)."""
+    driver = node.read(CURRENT_DRIVER, default="")
+    return driver if driver and driver != "none" else None
+
+
+def select_cpus(node, text):
+    """Return the CPUs named by a cpulist string (all online CPUs when ``text`` is empty).
+
+    Raises PlanError for a malformed list or a CPU that is not online, naming the online CPUs.
+    """
+    online = online_cpus(node)
+    if text is None or not str(text).strip():
+        return online
+    text = str(text).strip()
+    bad = PlanError("cpus=%r is not a cpulist such as '0-3,8'; this node's online CPUs are %s"
+                    % (text, format_cpulist(online)))
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.strip().isdigit() or (sep and not hi.strip().isdigit()):
+            raise bad
+        if sep and int(hi) < int(lo):
+            raise bad
+    cpus = parse_cpulist(text)
+    missing = sorted(set(cpus) - set(online))
+    if missing:
+        raise PlanError("cpus=%r names CPUs this node does not have online (%s); online CPUs are %s"
+                        % (text, format_cpulist(missing), format_cpulist(online)))
+    return cpus
+
+
+def _int(text, default=0):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def read_states(node, cpus):
+    """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``."""
+    out = {}
+    for cpu in cpus:
+        base = "%s/cpu%d/cpuidle" % (SYSFS_CPU, cpu)
+        states = {}
+        for entry in node.listdir(base):
+            if not entry.startswith("state") or not entry[5:].isdigit():
+                continue
+            d = base + "/" + entry
+            name = node.read(d, "name", default="")
+            if not name:
+                continue
+            states[name] = IdleState(cpu, int(entry[5:]), name, _int(node.read(d, "latency", default="0")),
+                                     _int(node.read(d, "disable", default="0")) != 0)
+        out[cpu] = states
+    return out
+
+
+def state_names(states_by_cpu):
+    """Names of the states present on any CPU, ordered by exit latency then name."""
+    latency = {}
+    for states in states_by_cpu.values():
+        for st in states.values():
+            latency[st.name] = max(latency.get(st.name, 0), st.latency)
+    return sorted(latency, key=lambda n: (latency[n], n))
+
+
+def plan_by_names(states_by_cpu, names, desired):
+    """Plan ``desired`` (disabled/enabled) for the named states: ``{(cpu, name): desired}``.
+
+    Raises PlanError for a name that no selected CPU has, listing the node's state names.
+    """
+    known = state_names(states_by_cpu)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise PlanError("unknown idle state%s %s: this node's states (driver names) are %s"
+                        % ("s" if len(unknown) > 1 else "", ", ".join(unknown), ", ".join(known) or "none"))
+    wanted = set(names)
+    return {(cpu, name): desired
+            for cpu, states in states_by_cpu.items() for name in states if name in wanted}
+
+
+def plan_by_latency(states_by_cpu, max_latency_us):
+    """Plan by exit latency: states above ``max_latency_us`` disabled, the others enabled.
+
+    POLL is never disabled by a latency bound (it can only be disabled by name).
+    """
+    if max_latency_us is None or max_latency_us < 0:
+        raise PlanError("max_latency_us must be an integer >= 0 (microseconds), got %r" % (max_latency_us,))
+    plan = {}
+    for cpu, states in states_by_cpu.items():
+        for name, st in states.items():
+            above = st.latency > max_latency_us and name != POLL
+            plan[(cpu, name)] = DISABLED if above else ENABLED
+    return plan
+
+
+def plan_writes(states_by_cpu, plan):
+    """Return the IdleStates whose ``disable`` file must change, with the value to write."""
+    writes = []
+    for (cpu, name), desired in sorted(plan.items()):
+        st = states_by_cpu[cpu][name]
+        if st.disabled != (desired == DISABLED):
+            writes.append((st, "1" if desired == DISABLED else "0"))
+    return writes
+
+
+def summarize(states_before, states_after, plan):
+    """Aggregate per state name: latency, desired, cpus, cpus_changed, disabled counts/cpulist."""
+    out = {}
+    for name in state_names(states_before):
+        cpus = sorted(cpu for cpu, states in states_before.items() if name in states)
+        desired = sorted({plan[(cpu, name)] for cpu in cpus if (cpu, name) in plan})
+        before = [cpu for cpu in cpus if states_before[cpu][name].disabled]
+        after = [cpu for cpu in cpus if name in states_after.get(cpu, {}) and states_after[cpu][name].disabled]
+        changed = [cpu for cpu in cpus if name in states_after.get(cpu, {})
+                   and states_after[cpu][name].disabled != states_before[cpu][name].disabled]
+        out[name] = dict(
+            latency=max(states_before[cpu][name].latency for cpu in cpus),
+            desired=(desired[0] if len(desired) == 1 else "mixed") if desired else None,
+            cpus=format_cpulist(cpus),
+            cpus_changed=len(changed),
+            disabled_before=len(before),
+            disabled_after=len(after),
+            disabled_cpus=format_cpulist(after),
+        )
+    return out
+
+
+def diff_text(summary, names):
+    """Diff lines per state, e.g. ``C2: disabled on 0/128 CPUs``."""
+    before, after = [], []
+    for name in names:
+        s = summary[name]
+        total = len(parse_cpulist(s["cpus"]))
+        before.append("%s: disabled on %d/%d CPUs\n" % (name, s["disabled_before"], total))
+        after.append("%s: disabled on %d/%d CPUs\n" % (name, s["disabled_after"], total))
+    return dict(before="".join(before), after="".join(after))
+
+
+def reread_disabled(node, states_by_cpu):
+    """Copy of ``states_by_cpu`` with every ``disable`` file read again (the after state)."""
+    return {cpu: {n: IdleState(st.cpu, st.index, st.name, st.latency,
+                               _int(node.read(st.path("disable"), default="0")) != 0)
+                  for n, st in states.items()}
+            for cpu, states in states_by_cpu.items()}
+
+
+def _after_states(states_by_cpu, writes):
+    """States as they will be after ``writes`` (check mode), copied so the input is unchanged."""
+    after = {cpu: {n: IdleState(st.cpu, st.index, st.name, st.latency, st.disabled) for n, st in states.items()}
+             for cpu, states in states_by_cpu.items()}
+    for st, value in writes:
+        after[st.cpu][st.name].disabled = value == "1"
+    return after
+
+
+def apply_writes(node, writes):
+    """Write each ``disable`` file and read it back; return the failures as ``{name: [messages]}``.
+
+    The value is written with a trailing newline, as ``echo`` does.
+    """
+    failed = {}
+    for st, value in writes:
+        try:
+            node.write(value + "\n", st.path("disable"))
+            got = node.read(st.path("disable"))
+            if got != value:
+                raise NodeError("cpu%d %s: wrote %s, read back %s" % (st.cpu, st.name, value, got))
+        except NodeError as exc:
+            failed.setdefault(st.name, []).append(str(exc))
+    return failed
+
+
+def _failure_message(failed):
+    parts = []
+    for name, msgs in sorted(failed.items()):
+        parts.append("%s on %d CPU(s) (first: %s)" % (name, len(msgs), msgs[0]))
+    return "idle state writes did not take: " + "; ".join(parts)
+
+
+def run(module):
+    """The cpu_cstate module: validate, plan, journal, write, read back, report."""
+    params = module.params
+    names = params["disable"]
+    max_latency = params["max_latency_us"]
+    restore = params["restore"]
+    if max_latency is not None and max_latency < 0:
+        module.fail_json(msg="max_latency_us must be an integer >= 0 (microseconds), got %d" % max_latency)
+    if max_latency is not None and params["state"] == ENABLED:
+        module.fail_json(msg="state=enabled cannot be combined with max_latency_us: a latency bound both disables "
+                             "(exit latency above it) and enables (the others); use disable=[names] with state=enabled")
+    if not restore and names is None and max_latency is None:
+        module.fail_json(msg="one of disable (state names), max_latency_us or restore=true is required")
+    if names is not None:
+        empty = [n for n in names if not n or not n.strip()]
+        if empty:
+            module.fail_json(msg="disable contains an empty state name; give names such as POLL, C1, C2")
+
+    node = Node(params["root"])
+    journal = open_journal(module, node)
+    try:
+        cpus = select_cpus(node, params["cpus"])
+    except PlanError as exc:
+        module.fail_json(msg=str(exc))
+
+    driver = idle_driver(node)
+    result = dict(changed=False, supported=driver is not None, driver=driver, states={})
+    states_by_cpu = read_states(node, cpus) if driver else {}
+    if not driver or not any(states_by_cpu.values()):
+        result["supported"] = False
+        why = "this node has no cpuidle driver (/%s is %r)" % (CURRENT_DRIVER, node.read(CURRENT_DRIVER, default=""))
+        if driver:
+            why = "cpuidle driver %s exposes no idle states on CPUs %s" % (driver, format_cpulist(cpus))
+        if params["required"]:
+            module.fail_json(msg="C-states cannot be controlled: " + why, **result)
+        result["reason"] = why
+        module.exit_json(**result)
+
+    lost = {}
+    if restore:
+        plan, journaled, lost = _restore_plan(node, journal, states_by_cpu)
+    else:
+        try:
+            if max_latency is not None:
+                plan = plan_by_latency(states_by_cpu, max_latency)
+            else:
+                plan = plan_by_names(states_by_cpu, names, params["state"])
+        except PlanError as exc:
+            module.fail_json(msg=str(exc), **result)
+        journaled = states_by_cpu
+
+    writes = plan_writes(journaled, plan)
+    failed = {}
+    if writes and not module.check_mode:
+        if journal is not None and not restore:
+            originals = {}
+            for st, _value in writes:
+                originals.setdefault(st.name, {})[st.cpu] = "1" if st.disabled else "0"
+            for name, values in originals.items():
+                journal.record_per_cpu(FAMILY, name, values)
+            journal.mark_applied(FAMILY)
+            journal.save()
+        failed = apply_writes(node, writes)
+        after = reread_disabled(node, journaled)
+    else:
+        after = _after_states(journaled, writes)
+
+    for name, msgs in lost.items():
+        failed.setdefault(name, []).extend(msgs)
+    if restore and journal is not None and not module.check_mode:
+        for name in sorted({name for (_cpu, name) in plan}):
+            if name not in failed:
+                journal.drop(FAMILY, name)
+        if writes:
+            journal.mark_applied(FAMILY)
+        journal.save()
+
+    summary = summarize(journaled, after, plan)
+    planned_names = [n for n in summary if summary[n]["desired"] is not None]
+    result.update(changed=bool(writes), states=summary, cpus=format_cpulist(cpus if not restore else sorted(journaled)))
+    if module._diff:
+        result["diff"] = diff_text(summary, planned_names)
+    if failed:
+        result["failed_states"] = sorted(failed)
+        module.fail_json(msg=_failure_message(failed), **result)
+    module.exit_json(**result)
+
+
+def _restore_plan(node, journal, states_by_cpu):
+    """Plan writing back the journaled originals.
+
+    Returns (plan, states of the journaled CPUs, ``{name: [messages]}`` for originals whose CPU
+    no longer has the state; those stay in the journal).
+    """
+    entries = journal.entries(FAMILY)
+    per_cpu = {name: Journal.per_cpu(original) for name, original in entries.items()}
+    cpus = sorted({cpu for values in per_cpu.values() for cpu in values})
+    missing = [c for c in cpus if c not in states_by_cpu]
+    states = dict((c, states_by_cpu[c]) for c in cpus if c in states_by_cpu)
+    if missing:
+        states.update(read_states(node, missing))
+    plan = {}
+    lost = {}
+    for name, values in per_cpu.items():
+        for cpu, value in values.items():
+            if name in states.get(cpu, {}):
+                plan[(cpu, name)] = DISABLED if value == "1" else ENABLED
+            else:
+                lost.setdefault(name, []).append("cpu%d has no idle state %s any more (offline?)" % (cpu, name))
+    return plan, states, lost

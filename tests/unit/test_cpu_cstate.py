@@ -1,0 +1,264 @@
+"""The cpu_cstate module through its entry point, on every simulated-node preset."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+CPU = "sys/devices/system/cpu"
+JOURNAL = "/var/lib/gpunode-tuning/journal.json"
+IDLE_PRESETS = {  # preset -> (deepest state, all state names)
+    "audited-epyc-8gpu": ("C2", ["POLL", "C1", "C2"]),
+    "epyc-pstate-epp": ("C2", ["POLL", "C1", "C2"]),
+    "xeon-4gpu-switch": ("C6", ["POLL", "C1", "C1E", "C6"]),
+    "locked-bus-perf": ("C2", ["POLL", "C1", "C2"]),
+}
+
+
+def disabled_map(root):
+    """{(cpu, state name): disable file content} for every CPU and state of the node."""
+    out = {}
+    base = os.path.join(root, CPU)
+    for entry in os.listdir(base):
+        if not (entry.startswith("cpu") and entry[3:].isdigit()):
+            continue
+        idle = os.path.join(base, entry, "cpuidle")
+        for st in os.listdir(idle) if os.path.isdir(idle) else []:
+            with open(os.path.join(idle, st, "name")) as fh:
+                name = fh.read().strip()
+            disable = os.path.join(idle, st, "disable")
+            if os.path.isfile(disable):
+                with open(disable) as fh:
+                    out[(int(entry[3:]), name)] = fh.read().strip()
+    return out
+
+
+def set_disable(root, cpu, index, value):
+    with open(os.path.join(root, CPU, "cpu%d/cpuidle/state%d/disable" % (cpu, index)), "w") as fh:
+        fh.write("%s\n" % value)
+
+
+@pytest.mark.parametrize("preset", sorted(IDLE_PRESETS))
+def test_disable_deepest_state_on_every_cpu_and_nothing_else(build_node, run_module, digest, preset):
+    deepest, names = IDLE_PRESETS[preset]
+    root = build_node(preset)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": [deepest]}, diff=True)
+    assert not failed, result
+    assert result["changed"] and result["supported"]
+    values = disabled_map(root)
+    ncpus = len({key[0] for key in values})
+    assert {key[1] for key in values} == set(names)
+    assert all(v == ("1" if key[1] == deepest else "0") for key, v in values.items())
+    s = result["states"][deepest]
+    assert (s["disabled_before"], s["disabled_after"], s["cpus_changed"]) == (0, ncpus, ncpus)
+    assert s["cpus"] == "0-%d" % (ncpus - 1) and s["desired"] == "disabled"
+    assert result["diff"] == {"before": "%s: disabled on 0/%d CPUs\n" % (deepest, ncpus),
+                              "after": "%s: disabled on %d/%d CPUs\n" % (deepest, ncpus, ncpus)}
+    # Rerun: nothing to do, nothing written.
+    before = digest(root)
+    again, failed = run_module("cpu_cstate", {"root": root, "disable": [deepest]})
+    assert not failed and not again["changed"]
+    assert again["states"][deepest]["cpus_changed"] == 0
+    assert digest(root) == before
+
+
+@pytest.mark.parametrize("preset", sorted(IDLE_PRESETS))
+def test_check_mode_writes_nothing_and_reports_the_plan(build_node, run_module, digest, preset):
+    deepest = IDLE_PRESETS[preset][0]
+    root = build_node(preset, cpus=6)
+    before = digest(root)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": [deepest], "journal": JOURNAL},
+                                check=True, diff=True)
+    assert not failed and result["changed"]
+    assert result["states"][deepest]["disabled_after"] == 6
+    assert result["diff"]["after"] == "%s: disabled on 6/6 CPUs\n" % deepest
+    assert digest(root) == before
+
+
+@pytest.mark.parametrize("preset", sorted(IDLE_PRESETS))
+def test_journal_then_restore_is_byte_identical(build_node, run_module, digest, preset):
+    root = build_node(preset, cpus=8)
+    set_disable(root, 5, 1, 1)  # an original that is not the default: C1 off on cpu5
+    before = digest(root)
+    result, failed = run_module("cpu_cstate", {"root": root, "max_latency_us": 0, "journal": JOURNAL})
+    assert not failed and result["changed"]
+    with open(os.path.join(root, JOURNAL.lstrip("/"))) as fh:
+        data = json.load(fh)
+    assert data["last_applied"]["family"] == "cpuidle"
+    assert "POLL" not in data["families"]["cpuidle"]  # POLL was not touched
+    # A second run must not overwrite the recorded originals.
+    run_module("cpu_cstate", {"root": root, "disable": ["C1"], "state": "enabled", "journal": JOURNAL})
+    result, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL}, diff=True)
+    assert not failed, result
+    assert result["changed"]
+    assert not os.path.exists(os.path.join(root, JOURNAL.lstrip("/")))
+    assert digest(root) == before
+    again, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed and not again["changed"] and again["states"] == {}
+
+
+def test_restore_keeps_other_families_and_leaves_the_rest_identical(build_node, run_module, digest):
+    root = build_node("xeon-4gpu-switch", cpus=4)
+    jpath = os.path.join(root, JOURNAL.lstrip("/"))
+    os.makedirs(os.path.dirname(jpath))
+    other = {"version": 1, "families": {"tunables": {"vm.swappiness": {"original": "60", "recorded": "x"}}}}
+    with open(jpath, "w") as fh:
+        json.dump(other, fh)
+    before = digest(root)
+    run_module("cpu_cstate", {"root": root, "disable": ["C6", "C1E"], "journal": JOURNAL})
+    result, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed and result["changed"]
+    with open(jpath) as fh:
+        data = json.load(fh)
+    assert data["families"] == other["families"]
+    with open(jpath, "w") as fh:
+        json.dump(other, fh)
+    assert digest(root) == before
+
+
+def test_restore_in_check_mode_writes_nothing(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    run_module("cpu_cstate", {"root": root, "disable": ["C2"], "journal": JOURNAL})
+    before = digest(root)
+    result, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL}, check=True)
+    assert not failed and result["changed"]
+    assert result["states"]["C2"]["disabled_after"] == 0
+    assert digest(root) == before
+
+
+def test_max_latency_disables_deep_and_reenables_shallow_states(build_node, run_module):
+    root = build_node("xeon-4gpu-switch", cpus=4)
+    set_disable(root, 2, 1, 1)  # C1 disabled on cpu2 by someone earlier
+    set_disable(root, 3, 0, 1)  # POLL disabled on cpu3
+    result, failed = run_module("cpu_cstate", {"root": root, "max_latency_us": 10}, diff=True)
+    assert not failed, result
+    values = disabled_map(root)
+    for cpu in range(4):
+        assert values[(cpu, "C6")] == "1"
+        assert values[(cpu, "C1E")] == values[(cpu, "C1")] == values[(cpu, "POLL")] == "0"
+    assert result["states"]["C1"]["desired"] == "enabled" and result["states"]["C1"]["cpus_changed"] == 1
+    assert result["states"]["POLL"]["cpus_changed"] == 1
+    assert "C1: disabled on 1/4 CPUs\n" in result["diff"]["before"]
+
+
+def test_poll_is_disabled_only_when_named(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=2)
+    run_module("cpu_cstate", {"root": root, "max_latency_us": 0})
+    assert {k: v for k, v in disabled_map(root).items() if k[1] == "POLL"} == {(0, "POLL"): "0", (1, "POLL"): "0"}
+    run_module("cpu_cstate", {"root": root, "disable": ["POLL"]})
+    assert disabled_map(root)[(1, "POLL")] == "1"
+
+
+def test_cpus_option_limits_the_writes(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=8)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"], "cpus": "2-3,6"})
+    assert not failed and result["cpus"] == "2-3,6"
+    values = disabled_map(root)
+    assert sorted(cpu for (cpu, name), v in values.items() if v == "1") == [2, 3, 6]
+    assert result["states"]["C2"]["disabled_after"] == 3
+
+
+def test_state_enabled_reenables_named_states(build_node, run_module):
+    root = build_node("xeon-4gpu-switch", cpus=3)
+    run_module("cpu_cstate", {"root": root, "disable": ["C6", "C1E"]})
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C6"], "state": "enabled"})
+    assert not failed and result["states"]["C6"]["cpus_changed"] == 3
+    values = disabled_map(root)
+    assert all(values[(c, "C6")] == "0" and values[(c, "C1E")] == "1" for c in range(3))
+
+
+def test_states_matched_by_name_when_indexes_differ(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    idle = os.path.join(root, CPU, "cpu3/cpuidle")
+    os.rename(os.path.join(idle, "state1"), os.path.join(idle, "tmp"))
+    os.rename(os.path.join(idle, "state2"), os.path.join(idle, "state1"))
+    os.rename(os.path.join(idle, "tmp"), os.path.join(idle, "state2"))
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"]})
+    assert not failed
+    with open(os.path.join(idle, "state1/disable")) as fh:
+        assert fh.read().strip() == "1"
+    with open(os.path.join(idle, "state2/disable")) as fh:
+        assert fh.read().strip() == "0"
+
+
+def test_empty_disable_list_changes_nothing(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=2)
+    before = digest(root)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": []})
+    assert not failed and not result["changed"] and set(result["states"]) == {"POLL", "C1", "C2"}
+    assert digest(root) == before
+
+
+def test_no_cpuidle_driver_is_unsupported_unless_required(build_node, run_module, digest):
+    root = build_node("tiny-vm")
+    before = digest(root)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"]})
+    assert not failed and result["supported"] is False and not result["changed"]
+    assert "no cpuidle driver" in result["reason"]
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"], "required": True})
+    assert failed and "no cpuidle driver" in result["msg"]
+    assert digest(root) == before
+
+
+def test_write_that_does_not_take_fails_naming_the_state_and_applies_the_rest(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    bad = os.path.join(root, CPU, "cpu2/cpuidle/state2/disable")
+    os.unlink(bad)
+    os.mkdir(bad)  # refuses the write (EISDIR), as a sysfs attribute that rejects a value would
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"]})
+    assert failed and result["failed_states"] == ["C2"]
+    assert "C2 on 1 CPU(s)" in result["msg"] and "cpu2/cpuidle/state2/disable" in result["msg"]
+    values = disabled_map(root)
+    assert [values[(c, "C2")] for c in (0, 1, 3)] == ["1", "1", "1"]
+
+
+BAD_INPUTS = [
+    ({"disable": ["C3"]}, "unknown idle state C3: this node's states (driver names) are POLL, C1, C2"),
+    ({"disable": ["C2", "C6", "c1"]}, "C6, c1"),
+    ({"disable": [""]}, "empty state name"),
+    ({"max_latency_us": -5}, "max_latency_us must be an integer >= 0"),
+    ({"disable": ["C2"], "max_latency_us": 10}, "mutually exclusive"),
+    ({"max_latency_us": 10, "state": "enabled"}, "state=enabled cannot be combined with max_latency_us"),
+    ({"disable": ["C2"], "state": "off"}, "disabled, enabled"),
+    ({"disable": ["C2"], "cpus": "0-"}, "online CPUs are 0-7"),
+    ({"disable": ["C2"], "cpus": "abc"}, "not a cpulist"),
+    ({"disable": ["C2"], "cpus": "4-64"}, "(8-64); online CPUs are 0-7"),
+    ({"restore": True}, "restore=true needs the journal option"),
+    ({}, "one of disable (state names), max_latency_us or restore=true is required"),
+    ({"disable": ["C2"], "journal": "relative/journal.json"}, "journal path must be absolute"),
+    ({"max_latency_us": "ten"}, "max_latency_us"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS)
+def test_bad_inputs_fail_naming_what_is_allowed_and_write_nothing(build_node, run_module, digest, args, message):
+    root = build_node("audited-epyc-8gpu", cpus=8)
+    before = digest(root)
+    result, failed = run_module("cpu_cstate", dict(args, root=root))
+    assert failed
+    assert message in result["msg"]
+    assert digest(root) == before
+
+
+def test_unreadable_journal_fails_before_writing(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=2)
+    jpath = os.path.join(root, JOURNAL.lstrip("/"))
+    os.makedirs(os.path.dirname(jpath))
+    with open(jpath, "w") as fh:
+        fh.write("{not json")
+    before = digest(root)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"], "journal": JOURNAL})
+    assert failed and "unreadable" in result["msg"]
+    assert digest(root) == before
+
+
+def test_one_call_on_384_cpus_is_fast(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=384)
+    start = time.perf_counter()
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"], "journal": JOURNAL})
+    elapsed = time.perf_counter() - start
+    assert not failed and result["states"]["C2"]["cpus_changed"] == 384
+    assert elapsed < 1.0, elapsed

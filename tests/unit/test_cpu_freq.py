@@ -1,0 +1,370 @@
+"""The cpu_freq module through its entry point, on every simulated-node preset.
+
+Some tests put a small model of the kernel's behaviour in front of the simulated tree
+(``fake_kernel``): EBUSY for a non-performance EPP under the performance governor, EPP forced to
+performance by that governor, and the driver re-registering after an amd_pstate mode switch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import node as node_mod
+
+CPU = "sys/devices/system/cpu"
+JOURNAL = "/var/lib/gpunode-tuning/journal.json"
+ACPI_GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
+EPP_CHOICES = "default performance balance_performance balance_power power"
+FREQ_PRESETS = ["audited-epyc-8gpu", "epyc-pstate-epp", "locked-bus-perf", "xeon-4gpu-switch"]
+
+
+def read(root, rel):
+    with open(os.path.join(root, rel)) as fh:
+        return fh.read().strip()
+
+
+def cpu_files(root):
+    """{relative path: content} of every file below sys/devices/system/cpu except cpuidle."""
+    out = {}
+    base = os.path.join(root, CPU)
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if d != "cpuidle" and not os.path.islink(os.path.join(dirpath, d))]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as fh:
+                out[os.path.relpath(full, root)] = fh.read()
+    return out
+
+
+def policy_values(root, attr):
+    base = os.path.join(root, CPU, "cpufreq")
+    return {p: read(root, os.path.join(CPU, "cpufreq", p, attr)) for p in os.listdir(base) if p.startswith("policy")}
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """Model the kernel behaviour the module must plan around; returns the list of writes made."""
+    writes = []
+    real_write = node_mod.Node.write
+    epp_cache = {}
+
+    def _put(path, value):
+        with open(path, "w") as fh:
+            fh.write(value + "\n")
+
+    def write(self, value, *parts):
+        full = self.path(*parts)
+        policy = os.path.dirname(full)
+        name = os.path.basename(full)
+        text = str(value).strip()
+        driver = read(policy, "scaling_driver") if os.path.exists(os.path.join(policy, "scaling_driver")) else ""
+        if name == "energy_performance_preference" and driver in ("amd-pstate-epp", "intel_pstate") \
+                and read(policy, "scaling_governor") == "performance" and text != "performance":
+            raise node_mod.NodeError("writing %r to %s failed: Device or resource busy" % (value, full))
+        writes.append((os.path.relpath(full, self.root), text))
+        real_write(self, value, *parts)
+        epp = os.path.join(policy, "energy_performance_preference")
+        if name == "scaling_governor" and os.path.exists(epp):
+            if text == "performance":
+                epp_cache[policy] = read(policy, "energy_performance_preference")
+                _put(epp, "performance")
+            elif policy in epp_cache:
+                _put(epp, epp_cache.pop(policy))
+        if full.endswith("amd_pstate/status"):
+            cpufreq = os.path.join(self.root, CPU, "cpufreq")
+            for p in (os.path.join(cpufreq, d) for d in os.listdir(cpufreq) if d.startswith("policy")):
+                if text == "active":
+                    _put(os.path.join(p, "scaling_driver"), "amd-pstate-epp")
+                    _put(os.path.join(p, "scaling_available_governors"), "performance powersave")
+                    _put(os.path.join(p, "scaling_governor"), "powersave")
+                    _put(os.path.join(p, "energy_performance_preference"), "balance_performance")
+                    _put(os.path.join(p, "energy_performance_available_preferences"), EPP_CHOICES)
+                else:
+                    _put(os.path.join(p, "scaling_driver"), "amd-pstate")
+                    _put(os.path.join(p, "scaling_available_governors"), ACPI_GOVERNORS)
+                    _put(os.path.join(p, "scaling_governor"), "schedutil")
+                    for f in ("energy_performance_preference", "energy_performance_available_preferences"):
+                        if os.path.exists(os.path.join(p, f)):
+                            os.unlink(os.path.join(p, f))
+
+    monkeypatch.setattr(node_mod.Node, "write", write)
+    return writes
+
+
+# ---------------------------------------------------------------------------------------------
+# Every preset
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", FREQ_PRESETS)
+def test_performance_governor_and_boost_off_on_every_cpu_and_nothing_else(build_node, run_module, digest, preset):
+    root = build_node(preset)
+    before = cpu_files(root)
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "boost": False}, diff=True)
+    assert not failed, result
+    after = cpu_files(root)
+    policies = policy_values(root, "scaling_governor")
+    assert set(policies.values()) == {"performance"}
+    intel = preset.startswith("xeon")
+    boost_file = CPU + ("/intel_pstate/no_turbo" if intel else "/cpufreq/boost")
+    assert read(root, boost_file) == ("1" if intel else "0")
+    changed = {k for k in after if after[k] != before[k]}
+    expected = {os.path.join(CPU, "cpufreq", p, "scaling_governor") for p in policies} | {boost_file}
+    if preset == "xeon-4gpu-switch":  # the preset starts at powersave; the others elsewhere
+        assert result["settings"]["governor"]["before"] == {"powersave": "0-%d" % (len(policies) - 1)}
+    assert changed == expected
+    gov = result["settings"]["governor"]
+    assert gov["after"] == {"performance": "0-%d" % (len(policies) - 1)}
+    assert gov["cpus_changed"] == gov["cpus"] == gov["cpus_desired"] == len(policies)
+    assert result["settings"]["boost"]["before"] is True and result["settings"]["boost"]["after"] is False
+    assert "governor: performance on 0-" in result["diff"]["after"] and "boost: off" in result["diff"]["after"]
+    snapshot = digest(root)
+    again, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "boost": False})
+    assert not failed and not again["changed"] and again["settings"]["governor"]["cpus_changed"] == 0
+    assert digest(root) == snapshot
+
+
+@pytest.mark.parametrize("preset", FREQ_PRESETS)
+def test_check_mode_writes_nothing(build_node, run_module, digest, preset):
+    root = build_node(preset, cpus=4)
+    before = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "boost": False,
+                                             "journal": JOURNAL}, check=True, diff=True)
+    assert not failed and result["changed"]
+    assert result["settings"]["governor"]["after"] == {"performance": "0-3"}
+    assert result["settings"]["boost"]["after"] is False
+    assert digest(root) == before
+
+
+@pytest.mark.parametrize("preset", FREQ_PRESETS)
+def test_journal_then_restore_is_byte_identical(build_node, run_module, digest, preset):
+    root = build_node(preset, cpus=6)
+    before = digest(root)
+    args = {"root": root, "governor": "performance", "boost": False, "journal": JOURNAL}
+    result, failed = run_module("cpu_freq", args)
+    assert not failed and result["changed"]
+    with open(os.path.join(root, JOURNAL.lstrip("/"))) as fh:
+        journal = json.load(fh)
+    assert journal["families"]["cpufreq"]["boost"]["original"] is True
+    assert journal["last_applied"]["family"] == "cpufreq"
+    result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL}, diff=True)
+    assert not failed, result
+    assert result["changed"] and result["settings"]["boost"]["after"] is True
+    assert not os.path.exists(os.path.join(root, JOURNAL.lstrip("/")))
+    assert digest(root) == before
+
+
+def test_restore_keeps_other_families(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=2)
+    jpath = os.path.join(root, JOURNAL.lstrip("/"))
+    os.makedirs(os.path.dirname(jpath))
+    other = {"version": 1, "families": {"cpuidle": {"C2": {"original": {"0": "0-1"}, "recorded": "x"}}}}
+    with open(jpath, "w") as fh:
+        json.dump(other, fh)
+    before = digest(root)
+    run_module("cpu_freq", {"root": root, "governor": "performance", "journal": JOURNAL})
+    result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed and result["settings"]["governor"]["after"] == {"schedutil": "0-1"}
+    with open(jpath) as fh:
+        assert json.load(fh)["families"] == other["families"]
+    with open(jpath, "w") as fh:
+        json.dump(other, fh)
+    assert digest(root) == before
+
+
+def test_no_cpufreq_is_unsupported_unless_required(build_node, run_module, digest):
+    root = build_node("tiny-vm")
+    before = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance"})
+    assert not failed and result["supported"] is False and not result["changed"]
+    assert "no cpufreq policies" in result["reason"]
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "required": True})
+    assert failed and "no cpufreq policies" in result["msg"]
+    assert digest(root) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver, mode, EPP ordering
+# ---------------------------------------------------------------------------------------------
+
+
+def test_amd_pstate_on_acpi_cpufreq_asks_for_a_reboot_and_changes_nothing(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    before = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "driver": "amd-pstate"})
+    assert not failed and not result["changed"]
+    assert result["reboot_required"] is True and result["kernel_args"] == ["amd_pstate=active"]
+    assert result["driver"] == "acpi-cpufreq" and result["settings"]["driver"]["skipped"] is True
+    assert digest(root) == before
+
+
+def test_pending_amd_pstate_skips_mode_and_epp_but_applies_the_governor(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    result, failed = run_module("cpu_freq", {"root": root, "driver": "amd-pstate", "amd_pstate_mode": "passive",
+                                             "epp": "performance", "governor": "performance"})
+    assert not failed, result
+    assert result["kernel_args"] == ["amd_pstate=passive"]
+    assert result["settings"]["epp"]["skipped"] and "after the reboot" in result["settings"]["epp"]["reason"]
+    assert result["settings"]["amd_pstate_mode"]["skipped"]
+    assert set(policy_values(root, "scaling_governor").values()) == {"performance"}
+    assert not os.path.exists(os.path.join(root, CPU, "amd_pstate"))
+
+
+def test_running_amd_pstate_needs_no_reboot(build_node, run_module):
+    root = build_node("epyc-pstate-epp", cpus=2)
+    result, failed = run_module("cpu_freq", {"root": root, "driver": "amd-pstate"})
+    assert not failed and result["reboot_required"] is False and result["kernel_args"] == []
+
+
+def test_epp_order_from_performance_to_powersave_writes_governor_first(build_node, run_module, fake_kernel):
+    root = build_node("epyc-pstate-epp", cpus=4)
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "epp": "performance"})
+    assert not failed, result
+    assert set(policy_values(root, "energy_performance_preference").values()) == {"performance"}
+    del fake_kernel[:]
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "powersave", "epp": "balance_power"})
+    assert not failed, result
+    kinds = [os.path.basename(write[0]) for write in fake_kernel]
+    assert kinds == ["scaling_governor"] * 4 + ["energy_performance_preference"] * 4
+    assert set(policy_values(root, "energy_performance_preference").values()) == {"balance_power"}
+    assert result["settings"]["epp"]["before"] == {"performance": "0-3"}
+
+
+def test_performance_governor_with_balanced_epp_is_refused_before_writing(build_node, run_module, digest):
+    root = build_node("epyc-pstate-epp", cpus=4)
+    before = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "epp": "balance_performance"})
+    assert failed and "EBUSY" in result["msg"] and "governor=powersave" in result["msg"]
+    assert digest(root) == before
+
+
+def test_governor_performance_then_restore_gets_the_epp_back(build_node, run_module, digest, fake_kernel):
+    root = build_node("epyc-pstate-epp", cpus=4)
+    before = digest(root)
+    run_module("cpu_freq", {"root": root, "governor": "performance", "journal": JOURNAL})
+    assert set(policy_values(root, "energy_performance_preference").values()) == {"performance"}
+    result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed, result
+    assert digest(root) == before
+
+
+def test_amd_pstate_mode_switch_rereads_the_driver_before_the_governor(build_node, run_module, digest, fake_kernel):
+    root = build_node("epyc-pstate-epp", cpus=4)
+    before = digest(root)
+    args = {"root": root, "amd_pstate_mode": "passive", "governor": "ondemand", "journal": JOURNAL}
+    result, failed = run_module("cpu_freq", args, diff=True)
+    assert not failed, result
+    assert read(root, CPU + "/amd_pstate/status") == "passive"
+    assert result["driver"] == "amd-pstate"
+    assert set(policy_values(root, "scaling_governor").values()) == {"ondemand"}
+    assert result["settings"]["amd_pstate_mode"]["before"] == "active"
+    assert fake_kernel[0] == (CPU + "/amd_pstate/status", "passive")
+    result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed, result
+    assert digest(root) == before
+
+
+def test_amd_pstate_mode_switch_in_check_mode_predicts_the_driver(build_node, run_module, digest):
+    root = build_node("epyc-pstate-epp", cpus=2)
+    before = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "amd_pstate_mode": "guided", "governor": "schedutil"},
+                                check=True)
+    assert not failed and result["changed"] and result["driver"] == "amd-pstate"
+    assert result["settings"]["amd_pstate_mode"]["after"] == "guided"
+    assert digest(root) == before
+
+
+def test_governor_missing_after_mode_switch_fails_naming_the_new_list(build_node, run_module, fake_kernel):
+    root = build_node("epyc-pstate-epp", cpus=2)
+    result, failed = run_module("cpu_freq", {"root": root, "amd_pstate_mode": "passive", "governor": "turbo"})
+    assert failed and result["failed_settings"] == ["governor"]
+    assert "conservative, ondemand" in result["msg"]
+    assert read(root, CPU + "/amd_pstate/status") == "passive"  # the mode switch itself was applied
+
+
+def test_intel_pstate_boost_status_and_epp(build_node, run_module, digest):
+    root = build_node("xeon-4gpu-switch", cpus=4)
+    before = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "boost": False, "epp": "balance_power",
+                                             "intel_pstate_status": "passive", "journal": JOURNAL})
+    assert not failed, result
+    assert read(root, CPU + "/intel_pstate/no_turbo") == "1"
+    assert read(root, CPU + "/intel_pstate/status") == "passive"
+    assert set(policy_values(root, "energy_performance_preference").values()) == {"balance_power"}
+    assert result["settings"]["boost"]["file"] == "/" + CPU + "/intel_pstate/no_turbo"
+    result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed, result
+    assert digest(root) == before
+
+
+def test_write_that_does_not_take_fails_and_the_rest_is_applied(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    bad = os.path.join(root, CPU, "cpufreq/policy2/scaling_governor")
+    os.unlink(bad)
+    os.mkdir(bad)
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "boost": False})
+    assert failed and result["failed_settings"] == ["governor"]
+    assert "policy2/scaling_governor" in result["msg"]
+    assert [read(root, CPU + "/cpufreq/policy%d/scaling_governor" % i) for i in (0, 1, 3)] == ["performance"] * 3
+    assert read(root, CPU + "/cpufreq/boost") == "0"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs
+# ---------------------------------------------------------------------------------------------
+
+BAD_INPUTS = [
+    ("audited-epyc-8gpu", {"governor": "turbo"},
+     "governor turbo is not available with driver acpi-cpufreq; available governors: conservative, ondemand, "
+     "userspace, powersave, performance, schedutil"),
+    ("epyc-pstate-epp", {"epp": "fast"}, "available preferences: default, performance, balance_performance"),
+    ("audited-epyc-8gpu", {"epp": "performance"}, "driver acpi-cpufreq has no energy_performance_preference"),
+    ("audited-epyc-8gpu", {"amd_pstate_mode": "active"},
+     "needs /sys/devices/system/cpu/amd_pstate/status, which this node does not have"),
+    ("audited-epyc-8gpu", {"intel_pstate_status": "passive"}, "/sys/devices/system/cpu/intel_pstate/status"),
+    ("epyc-pstate-epp", {"amd_pstate_mode": "turbo"}, "active, passive, guided"),
+    ("epyc-pstate-epp", {"amd_pstate_mode": "passive", "epp": "power"}, "epp needs amd_pstate active mode"),
+    ("epyc-pstate-epp", {"governor": "performance", "epp": "power"}, "EBUSY"),
+    ("audited-epyc-8gpu", {"driver": "intel_pstate"}, "needs an Intel CPU"),
+    ("xeon-4gpu-switch", {"driver": "amd-pstate"}, "needs an AMD CPU"),
+    ("audited-epyc-8gpu", {"driver": "amd_pstate"}, "amd-pstate, acpi-cpufreq, intel_pstate"),
+    ("audited-epyc-8gpu", {"restore": True}, "restore=true needs the journal option"),
+    ("audited-epyc-8gpu", {}, "give at least one of governor, epp, boost"),
+    ("audited-epyc-8gpu", {"governor": " "}, "governor must not be empty"),
+    ("audited-epyc-8gpu", {"boost": "maybe"}, "boost"),
+]
+
+
+@pytest.mark.parametrize("preset,args,message", BAD_INPUTS)
+def test_bad_inputs_fail_naming_what_is_allowed_and_write_nothing(build_node, run_module, digest, preset, args,
+                                                                  message):
+    root = build_node(preset, cpus=4)
+    before = digest(root)
+    extra = {} if "restore" in args else {"journal": JOURNAL}  # a journal must not be written either
+    result, failed = run_module("cpu_freq", dict(args, root=root, **extra))
+    assert failed
+    assert message in result["msg"]
+    assert digest(root) == before
+
+
+def test_boost_without_a_boost_file_fails_before_writing(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=2)
+    os.unlink(os.path.join(root, CPU, "cpufreq/boost"))
+    before = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "boost": True, "governor": "performance"})
+    assert failed and "boost cannot be controlled" in result["msg"] and "intel_pstate/no_turbo" in result["msg"]
+    assert digest(root) == before
+
+
+def test_one_call_on_384_cpus_is_fast(build_node, run_module):
+    root = build_node("epyc-pstate-epp", cpus=384)
+    start = time.perf_counter()
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "powersave", "epp": "performance",
+                                             "boost": False, "journal": JOURNAL})
+    elapsed = time.perf_counter() - start
+    assert not failed and result["settings"]["epp"]["cpus_changed"] == 384
+    assert elapsed < 1.0, elapsed

@@ -1,0 +1,137 @@
+"""Pure planning functions of module_utils/cpufreq.py, plus reading a simulated node."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+
+
+def test_leaving_performance_for_powersave_and_balanced_epp_writes_governor_first():
+    steps = cpufreq.order_governor_epp("amd-pstate-epp", "performance", "powersave", "balance_performance")
+    assert steps == [("governor", "powersave"), ("epp", "balance_performance")]
+
+
+def test_entering_performance_with_performance_epp_is_allowed():
+    steps = cpufreq.order_governor_epp("amd-pstate-epp", "powersave", "performance", "performance")
+    assert steps == [("governor", "performance"), ("epp", "performance")]
+
+
+@pytest.mark.parametrize("driver", ["amd-pstate-epp", "intel_pstate"])
+def test_performance_governor_with_other_epp_is_refused_before_writing(driver):
+    with pytest.raises(cpufreq.PlanError) as exc:
+        cpufreq.order_governor_epp(driver, "powersave", "performance", "balance_performance")
+    msg = str(exc.value)
+    assert "EBUSY" in msg and driver in msg and "governor=powersave" in msg and "epp=performance" in msg
+
+
+def test_epp_alone_under_current_performance_governor_is_refused():
+    with pytest.raises(cpufreq.PlanError, match="the governor is performance"):
+        cpufreq.order_governor_epp("amd-pstate-epp", "performance", None, "power")
+
+
+def test_epp_alone_under_powersave_is_one_write():
+    assert cpufreq.order_governor_epp("amd-pstate-epp", "powersave", None, "power") == [("epp", "power")]
+
+
+def test_governor_already_set_is_left_out():
+    assert cpufreq.order_governor_epp("acpi-cpufreq", "performance", "performance", None) == []
+
+
+def test_drivers_without_the_ebusy_rule_are_not_restricted():
+    assert cpufreq.order_governor_epp("intel_cpufreq", "performance", None, "power") == [("epp", "power")]
+
+
+@pytest.mark.parametrize("driver,family", [
+    ("amd-pstate", "amd-pstate"), ("amd-pstate-epp", "amd-pstate"), ("intel_pstate", "intel_pstate"),
+    ("intel_cpufreq", "intel_pstate"), ("acpi-cpufreq", "acpi-cpufreq")])
+def test_driver_family(driver, family):
+    assert cpufreq.driver_family(driver) == family
+
+
+@pytest.mark.parametrize("family,mode,driver", [
+    ("amd-pstate", "active", "amd-pstate-epp"), ("amd-pstate", "passive", "amd-pstate"),
+    ("amd-pstate", "guided", "amd-pstate"), ("intel_pstate", "active", "intel_pstate"),
+    ("intel_pstate", "passive", "intel_cpufreq")])
+def test_driver_for_mode(family, mode, driver):
+    assert cpufreq.driver_for_mode(family, mode) == driver
+
+
+def test_driver_change_from_acpi_cpufreq_to_amd_pstate_needs_a_reboot():
+    assert cpufreq.driver_change("acpi-cpufreq", "amd-pstate", "AuthenticAMD") == (True, ["amd_pstate=active"])
+    assert cpufreq.driver_change("acpi-cpufreq", "amd-pstate", "AuthenticAMD", "guided") == \
+        (True, ["amd_pstate=guided"])
+
+
+def test_driver_change_same_family_or_none_asked_needs_nothing():
+    assert cpufreq.driver_change("amd-pstate-epp", "amd-pstate", "AuthenticAMD") == (False, [])
+    assert cpufreq.driver_change("acpi-cpufreq", None, "AuthenticAMD") == (False, [])
+
+
+def test_driver_change_back_to_acpi_cpufreq_disables_the_pstate_driver():
+    assert cpufreq.driver_change("amd-pstate", "acpi-cpufreq", "AuthenticAMD") == (True, ["amd_pstate=disable"])
+    assert cpufreq.driver_change("intel_pstate", "acpi-cpufreq", "GenuineIntel") == (True, ["intel_pstate=disable"])
+
+
+def test_driver_change_to_a_driver_of_the_other_vendor_is_refused():
+    with pytest.raises(cpufreq.PlanError, match="needs an AMD CPU.*GenuineIntel"):
+        cpufreq.driver_change("intel_pstate", "amd-pstate", "GenuineIntel")
+    with pytest.raises(cpufreq.PlanError, match="needs an Intel CPU"):
+        cpufreq.driver_change("acpi-cpufreq", "intel_pstate", "AuthenticAMD")
+
+
+def test_group_by_value_aggregates_cpus():
+    assert cpufreq.group_by_value({0: "a", 1: "a", 2: "b", 3: "a", 4: None}) == {"a": "0-1,3", "b": "2"}
+
+
+def test_boost_value_inverts_no_turbo():
+    assert cpufreq.boost_value(cpufreq.BOOST, True) == "1"
+    assert cpufreq.boost_value(cpufreq.INTEL_NO_TURBO, True) == "0"
+    assert cpufreq.boost_value(cpufreq.INTEL_NO_TURBO, False) == "1"
+
+
+def test_read_policies_and_node_state(build_node):
+    node = Node(build_node("epyc-pstate-epp", cpus=4))
+    freq = cpufreq.NodeFreq(node)
+    assert [p.cpus for p in freq.policies] == [[0], [1], [2], [3]]
+    p = freq.policies[0]
+    assert (p.driver, p.governor, p.epp) == ("amd-pstate-epp", "powersave", "balance_performance")
+    assert p.governors == ["performance", "powersave"] and "power" in p.epps
+    assert (freq.amd_status, freq.boost, freq.boost_file) == ("active", True, cpufreq.BOOST)
+    assert cpufreq.cpu_vendor(node) == "AuthenticAMD"
+
+
+def test_intel_boost_is_read_from_no_turbo(build_node):
+    freq = cpufreq.NodeFreq(Node(build_node("xeon-4gpu-switch", cpus=2)))
+    assert (freq.boost_file, freq.boost, freq.intel_status) == (cpufreq.INTEL_NO_TURBO, True, "active")
+
+
+def test_policy_covering_several_cpus_is_one_policy(build_node):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    node = Node(root)
+    node.write("0-1\n", cpufreq.CPUFREQ, "policy0", "affected_cpus")
+    node.write("\n", cpufreq.CPUFREQ, "policy1", "affected_cpus")  # CPU 1 moved into policy0
+    policies = cpufreq.read_policies(node)
+    assert [p.cpus for p in policies] == [[0, 1], [2], [3]]
+    assert cpufreq.per_cpu(policies, "governor") == {0: "schedutil", 1: "schedutil", 2: "schedutil", 3: "schedutil"}
+
+
+def _params(**kw):
+    base = dict(governor=None, epp=None, boost=None, amd_pstate_mode=None, intel_pstate_status=None, driver=None)
+    base.update(kw)
+    return base
+
+
+def test_validate_mode_switch_to_active_knows_the_governors(build_node):
+    freq = cpufreq.NodeFreq(Node(build_node("epyc-pstate-epp", cpus=2)))
+    freq.amd_status = "passive"
+    with pytest.raises(cpufreq.PlanError, match="available governors: performance, powersave"):
+        cpufreq.validate(_params(amd_pstate_mode="active", governor="schedutil"), freq, "AuthenticAMD")
+
+
+def test_validate_mode_switch_to_passive_defers_the_governor_check(build_node):
+    freq = cpufreq.NodeFreq(Node(build_node("epyc-pstate-epp", cpus=2)))
+    plan = cpufreq.validate(_params(amd_pstate_mode="passive", governor="schedutil"), freq, "AuthenticAMD")
+    assert plan["deferred"] and plan["driver_after"] == "amd-pstate"
+    assert plan["mode"] == (cpufreq.AMD_PSTATE_STATUS, "amd_pstate_mode", "passive")
