@@ -1,0 +1,292 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Persistent kernel command-line arguments: GRUB drop-ins (Debian/Ubuntu) and grubby (RHEL family).
+
+GRUB: the arguments live in one drop-in under /etc/default/grub.d/ that appends to
+``GRUB_CMDLINE_LINUX_DEFAULT``; update-grub sources /etc/default/grub and then every
+``grub.d/*.cfg`` in name order. The configured command line is computed the same way, so an
+argument set elsewhere in that chain is seen too.
+
+Arguments are compared by key: ``key=value`` replaces any other value of ``key`` (and a bare
+``key``); removing a bare ``key`` removes ``key=anything``. Pure functions parse and render;
+``write_dropin`` is the one writer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+STATES = ("present", "absent")
+BOOTLOADERS = ("auto", "grub", "grubby")
+GRUB_DROPIN_DIR = "/etc/default/grub.d"
+DEFAULT_DROPIN = GRUB_DROPIN_DIR + "/60-gpunode-tuning.cfg"
+MANAGED_MARK = "Managed by gpunode.tuning"
+ARG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}$")
+KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+ARG_ALLOWED = ("KEY or KEY=VALUE; KEY of letters, digits, '_', '.', '-'; VALUE of letters, digits and "
+               ", . _ : / + @ % = ~ ^ - (no quotes, whitespace or shell characters such as $ ` ; |)")
+DEBIAN_IDS = ("debian", "ubuntu", "linuxmint", "pop", "raspbian")
+RHEL_IDS = ("rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn")
+_VAR_RE = re.compile(r"\$\{?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}?")
+_ASSIGN_RE = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.*)$")
+
+
+class CmdlineError(ValueError):
+    """An input that cannot be applied; the message names what is allowed."""
+
+
+def arg_key(arg):
+    """The key of an argument (``amd_pstate`` for ``amd_pstate=active``)."""
+    return arg.split("=", 1)[0]
+
+
+def validate_arguments(arguments):
+    """Raise ``CmdlineError`` listing every invalid argument (and keys given twice)."""
+    errors = []
+    keys = {}
+    if not arguments:
+        errors.append("arguments must name at least one kernel argument")
+    for arg in arguments or []:
+        if not isinstance(arg, str) or not ARG_RE.match(arg) or not KEY_RE.match(arg_key(arg)):
+            errors.append("argument %r is invalid: allowed is %s" % (arg, ARG_ALLOWED))
+            continue
+        key = arg_key(arg)
+        if key in keys:
+            errors.append("key %s is given twice (%s and %s)" % (key, keys[key], arg))
+        keys[key] = arg
+    if errors:
+        raise CmdlineError("; ".join(errors))
+
+
+def validate_dropin(path):
+    """A GRUB drop-in must be a ``*.cfg`` file directly in /etc/default/grub.d (update-grub reads only those)."""
+    if (not isinstance(path, str) or os.path.dirname(path) != GRUB_DROPIN_DIR or not path.endswith(".cfg")
+            or not re.match(r"^[A-Za-z0-9_.-]+\.cfg$", os.path.basename(path)) or ".." in path):
+        raise CmdlineError("dropin %r is invalid: allowed is a file NAME.cfg directly in %s (NAME of letters, "
+                           "digits, '_', '.', '-'), e.g. %s" % (path, GRUB_DROPIN_DIR, DEFAULT_DROPIN))
+
+
+def has_arg(args, arg):
+    """Whether ``arg`` is in effect in the list ``args`` (for key=value: the last value of the key)."""
+    key = arg_key(arg)
+    last = None
+    for a in args:
+        if arg_key(a) == key:
+            last = a
+    return last == arg if last is not None else False
+
+
+def has_key(args, key):
+    return any(arg_key(a) == key for a in args)
+
+
+def is_configured(args, arg, state):
+    """Whether ``arg`` is present in ``args``; for removal of a bare key, any value of the key counts."""
+    if state == "absent" and "=" not in arg:
+        return has_key(args, arg)
+    return has_arg(args, arg)
+
+
+def add_arguments(current, wanted):
+    """Return ``current`` with every argument of ``wanted`` present, replacing values of the same key in place."""
+    out = list(current)
+    for arg in wanted:
+        key = arg_key(arg)
+        positions = [i for i, a in enumerate(out) if arg_key(a) == key]
+        if positions:
+            first = positions[0]
+            out = [a for i, a in enumerate(out) if i not in positions[1:]]
+            out[first] = arg
+        else:
+            out.append(arg)
+    return out
+
+
+def remove_arguments(current, unwanted):
+    """Return ``current`` without ``unwanted`` (a bare key removes every value of that key)."""
+    out = list(current)
+    for arg in unwanted:
+        if "=" in arg:
+            out = [a for a in out if a != arg]
+        else:
+            out = [a for a in out if arg_key(a) != arg]
+    return out
+
+
+# --- GRUB drop-in ----------------------------------------------------------------------------------
+
+
+def render_dropin(args):
+    """The drop-in text for ``args`` (None when there is nothing to configure: the file goes away)."""
+    if not args:
+        return None
+    return (
+        "# %s (kernel_cmdline module). Do not edit: changes are overwritten.\n"
+        "# Kernel command-line arguments for GPU node tuning, appended to the distribution's defaults.\n"
+        "# Takes effect after update-grub and a reboot.\n"
+        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' % (MANAGED_MARK, " ".join(args))
+    )
+
+
+def _shell_value(raw, env):
+    """The value of a simple shell assignment's right-hand side (quotes, $VAR of the two GRUB variables)."""
+    raw = raw.strip()
+    if raw.startswith('"'):
+        end = raw.find('"', 1)
+        inner = raw[1:end] if end > 0 else raw[1:]
+        return _VAR_RE.sub(lambda m: env.get(m.group(1), ""), inner)
+    if raw.startswith("'"):
+        end = raw.find("'", 1)
+        return raw[1:end] if end > 0 else raw[1:]
+    word = raw.split()[0] if raw.split() else ""
+    return _VAR_RE.sub(lambda m: env.get(m.group(1), ""), word)
+
+
+def grub_cmdline_args(texts):
+    """Arguments update-grub would put on the kernel line, from config texts in the order sourced.
+
+    Returns ``GRUB_CMDLINE_LINUX`` followed by ``GRUB_CMDLINE_LINUX_DEFAULT``, split into words.
+    """
+    env = {"GRUB_CMDLINE_LINUX": "", "GRUB_CMDLINE_LINUX_DEFAULT": ""}
+    for text in texts:
+        for line in (text or "").splitlines():
+            m = _ASSIGN_RE.match(line)
+            if m:
+                env[m.group(1)] = _shell_value(m.group(2), env)
+    return env["GRUB_CMDLINE_LINUX"].split() + env["GRUB_CMDLINE_LINUX_DEFAULT"].split()
+
+
+def parse_dropin(text):
+    """Return ``(managed, args)`` of a drop-in: whether it carries our header, and the arguments it adds."""
+    if text is None:
+        return True, []
+    managed = MANAGED_MARK in text
+    args = []
+    for line in text.splitlines():
+        m = _ASSIGN_RE.match(line)
+        if m and m.group(1) == "GRUB_CMDLINE_LINUX_DEFAULT":
+            args = _shell_value(m.group(2), {}).split()
+    return managed, args
+
+
+def grub_config_texts(node, dropin, dropin_text):
+    """Texts update-grub would source, with ``dropin`` replaced by ``dropin_text`` (None: absent)."""
+    texts = [read_text(node, "/etc/default/grub")]
+    names = [n for n in node.listdir(GRUB_DROPIN_DIR) if n.endswith(".cfg")]
+    base = os.path.basename(dropin)
+    for name in sorted(set(names) | {base}):
+        if name == base:
+            texts.append(dropin_text)
+        else:
+            texts.append(read_text(node, GRUB_DROPIN_DIR + "/" + name))
+    return texts
+
+
+def read_text(node, path):
+    """Content of a file below the node root, or None when it does not exist."""
+    full = node.path(path)
+    if not os.path.isfile(full):
+        return None
+    with open(full, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def plan_grub(node, dropin, arguments, state):
+    """Plan the drop-in change. Returns a dict with before/after text and args, and ``changed``.
+
+    Raises ``CmdlineError`` when the drop-in exists but is not ours (it is never overwritten).
+    """
+    before_text = read_text(node, dropin)
+    managed, before_args = parse_dropin(before_text)
+    if before_text is not None and not managed:
+        raise CmdlineError("%s exists and is not managed by gpunode.tuning (no %r header): refusing to overwrite "
+                           "it; choose another dropin name" % (dropin, MANAGED_MARK))
+    if state == "present":
+        after_args = add_arguments(before_args, arguments)
+    else:
+        after_args = remove_arguments(before_args, arguments)
+    after_text = render_dropin(after_args)
+    if after_args == before_args and before_text is not None and after_args:
+        after_text = before_text  # already right: do not rewrite for header wording
+    return dict(before_text=before_text, after_text=after_text, before_args=before_args, after_args=after_args,
+                changed=after_text != before_text,
+                configured_args=grub_cmdline_args(grub_config_texts(node, dropin, after_text)))
+
+
+def write_dropin(node, dropin, text, atomic_move):
+    """Write (or with ``text`` None delete) the drop-in atomically: temp file in the target directory, then move."""
+    full = node.path(dropin)
+    directory = os.path.dirname(full)
+    if text is None:
+        if os.path.exists(full):
+            os.unlink(full)
+        return
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".gpunode-tuning.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        atomic_move(tmp, full)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+# --- grubby ------------------------------------------------------------------------------------------
+
+
+def parse_grubby_info(text):
+    """Arguments of the first ``args="..."`` line of ``grubby --info`` output."""
+    for line in (text or "").splitlines():
+        m = re.match(r'^\s*args="?(.*?)"?\s*$', line)
+        if m:
+            return m.group(1).split()
+    return []
+
+
+def grubby_commands(grubby, arguments, state):
+    """The grubby argument list that adds or removes ``arguments`` on every kernel entry."""
+    flag = "--args=" if state == "present" else "--remove-args="
+    return [grubby, "--update-kernel=ALL", flag + " ".join(arguments)]
+
+
+# --- detection and per-argument report ---------------------------------------------------------------------
+
+
+def os_ids(node):
+    """ID and ID_LIKE words of /etc/os-release below the root."""
+    ids = []
+    for line in (read_text(node, "/etc/os-release") or "").splitlines():
+        key, _sep, value = line.partition("=")
+        if key in ("ID", "ID_LIKE"):
+            ids.extend(value.strip().strip('"').strip("'").split())
+    return ids
+
+
+def detect_bootloader(node, have_grubby=False):
+    """``grub`` or ``grubby`` for this node, from os-release, else from what exists; None if unknown."""
+    ids = os_ids(node)
+    if any(i in DEBIAN_IDS for i in ids):
+        return "grub"
+    if any(i in RHEL_IDS for i in ids):
+        return "grubby"
+    if have_grubby:
+        return "grubby"
+    if node.isdir(GRUB_DROPIN_DIR) or node.exists("etc/default/grub"):
+        return "grub"
+    return None
+
+
+def report(arguments, state, configured_args, running_args):
+    """Per argument: configured, running, pending_reboot. ``configured_args`` None means unknown."""
+    out = {}
+    for arg in arguments:
+        running = is_configured(running_args, arg, state)
+        configured = None if configured_args is None else is_configured(configured_args, arg, state)
+        out[arg] = dict(configured=configured, running=running,
+                        pending_reboot=None if configured is None else configured != running)
+    return out

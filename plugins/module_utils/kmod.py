@@ -1,0 +1,453 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Optional kernel modules: validate, plan, load or unload with modprobe, classify failures.
+
+A module that does not load is reported with a reason class rather than failing the task
+(unless the caller marks it required). The class comes from modprobe's own output and the
+kernel log records written during the attempt:
+
+``not_found``, ``invalid_argument``, ``dependency_missing``, ``symbol_mismatch``, ``denied``,
+``in_use`` (unload only), ``builtin`` (unload of a built-in module), ``unknown``.
+
+Loaded state is ``/sys/module/NAME`` (a built-in module with parameters has the directory but
+no ``initstate``). Everything here reads below a ``Node`` root; modprobe is whatever binary the
+caller found for that node.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+FAMILY = "kmod"
+NOT_LOADED = "not_loaded"
+STATES = ("present", "absent")
+REASON_CLASSES = ("not_found", "invalid_argument", "dependency_missing", "symbol_mismatch", "denied",
+                  "in_use", "builtin", "unknown")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+PARAM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+PARAM_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/+@%=-]{1,256}$")
+NAME_ALLOWED = "letters, digits, '_' and '-', at most 64 characters"
+PARAM_NAME_ALLOWED = "a letter or '_' then letters, digits, '_', '.', '-', at most 64 characters"
+PARAM_VALUE_ALLOWED = "1 to 256 of letters, digits and , . _ : / + @ % = - (no whitespace, quotes or shell characters)"
+
+PEERMEM_NAMES = ("nvidia_peermem", "nv_peer_mem")
+PEERMEM_MESSAGE = (
+    "%s did not load (Invalid argument): it needs the MOFED/ib_core peer-memory support used by "
+    "GPUDirect RDMA. This is expected and harmless on a node without RDMA; GPU-to-GPU P2P does not use it."
+)
+_TRUE = ("1", "y", "yes", "true", "on")
+_FALSE = ("0", "n", "no", "false", "off")
+
+
+def sysfs_name(name):
+    """The name the kernel uses in /sys/module (modprobe treats '-' and '_' alike)."""
+    return name.replace("-", "_")
+
+
+def param_string(value):
+    """Render a parameter value as modprobe takes it (booleans as 1/0)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def validate_request(req):
+    """Return a list of error messages for one request ``{name, params, state, required}``."""
+    errors = []
+    name = req.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        errors.append("module name %r is invalid: allowed are %s" % (name, NAME_ALLOWED))
+        name = "?"
+    if req.get("state") not in STATES:
+        errors.append("%s: state %r is invalid: allowed are %s" % (name, req.get("state"), ", ".join(STATES)))
+    params = req.get("params") or {}
+    if not isinstance(params, dict):
+        errors.append("%s: params must be a dict of parameter name to value" % name)
+        return errors
+    if params and req.get("state") == "absent":
+        errors.append("%s: params are only allowed with state=present" % name)
+    for pname, pvalue in params.items():
+        if not isinstance(pname, str) or not PARAM_NAME_RE.match(pname):
+            errors.append("%s: parameter name %r is invalid: allowed are %s" % (name, pname, PARAM_NAME_ALLOWED))
+        if pvalue is None or isinstance(pvalue, (dict, list)) or not PARAM_VALUE_RE.match(param_string(pvalue)):
+            errors.append("%s: value %r of parameter %s is invalid: allowed are %s"
+                          % (name, pvalue, pname, PARAM_VALUE_ALLOWED))
+    return errors
+
+
+def validate_requests(reqs):
+    """Validate every request and reject a module named twice. Returns a list of messages."""
+    errors = []
+    seen = set()
+    for req in reqs:
+        errors.extend(validate_request(req))
+        key = sysfs_name(str(req.get("name")))
+        if key in seen:
+            errors.append("module %s is given more than once" % req.get("name"))
+        seen.add(key)
+    return errors
+
+
+# --- state of the node --------------------------------------------------------------------------
+
+
+def module_state(node, name):
+    """Return ``(loaded, builtin)`` for a module name as seen in /sys/module."""
+    base = "sys/module/%s" % sysfs_name(name)
+    if not node.isdir(base):
+        return False, False
+    return True, not node.exists(base, "initstate")
+
+
+def is_builtin_listed(node, name):
+    """True when modules.builtin of the running kernel lists ``name`` (built-ins without sysfs dir)."""
+    release = node.read("proc/sys/kernel/osrelease", default="")
+    if not release:
+        return False
+    text = node.read("lib/modules", release, "modules.builtin", default="")
+    wanted = sysfs_name(name)
+    for line in text.splitlines():
+        base = os.path.basename(line.strip())
+        if base.endswith(".ko"):
+            base = base[:-3]
+        if sysfs_name(base) == wanted:
+            return True
+    return False
+
+
+def current_params(node, name, wanted):
+    """Current values of the parameters in ``wanted`` (None where sysfs does not show one)."""
+    out = {}
+    for pname in wanted:
+        out[pname] = node.read("sys/module", sysfs_name(name), "parameters", pname, default="") or None
+    return out
+
+
+def same_param_value(requested, current):
+    """Compare a requested and a sysfs parameter value; booleans show as Y/N in sysfs."""
+    if current is None:
+        return False
+    a, b = requested.strip().lower(), current.strip().lower()
+    if a == b:
+        return True
+    return (a in _TRUE and b in _TRUE) or (a in _FALSE and b in _FALSE)
+
+
+def param_drift(node, name, params):
+    """Parameters whose loaded value differs from the requested one: ``{param: {requested, current}}``.
+
+    ``current`` is None when /sys/module does not expose the parameter (it cannot be compared).
+    """
+    wanted = {k: param_string(v) for k, v in (params or {}).items()}
+    current = current_params(node, name, wanted)
+    return {k: {"requested": v, "current": current[k]} for k, v in sorted(wanted.items())
+            if not same_param_value(v, current[k])}
+
+
+# --- kernel log ---------------------------------------------------------------------------------
+
+
+def parse_kmsg_records(text):
+    """Messages of /dev/kmsg records (``PRI,SEQ,TS,FLAGS;MESSAGE``); continuation lines are skipped."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith(" "):
+            continue
+        head, sep, msg = line.partition(";")
+        if sep and head.count(",") >= 2:
+            out.append(msg)
+        else:
+            out.append(line)
+    return out
+
+
+class KmsgCursor:
+    """Kernel log records written after the cursor was opened.
+
+    Opens ``<root>/dev/kmsg`` non-blocking and seeks to its end before the attempt, then reads
+    only what came after. On a live node that is the kernel's record interface (one record per
+    read, EAGAIN at the end); on a simulated node it is a plain file in the same format. When
+    the log cannot be opened, ``available`` is False and the caller may fall back to dmesg.
+    """
+
+    def __init__(self, node):
+        self.fd = None
+        try:
+            self.fd = os.open(node.path("dev/kmsg"), os.O_RDONLY | os.O_NONBLOCK)
+            os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError:
+            self.close()
+
+    @property
+    def available(self):
+        return self.fd is not None
+
+    def read_new(self, limit=512):
+        """Messages appended since the cursor was opened (at most ``limit`` records)."""
+        if self.fd is None:
+            return []
+        chunks = []
+        while len(chunks) < limit:
+            try:
+                data = os.read(self.fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records were overwritten while we read: go on
+                    continue
+                break
+            if not data:
+                break
+            chunks.append(data.decode("utf-8", errors="replace"))
+        return parse_kmsg_records("".join(chunks))
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def relevant_log_lines(lines, name, limit=20):
+    """Kernel log lines that concern a module load (its name, symbols, lockdown, signatures)."""
+    keys = (name.lower(), sysfs_name(name).lower(), name.replace("_", "-").lower(),
+            "unknown symbol", "disagrees about version", "lockdown", "signature", "key was rejected")
+    hits = [line for line in lines if any(k in line.lower() for k in keys)]
+    return hits[-limit:]
+
+
+# --- classification ------------------------------------------------------------------------------
+
+
+def classify_failure(name, output, log_lines=()):
+    """Classify a failed modprobe from its output and the kernel log lines of the attempt.
+
+    Returns ``(reason_class, message)``. The order matters: a symbol version mismatch makes
+    modprobe say "Invalid argument" too, and an unknown symbol is reported by modprobe as
+    "Unknown symbol in module, or unknown parameter".
+    """
+    out = (output or "").strip()
+    log = "\n".join(log_lines or ())
+    both = out + "\n" + log
+    low = both.lower()
+    short = sysfs_name(name)
+    first = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
+
+    m = re.search(r"disagrees about version of symbol (\S+)", both)
+    if m:
+        msg = "%s was built against other symbol versions (%s): rebuild it for the running kernel" % (name, m.group(1))
+        if short in PEERMEM_NAMES:
+            msg += " and the installed MOFED (ib_core)"
+        return "symbol_mismatch", msg
+    m = re.search(r"Unknown symbol (\S+)", both)
+    if m and m.group(1) != "in":
+        return "dependency_missing", "%s needs symbol %s that no loaded module provides (a dependency is missing)" % (
+            name, m.group(1))
+    if "unknown symbol in module" in low:
+        return "dependency_missing", "%s: %s (a dependency or a parameter is unknown; see the kernel log)" % (
+            name, first)
+    for m in re.finditer(r"Module (\S+) not found", both):
+        if sysfs_name(m.group(1)) != short:
+            return "dependency_missing", "%s needs module %s, which is not installed" % (name, m.group(1))
+    if "could not find module by name" in low and "'%s'" % name not in both:
+        return "dependency_missing", "%s: %s" % (name, first)
+    denied = ("operation not permitted", "key was rejected by service", "required key not available",
+              "lockdown", "signature", "permission denied", "error running install command")
+    if any(d in low for d in denied):
+        return "denied", "%s may not be loaded here (%s)" % (
+            name, first or next((ln for ln in log_lines if any(d in ln.lower() for d in denied)), ""))
+    if "not found" in low or "no such file or directory" in low:
+        return "not_found", "%s is not installed for the running kernel (%s)" % (name, first)
+    if "invalid argument" in low:
+        if short in PEERMEM_NAMES:
+            return "invalid_argument", PEERMEM_MESSAGE % name
+        return "invalid_argument", "%s refused to initialise (Invalid argument): %s" % (
+            name, "; ".join(log_lines[-3:]) if log_lines else first)
+    return "unknown", "%s did not load: %s" % (name, first or "modprobe gave no message")
+
+
+def classify_unload_failure(name, output):
+    """Classify a failed ``modprobe -r``. Returns ``(reason_class, message)``."""
+    out = (output or "").strip()
+    low = out.lower()
+    first = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
+    if "is builtin" in low:
+        return "builtin", "%s is built into the kernel and cannot be unloaded" % name
+    if "in use" in low or "resource temporarily unavailable" in low:
+        return "in_use", "%s is in use and was not unloaded (%s)" % (name, first)
+    if "operation not permitted" in low:
+        return "denied", "%s may not be unloaded here (%s)" % (name, first)
+    return "unknown", "%s was not unloaded: %s" % (name, first or "modprobe gave no message")
+
+
+# --- plan and apply --------------------------------------------------------------------------------
+
+
+def new_result(req):
+    return {
+        "name": req["name"],
+        "state": req["state"],
+        "required": bool(req.get("required")),
+        "loaded": False,
+        "already_loaded": False,
+        "builtin": False,
+        "changed": False,
+        "reason_class": None,
+        "message": "",
+        "param_drift": {},
+        "persist_ok": False,
+        "log": [],
+    }
+
+
+def plan(node, req):
+    """Predict one request without running anything: a result with ``action`` load/unload/None."""
+    res = new_result(req)
+    loaded, builtin = module_state(node, req["name"])
+    res["loaded"] = loaded
+    res["already_loaded"] = loaded
+    res["builtin"] = builtin
+    action = None
+    if req["state"] == "present":
+        if loaded:
+            res["param_drift"] = param_drift(node, req["name"], req.get("params"))
+            res["message"] = "already loaded"
+            if res["param_drift"]:
+                res["message"] = ("already loaded with other parameters (%s); not reloaded: unload it or "
+                                  "reboot to apply them" % ", ".join(sorted(res["param_drift"])))
+        else:
+            action = "load"
+            res["message"] = "would load"
+    else:
+        if loaded and builtin:
+            res["reason_class"] = "builtin"
+            res["message"] = "%s is built into the kernel and cannot be unloaded" % req["name"]
+        elif loaded:
+            action = "unload"
+            res["message"] = "would unload"
+        else:
+            res["message"] = "not loaded"
+    res["persist_ok"] = res["loaded"]
+    return res, action
+
+
+def modprobe_args(modprobe, req, action):
+    """The modprobe argument list for a load or unload (never a shell string)."""
+    if action == "unload":
+        return [modprobe, "-r", req["name"]]
+    params = req.get("params") or {}
+    return [modprobe, req["name"]] + ["%s=%s" % (k, param_string(params[k])) for k in sorted(params)]
+
+
+def load(node, req, res, run, modprobe, dmesg=None):
+    """Load a module. ``run(args) -> (rc, out, err)``; ``dmesg`` is a dmesg argument list or None.
+
+    Updates and returns ``res``; the kernel log is read only when the load failed.
+    """
+    cursor = KmsgCursor(node)
+    try:
+        rc, out, err = run(modprobe_args(modprobe, req, "load"))
+        loaded, builtin = module_state(node, req["name"])
+        if rc == 0 and not loaded and is_builtin_listed(node, req["name"]):
+            loaded, builtin = True, True
+        if rc == 0 and loaded:
+            res.update(loaded=True, builtin=builtin, changed=not builtin, message="loaded",
+                       persist_ok=True)
+            if builtin:
+                res["already_loaded"] = True
+                res["message"] = "built into the kernel"
+            res["param_drift"] = param_drift(node, req["name"], req.get("params")) if not builtin else {}
+            if res["param_drift"]:
+                res["message"] = "loaded; parameters not shown as requested: %s" % ", ".join(sorted(res["param_drift"]))
+            return res
+        lines = cursor.read_new() if cursor.available else []
+        if not cursor.available and dmesg:
+            drc, dout, _derr = run(dmesg)
+            if drc == 0:
+                lines = dout.splitlines()[-200:]
+        lines = relevant_log_lines(lines, req["name"])
+        output = "\n".join(x for x in (err, out) if x)
+        if rc == 0:
+            cls, msg = "unknown", "modprobe succeeded but /sys/module/%s did not appear" % sysfs_name(req["name"])
+        else:
+            cls, msg = classify_failure(req["name"], output, lines)
+        res.update(loaded=False, changed=False, reason_class=cls, message=msg, persist_ok=False, log=lines)
+        return res
+    finally:
+        cursor.close()
+
+
+def unload(node, req, res, run, modprobe):
+    """Unload a module with ``modprobe -r`` and read back that /sys/module/NAME is gone."""
+    rc, out, err = run(modprobe_args(modprobe, req, "unload"))
+    loaded, _builtin = module_state(node, req["name"])
+    if rc == 0 and not loaded:
+        res.update(loaded=False, changed=True, message="unloaded", persist_ok=False)
+        return res
+    cls, msg = classify_unload_failure(req["name"], "\n".join(x for x in (err, out) if x))
+    res.update(loaded=loaded, changed=False, reason_class=cls, message=msg, persist_ok=loaded)
+    return res
+
+
+def apply_requests(node, reqs, run, find_modprobe, journal=None, check_mode=False, dmesg=None):
+    """Plan and apply every request; return the list of per-module results.
+
+    ``find_modprobe()`` returns the modprobe path; it is called only when something must run.
+    A module this call loads is recorded in the journal (saved before the first modprobe) so
+    that a restore can unload it; a load that fails is dropped from the journal again.
+    """
+    planned = [(req,) + plan(node, req) for req in reqs]
+    if check_mode or not any(action for _req, _res, action in planned):
+        return [res for _req, res, _action in planned]
+    modprobe = find_modprobe()
+    if journal is not None:
+        for req, _res, action in planned:
+            if action == "load":
+                journal.record(FAMILY, sysfs_name(req["name"]), NOT_LOADED)
+        journal.save()
+    results = []
+    for req, res, action in planned:
+        if action == "load":
+            load(node, req, res, run, modprobe, dmesg=dmesg)
+            if journal is not None and not res["changed"]:
+                journal.drop(FAMILY, sysfs_name(req["name"]))
+        elif action == "unload":
+            unload(node, req, res, run, modprobe)
+            if journal is not None and res["changed"] and journal.has(FAMILY, sysfs_name(req["name"])):
+                # We unloaded a module we had loaded ourselves: nothing is left to roll back.
+                journal.drop(FAMILY, sysfs_name(req["name"]))
+        results.append(res)
+    if journal is not None:
+        journal.save()
+    return results
+
+
+def restore(node, journal, run, find_modprobe, check_mode=False):
+    """Unload the modules the journal records as loaded by this collection.
+
+    Returns the per-module results (state ``absent``); restored entries leave the journal.
+    """
+    entries = journal.entries(FAMILY)
+    planned = []
+    for name in sorted(entries):
+        req = {"name": name, "state": "absent", "params": {}, "required": True}
+        res, action = plan(node, req)
+        planned.append((req, res, action))
+    if not check_mode and any(action for _req, _res, action in planned):
+        modprobe = find_modprobe()
+    results = []
+    for req, res, action in planned:
+        if check_mode:
+            results.append(res)
+            continue
+        if action == "unload":
+            unload(node, req, res, run, modprobe)
+            if res["changed"]:
+                journal.drop(FAMILY, req["name"])
+        elif res["reason_class"] is None:
+            journal.drop(FAMILY, req["name"])  # already gone: nothing to undo
+        results.append(res)
+    journal.save(check_mode=check_mode)
+    return results

@@ -1,0 +1,277 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kernel_cmdline
+short_description: Make kernel command-line arguments persistent and tell which need a reboot
+version_added: 0.1.0
+description:
+  - Ensures kernel command-line arguments are present in (or absent from) the boot configuration.
+  - Debian/Ubuntu (GRUB) - the arguments live in one drop-in under C(/etc/default/grub.d/) that appends
+    to C(GRUB_CMDLINE_LINUX_DEFAULT); C(update-grub) runs only when the drop-in changed, O(root) is
+    V(/), O(update_bootloader) is set and the command exists. With O(state=absent) the arguments
+    leave the drop-in, and an empty drop-in is deleted.
+  - RHEL family - C(grubby --update-kernel=ALL --args=...) or C(--remove-args=...), only when O(root) is
+    V(/). On a simulated root nothing is run unless the node ships its own C(<root>/usr/sbin/grubby);
+    otherwise the result says RV(supported=false), RV(arguments) has C(configured) null, and nothing
+    is applied.
+  - A V(key=value) argument replaces another value of the same key. Removing a bare V(key) removes it
+    with any value.
+  - Each argument is compared with the running command line (C(/proc/cmdline)) to tell an applied
+    argument from one that is pending a reboot. The module never reboots.
+author:
+  - gpunode.tuning contributors (@gpunode)
+extends_documentation_fragment:
+  - gpunode.tuning.node
+  - gpunode.tuning.node.attributes
+options:
+  arguments:
+    description:
+      - Kernel arguments, V(KEY) or V(KEY=VALUE), for example V(amd_pstate=active), V(iommu=pt).
+      - No quotes, whitespace or shell characters (such as C($), C(`), C(;), C(|)); a key at most once.
+    type: list
+    elements: str
+    required: true
+  state:
+    description: Whether the arguments should be configured (V(present)) or not (V(absent)).
+    type: str
+    choices: [present, absent]
+    default: present
+  bootloader:
+    description:
+      - How the boot configuration is changed. V(auto) picks V(grub) on Debian-like systems and
+        V(grubby) on the RHEL family (from C(/etc/os-release) below O(root)).
+    type: str
+    choices: [auto, grub, grubby]
+    default: auto
+  dropin:
+    description:
+      - The GRUB drop-in, a V(NAME.cfg) file directly in C(/etc/default/grub.d) (resolved below O(root)).
+      - A file there that does not carry the "Managed by gpunode.tuning" header is never overwritten.
+    type: str
+    default: /etc/default/grub.d/60-gpunode-tuning.cfg
+  update_bootloader:
+    description:
+      - Run C(update-grub) after the drop-in changed. Only when O(root) is V(/).
+    type: bool
+    default: true
+notes:
+  - Diff mode shows the drop-in text before and after (grubby - the default kernel's arguments).
+  - Files are written atomically (a temporary file in the target directory, then renamed).
+seealso:
+  - module: gpunode.tuning.kernel_tunables
+"""
+
+EXAMPLES = r"""
+- name: Boot with amd_pstate in active mode and IOMMU passthrough
+  gpunode.tuning.kernel_cmdline:
+    arguments:
+      - amd_pstate=active
+      - iommu=pt
+  register: gpunode_cmdline
+
+- name: Tell the operator which hosts need a reboot
+  ansible.builtin.debug:
+    msg: >-
+      Reboot needed for {{ gpunode_cmdline.arguments | dict2items
+      | selectattr('value.pending_reboot') | map(attribute='key') | list }}
+  when: gpunode_cmdline.reboot_required
+
+- name: Remove pci=pcie_bus_perf (it clamps MRRS to MPS)
+  gpunode.tuning.kernel_cmdline:
+    arguments:
+      - pci=pcie_bus_perf
+    state: absent
+"""
+
+RETURN = r"""
+arguments:
+  description: Per argument as given.
+  returned: always
+  type: dict
+  sample:
+    amd_pstate=active:
+      configured: true
+      running: false
+      pending_reboot: true
+  contains:
+    configured:
+      description:
+        - Whether the argument is in the boot configuration after the task (predicted in check mode).
+        - Null when it cannot be known (grubby on a simulated root).
+      type: bool
+      sample: true
+    running:
+      description: Whether the argument is on the running command line (C(/proc/cmdline)).
+      type: bool
+      sample: false
+    pending_reboot:
+      description: Whether the configuration and the running kernel disagree about it (null when unknown).
+      type: bool
+      sample: true
+reboot_required:
+  description: Whether any argument is pending a reboot. The module never reboots.
+  returned: always
+  type: bool
+  sample: true
+bootloader:
+  description: The bootloader tool used.
+  returned: always
+  type: str
+  sample: grub
+supported:
+  description: Whether the boot configuration could be read and changed on this node.
+  returned: always
+  type: bool
+  sample: true
+bootloader_updated:
+  description: Whether C(update-grub) or C(grubby) ran to change the boot entries.
+  returned: always
+  type: bool
+  sample: false
+dropin:
+  description: The drop-in path on the node (GRUB), null for grubby.
+  returned: always
+  type: str
+  sample: /etc/default/grub.d/60-gpunode-tuning.cfg
+configured_cmdline:
+  description: The arguments the boot configuration gives the kernel (GRUB or grubby), null when unknown.
+  returned: always
+  type: list
+  elements: str
+  sample: ["quiet", "amd_pstate=active"]
+changed:
+  description: Whether the boot configuration changed (or would in check mode).
+  returned: always
+  type: bool
+  sample: true
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, cmdline_args
+
+ARGUMENT_SPEC = dict(
+    arguments=dict(type="list", elements="str", required=True),
+    state=dict(type="str", choices=list(bootcmdline.STATES), default="present"),
+    bootloader=dict(type="str", choices=list(bootcmdline.BOOTLOADERS), default="auto"),
+    dropin=dict(type="str", default=bootcmdline.DEFAULT_DROPIN),
+    update_bootloader=dict(type="bool", default=True),
+    **NODE_ARGUMENT_SPEC,
+)
+
+
+def build_module():
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def run(module, args):
+    return module.run_command(args, environ_update={"LC_ALL": "C"})
+
+
+def apply_grub(module, node, p, out):
+    plan = bootcmdline.plan_grub(node, p["dropin"], p["arguments"], p["state"])
+    out.update(changed=plan["changed"], configured_cmdline=plan["configured_args"])
+    if module._diff:
+        out["diff"] = dict(before=plan["before_text"] or "", after=plan["after_text"] or "",
+                           before_header=p["dropin"], after_header=p["dropin"])
+    if plan["changed"] and not module.check_mode:
+        bootcmdline.write_dropin(node, p["dropin"], plan["after_text"], module.atomic_move)
+        if node.is_live and p["update_bootloader"]:
+            update_grub = module.get_bin_path("update-grub")
+            if not update_grub:
+                module.warn("update-grub not found: run your distribution's grub-mkconfig before rebooting")
+            else:
+                rc, stdout, stderr = run(module, [update_grub])
+                if rc != 0:
+                    module.fail_json(msg="update-grub failed (rc %d): %s" % (rc, (stderr or stdout).strip()), **out)
+                out["bootloader_updated"] = True
+    for arg in p["arguments"]:
+        if p["state"] == "absent" and bootcmdline.is_configured(plan["configured_args"], arg, "absent"):
+            module.warn("%s is still configured outside %s (e.g. /etc/default/grub), which this module does "
+                        "not edit" % (arg, p["dropin"]))
+    return plan["configured_args"]
+
+
+def grubby_path(module, node):
+    """grubby of this node: on a simulated root only the node's own copy, never the controller's."""
+    if node.is_live:
+        return module.get_bin_path("grubby")
+    candidate = node.path("usr/sbin/grubby")
+    return candidate if os.access(candidate, os.X_OK) else None
+
+
+def apply_grubby(module, node, p, out):
+    grubby = grubby_path(module, node)
+    out["dropin"] = None
+    if not grubby:
+        where = "this node" if node.is_live else "a simulated root (%s)" % node.root
+        out["supported"] = False
+        module.warn("grubby is not available on %s: the boot configuration was neither read nor changed"
+                    % where)
+        return None
+    rc, stdout, stderr = run(module, [grubby, "--info=DEFAULT"])
+    if rc != 0:
+        module.fail_json(msg="grubby --info=DEFAULT failed (rc %d): %s" % (rc, (stderr or stdout).strip()), **out)
+    before = bootcmdline.parse_grubby_info(stdout)
+    if p["state"] == "present":
+        after = bootcmdline.add_arguments(before, p["arguments"])
+    else:
+        after = bootcmdline.remove_arguments(before, p["arguments"])
+    out["changed"] = after != before
+    out["configured_cmdline"] = after
+    if module._diff:
+        out["diff"] = dict(before="args: %s\n" % " ".join(before), after="args: %s\n" % " ".join(after))
+    if out["changed"] and not module.check_mode:
+        rc, stdout, stderr = run(module, bootcmdline.grubby_commands(grubby, p["arguments"], p["state"]))
+        if rc != 0:
+            module.fail_json(msg="grubby failed (rc %d): %s" % (rc, (stderr or stdout).strip()), **out)
+        out["bootloader_updated"] = True
+    return after
+
+
+def main():
+    module = build_module()
+    p = module.params
+    node = Node(p["root"])
+    try:
+        bootcmdline.validate_arguments(p["arguments"])
+    except bootcmdline.CmdlineError as exc:
+        module.fail_json(msg="invalid input, nothing was written: %s" % exc)
+    bootloader = p["bootloader"]
+    if bootloader == "auto":
+        have_grubby = node.is_live and bool(module.get_bin_path("grubby"))
+        bootloader = bootcmdline.detect_bootloader(node, have_grubby=have_grubby)
+        if bootloader is None:
+            module.fail_json(msg="cannot tell the bootloader of this node from /etc/os-release; set bootloader "
+                                 "to one of: grub, grubby")
+    if bootloader == "grub":
+        try:
+            bootcmdline.validate_dropin(p["dropin"])
+        except bootcmdline.CmdlineError as exc:
+            module.fail_json(msg="invalid input, nothing was written: %s" % exc)
+        if not node.exists("etc/default/grub"):
+            module.fail_json(msg="%s does not exist: this node does not use GRUB configured through /etc/default/grub; "
+                                 "set bootloader to one of: grub, grubby" % node.path("etc/default/grub"))
+
+    out = dict(changed=False, bootloader=bootloader, supported=True, bootloader_updated=False,
+               dropin=p["dropin"] if bootloader == "grub" else None, configured_cmdline=None)
+    try:
+        if bootloader == "grub":
+            configured = apply_grub(module, node, p, out)
+        else:
+            configured = apply_grubby(module, node, p, out)
+    except (bootcmdline.CmdlineError, OSError) as exc:
+        module.fail_json(msg=str(exc), **out)
+    out["arguments"] = bootcmdline.report(p["arguments"], p["state"], configured, cmdline_args(node))
+    out["reboot_required"] = any(a["pending_reboot"] for a in out["arguments"].values())
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kernel_tunables
+short_description: Set /proc/sys keys and transparent hugepage settings at runtime
+version_added: 0.1.0
+description:
+  - Sets any number of sysctl keys (files under C(/proc/sys)) and the transparent hugepage
+    settings C(enabled) and C(defrag) (under C(/sys/kernel/mm/transparent_hugepage)) in one call,
+    with the value before and after per key.
+  - Runtime only; nothing here survives a reboot. Persistence (C(/etc/sysctl.d), the
+    C(transparent_hugepage=) kernel argument) is the job of the persistent role and
+    M(gpunode.tuning.kernel_cmdline).
+  - Every key and value is validated before the first write. A key must exist; where the current
+    value is an integer (or integer fields, such as C(net.ipv4.tcp_rmem)) the new one must be too;
+    a transparent hugepage value must be one of the choices the file lists. Multi-field values are
+    compared with whitespace normalized.
+  - Each value is read back after it is written; a value that did not take fails that key, and
+    the other keys are still applied.
+author:
+  - gpunode.tuning contributors (@gpunode)
+extends_documentation_fragment:
+  - gpunode.tuning.node
+  - gpunode.tuning.node.attributes
+options:
+  sysctl:
+    description:
+      - Keys and values. A key is a sysctl name, dotted (V(vm.swappiness); a C(/) inside a
+        component stands for a dot, as in sysctl(8)) or slash-separated (V(kernel/numa_balancing)).
+        Absolute keys and keys containing C(..) are rejected.
+      - A value is a string or number; a list is joined with spaces; a boolean becomes V(1)/V(0).
+    type: dict
+    default: {}
+  transparent_hugepage:
+    description: Transparent hugepage settings.
+    type: dict
+    suboptions:
+      enabled:
+        description: Value of C(enabled), one of the choices the file lists (V(always), V(madvise), V(never)).
+        type: str
+      defrag:
+        description:
+          - Value of C(defrag), one of the choices the file lists (V(always), V(defer),
+            V(defer+madvise), V(madvise), V(never)).
+        type: str
+  skip_readonly:
+    description:
+      - When C(/proc/sys) (or C(/sys)) is mounted read-only, as in an unprivileged container, or a
+        write fails with EROFS, EACCES or EPERM, report the key as skipped with the reason instead
+        of failing.
+    type: bool
+    default: false
+  journal:
+    description:
+      - Path of the journal on the node (below O(root)), for example C(/var/lib/gpunode-tuning/journal.json).
+      - The original value of every key this task changes is recorded (family C(tunables)) before
+        the first write. Unset means no journal.
+    type: str
+  restore:
+    description:
+      - Ignore O(sysctl) and O(transparent_hugepage); write back every original the journal holds
+        for family C(tunables), read back, and drop the restored entries. Needs O(journal).
+    type: bool
+    default: false
+seealso:
+  - module: ansible.posix.sysctl
+  - module: gpunode.tuning.kernel_cmdline
+"""
+
+EXAMPLES = r"""
+- name: Apply the inference sysctls and THP settings now
+  gpunode.tuning.kernel_tunables:
+    sysctl:
+      kernel.numa_balancing: 0
+      vm.swappiness: 10
+      net.core.rmem_max: 67108864
+      net.ipv4.tcp_rmem: "4096 131072 67108864"
+    transparent_hugepage:
+      enabled: madvise
+      defrag: defer+madvise
+    journal: /var/lib/gpunode-tuning/journal.json
+  register: gpunode_tunables
+
+- name: In a container, skip what cannot be written
+  gpunode.tuning.kernel_tunables:
+    sysctl:
+      vm.swappiness: 10
+    skip_readonly: true
+
+- name: Put the journaled values back
+  gpunode.tuning.kernel_tunables:
+    restore: true
+    journal: /var/lib/gpunode-tuning/journal.json
+"""
+
+RETURN = r"""
+settings:
+  description:
+    - One entry per key, by canonical name (dotted sysctl names; V(transparent_hugepage.enabled),
+      V(transparent_hugepage.defrag)).
+  returned: always
+  type: dict
+  sample:
+    kernel.numa_balancing:
+      key: kernel.numa_balancing
+      path: /proc/sys/kernel/numa_balancing
+      before: "1"
+      after: "0"
+      desired: "0"
+      changed: true
+      skipped: false
+      failed: false
+      reason: null
+  contains:
+    key:
+      description: Canonical key name.
+      type: str
+      sample: vm.swappiness
+    path:
+      description: The file below O(root).
+      type: str
+      sample: /proc/sys/vm/swappiness
+    before:
+      description: Value before the task (whitespace-normalized; for THP the selected choice).
+      type: str
+      sample: "60"
+    after:
+      description: Value read back after the task (in check mode, the predicted value).
+      type: str
+      sample: "10"
+    desired:
+      description: Value asked for (whitespace-normalized).
+      type: str
+      sample: "10"
+    changed:
+      description: Whether the value was (or in check mode would be) changed.
+      type: bool
+      sample: true
+    skipped:
+      description: Whether the key was skipped because it is read-only and O(skip_readonly) is set.
+      type: bool
+      sample: false
+    failed:
+      description: Whether writing the key failed or its value did not read back.
+      type: bool
+      sample: false
+    reason:
+      description: Why the key was skipped or failed; null otherwise.
+      type: str
+      sample: null
+failed_keys:
+  description: Keys that failed (the task then fails too).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import tunables
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_journal
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+
+ARGUMENT_SPEC = dict(
+    sysctl=dict(type="dict", default={}),
+    transparent_hugepage=dict(type="dict", options=dict(
+        enabled=dict(type="str"),
+        defrag=dict(type="str"),
+    )),
+    skip_readonly=dict(type="bool", default=False),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+)
+
+
+def build_module():
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def main():
+    module = build_module()
+    p = module.params
+    node = Node(p["root"])
+    items = None
+    if not p["restore"]:
+        try:
+            items = tunables.plan_items(node, p["sysctl"], p["transparent_hugepage"])
+        except tunables.TunableError as exc:
+            module.fail_json(msg="invalid input, nothing was written: %s" % exc)
+    journal = open_journal(module, node)
+    try:
+        if p["restore"]:
+            results, failed = tunables.restore(node, journal, check_mode=module.check_mode,
+                                               skip_readonly=p["skip_readonly"])
+        else:
+            results, failed = tunables.apply(node, items, journal=journal, check_mode=module.check_mode,
+                                             skip_readonly=p["skip_readonly"])
+    except tunables.TunableError as exc:
+        module.fail_json(msg=str(exc))
+    except NodeError as exc:
+        module.fail_json(msg=str(exc))
+
+    out = dict(changed=any(r["changed"] for r in results.values()), settings=results, failed_keys=failed)
+    if module._diff:
+        out["diff"] = dict(before={k: r["before"] for k, r in results.items()},
+                           after={k: r["after"] for k, r in results.items()})
+    if failed:
+        module.fail_json(msg="these keys did not take their values: " + "; ".join(
+            "%s (%s)" % (k, results[k]["reason"]) for k in failed), **out)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kmod_optional
+short_description: Load optional kernel modules and explain why one does not load
+version_added: 0.1.0
+description:
+  - Loads (or unloads) kernel modules with C(modprobe). A module that does not load is reported
+    with a reason class instead of failing the task, unless it is marked O(required).
+  - The reason comes from modprobe's output and the kernel log records written during the attempt
+    (C(/dev/kmsg) below O(root), read non-blocking from its end; C(dmesg) when it cannot be opened).
+    Classes are V(not_found), V(invalid_argument), V(dependency_missing), V(symbol_mismatch),
+    V(denied), V(in_use), V(builtin) and V(unknown).
+  - C(nvidia_peermem) (legacy name C(nv_peer_mem)) fails with C(Invalid argument) when the MOFED
+    peer-memory symbols are absent; on a node without RDMA that is expected and harmless.
+  - A module that is already loaded is never reloaded. When its parameters in
+    C(/sys/module/NAME/parameters) differ from O(params), the difference is reported as
+    RV(modules[].param_drift).
+  - On a simulated node (O(root) other than V(/)) only the node's own C(<root>/usr/sbin/modprobe)
+    is run, never the controller's.
+  - With O(journal), each module this task loads is recorded; O(restore=true) unloads those.
+    Modules unloaded with O(state=absent) are not recorded.
+author:
+  - gpunode.tuning contributors (@gpunode)
+extends_documentation_fragment:
+  - gpunode.tuning.node
+  - gpunode.tuning.node.attributes
+options:
+  name:
+    description:
+      - Name of one module. Letters, digits, V(_) and V(-), at most 64 characters.
+      - Mutually exclusive with O(modules).
+    type: str
+  params:
+    description:
+      - Module parameters for O(name), passed to modprobe as C(KEY=VALUE).
+      - "Values may contain letters, digits and C(, . _ : / + @ % = -); booleans become V(1)/V(0)."
+    type: dict
+  state:
+    description:
+      - Whether the module should be loaded (V(present)) or unloaded (V(absent)).
+      - Also the default for entries of O(modules) that do not set their own.
+    type: str
+    choices: [present, absent]
+    default: present
+  required:
+    description:
+      - When V(true), a module that does not reach O(state) fails the task.
+      - Also the default for entries of O(modules) that do not set their own.
+    type: bool
+    default: false
+  modules:
+    description:
+      - Several modules in one call. Each entry takes the same keys as the single form.
+      - Mutually exclusive with O(name).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Module name.
+        type: str
+        required: true
+      params:
+        description: Module parameters.
+        type: dict
+      state:
+        description: Desired state; defaults to the top-level O(state).
+        type: str
+        choices: [present, absent]
+      required:
+        description: Whether failing fails the task; defaults to the top-level O(required).
+        type: bool
+  journal:
+    description:
+      - Path of the journal on the node (below O(root)), for example C(/var/lib/gpunode-tuning/journal.json).
+      - Modules this task loads are recorded in family C(kmod). Unset means no journal.
+    type: str
+  restore:
+    description:
+      - Ignore O(name) and O(modules); unload every module the journal records as loaded by this
+        collection and drop those entries. Needs O(journal).
+    type: bool
+    default: false
+notes:
+  - Loading a module is runtime state; persistence (C(/etc/modules-load.d)) is the role's job,
+    and only for modules with RV(modules[].persist_ok=true).
+  - In check mode nothing runs; a module that is not loaded is predicted as V(would load).
+seealso:
+  - module: community.general.modprobe
+"""
+
+EXAMPLES = r"""
+- name: Try to load nvidia_peermem (harmless when it fails on a node without RDMA)
+  gpunode.tuning.kmod_optional:
+    name: nvidia_peermem
+    journal: /var/lib/gpunode-tuning/journal.json
+
+- name: Load several modules in one call, one of them required
+  gpunode.tuning.kmod_optional:
+    modules:
+      - name: nvidia_uvm
+        required: true
+      - name: tcp_bbr
+      - name: nvidia_peermem
+    journal: /var/lib/gpunode-tuning/journal.json
+  register: gpunode_kmods
+
+- name: Unload the modules this collection loaded
+  gpunode.tuning.kmod_optional:
+    restore: true
+    journal: /var/lib/gpunode-tuning/journal.json
+"""
+
+RETURN = r"""
+modules:
+  description: One entry per module, in the order given (restore - the journaled modules).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Module name as given.
+      type: str
+      sample: nvidia_peermem
+    state:
+      description: Desired state.
+      type: str
+      sample: present
+    required:
+      description: Whether a failure of this module fails the task.
+      type: bool
+      sample: false
+    loaded:
+      description: Whether the module is loaded after the task (predicted in check mode).
+      type: bool
+      sample: false
+    already_loaded:
+      description: Whether it was loaded (or built in) before the task.
+      type: bool
+      sample: false
+    builtin:
+      description: Whether the module is built into the kernel.
+      type: bool
+      sample: false
+    changed:
+      description: Whether this task loaded or unloaded it.
+      type: bool
+      sample: false
+    reason_class:
+      description:
+        - Why the module did not reach its state; null when it did.
+        - One of V(not_found), V(invalid_argument), V(dependency_missing), V(symbol_mismatch),
+          V(denied), V(in_use), V(builtin), V(unknown).
+      type: str
+      sample: invalid_argument
+    message:
+      description: What happened, in words.
+      type: str
+      sample: "nvidia_peermem did not load (Invalid argument): it needs the MOFED/ib_core peer-memory support ..."
+    param_drift:
+      description:
+        - "Requested parameters whose loaded value differs: parameter name -> dict with C(requested) and C(current)."
+        - C(current) is null when C(/sys/module/NAME/parameters) does not show the parameter.
+      type: dict
+      sample: {"NVreg_EnableGpuFirmware": {"requested": "0", "current": "1"}}
+    persist_ok:
+      description: True only when the module is loaded; the persistent role persists only those.
+      type: bool
+      sample: false
+    log:
+      description: Kernel log lines of a failed attempt that concern the module.
+      type: list
+      elements: str
+      sample: ["nvidia-peermem nv_mem_client_init:203 ERROR: ib_register_peer_memory_client failed"]
+name:
+  description: With O(name), the same as RV(modules[].name); likewise for every key of RV(modules).
+  returned: when O(name) is given
+  type: str
+  sample: nvidia_peermem
+loaded:
+  description: With O(name), whether it is loaded.
+  returned: when O(name) is given
+  type: bool
+  sample: false
+already_loaded:
+  description: With O(name), whether it was loaded before.
+  returned: when O(name) is given
+  type: bool
+  sample: false
+builtin:
+  description: With O(name), whether it is built in.
+  returned: when O(name) is given
+  type: bool
+  sample: false
+required:
+  description: With O(name), whether a failure fails the task.
+  returned: when O(name) is given
+  type: bool
+  sample: false
+state:
+  description: With O(name), the desired state.
+  returned: when O(name) is given
+  type: str
+  sample: present
+reason_class:
+  description: With O(name), why it did not reach its state (null when it did).
+  returned: when O(name) is given
+  type: str
+  sample: invalid_argument
+message:
+  description: With O(name), what happened.
+  returned: when O(name) is given
+  type: str
+  sample: loaded
+param_drift:
+  description: With O(name), requested parameters whose loaded value differs.
+  returned: when O(name) is given
+  type: dict
+  sample: {}
+persist_ok:
+  description: With O(name), true only when it is loaded.
+  returned: when O(name) is given
+  type: bool
+  sample: true
+log:
+  description: With O(name), kernel log lines of a failed attempt.
+  returned: when O(name) is given
+  type: list
+  elements: str
+  sample: []
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import kmod
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_journal
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    params=dict(type="dict"),
+    state=dict(type="str", choices=list(kmod.STATES), default="present"),
+    required=dict(type="bool", default=False),
+    modules=dict(type="list", elements="dict", options=dict(
+        name=dict(type="str", required=True),
+        params=dict(type="dict"),
+        state=dict(type="str", choices=list(kmod.STATES)),
+        required=dict(type="bool"),
+    )),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+)
+
+
+def build_module():
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                         mutually_exclusive=[("name", "modules"), ("params", "modules")])
+
+
+def requests_from(params):
+    """The list of requests ``{name, params, state, required}`` from the module options."""
+    if params["name"] is not None:
+        return [dict(name=params["name"], params=params["params"] or {}, state=params["state"],
+                     required=params["required"])]
+    return [dict(name=m["name"], params=m.get("params") or {},
+                 state=m.get("state") or params["state"],
+                 required=params["required"] if m.get("required") is None else m["required"])
+            for m in params["modules"] or []]
+
+
+def main():
+    module = build_module()
+    p = module.params
+    node = Node(p["root"])
+    reqs = [] if p["restore"] else requests_from(p)
+    if not p["restore"] and not reqs:
+        module.fail_json(msg="one of name or modules is required (or restore=true with journal)")
+    errors = kmod.validate_requests(reqs)
+    if errors:
+        module.fail_json(msg="invalid input, nothing was run: " + "; ".join(errors))
+    journal = open_journal(module, node)
+
+    def run(args):
+        return module.run_command(args, environ_update={"LC_ALL": "C"})
+
+    def find_modprobe():
+        if node.is_live:
+            return node.bin_path(module, "modprobe", "kmod")
+        # On a simulated root only the node's own modprobe may run, never the controller's.
+        for rel in ("usr/sbin/modprobe", "sbin/modprobe"):
+            if os.access(node.path(rel), os.X_OK):
+                return node.path(rel)
+        module.fail_json(msg="the simulated node %s has no usr/sbin/modprobe; the controller's modprobe is never "
+                             "run against a simulated root" % node.root)
+        return None
+
+    dmesg = None
+    if node.is_live:
+        dmesg_bin = module.get_bin_path("dmesg")
+        dmesg = [dmesg_bin] if dmesg_bin else None
+    try:
+        if p["restore"]:
+            results = kmod.restore(node, journal, run, find_modprobe, check_mode=module.check_mode)
+        else:
+            results = kmod.apply_requests(node, reqs, run, find_modprobe, journal=journal,
+                                          check_mode=module.check_mode, dmesg=dmesg)
+    except NodeError as exc:
+        module.fail_json(msg=str(exc))
+
+    changed = any(r["changed"] for r in results)
+    if module.check_mode:
+        changed = any(r["message"] in ("would load", "would unload") for r in results)
+    out = dict(changed=changed, modules=results)
+    if p["name"] is not None and not p["restore"]:
+        out.update({k: v for k, v in results[0].items() if k != "changed"})
+    if module._diff:
+        def shown(r, after):
+            loaded = r["loaded"] if after else r["already_loaded"]
+            if module.check_mode and after and r["message"] in ("would load", "would unload"):
+                loaded = r["message"] == "would load"
+            return "loaded" if loaded else "not loaded"
+        out["diff"] = dict(before={r["name"]: shown(r, False) for r in results},
+                           after={r["name"]: shown(r, True) for r in results})
+    failed = [r for r in results if r["reason_class"] and r["required"]]
+    for r in results:
+        if r["reason_class"] and not r["required"]:
+            module.warn("%s: %s (%s; not required)" % (r["name"], r["message"], r["reason_class"]))
+    if failed:
+        module.fail_json(msg="required modules did not reach their state: " + "; ".join(
+            "%s (%s): %s" % (r["name"], r["reason_class"], r["message"]) for r in failed), **out)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Pure functions of module_utils/bootcmdline.py: arguments, drop-in render/parse, GRUB config parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline as bc
+
+DEBIAN_GRUB = ('GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
+               'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n')
+
+
+def test_add_replaces_value_of_same_key_in_place():
+    assert bc.add_arguments(["quiet", "amd_pstate=passive", "iommu=pt"], ["amd_pstate=active"]) == \
+        ["quiet", "amd_pstate=active", "iommu=pt"]
+
+
+def test_add_appends_new_and_collapses_duplicates():
+    assert bc.add_arguments(["a=1", "b", "a=2"], ["a=3", "c"]) == ["a=3", "b", "c"]
+    assert bc.add_arguments(["nosmt=force"], ["nosmt"]) == ["nosmt"]
+
+
+def test_remove_exact_and_by_key():
+    args = ["quiet", "pci=pcie_bus_perf", "iommu=pt", "pci=noaer"]
+    assert bc.remove_arguments(args, ["pci=pcie_bus_perf"]) == ["quiet", "iommu=pt", "pci=noaer"]
+    assert bc.remove_arguments(args, ["pci"]) == ["quiet", "iommu=pt"]
+    assert bc.remove_arguments(args, ["iommu=off"]) == args
+
+
+def test_has_arg_uses_last_value():
+    assert bc.has_arg(["amd_pstate=passive", "amd_pstate=active"], "amd_pstate=active")
+    assert not bc.has_arg(["amd_pstate=active", "amd_pstate=passive"], "amd_pstate=active")
+    assert bc.is_configured(["pci=noaer"], "pci", "absent")
+    assert not bc.is_configured(["pci=noaer"], "pci", "present")
+
+
+def test_render_and_parse_round_trip():
+    text = bc.render_dropin(["amd_pstate=active", "iommu=pt"])
+    assert text.startswith("# Managed by gpunode.tuning")
+    assert 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active iommu=pt"\n' in text
+    assert bc.parse_dropin(text) == (True, ["amd_pstate=active", "iommu=pt"])
+    assert bc.render_dropin([]) is None
+
+
+def test_parse_foreign_dropin():
+    managed, args = bc.parse_dropin('GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} nomodeset"\n')
+    assert managed is False and args == ["nomodeset"]
+
+
+def test_grub_cmdline_args_expands_in_order():
+    dropin = bc.render_dropin(["amd_pstate=active"])
+    other = "GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX console=ttyS0,115200n8\"  # serial\n"
+    assert bc.grub_cmdline_args([DEBIAN_GRUB, dropin, other]) == \
+        ["console=ttyS0,115200n8", "quiet", "amd_pstate=active"]
+    assert bc.grub_cmdline_args(["GRUB_CMDLINE_LINUX_DEFAULT='quiet $X'\n", None]) == ["quiet", "$X"]
+    assert bc.grub_cmdline_args(["export GRUB_CMDLINE_LINUX=nosmt\n"]) == ["nosmt"]
+
+
+@pytest.mark.parametrize("arg", [
+    'amd_pstate="active"', "iommu=pt quiet", "memmap=2G$4G", "a=`id`", "a;reboot", "a|b", "a&b", "a>b",
+    "=value", "", "a'b", "a\\b", "-rf", "a\nb",
+])
+def test_bad_arguments(arg):
+    with pytest.raises(bc.CmdlineError, match="allowed is"):
+        bc.validate_arguments([arg])
+
+
+@pytest.mark.parametrize("arg", [
+    "amd_pstate=active", "iommu=pt", "intel_idle.max_cstate=1", "crashkernel=1G-4G:192M",
+    "console=ttyS0,115200n8", "isolcpus=managed_irq,domain,2-31", "root=UUID=3f1c-2a9e", "quiet",
+    "transparent_hugepage=madvise", "processor.max_cstate=1",
+])
+def test_good_arguments(arg):
+    bc.validate_arguments([arg])
+
+
+def test_same_key_twice_rejected():
+    with pytest.raises(bc.CmdlineError, match="given twice"):
+        bc.validate_arguments(["amd_pstate=active", "amd_pstate=passive"])
+
+
+@pytest.mark.parametrize("path", [
+    "/etc/default/grub", "/etc/default/grub.d/x.conf", "/etc/default/grub.d/../grub.cfg", "60-x.cfg",
+    "/etc/default/grub.d/sub/60-x.cfg", "/etc/default/grub.d/a b.cfg",
+])
+def test_bad_dropin(path):
+    with pytest.raises(bc.CmdlineError, match="allowed is a file NAME.cfg"):
+        bc.validate_dropin(path)
+
+
+def test_parse_grubby_info():
+    info = ('index=0\nkernel="/boot/vmlinuz-5.14.0-503.el9.x86_64"\n'
+            'args="ro crashkernel=1G-4G:192M rhgb quiet"\nroot="/dev/mapper/rhel-root"\n')
+    assert bc.parse_grubby_info(info) == ["ro", "crashkernel=1G-4G:192M", "rhgb", "quiet"]
+
+
+def test_grubby_commands():
+    assert bc.grubby_commands("/usr/sbin/grubby", ["a=1", "b"], "present") == \
+        ["/usr/sbin/grubby", "--update-kernel=ALL", "--args=a=1 b"]
+    assert bc.grubby_commands("/g", ["a"], "absent") == ["/g", "--update-kernel=ALL", "--remove-args=a"]
+
+
+def test_report():
+    rep = bc.report(["amd_pstate=active", "quiet"], "present", ["quiet", "amd_pstate=active"], ["ro", "quiet"])
+    assert rep["amd_pstate=active"] == {"configured": True, "running": False, "pending_reboot": True}
+    assert rep["quiet"] == {"configured": True, "running": True, "pending_reboot": False}
+    rep = bc.report(["x"], "present", None, [])
+    assert rep["x"] == {"configured": None, "running": False, "pending_reboot": None}

@@ -1,0 +1,186 @@
+"""kernel_tunables through its entry point, against simulated nodes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import tunables
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
+
+JOURNAL = "/var/lib/gpunode-tuning/journal.json"
+INFERENCE = {
+    "sysctl": {"kernel.numa_balancing": 0, "vm.swappiness": 10, "net.core.rmem_max": 67108864,
+               "net.ipv4.tcp_rmem": "4096 131072 67108864"},
+    "transparent_hugepage": {"enabled": "madvise", "defrag": "defer+madvise"},
+}
+
+
+def read(root, rel):
+    with open(os.path.join(root, rel)) as fh:
+        return fh.read()
+
+
+@pytest.fixture
+def node_root(build_node):
+    return build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+
+
+def test_values_written_and_read_back(node_root, run_module):
+    result, failed = run_module("kernel_tunables", dict(INFERENCE, root=node_root))
+    assert not failed, result
+    assert result["changed"] is True
+    s = result["settings"]
+    assert s["kernel.numa_balancing"]["before"] == "1" and s["kernel.numa_balancing"]["after"] == "0"
+    assert s["net.ipv4.tcp_rmem"]["before"] == "4096 131072 6291456"
+    assert s["net.ipv4.tcp_rmem"]["after"] == "4096 131072 67108864"
+    assert s["transparent_hugepage.enabled"]["before"] == "always"
+    assert s["transparent_hugepage.enabled"]["after"] == "madvise"
+    assert read(node_root, "proc/sys/kernel/numa_balancing") == "0\n"
+    assert read(node_root, "proc/sys/vm/swappiness") == "10\n"
+    assert read(node_root, "sys/kernel/mm/transparent_hugepage/enabled") == "always [madvise] never\n"
+    assert read(node_root, "sys/kernel/mm/transparent_hugepage/defrag") == \
+        "always defer [defer+madvise] madvise never\n"
+    assert result["failed_keys"] == []
+
+
+def test_rerun_is_unchanged(node_root, run_module, digest):
+    run_module("kernel_tunables", dict(INFERENCE, root=node_root))
+    before = digest(node_root)
+    # Whitespace differences in multi-field values are not changes.
+    args = dict(INFERENCE, root=node_root)
+    args["sysctl"] = dict(INFERENCE["sysctl"], **{"net.ipv4.tcp_rmem": "4096\t131072   67108864"})
+    result, failed = run_module("kernel_tunables", args)
+    assert not failed and result["changed"] is False
+    assert all(not r["changed"] for r in result["settings"].values())
+    assert digest(node_root) == before
+
+
+def test_check_mode_writes_nothing(node_root, run_module, digest):
+    before = digest(node_root)
+    result, failed = run_module("kernel_tunables", dict(INFERENCE, root=node_root, journal=JOURNAL),
+                                check=True, diff=True)
+    assert not failed and result["changed"] is True
+    assert result["settings"]["vm.swappiness"]["after"] == "10"
+    assert result["diff"]["before"]["vm.swappiness"] == "60"
+    assert result["diff"]["after"]["vm.swappiness"] == "10"
+    assert digest(node_root) == before
+
+
+def test_journal_and_restore_give_identical_tree(node_root, run_module, digest):
+    before = digest(node_root)
+    result, failed = run_module("kernel_tunables", dict(INFERENCE, root=node_root, journal=JOURNAL))
+    assert not failed
+    with open(os.path.join(node_root, JOURNAL.lstrip("/"))) as fh:
+        entries = json.load(fh)["families"]["tunables"]
+    assert entries["vm.swappiness"]["original"] == "60"
+    assert entries["net.ipv4.tcp_rmem"]["original"] == "4096\t131072\t6291456"
+    assert entries["transparent_hugepage.enabled"]["original"] == "always"
+    # A second run never overwrites the recorded originals.
+    run_module("kernel_tunables", {"sysctl": {"vm.swappiness": 5}, "root": node_root, "journal": JOURNAL})
+    result, failed = run_module("kernel_tunables", {"restore": True, "root": node_root, "journal": JOURNAL},
+                                check=True)
+    assert not failed and result["changed"]
+    result, failed = run_module("kernel_tunables", {"restore": True, "root": node_root, "journal": JOURNAL})
+    assert not failed and result["changed"], result
+    assert result["settings"]["vm.swappiness"]["after"] == "60"
+    assert digest(node_root) == before
+    result, failed = run_module("kernel_tunables", {"restore": True, "root": node_root, "journal": JOURNAL})
+    assert not failed and result["changed"] is False
+
+
+def test_any_existing_key_with_slashes(node_root, run_module):
+    result, failed = run_module("kernel_tunables", {"sysctl": {"fs/file-max": "1000000"}, "root": node_root})
+    assert not failed and result["settings"]["fs.file-max"]["after"] == "1000000"
+
+
+def test_readonly_proc_sys_is_skipped(node_root, run_module, digest, monkeypatch):
+    class RO:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(tunables.os, "statvfs", lambda path: RO())
+    before = digest(node_root)
+    result, failed = run_module("kernel_tunables", {"sysctl": {"vm.swappiness": 10}, "skip_readonly": True,
+                                                    "root": node_root})
+    assert not failed and result["changed"] is False
+    assert result["settings"]["vm.swappiness"]["skipped"] is True
+    assert "read-only" in result["settings"]["vm.swappiness"]["reason"]
+    assert digest(node_root) == before
+    result, failed = run_module("kernel_tunables", {"sysctl": {"vm.swappiness": 10}, "root": node_root})
+    assert not failed  # the simulated file is writable; without skip_readonly the write is tried
+
+
+def _erofs_write(self, value, *parts):
+    try:
+        raise OSError(errno.EROFS, "Read-only file system")
+    except OSError as exc:
+        raise NodeError("writing %r to %s failed: %s" % (value, self.path(*parts), exc.strerror)) from exc
+
+
+def test_erofs_write_skipped_or_failed(node_root, run_module, monkeypatch):
+    monkeypatch.setattr(Node, "write", _erofs_write)
+    args = {"sysctl": {"vm.swappiness": 10, "kernel.numa_balancing": 0}, "root": node_root, "journal": JOURNAL}
+    result, failed = run_module("kernel_tunables", dict(args, skip_readonly=True))
+    assert not failed and result["settings"]["vm.swappiness"]["skipped"]
+    assert "Read-only file system" in result["settings"]["vm.swappiness"]["reason"]
+    assert not os.path.exists(os.path.join(node_root, JOURNAL.lstrip("/")))  # nothing left to restore
+    result, failed = run_module("kernel_tunables", args)
+    assert failed
+    assert set(result["failed_keys"]) == {"vm.swappiness", "kernel.numa_balancing"}
+    assert "vm.swappiness" in result["msg"]
+
+
+def test_value_that_does_not_take_fails_that_key_only(node_root, run_module, monkeypatch):
+    real = Node.write
+
+    def stubborn(self, value, *parts):
+        if parts[0].endswith("swappiness"):
+            return  # the kernel silently ignores it
+        real(self, value, *parts)
+
+    monkeypatch.setattr(Node, "write", stubborn)
+    result, failed = run_module("kernel_tunables", {"sysctl": {"vm.swappiness": 10, "kernel.numa_balancing": 0},
+                                                    "root": node_root})
+    assert failed
+    assert result["failed_keys"] == ["vm.swappiness"]
+    assert "read back" in result["settings"]["vm.swappiness"]["reason"]
+    assert result["settings"]["kernel.numa_balancing"]["changed"] is True
+    assert read(node_root, "proc/sys/kernel/numa_balancing") == "0\n"
+
+
+@pytest.mark.parametrize("args,fragment", [
+    ({"sysctl": {"vm.no_such_key": 1}}, "does not exist"),
+    ({"sysctl": {"../../etc/passwd": "x"}}, "allowed is"),
+    ({"sysctl": {"/proc/sys/vm/swappiness": 10}}, "allowed is"),
+    ({"sysctl": {"vm/../../../etc/hostname": "x"}}, "allowed is"),
+    ({"sysctl": {"vm.swappiness;reboot": 1}}, "allowed is"),
+    ({"sysctl": {"vm.swappiness": "ten"}}, "allowed are integers"),
+    ({"sysctl": {"net.ipv4.tcp_rmem": "4096 big 6291456"}}, "allowed are integers"),
+    ({"sysctl": {"vm.swappiness": ""}}, "empty"),
+    ({"transparent_hugepage": {"enabled": "sometimes"}}, "allowed are always, madvise, never"),
+    ({"transparent_hugepage": {"defrag": "eager"}}, "allowed are always, defer, defer+madvise, madvise, never"),
+    ({"transparent_hugepage": {"shmem": "always"}}, "Supported parameters include"),
+    ({"restore": True}, "journal"),
+    ({"sysctl": {"vm.swappiness": 10}, "journal": "journal.json"}, "absolute"),
+    ({"sysctl": {"vm.swappiness": 10, "vm.dirty_ratio": "x"}}, "allowed are integers"),
+])
+def test_bad_input_fails_and_writes_nothing(node_root, run_module, digest, args, fragment):
+    before = digest(node_root)
+    result, failed = run_module("kernel_tunables", dict(args, root=node_root))
+    assert failed
+    assert fragment in result["msg"]
+    assert digest(node_root) == before
+
+
+def test_restore_with_unreadable_journal_fails(node_root, run_module, digest):
+    path = os.path.join(node_root, JOURNAL.lstrip("/"))
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as fh:
+        fh.write("{not json")
+    before = digest(node_root)
+    result, failed = run_module("kernel_tunables", {"restore": True, "journal": JOURNAL, "root": node_root})
+    assert failed and "unreadable" in result["msg"]
+    assert digest(node_root) == before
