@@ -40,6 +40,7 @@ attributes:
     description: The module never writes; it runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing changes, so there is no diff.
   platform:
     platforms: linux
     support: full

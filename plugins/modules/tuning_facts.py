@@ -1,0 +1,805 @@
+# -*- coding: utf-8 -*-  # noqa: UP009 (header required by docs/module-contract.md)
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tuning_facts
+short_description: Gather the facts that verify the tuning of a GPU node
+version_added: 1.0.0
+description:
+  - Reads, in one call and without writing anything, what the verification of a tuned GPU node needs,
+    namely the kernel release and command line, kernel lockdown, CPU identity and NUMA layout, C-states, cpufreq,
+    NUMA balancing and transparent hugepages, selected sysctls, the PCI Express settings of selected devices,
+    kernel modules, the NVIDIA persistence daemon, the OS release and the classified kernel log.
+  - Every value is read directly from sysfs, procfs and C(/dev/kmsg) below O(root); no command runs.
+  - Per-CPU values are aggregated (counts, cpulists, most common value and the number of CPUs that differ),
+    so the result does not grow with the number of CPUs unless O(detail=true).
+  - The kernel log is read without blocking from C(/dev/kmsg), filtered by level (O(kmsg_levels)) and time
+    (O(kmsg_since)), and classified into C(aer), C(xid), C(fallen_off_bus), C(lockdown), C(module_failure),
+    C(noise) and C(other). When C(/dev/kmsg) cannot be read (a container, C(kernel.dmesg_restrict) without
+    C(CAP_SYSLOG)) the section says so with RV(tuning_facts.kernel_log.available=false) and a reason instead of
+    failing.
+author:
+  - gpunode.tuning contributors (@gpunode)
+requirements:
+  - C(netaddr) on the managed node, only when an O(kmsg_ignore) rule has a O(kmsg_ignore[].cidr).
+options:
+  pci_selector:
+    description:
+      - Which PCI functions to report in RV(tuning_facts.pci.devices). Every given key must match.
+      - Without it (or with no key set) the NVIDIA GPUs are selected, vendor V(10de) with class V(0300) or V(0302),
+        not their HDMI-audio functions or NVSwitch bridges.
+    type: dict
+    suboptions:
+      vendor:
+        description: Vendor id in hex, for example V(10de) or V(0x15b3).
+        type: str
+      device:
+        description: Device id in hex, for example V(2bb5).
+        type: str
+      class_prefixes:
+        description:
+          - Class code prefixes of 2, 4 or 6 hex digits (base class, with subclass, with programming interface),
+            for example V(0302). Quote them in YAML.
+        type: list
+        elements: str
+      bdfs:
+        description:
+          - PCI addresses C(DDDD:BB:DD.F) or C(BB:DD.F). Addresses that the node does not have are listed in
+            RV(tuning_facts.pci.missing_bdfs).
+        type: list
+        elements: str
+  sysctls:
+    description:
+      - Dotted sysctl keys to report in RV(tuning_facts.sysctl), for example V(vm.swappiness).
+      - A C(/) in a key stands for a dot inside one name, as with C(sysctl) (V(net.ipv4.conf.eth0/100.rp_filter)).
+    type: list
+    elements: str
+    default: []
+  kmsg_since:
+    description:
+      - Only kernel log records logged at or after this time, in seconds since boot as the kernel log counts
+        them. Take it before a change from RV(tuning_facts.kernel_log.last_time) (plus V(0.000001)) or
+        RV(tuning_facts.kernel.uptime) of an earlier call to see only what the change caused.
+    type: float
+    default: 0
+  kmsg_levels:
+    description:
+      - Kernel log levels to report.
+      - V(err) selects levels 0 to 3 (emerg, alert, crit and err), so that the rare more severe records are never
+        missed; every other name selects exactly its own level.
+    type: list
+    elements: str
+    choices: [emerg, alert, crit, err, warn, notice, info, debug]
+    default: [err, warn]
+  kmsg_ignore:
+    description:
+      - Known-noise rules. A selected kernel log record that matches a rule is counted as C(noise), not as trouble.
+        Rules are checked before the trouble classes.
+      - "When not set, one built-in rule ignores C(vxlan: non-ECT from <address> with TOS=...) from any address.
+        A given list replaces it; V([]) ignores nothing."
+    type: list
+    elements: dict
+    suboptions:
+      pattern:
+        description: Python regular expression searched in the message.
+        type: str
+        required: true
+      cidr:
+        description:
+          - Network in CIDR notation, IPv4 or IPv6 (V(10.224.0.0/16)). With it the rule matches only when the
+            address in the message is inside the network. The address is the named group C(address) of
+            O(kmsg_ignore[].pattern) when it has one, otherwise the first IP address in the message.
+        type: str
+  modules:
+    description:
+      - Kernel module names to report in RV(tuning_facts.modules.by_name), with their parameters.
+        C(-) and C(_) are equivalent.
+    type: list
+    elements: str
+    default: []
+  detail:
+    description:
+      - Add per-CPU entries (C(per_cpu)) to the cpuidle states and to cpufreq. Off by default because they grow
+        with the number of CPUs.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - gpunode.tuning.node
+  - gpunode.tuning.node.attributes_read_only
+notes:
+  - PCI values come from each device's C(config) file in sysfs; reading more than its first 64 bytes needs root.
+    Without it C(mps), C(mrrs) and the link values are null and C(error) says why.
+  - GPUs lower their link speed when idle, so C(link_speed) below C(link_speed_capable) is expected on an idle GPU.
+seealso:
+  - module: gpunode.tuning.setpci_mrrs
+  - module: gpunode.tuning.cpu_cstate
+"""
+
+EXAMPLES = r"""
+- name: Gather tuning facts
+  gpunode.tuning.tuning_facts:
+    sysctls: [kernel.numa_balancing, vm.swappiness, net.core.somaxconn]
+    modules: [nvidia, nvidia_peermem]
+  register: facts
+
+- name: Assert that the GPUs read requests of 4096 bytes
+  ansible.builtin.assert:
+    that: facts.tuning_facts.pci.devices | map(attribute='mrrs') | unique == [4096]
+
+- name: Gather the kernel log since a change, ignoring VXLAN noise from the overlay network only
+  gpunode.tuning.tuning_facts:
+    kmsg_since: "{{ change_uptime }}"
+    kmsg_levels: [err, warn]
+    kmsg_ignore:
+      - pattern: '^vxlan: non-ECT from'
+        cidr: 10.224.0.0/16
+  register: after
+
+- name: Fail on new kernel trouble
+  ansible.builtin.assert:
+    that: after.tuning_facts.kernel_log.trouble == 0
+    fail_msg: "{{ after.tuning_facts.kernel_log.records }}"
+
+- name: Gather facts of a simulated node
+  gpunode.tuning.tuning_facts:
+    root: /tmp/simnode
+    pci_selector:
+      vendor: "15b3"
+"""
+
+RETURN = r"""
+tuning_facts:
+  description: The facts, one section per concern. Keys are always present; values are null when unknown.
+  returned: always
+  type: dict
+  contains:
+    os:
+      description: The OS release, from C(/etc/os-release).
+      returned: always
+      type: dict
+      contains:
+        id:
+          description: C(ID).
+          type: str
+          returned: always
+          sample: debian
+        version_id:
+          description: C(VERSION_ID).
+          type: str
+          returned: always
+          sample: "12"
+        pretty_name:
+          description: C(PRETTY_NAME).
+          type: str
+          returned: always
+          sample: Debian GNU/Linux 12 (bookworm)
+    kernel:
+      description: The running kernel.
+      returned: always
+      type: dict
+      contains:
+        release:
+          description: Kernel release (C(uname -r)).
+          type: str
+          returned: always
+          sample: 6.1.0-28-amd64
+        version:
+          description: Content of C(/proc/version).
+          type: str
+          returned: always
+          sample: Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) ...
+        uptime:
+          description:
+            - Seconds since boot, the first field of C(/proc/uptime); null when absent. It is close to the clock
+              of the kernel log timestamps (which stops during suspend).
+          type: float
+          returned: always
+          sample: 5321.4
+        cmdline:
+          description: The running kernel command line, C(/proc/cmdline).
+          type: str
+          returned: always
+          sample: BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=3f1c ro quiet
+        cmdline_args:
+          description: The command line split into arguments.
+          type: list
+          elements: str
+          returned: always
+          sample: [BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64, root=UUID=3f1c, ro, quiet]
+        lockdown:
+          description:
+            - Kernel lockdown mode, V(none), V(integrity) or V(confidentiality); null when the kernel has no
+              lockdown support. In V(integrity) and V(confidentiality) PCI config-space writes are refused.
+          type: str
+          returned: always
+          sample: none
+    cpu:
+      description: CPU identity, from C(/proc/cpuinfo), and NUMA layout.
+      returned: always
+      type: dict
+      contains:
+        vendor:
+          description: C(vendor_id) of the first CPU.
+          type: str
+          returned: always
+          sample: AuthenticAMD
+        model:
+          description: C(model name) of the first CPU.
+          type: str
+          returned: always
+          sample: AMD EPYC 9354 32-Core Processor
+        family:
+          description: C(cpu family), decimal.
+          type: int
+          returned: always
+          sample: 25
+        sockets:
+          description: Number of distinct C(physical id) values (1 when cpuinfo has none).
+          type: int
+          returned: always
+          sample: 2
+        online_count:
+          description: Number of online CPUs.
+          type: int
+          returned: always
+          sample: 128
+        online:
+          description: Online CPUs as a cpulist.
+          type: str
+          returned: always
+          sample: 0-127
+        numa_nodes:
+          description: Number of online NUMA nodes.
+          type: int
+          returned: always
+          sample: 2
+        numa:
+          description: Per online NUMA node, its CPUs.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            node:
+              description: NUMA node number.
+              type: int
+              returned: always
+              sample: 0
+            cpus:
+              description: The node's CPUs as a cpulist.
+              type: str
+              returned: always
+              sample: 0-63
+    cpuidle:
+      description: CPU idle states (C-states) of the online CPUs.
+      returned: always
+      type: dict
+      contains:
+        supported:
+          description: True when a cpuidle driver is active and has states.
+          type: bool
+          returned: always
+          sample: true
+        driver:
+          description: The cpuidle driver (C(acpi_idle), C(intel_idle), C(haltpoll)); null when none.
+          type: str
+          returned: always
+          sample: acpi_idle
+        governor:
+          description: The cpuidle governor; null when none.
+          type: str
+          returned: always
+          sample: menu
+        states:
+          description:
+            - Per state name (C(POLL), C(C1), C(C2), ...), as the first online CPU lists them.
+            - Each value has C(index), C(latency) (exit latency, microseconds), C(residency) (microseconds),
+              C(disabled_cpus) (on how many online CPUs the state is disabled), C(disabled_cpulist),
+              C(enabled_cpus), C(missing_cpus) (online CPUs without the state), and with O(detail=true)
+              C(per_cpu), a dict by CPU number (string) of C(disabled) (bool), C(usage) and C(time) (int).
+          type: dict
+          returned: always
+          sample:
+            C2: {index: 2, latency: 400, residency: 800, disabled_cpus: 128, disabled_cpulist: 0-127,
+                 enabled_cpus: 0, missing_cpus: 0}
+    cpufreq:
+      description:
+        - CPU frequency scaling. Per-CPU settings are aggregated as a dict with C(value) (the most common value
+          over the online CPUs, null when the attribute is absent), C(cpus_differing) (how many online CPUs
+          have another value) and C(values) (each value present -> the cpulist that has it).
+      returned: always
+      type: dict
+      contains:
+        supported:
+          description: True when a cpufreq driver serves the CPUs.
+          type: bool
+          returned: always
+          sample: true
+        driver:
+          description: The cpufreq driver (C(acpi-cpufreq), C(amd-pstate), C(amd-pstate-epp), C(intel_pstate), ...).
+          type: str
+          returned: always
+          sample: acpi-cpufreq
+        cpus_with_policy:
+          description: Number of online CPUs that have a cpufreq policy.
+          type: int
+          returned: always
+          sample: 128
+        governor:
+          description: The scaling governor, aggregated.
+          type: dict
+          returned: always
+          sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+          contains:
+            value:
+              description: The most common governor.
+              type: str
+              returned: always
+              sample: performance
+            cpus_differing:
+              description: Number of online CPUs with another governor (or none).
+              type: int
+              returned: always
+              sample: 0
+            values:
+              description: Governor -> cpulist of the CPUs that use it.
+              type: dict
+              returned: always
+              sample: {performance: 0-127}
+        epp:
+          description: The energy performance preference, aggregated like RV(tuning_facts.cpufreq.governor).
+          type: dict
+          returned: always
+          sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+          contains:
+            value:
+              description: The most common EPP; null when the driver has no EPP.
+              type: str
+              returned: always
+              sample: performance
+            cpus_differing:
+              description: Number of online CPUs with another EPP.
+              type: int
+              returned: always
+              sample: 0
+            values:
+              description: EPP -> cpulist.
+              type: dict
+              returned: always
+              sample: {performance: 0-127}
+        boost:
+          description: C(/sys/devices/system/cpu/cpufreq/boost); null when absent (see C(intel_pstate.no_turbo)).
+          type: bool
+          returned: always
+          sample: true
+        available_governors:
+          description: Governors the driver offers.
+          type: list
+          elements: str
+          returned: always
+          sample: [performance, powersave]
+        available_epp:
+          description: EPP values the driver offers; empty without EPP.
+          type: list
+          elements: str
+          returned: always
+          sample: [default, performance, balance_performance, balance_power, power]
+        amd_pstate:
+          description: The amd-pstate driver's status file (it exists only when amd-pstate registered).
+          type: dict
+          returned: always
+          contains:
+            present:
+              description: True when C(amd_pstate/status) exists.
+              type: bool
+              returned: always
+              sample: true
+            status:
+              description: V(active), V(passive), V(guided) or V(disable); null when absent.
+              type: str
+              returned: always
+              sample: active
+        intel_pstate:
+          description: The intel_pstate driver's state.
+          type: dict
+          returned: always
+          contains:
+            present:
+              description: True when C(intel_pstate/status) exists.
+              type: bool
+              returned: always
+              sample: false
+            status:
+              description: V(active), V(passive) or V(off); null when absent.
+              type: str
+              returned: always
+              sample: active
+            no_turbo:
+              description: C(intel_pstate/no_turbo) as a bool; null when absent.
+              type: bool
+              returned: always
+              sample: false
+        per_cpu:
+          description: Per CPU number (string), its C(governor) and C(epp).
+          type: dict
+          returned: when O(detail=true)
+          sample: {"0": {governor: performance, epp: performance}}
+    memory:
+      description: Memory-management settings.
+      returned: always
+      type: dict
+      contains:
+        numa_balancing:
+          description: C(kernel.numa_balancing) (0 off, 1 on, 2 tiering); null when absent.
+          type: int
+          returned: always
+          sample: 0
+        zone_reclaim_mode:
+          description: C(vm.zone_reclaim_mode); null when absent.
+          type: int
+          returned: always
+          sample: 0
+        thp:
+          description: Transparent hugepages, the selected value of each setting.
+          type: dict
+          returned: always
+          contains:
+            enabled:
+              description: Selected value of C(transparent_hugepage/enabled); null when absent.
+              type: str
+              returned: always
+              sample: madvise
+            defrag:
+              description: Selected value of C(transparent_hugepage/defrag); null when absent.
+              type: str
+              returned: always
+              sample: defer+madvise
+    sysctl:
+      description:
+        - Each key of O(sysctls) -> its value, whitespace runs made single spaces (C(4096 131072 6291456));
+          null when the key does not exist.
+      returned: always
+      type: dict
+      sample: {vm.swappiness: "10", net.ipv4.tcp_rmem: 4096 131072 6291456}
+    pci:
+      description: The PCI functions selected by O(pci_selector) and their PCI Express settings.
+      returned: always
+      type: dict
+      contains:
+        selector:
+          description: The selection in words.
+          type: str
+          returned: always
+          sample: NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)
+        pcie_bus_perf:
+          description: True when the kernel was booted with C(pci=pcie_bus_perf), which clamps MRRS to MPS.
+          type: bool
+          returned: always
+          sample: false
+        count:
+          description: Number of selected devices.
+          type: int
+          returned: always
+          sample: 8
+        missing_bdfs:
+          description: Addresses of O(pci_selector.bdfs) that the node does not have.
+          type: list
+          elements: str
+          returned: always
+          sample: []
+        devices:
+          description: The selected devices, sorted by address.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            bdf:
+              description: Domain-qualified address.
+              type: str
+              returned: always
+              sample: "0000:41:00.0"
+            vendor:
+              description: Vendor id as sysfs spells it.
+              type: str
+              returned: always
+              sample: "0x10de"
+            device:
+              description: Device id.
+              type: str
+              returned: always
+              sample: "0x2bb5"
+            class:
+              description: 24-bit class code.
+              type: str
+              returned: always
+              sample: "0x030200"
+            numa_node:
+              description: NUMA node of the device; -1 when the platform does not say.
+              type: int
+              returned: always
+              sample: 0
+            pcie:
+              description: True when the config space has a PCI Express capability.
+              type: bool
+              returned: always
+              sample: true
+            port_type:
+              description: PCI Express device/port type (V(endpoint), V(root_port), ...); null without PCIe.
+              type: str
+              returned: always
+              sample: endpoint
+            mps:
+              description: Max Payload Size set in Device Control, bytes; null when unknown.
+              type: int
+              returned: always
+              sample: 256
+            mps_supported:
+              description: Largest Max Payload Size the device supports (Device Capabilities), bytes.
+              type: int
+              returned: always
+              sample: 512
+            mrrs:
+              description: Max Read Request Size set in Device Control, bytes; null when unknown.
+              type: int
+              returned: always
+              sample: 4096
+            link_speed:
+              description: Current link speed (Link Status).
+              type: str
+              returned: always
+              sample: 32.0 GT/s
+            link_width:
+              description: Current link width, lanes (Link Status).
+              type: int
+              returned: always
+              sample: 16
+            link_speed_capable:
+              description: Maximum link speed (Link Capabilities).
+              type: str
+              returned: always
+              sample: 32.0 GT/s
+            link_width_capable:
+              description: Maximum link width, lanes (Link Capabilities).
+              type: int
+              returned: always
+              sample: 16
+            error:
+              description: Why the PCIe values are unknown (config space unreadable or truncated); null otherwise.
+              type: str
+              returned: always
+              sample: null
+    modules:
+      description: Kernel modules.
+      returned: always
+      type: dict
+      contains:
+        loaded:
+          description: Names of the loaded (loadable) modules, from C(/proc/modules), sorted.
+          type: list
+          elements: str
+          returned: always
+          sample: [mlx5_core, nvidia, nvidia_modeset, nvidia_uvm, nvme]
+        by_name:
+          description:
+            - Each name of O(modules) -> C(loaded) (bool, C(/sys/module/NAME) exists), C(builtin) (bool, built
+              into the kernel) and C(parameters) (dict, parameter name -> current value from
+              C(/sys/module/NAME/parameters), null when unreadable).
+          type: dict
+          returned: always
+          sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}},
+                   nvidia: {loaded: true, builtin: false, parameters: {NVreg_EnableGpuFirmware: "1"}}}
+    nvidia:
+      description: NVIDIA driver user-space state.
+      returned: always
+      type: dict
+      contains:
+        persistenced:
+          description: The NVIDIA persistence daemon, found by a scan of C(/proc/*/comm).
+          type: dict
+          returned: always
+          contains:
+            running:
+              description: True when a C(nvidia-persistenced) process exists.
+              type: bool
+              returned: always
+              sample: true
+            pids:
+              description: Its process ids.
+              type: list
+              elements: int
+              returned: always
+              sample: [2187]
+        driver_version:
+          description: C(/sys/module/nvidia/version); null when the driver is not loaded.
+          type: str
+          returned: always
+          sample: 570.124.06
+    kernel_log:
+      description:
+        - The kernel log, filtered by O(kmsg_levels) and O(kmsg_since), classified.
+        - Each record is a dict with C(level) (name), C(time) (seconds since boot), C(seq) (kernel sequence
+          number) and C(message); C(xid) records add C(code) (int) and C(device) (C(DDDD:BB:DD) as NVRM
+          prints it); C(aer) and C(fallen_off_bus) records add C(device) when the message names one and
+          C(aer) records C(severity); C(lockdown) records add C(program) and C(what); C(module_failure)
+          records add C(module); C(noise) records add C(rule) (index in the rules) and C(address) when the rule
+          has a cidr.
+      returned: always
+      type: dict
+      contains:
+        available:
+          description: False when the kernel log could not be read; the other counts are then zero.
+          type: bool
+          returned: always
+          sample: true
+        reason:
+          description: Why the kernel log is unavailable; null when available.
+          type: str
+          returned: always
+          sample: null
+        source:
+          description: The path read.
+          type: str
+          returned: always
+          sample: /dev/kmsg
+        levels:
+          description: The level names used, normalized.
+          type: list
+          elements: str
+          returned: always
+          sample: [err, warn]
+        since:
+          description: O(kmsg_since) as used.
+          type: float
+          returned: always
+          sample: 0.0
+        last_time:
+          description:
+            - Timestamp (seconds since boot) of the newest record in the log at any level; null when the log is
+              empty or unavailable. Pass it plus V(0.000001) as O(kmsg_since) to a later call to see only newer
+              records.
+          type: float
+          returned: always
+          sample: 5321.402113
+        records_total:
+          description: Well-formed records in the log.
+          type: int
+          returned: always
+          sample: 1890
+        records_selected:
+          description: Records at a selected level and time.
+          type: int
+          returned: always
+          sample: 12
+        malformed:
+          description: Lines that are not records; skipped.
+          type: int
+          returned: always
+          sample: 0
+        trouble:
+          description: Number of selected records in the classes aer, xid, fallen_off_bus, lockdown, module_failure.
+          type: int
+          returned: always
+          sample: 0
+        counts:
+          description: Number of selected records per class.
+          type: dict
+          returned: always
+          contains:
+            aer:
+              description: PCIe Advanced Error Reporting records.
+              type: int
+              returned: always
+              sample: 0
+            xid:
+              description: NVIDIA Xid records.
+              type: int
+              returned: always
+              sample: 0
+            fallen_off_bus:
+              description: C(GPU has fallen off the bus) records.
+              type: int
+              returned: always
+              sample: 0
+            lockdown:
+              description: Lockdown refusals.
+              type: int
+              returned: always
+              sample: 0
+            module_failure:
+              description: Module load failures (symbol version mismatch, unknown symbol, nvidia-peermem error,
+                signature verification).
+              type: int
+              returned: always
+              sample: 0
+            noise:
+              description: Records matched by an ignore rule.
+              type: int
+              returned: always
+              sample: 2
+            other:
+              description: Everything else.
+              type: int
+              returned: always
+              sample: 1
+        records:
+          description: Per class (the keys of RV(tuning_facts.kernel_log.counts)), the first 5 records of that class.
+          type: dict
+          returned: always
+          sample:
+            xid:
+              - {level: err, time: 5321.402113, seq: 1822, code: 79, device: "0000:41:00",
+                 message: "NVRM: Xid (PCI:0000:41:00): 79, pid=2231, GPU has fallen off the bus."}
+            noise:
+              - {level: warn, time: 0.959, seq: 6, rule: 0, message: "vxlan: non-ECT from 10.224.3.17 with TOS=0x2"}
+        xid_codes:
+          description: Xid code (string) -> number of records.
+          type: dict
+          returned: always
+          sample: {"79": 1}
+        aer_severities:
+          description: AER severity as printed -> number of records.
+          type: dict
+          returned: always
+          sample: {Corrected: 3}
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.facts import FactsError, gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node
+
+ARGUMENT_SPEC = dict(
+    pci_selector=dict(
+        type="dict",
+        options=dict(
+            vendor=dict(type="str"),
+            device=dict(type="str"),
+            class_prefixes=dict(type="list", elements="str"),
+            bdfs=dict(type="list", elements="str"),
+        ),
+    ),
+    sysctls=dict(type="list", elements="str", default=[]),
+    kmsg_since=dict(type="float", default=0),
+    kmsg_levels=dict(type="list", elements="str", default=list(kernel_log.DEFAULT_LEVELS),
+                     choices=list(kernel_log.LEVEL_NAMES)),
+    kmsg_ignore=dict(
+        type="list",
+        elements="dict",
+        options=dict(pattern=dict(type="str", required=True), cidr=dict(type="str")),
+    ),
+    modules=dict(type="list", elements="str", default=[]),
+    detail=dict(type="bool", default=False),
+    **NODE_ARGUMENT_SPEC,
+)
+
+
+def build_module():
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def main():
+    module = build_module()
+    p = module.params
+    if not kernel_log.HAS_NETADDR and any((r or {}).get("cidr") for r in (p["kmsg_ignore"] or [])):
+        module.fail_json(msg=missing_required_lib("netaddr", reason="for kmsg_ignore rules with a cidr"))
+    try:
+        facts = gather(
+            Node(p["root"]),
+            pci_selector=p["pci_selector"],
+            sysctls=p["sysctls"],
+            kmsg_since=p["kmsg_since"],
+            kmsg_levels=p["kmsg_levels"],
+            kmsg_ignore=p["kmsg_ignore"],
+            modules=p["modules"],
+            detail=p["detail"],
+        )
+    except FactsError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, tuning_facts=facts)
+
+
+if __name__ == "__main__":
+    main()
