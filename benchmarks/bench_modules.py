@@ -37,10 +37,11 @@ CALLS = [
     ("setpci_mrrs", {"mrrs": 4096, "journal": JOURNAL}),
     ("cpu_cstate", {"disable": ["C2"], "journal": JOURNAL}),
     ("cpu_freq", {"governor": "performance", "boost": True, "journal": JOURNAL}),
-    ("kernel_tunables", {"sysctl": {"kernel.numa_balancing": "0", "vm.swappiness": "10",
-                                     "net.core.rmem_max": "268435456", "net.core.wmem_max": "268435456"},
-                         "transparent_hugepage": {"enabled": "madvise", "defrag": "defer+madvise"},
-                         "journal": JOURNAL}),
+    ("kernel_tunables", {
+        "sysctl": {"kernel.numa_balancing": "0", "vm.swappiness": "10",
+                   "net.core.rmem_max": "268435456", "net.core.wmem_max": "268435456"},
+        "transparent_hugepage": {"enabled": "madvise", "defrag": "defer+madvise"},
+        "journal": JOURNAL}),
     ("kmod_optional", {"modules": [{"name": "nvidia_peermem"}], "journal": JOURNAL}),
     ("kernel_cmdline", {"arguments": ["amd_pstate=active"]}),
     ("tuning_facts", {"sysctls": ["kernel.numa_balancing", "vm.swappiness"], "modules": ["nvidia", "nvidia_peermem"]}),
@@ -69,7 +70,7 @@ def run_main(name, args, check=False):
 def best_of(n, fn):
     """Minimum wall time of n runs (the least disturbed by other load) and the last result."""
     best, result = None, None
-    for _ in range(n):
+    for _attempt in range(n):
         t, result = fn()
         best = t if best is None else min(best, t)
     return best, result
@@ -83,7 +84,7 @@ def bench(repeat=3):
             simnode.build(root, "audited-epyc-8gpu", **size)
             for name, args in CALLS:
                 args = dict(args, root=root)
-                t_check, _ = best_of(repeat, lambda n=name, a=args: run_main(n, a, check=True))
+                t_check, _checked = best_of(repeat, lambda n=name, a=args: run_main(n, a, check=True))
                 t_apply, applied = run_main(name, args)
                 t_rerun, rerun = best_of(repeat, lambda n=name, a=args: run_main(n, a))
                 rows.append({"node": label, "module": name, "check_ms": round(t_check * 1000, 1),
@@ -98,8 +99,8 @@ def markdown(rows):
     lines = ["| node | module | check (ms) | first apply (ms) | rerun (ms) | rerun changed |",
              "|---|---|---:|---:|---:|---|"]
     for r in rows:
-        lines.append("| %s | %s | %.1f | %.1f | %.1f | %s |" % (r["node"], r["module"], r["check_ms"], r["apply_ms"],
-                                                          r["rerun_ms"], r["rerun_changed"]))
+        cells = (r["node"], r["module"], r["check_ms"], r["apply_ms"], r["rerun_ms"], r["rerun_changed"])
+        lines.append("| %s | %s | %.1f | %.1f | %.1f | %s |" % cells)
     return "\n".join(lines)
 
 
