@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 
 # Stages of `make test`, run in this order; each is a target below. Adding a stage is one
 # line, e.g. `TEST_STAGES += test-molecule`.
-TEST_STAGES := lint unit sanity
+TEST_STAGES := lint unit integration sanity
 
 # `make test` runs setup once, then its stages with NO_SETUP=1 so they skip it.
 SETUP := $(if $(NO_SETUP),,setup)
@@ -21,7 +21,7 @@ help:
 	@echo "make setup    install apt packages, .venv, collection symlink (idempotent)"
 	@echo "make demo     setup, then run tools/demo.py"
 	@echo "make test     setup, then every stage: $(TEST_STAGES)"
-	@echo "make lint | unit | sanity | bench | clean | distclean"
+	@echo "make lint | unit | integration | sanity | bench | clean | distclean"
 
 setup:
 	@scripts/setup.sh
@@ -49,6 +49,10 @@ unit: $(SETUP)
 	rc=0; $(PY) -m pytest -q tests/unit || rc=$$?; \
 	if (( rc == 5 )); then echo "unit: no tests collected"; rc=0; fi; \
 	exit $$rc
+
+# The playbooks end to end against simulated nodes (ansible-playbook subprocesses).
+integration: $(SETUP)
+	@$(PY) -m pytest -q -p no:cacheprovider tests/integration
 
 sanity: $(SETUP)
 	@scripts/sanity.sh $(SANITY_ARGS)

@@ -37,7 +37,7 @@ INTEL_NO_TURBO = SYSFS_CPU + "/intel_pstate/no_turbo"
 
 AMD_PSTATE_MODES = ["active", "passive", "guided"]
 INTEL_PSTATE_MODES = ["active", "passive"]
-DRIVER_FAMILIES = ["amd-pstate", "acpi-cpufreq", "intel_pstate"]
+DRIVER_FAMILIES = ["native", "amd-pstate", "acpi-cpufreq", "intel_pstate"]
 # Drivers that refuse an EPP other than "performance" (EBUSY) while the governor is performance.
 EPP_LOCKED_UNDER_PERFORMANCE = ("amd-pstate-epp", "intel_pstate")
 # Governors of the setpolicy drivers (active modes): known before the mode switch.
@@ -79,6 +79,22 @@ def driver_for_mode(family, mode):
     if family == "amd-pstate":
         return "amd-pstate-epp" if mode == "active" else "amd-pstate"
     return "intel_pstate" if mode == "active" else "intel_cpufreq"
+
+
+def resolve_driver(wanted, cpu_vendor):
+    """Resolve ``native`` to the CPU vendor's own pstate driver; other values pass through.
+
+    ``native`` lets one desired state serve a mixed fleet: amd-pstate on AMD, intel_pstate on
+    Intel. Raises PlanError for a CPU of another vendor.
+    """
+    if wanted != "native":
+        return wanted
+    if cpu_vendor == "AuthenticAMD":
+        return "amd-pstate"
+    if cpu_vendor == "GenuineIntel":
+        return "intel_pstate"
+    raise PlanError("driver=native means amd-pstate on AMD and intel_pstate on Intel CPUs; this node's CPU "
+                    "vendor is %s: choose one of amd-pstate, intel_pstate, acpi-cpufreq" % (cpu_vendor or "unknown"))
 
 
 def driver_change(current_driver, wanted_family, cpu_vendor, amd_pstate_mode=None):
@@ -266,11 +282,16 @@ def validate(params, freq, vendor):
     """
     plan = dict(reboot_required=False, kernel_args=[], mode=None, skip={}, deferred=False,
                 driver_after=freq.driver, warnings=[])
-    reboot, kargs = driver_change(freq.driver, params["driver"], vendor, params["amd_pstate_mode"])
-    plan["reboot_required"], plan["kernel_args"] = reboot, kargs
-    pending_amd = reboot and params["driver"] == "amd-pstate"
-
+    wanted = resolve_driver(params["driver"], vendor)
     mode = params["amd_pstate_mode"]
+    if params["driver"] == "native" and wanted != "amd-pstate" and mode is not None:
+        # A fleet-wide desired state names an amd-pstate mode; it has no meaning on Intel nodes.
+        plan["skip"]["amd_pstate_mode"] = "driver=native resolves to %s on this %s CPU" % (wanted, vendor)
+        mode = None
+    reboot, kargs = driver_change(freq.driver, wanted, vendor, mode)
+    plan["reboot_required"], plan["kernel_args"] = reboot, kargs
+    pending_amd = reboot and wanted == "amd-pstate"
+
     if mode is not None:
         if freq.has_amd_status:
             if freq.amd_status != mode:
@@ -490,7 +511,8 @@ def run(module):
         module.warn(warning)
     result["reboot_required"], result["kernel_args"] = plan["reboot_required"], plan["kernel_args"]
     cmdline = node.read("proc/cmdline", default="").split()
-    if plan["reboot_required"] and params["driver"] == "amd-pstate":
+    plan["driver_wanted"] = resolve_driver(params["driver"], cpu_vendor(node)) if params["driver"] else None
+    if plan["reboot_required"] and plan["driver_wanted"] == "amd-pstate":
         already = [a for a in cmdline if a.startswith("amd_pstate=")]
         if already:
             module.warn("the kernel command line already has %s, yet the driver is %s: CPPC may be off in the "
@@ -567,7 +589,7 @@ def run(module):
         if plan["reboot_required"]:
             how = " ".join(plan["kernel_args"]) or "remove the pstate driver's kernel arguments"
             reason = "the driver changes only at boot: %s" % how
-        settings["driver"] = dict(desired=params["driver"], before=before["driver"], after=after["driver"],
+        settings["driver"] = dict(desired=plan["driver_wanted"], before=before["driver"], after=after["driver"],
                                   changed=False, cpus_changed=0, skipped=plan["reboot_required"], reason=reason)
     _finish(module, result, outcome, changed)
 

@@ -59,8 +59,10 @@ options:
     description:
       - The cpufreq driver family the node should run. Never switched at runtime; when it differs from the
         running driver the result has RV(reboot_required=true) and the RV(kernel_args) that select it.
+      - V(native) is the CPU vendor's own driver, amd-pstate on AMD and intel_pstate on Intel, so one desired
+        state serves a mixed fleet; on Intel an O(amd_pstate_mode) is then skipped with a reason.
     type: str
-    choices: [amd-pstate, acpi-cpufreq, intel_pstate]
+    choices: [native, amd-pstate, acpi-cpufreq, intel_pstate]
   required:
     description:
       - Fail when the node has no cpufreq policies, instead of returning RV(supported=false).

@@ -368,3 +368,20 @@ def test_one_call_on_384_cpus_is_fast(build_node, run_module):
     elapsed = time.perf_counter() - start
     assert not failed and result["settings"]["epp"]["cpus_changed"] == 384
     assert elapsed < 1.0, elapsed
+
+
+def test_native_driver_resolves_per_vendor(build_node, run_module):
+    """driver=native: amd-pstate wanted on the EPYC node, intel_pstate (already running) on Xeon."""
+    amd = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    res, failed = run_module("cpu_freq", {"root": amd, "driver": "native", "amd_pstate_mode": "active"})
+    assert not failed, res
+    assert res["reboot_required"] is True
+    assert res["kernel_args"] == ["amd_pstate=active"]
+    assert res["settings"]["driver"]["desired"] == "amd-pstate"
+
+    xeon = build_node("xeon-4gpu-switch", cpus=4, gpus=1)
+    res, failed = run_module("cpu_freq", {"root": xeon, "driver": "native", "amd_pstate_mode": "active"})
+    assert not failed, res
+    assert res["reboot_required"] is False
+    assert res["kernel_args"] == []
+    assert res["settings"]["driver"]["desired"] == "intel_pstate"
