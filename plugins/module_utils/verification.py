@@ -1,0 +1,923 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verification: compare a node's facts with the desired state, setting by setting.
+
+Pure functions, no I/O: the verify entry point of the role gathers ``tuning_facts`` (one call),
+the kernel command line as configured for the next boot (``kernel_cmdline`` in check mode), the
+sysctl drop-in, the boot unit and the journal marker, and hands them to the controller-side filters
+(plugins/filter/verification.py), which call ``evaluate_host`` and ``fleet_summary`` here.
+
+Every setting gets one state:
+
+- ``applied``: the running value is the desired one.
+- ``pending_reboot``: configured for the next boot but not running yet (a kernel argument in the
+  boot configuration but not on ``/proc/cmdline``; amd-pstate wanted, acpi-cpufreq running and
+  ``amd_pstate=<mode>`` configured).
+- ``drifted``: neither.
+- ``not_applicable``: the node lacks the hardware or driver (the reason says which).
+- ``unsupported``: the hardware is there but cannot provide the value (a governor the driver does
+  not offer, no EPP under the desired driver, config space that cannot be read).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import (
+    has_arg,
+    parse_dropin,
+    parse_grubby_info,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import format_cpulist, parse_cpulist
+
+STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
+# Knob families in report order; the fleet summary has one column per family.
+FAMILIES = ("pcie_mrrs", "cpuidle", "cpufreq", "numa_balancing", "thp", "sysctl", "kmod", "cmdline", "gpu")
+FAMILY_TITLES = {
+    "pcie_mrrs": "PCIe MRRS",
+    "cpuidle": "C-states",
+    "cpufreq": "cpufreq",
+    "numa_balancing": "NUMA balancing",
+    "thp": "THP",
+    "sysctl": "sysctl",
+    "kmod": "modules",
+    "cmdline": "kernel cmdline",
+    "gpu": "GPU",
+}
+# Kernel-log classes (module_utils/kernel_log.py) that fail verification by default.
+DEFAULT_FAIL_CLASSES = ("aer", "xid", "fallen_off_bus")
+KMSG_CLASSES = ("aer", "xid", "fallen_off_bus", "lockdown", "module_failure", "noise", "other")
+# CPU vendor a pstate driver family needs.
+PSTATE_VENDOR = {"amd-pstate": "AuthenticAMD", "intel_pstate": "GenuineIntel"}
+BOOT_UNIT = "gpunode-tuning-boot.service"
+# Optional modules that need another subsystem: without it they cannot load (knobs.md).
+MODULE_NEEDS = {"nvidia_peermem": ("ib_core", "the RDMA stack (MOFED/ib_core)"),
+                "nv_peer_mem": ("ib_core", "the RDMA stack (MOFED/ib_core)")}
+P2P_LEGEND = {
+    "X": "self",
+    "OK": "ok",
+    "CNS": "chipset not supported",
+    "GNS": "GPU not supported",
+    "TNS": "topology not supported",
+    "NS": "not supported",
+    "U": "unknown",
+}
+
+
+class VerificationError(ValueError):
+    """The input of an evaluation is malformed; the message names what was expected."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Small parsers (text read from the node)
+# ---------------------------------------------------------------------------------------------
+
+
+def normalize_value(value):
+    """A value as text for comparison: booleans as 0/1, whitespace runs as single spaces."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return " ".join(str(value).split())
+
+
+def parse_sysctl_conf(text):
+    """``key = value`` lines of a sysctl.d file -> ``{dotted key: normalized value}``.
+
+    Comments (``#``, ``;``) and blank lines are skipped; ``/`` separated keys are made dotted, a
+    leading ``-`` (ignore errors) is dropped. A key set twice keeps its last value, as sysctl does.
+    """
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key = key.strip().lstrip("-").strip()
+        if "/" in key and "." not in key:
+            key = key.replace("/", ".")
+        out[key] = normalize_value(value)
+    return out
+
+
+def decode_journal(journal):
+    """The journal as a dict, from a dict, JSON text or a slurp result (base64 ``content``)."""
+    if journal in (None, "", {}):
+        return None
+    if isinstance(journal, dict) and "content" in journal and "families" not in journal:
+        try:
+            journal = base64.b64decode(journal["content"]).decode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise VerificationError("journal: slurp content is not base64: %s" % exc) from exc
+    if isinstance(journal, (bytes, str)):
+        try:
+            journal = json.loads(journal)
+        except ValueError as exc:
+            raise VerificationError("journal: not JSON (%s)" % exc) from exc
+    if not isinstance(journal, dict):
+        raise VerificationError("journal: expected a dict, got %s" % type(journal).__name__)
+    return journal
+
+
+def kmsg_since(journal=None, boot_id=None, override=None):
+    """From when the kernel log counts: ``{since, source, detail, last_applied}``.
+
+    ``override`` (seconds since boot) wins. Otherwise the journal's ``last_applied`` marker is used
+    when its boot id is the node's current one (its ``uptime`` is then a time in this boot);
+    after a reboot, or without a marker, the whole boot counts (``since`` 0).
+    """
+    journal = decode_journal(journal)
+    marker = (journal or {}).get("last_applied") or None
+    boot_id = (boot_id or "").strip() or None
+    if override not in (None, ""):
+        try:
+            since = float(override)
+        except (TypeError, ValueError):
+            raise VerificationError("gpunode_tuning_kmsg_since must be a number of seconds since boot, got %r"
+                                    % (override,)) from None
+        if since < 0:
+            raise VerificationError("gpunode_tuning_kmsg_since must be >= 0, got %r" % (override,))
+        return {"since": since, "source": "override", "last_applied": marker,
+                "detail": "since %.1f s after boot (gpunode_tuning_kmsg_since)" % since}
+    if not marker:
+        return {"since": 0.0, "source": "boot", "last_applied": None,
+                "detail": "since boot (the journal records no runtime tuning)"}
+    if boot_id and marker.get("boot_id") == boot_id:
+        since = float(marker.get("uptime") or 0)
+        return {"since": since, "source": "journal", "last_applied": marker,
+                "detail": "since the last runtime tuning (%s, family %s, %.1f s after boot)"
+                          % (marker.get("time"), marker.get("family"), since)}
+    return {"since": 0.0, "source": "boot", "last_applied": marker,
+            "detail": "since boot (the last runtime tuning, %s, was in an earlier boot)" % marker.get("time")}
+
+
+def _matrix(text):
+    """GPU x GPU cells of an ``nvidia-smi topo`` matrix: ``(names, {(row, col): cell})``."""
+    names = []
+    cells = {}
+    for line in (text or "").splitlines():
+        fields = line.replace("\t", " ").split()
+        if not fields:
+            if names and cells:
+                break
+            continue
+        if fields[0] == "Legend:":
+            break
+        if not names:
+            if fields[0].startswith("GPU"):
+                names = [f for f in fields if re.match(r"^GPU\d+$", f)]
+            continue
+        if re.match(r"^GPU\d+$", fields[0]):
+            row = fields[0]
+            for col, cell in zip(names, fields[1:1 + len(names)]):
+                cells[(row, col)] = cell
+    return names, cells
+
+
+def parse_topology(text):
+    """``nvidia-smi topo -m``: ``{gpus, links: [{a, b, link}]}`` for each unordered GPU pair."""
+    names, cells = _matrix(text)
+    links = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if (a, b) in cells:
+                links.append({"a": a, "b": b, "link": cells[(a, b)]})
+    return {"gpus": names, "links": links}
+
+
+def parse_p2p(text):
+    """``nvidia-smi topo -p2p r|w``: ``{gpus, pairs: [{a, b, status, meaning}], not_ok: [...]}``.
+
+    Pairs are ordered (a -> b); the diagonal is left out.
+    """
+    names, cells = _matrix(text)
+    pairs = []
+    for a in names:
+        for b in names:
+            if a == b or (a, b) not in cells:
+                continue
+            status = cells[(a, b)]
+            pairs.append({"a": a, "b": b, "status": status, "meaning": P2P_LEGEND.get(status, "unknown code")})
+    return {"gpus": names, "pairs": pairs, "not_ok": [p for p in pairs if p["status"] != "OK"]}
+
+
+def parse_gpu_query(text):
+    """``nvidia-smi --query-gpu=index,pci.bus_id,persistence_mode --format=csv,noheader`` lines."""
+    gpus = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        bus_id = parts[1].lower()
+        # nvidia-smi prints an 8-digit domain (00000000:41:00.0); sysfs uses 4.
+        m = re.match(r"^0*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$", bus_id)
+        gpus.append({"index": int(parts[0]), "bdf": m.group(1) if m else bus_id, "persistence_mode": parts[2]})
+    return gpus
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------
+
+
+def setting(family, name, desired, running, state, reason="", persisted=None):
+    """One row of the report."""
+    if state not in STATES:
+        raise VerificationError("state %r is not one of %s" % (state, ", ".join(STATES)))
+    return {
+        "id": "%s.%s" % (family, name),
+        "family": family,
+        "name": name,
+        "desired": desired,
+        "running": running,
+        "persisted": persisted,
+        "state": state,
+        "reason": reason,
+    }
+
+
+def _compare(running, desired):
+    return normalize_value(running) == normalize_value(desired)
+
+
+class Context:
+    """Everything besides tuning_facts that an evaluation looks at (all optional)."""
+
+    def __init__(self, cmdline=None, sysctl_persisted=None, boot_unit=False, modules_persisted=None,
+                 root="/", running_args=()):
+        self.configured_args, self.cmdline_error = configured_arguments(cmdline)
+        self.cmdline_source = (cmdline or {}).get("bootloader")
+        self.running_args = list(running_args or [])
+        self.sysctl_persisted = sysctl_persisted  # dict key -> value, or None when no drop-in
+        self.boot_unit = bool(boot_unit)
+        self.modules_persisted = set(modules_persisted or [])
+        self.root = root or "/"
+
+    def arg(self, arg):
+        """``{configured, running}`` of one kernel argument; configured is None when unknown."""
+        configured = None if self.configured_args is None else has_arg(self.configured_args, arg)
+        return {"configured": configured, "running": has_arg(self.running_args, arg)}
+
+    def boot_persisted(self, desired):
+        """What the boot unit re-applies: the desired value when the unit is enabled."""
+        return desired if self.boot_unit else None
+
+
+def configured_arguments(cmdline):
+    """Kernel arguments configured for the next boot: ``(args or None, why unknown)``.
+
+    ``cmdline``: ``bootloader`` (grub or grubby), ``dropin_slurp`` (the slurp result of the
+    GRUB drop-in; "not found" means no drop-in, so no argument of ours), ``grubby`` (the result
+    of ``grubby --info=DEFAULT``). Only this collection's drop-in is read on GRUB nodes.
+    """
+    cmdline = cmdline or {}
+    if cmdline.get("bootloader") == "grubby":
+        res = cmdline.get("grubby") or {}
+        if res.get("skipped") or not res:
+            return None, "grubby is not run on a simulated root"
+        if res.get("rc") != 0:
+            return None, "grubby --info=DEFAULT failed (rc %s): %s" % (
+                res.get("rc"), (res.get("stderr") or res.get("msg") or "").strip()[:200])
+        return parse_grubby_info(res.get("stdout")), None
+    res = cmdline.get("dropin_slurp") or {}
+    if not res or res.get("skipped"):
+        return None, "the boot configuration was not read"
+    if "content" in res:
+        try:
+            text = base64.b64decode(res["content"]).decode("utf-8", "replace")
+        except (TypeError, ValueError) as exc:
+            return None, "the drop-in is not readable: %s" % exc
+        return parse_dropin(text)[1], None
+    if "not found" in str(res.get("msg", "")).lower():
+        return [], None
+    return None, str(res.get("msg") or "the drop-in could not be read")
+
+
+def mrrs_settings(facts, desired, ctx):
+    """One setting per selected PCI device: its MRRS against ``desired['mrrs']``."""
+    pci = facts.get("pci") or {}
+    want = int(desired["mrrs"])
+    lockdown = (facts.get("kernel") or {}).get("lockdown")
+    out = []
+    devices = pci.get("devices") or []
+    if not devices:
+        return [setting("pcie_mrrs", "devices", want, None, "not_applicable",
+                        "no PCI device matches the selector (%s)" % (pci.get("selector") or "NVIDIA GPUs"))]
+    for dev in devices:
+        running = dev.get("mrrs")
+        persisted = ctx.boot_persisted(want)
+        if running is None:
+            out.append(setting("pcie_mrrs", dev["bdf"], want, None, "unsupported",
+                               dev.get("error") or "no PCI Express capability: MRRS does not exist on it",
+                               persisted))
+            continue
+        if running == want:
+            out.append(setting("pcie_mrrs", dev["bdf"], want, running, "applied", "", persisted))
+            continue
+        why = ["MRRS is %d bytes, not %d" % (running, want)]
+        if running == 512:
+            why.append("512 is the power-up default: nobody tuned this device since it was reset")
+        if pci.get("pcie_bus_perf"):
+            why.append("the kernel was booted with pci=pcie_bus_perf, which clamps MRRS to MPS (%s)" % dev.get("mps"))
+        if lockdown in ("integrity", "confidentiality"):
+            why.append("kernel lockdown (%s) refuses config-space writes from user space" % lockdown)
+        out.append(setting("pcie_mrrs", dev["bdf"], want, running, "drifted", "; ".join(why), persisted))
+    missing = pci.get("missing_bdfs") or []
+    for bdf in missing:
+        out.append(setting("pcie_mrrs", bdf, want, None, "not_applicable", "the node has no device at %s" % bdf))
+    return out
+
+
+def _state_desired(states, names, max_latency):
+    """State name -> "disabled"/"enabled" as cpu_cstate plans it (by name, else by latency bound)."""
+    if names:
+        return {n: "disabled" for n in names}
+    out = {}
+    for name, st in states.items():
+        above = (st.get("latency") or 0) > max_latency and name != "POLL"
+        out[name] = "disabled" if above else "enabled"
+    return out
+
+
+def cpuidle_settings(facts, desired, ctx):
+    """One setting per idle state the desired state names (by name, or every state for a bound)."""
+    idle = facts.get("cpuidle") or {}
+    names = list(desired.get("disable") or [])
+    bound = desired.get("max_latency_us")
+    if not names and bound is None:
+        return []
+    label = ", ".join(names) if names else "exit latency above %s us" % bound
+    if not idle.get("supported"):
+        why = ("no cpuidle driver" if not idle.get("driver")
+               else "cpuidle driver %s has no states" % idle.get("driver"))
+        return [setting("cpuidle", "states", "disabled: %s" % label, None, "not_applicable",
+                        "%s (virtual machine or idle=poll)" % why)]
+    states = idle.get("states") or {}
+    online = parse_cpulist(((facts.get("cpu") or {}).get("online")) or "")
+    wanted_cpus = set(parse_cpulist(desired.get("cpus") or "")) or set(online)
+    wanted_cpus &= set(online) or wanted_cpus
+    plan = _state_desired(states, names, bound)
+    out = []
+    for name, want in plan.items():
+        st = states.get(name)
+        if st is None:
+            out.append(setting("cpuidle", name, want, None, "not_applicable",
+                               "driver %s has no state %s (states: %s)"
+                               % (idle.get("driver"), name, ", ".join(states) or "none")))
+            continue
+        disabled = set(parse_cpulist(st.get("disabled_cpulist") or ""))
+        wrong = sorted(wanted_cpus - disabled) if want == "disabled" else sorted(wanted_cpus & disabled)
+        total = len(wanted_cpus)
+        running = ("disabled on %d/%d CPUs" % (len(disabled & wanted_cpus), total)) if disabled & wanted_cpus \
+            else "enabled on %d CPUs" % total
+        persisted = ctx.boot_persisted(want)
+        why = "latency %s us" % st.get("latency")
+        if not wrong:
+            out.append(setting("cpuidle", name, want, running, "applied", why, persisted))
+        else:
+            out.append(setting("cpuidle", name, want, running, "drifted",
+                               "%s; not %s on CPUs %s" % (why, want, format_cpulist(wrong)), persisted))
+    return out
+
+
+def _pstate_mode(family, cpufreq):
+    if family == "amd-pstate":
+        return (cpufreq.get("amd_pstate") or {}).get("status")
+    if family == "intel_pstate":
+        return (cpufreq.get("intel_pstate") or {}).get("status")
+    return None
+
+
+def _driver_family(driver):
+    if driver in ("amd-pstate", "amd-pstate-epp"):
+        return "amd-pstate"
+    if driver in ("intel_pstate", "intel_cpufreq"):
+        return "intel_pstate"
+    return driver
+
+
+def cpufreq_settings(facts, desired, ctx):
+    """Driver (and pstate mode), governor, EPP and boost."""
+    cf = facts.get("cpufreq") or {}
+    vendor = (facts.get("cpu") or {}).get("vendor")
+    family = desired.get("driver")
+    if family == "native":
+        # As cpu_freq resolves it: the vendor's own pstate driver (unknown vendor: no preference).
+        family = {v: f for f, v in PSTATE_VENDOR.items()}.get(vendor)
+    mode = desired.get("amd_pstate_mode") if family == "amd-pstate" else desired.get("intel_pstate_status")
+    wanted = [(k, desired.get(k)) for k in ("governor", "epp", "boost") if desired.get(k) is not None]
+    if not family and not wanted:
+        return []
+    if not cf.get("supported"):
+        why = "no cpufreq driver: the CPUs have no frequency scaling (virtual machine, or disabled in the BIOS)"
+        out = [setting("cpufreq", "driver", family, None, "not_applicable", why)] if family else []
+        return out + [setting("cpufreq", k, v, None, "not_applicable", why) for k, v in wanted]
+    running_driver = cf.get("driver")
+    out = []
+    driver_state = None
+    if family:
+        want_text = "%s (%s)" % (family, mode) if mode else family
+        running_mode = _pstate_mode(family, cf)
+        running_text = "%s (%s)" % (running_driver, running_mode) if running_mode else running_driver
+        need_vendor = PSTATE_VENDOR.get(family)
+        # As cpu_freq plans the switch: amd_pstate=<mode>, intel_pstate=active.
+        arg = None
+        if family == "amd-pstate":
+            arg = "amd_pstate=%s" % (mode or "active")
+        elif family == "intel_pstate":
+            arg = "intel_pstate=active"
+        arg_view = ctx.arg(arg) if arg else None
+        persisted = arg if arg_view and arg_view.get("configured") else None
+        if need_vendor and vendor and vendor != need_vendor:
+            driver_state = "not_applicable"
+            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
+                               "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor)))
+        elif _driver_family(running_driver) == family and (not mode or not running_mode or running_mode == mode):
+            driver_state = "applied"
+            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state, "", persisted))
+        elif _driver_family(running_driver) == family:
+            driver_state = "drifted"
+            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
+                               "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
+                               % (family, running_mode), persisted))
+        elif arg_view and arg_view.get("configured") and not arg_view.get("running"):
+            driver_state = "pending_reboot"
+            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
+                               "%s is configured for the next boot; %s runs until the reboot"
+                               % (arg, running_driver), persisted))
+        elif arg_view and arg_view.get("running"):
+            driver_state = "drifted"
+            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
+                               "%s is on the running command line but %s serves the CPUs: CPPC is off in the "
+                               "BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
+                               % (arg, running_driver), persisted))
+        else:
+            driver_state = "drifted"
+            why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
+                   "reboot switches the driver)" % (running_driver, arg)) if arg else \
+                "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
+                    running_driver, family)
+            if ctx.cmdline_error:
+                why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
+            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state, why, persisted))
+    for key, want in wanted:
+        out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
+    return out
+
+
+def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
+    persisted = ctx.boot_persisted(want)
+    if key == "boost":
+        running = cf.get("boost")
+        no_turbo = (cf.get("intel_pstate") or {}).get("no_turbo")
+        if running is None and no_turbo is not None:
+            running = not no_turbo
+        if running is None:
+            return setting("cpufreq", key, want, None, "unsupported",
+                           "driver %s has no boost control (cpufreq/boost, intel_pstate/no_turbo)" % cf.get("driver"),
+                           persisted)
+        state = "applied" if bool(running) == bool(want) else "drifted"
+        return setting("cpufreq", key, want, running, state, "", persisted)
+    agg = cf.get(key) or {}
+    running = agg.get("value")
+    values = agg.get("values") or {}
+    shown = running if len(values) <= 1 else ", ".join("%s on %s" % (v, c) for v, c in values.items())
+    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
+    after_reboot = "the driver switch pending a reboot brings %s" % key
+    if running is None or (available and want not in available):
+        if driver_state == "pending_reboot":
+            return setting("cpufreq", key, want, shown, "pending_reboot", after_reboot, persisted)
+        if driver_state == "drifted":
+            return setting("cpufreq", key, want, shown, "drifted",
+                           "%s does not offer %s=%s; it needs the %s driver" % (cf.get("driver"), key, want, family),
+                           persisted)
+        what = "offers no EPP" if key == "epp" and running is None else \
+            "does not offer %s (available: %s)" % (want, ", ".join(available) or "none")
+        return setting("cpufreq", key, want, shown, "unsupported", "driver %s %s" % (cf.get("driver"), what),
+                       persisted)
+    if running == want and not agg.get("cpus_differing"):
+        return setting("cpufreq", key, want, shown, "applied", "", persisted)
+    return setting("cpufreq", key, want, shown, "drifted",
+                   "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
+
+
+def _sysctl_setting(family, key, want, running, ctx):
+    persisted = None if ctx.sysctl_persisted is None else ctx.sysctl_persisted.get(key)
+    if running is None:
+        return setting(family, key, want, None, "not_applicable",
+                       "this kernel has no %s (/proc/sys/%s)" % (key, key.replace(".", "/")), persisted)
+    if _compare(running, want):
+        return setting(family, key, want, running, "applied", "", persisted)
+    why = ""
+    if persisted is not None and _compare(persisted, want):
+        why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
+    return setting(family, key, want, running, "drifted", why, persisted)
+
+
+def tunable_settings(facts, desired, ctx):
+    """NUMA balancing, transparent hugepages and the other sysctls."""
+    out = []
+    sysctl = facts.get("sysctl") or {}
+    if desired.get("numa_balancing") is not None:
+        running = (facts.get("memory") or {}).get("numa_balancing")
+        if running is None:
+            running = sysctl.get("kernel.numa_balancing")
+        out.append(_sysctl_setting("numa_balancing", "kernel.numa_balancing", desired["numa_balancing"], running, ctx))
+    thp = (facts.get("memory") or {}).get("thp") or {}
+    for key, want in sorted((desired.get("thp") or {}).items(), key=lambda kv: kv[0] != "enabled"):
+        if want in (None, ""):
+            continue
+        running = thp.get(key)
+        persisted = ctx.boot_persisted(want)
+        if running is None:
+            out.append(setting("thp", key, want, None, "not_applicable",
+                               "no transparent hugepages (/sys/kernel/mm/transparent_hugepage/%s)" % key, persisted))
+        else:
+            out.append(setting("thp", key, want, running, "applied" if running == want else "drifted", "", persisted))
+    for key, want in sorted((desired.get("sysctl") or {}).items()):
+        if key == "kernel.numa_balancing" and desired.get("numa_balancing") is not None:
+            continue
+        out.append(_sysctl_setting("sysctl", key, want, sysctl.get(key), ctx))
+    return out
+
+
+def kmod_settings(facts, desired, ctx):
+    """One setting per optional module: loaded (with its parameters) or, for state absent, not loaded."""
+    mods = facts.get("modules") or {}
+    by_name = mods.get("by_name") or {}
+    loaded_names = set(mods.get("loaded") or [])
+    out = []
+    for req in desired.get("modules") or []:
+        name = req["name"]
+        key = name.replace("-", "_")
+        info = by_name.get(name) or by_name.get(key) or {}
+        loaded = bool(info.get("loaded"))
+        present = req.get("state", "present") != "absent"
+        params = {k: normalize_value(v) for k, v in (req.get("params") or {}).items()}
+        want = ("loaded" + (" %s" % " ".join("%s=%s" % kv for kv in sorted(params.items())) if params else "")) \
+            if present else "not loaded"
+        running = "loaded" if loaded else "not loaded"
+        persisted = ("loaded at boot" if key in ctx.modules_persisted else None) if present else None
+        if not present:
+            out.append(setting("kmod", name, want, running, "drifted" if loaded else "applied", "", persisted))
+            continue
+        if loaded:
+            current = info.get("parameters") or {}
+            drift = sorted(k for k, v in params.items() if normalize_value(current.get(k)) != v)
+            if drift:
+                out.append(setting("kmod", name, want, running + " " + " ".join(
+                    "%s=%s" % (k, current.get(k)) for k in drift), "drifted",
+                    "loaded with other parameters (%s): a reload applies them" % ", ".join(drift), persisted))
+            else:
+                out.append(setting("kmod", name, want, running, "applied", "", persisted))
+            continue
+        need = MODULE_NEEDS.get(key)
+        if req.get("required"):
+            out.append(setting("kmod", name, want, running, "drifted", "required module is not loaded", persisted))
+        elif need and need[0] not in loaded_names:
+            out.append(setting("kmod", name, want, running, "not_applicable",
+                               "needs %s, which this node does not have (%s not loaded); loading fails with "
+                               "'Invalid argument', which is harmless here" % (need[1], need[0]), persisted))
+        else:
+            out.append(setting("kmod", name, want, running, "not_applicable",
+                               "optional module that did not load on this node (kmod_optional reports why)",
+                               persisted))
+    return out
+
+
+def cmdline_settings(facts, desired, ctx):
+    """One setting per desired kernel argument: running, configured for the next boot, or neither."""
+    out = []
+    for arg in desired.get("cmdline") or []:
+        view = ctx.arg(arg)
+        configured = view["configured"]
+        running = view["running"]
+        persisted = arg if configured else None
+        if running:
+            why = "" if configured or configured is None else "not configured for the next boot: a reboot drops it"
+            out.append(setting("cmdline", arg, arg, arg, "applied", why, persisted))
+        elif configured:
+            out.append(setting("cmdline", arg, arg, None, "pending_reboot",
+                               "configured for the next boot; not on /proc/cmdline yet", persisted))
+        elif configured is None:
+            out.append(setting("cmdline", arg, arg, None, "drifted",
+                               "not on /proc/cmdline; the boot configuration is unknown (%s)" % ctx.cmdline_error,
+                               persisted))
+        else:
+            out.append(setting("cmdline", arg, arg, None, "drifted",
+                               "neither on /proc/cmdline nor configured for the next boot", persisted))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU section (nvidia-smi)
+# ---------------------------------------------------------------------------------------------
+
+
+def _pci_gpu_count(facts):
+    devices = (facts.get("pci") or {}).get("devices") or []
+    return sum(1 for d in devices if str(d.get("vendor")).lower() in ("0x10de", "10de")
+               and str(d.get("class")).lower().replace("0x", "")[:4] in ("0300", "0302"))
+
+
+def gpu_section(facts, gpu, root="/"):
+    """``(section, settings)`` from the nvidia-smi outputs of the verify tasks.
+
+    ``gpu`` holds ``probe`` (``simulated``, ``absent``, ``present`` or ``disabled``) and, when
+    present, ``query``, ``topology``, ``p2p_read``, ``p2p_write`` (each ``{rc, stdout, stderr}``),
+    or ``results``, the registered loop over those commands (``item.key`` names each).
+    """
+    gpu = dict(gpu or {})
+    # The registered loop of the verify tasks: one result per command, keyed by item.key.
+    for res in gpu.pop("results", None) or []:
+        key = (res.get("item") or {}).get("key")
+        if key and not res.get("skipped"):
+            gpu[key] = {"rc": res.get("rc"), "stdout": res.get("stdout"),
+                        "stderr": res.get("stderr") or res.get("msg")}
+    probe = gpu.get("probe") or ("simulated" if (root or "/") != "/" else "absent")
+    if probe == "disabled":
+        return {"state": "disabled", "reason": "gpunode_tuning_verify_gpu_enabled is false"}, []
+    reasons = {
+        "simulated": "simulated node root (%s): nvidia-smi is not run" % root,
+        "absent": "nvidia-smi is not installed on this node (no NVIDIA driver user space)",
+    }
+    if probe != "present":
+        why = reasons.get(probe, "nvidia-smi unavailable")
+        section = {"state": "not_applicable", "reason": why}
+        return section, [setting("gpu", "count", None, None, "not_applicable", why),
+                         setting("gpu", "persistence_mode", "Enabled", None, "not_applicable", why)]
+    query = gpu.get("query") or {}
+    pci_count = _pci_gpu_count(facts)
+    if query.get("rc", 0) != 0:
+        why = "nvidia-smi failed (rc %s): %s" % (query.get("rc"), (query.get("stderr") or query.get("stdout")
+                                                                   or "").strip()[:300])
+        section = {"state": "error", "reason": why, "pci_gpus": pci_count}
+        return section, [setting("gpu", "count", pci_count, None, "drifted", why),
+                         setting("gpu", "persistence_mode", "Enabled", None, "drifted", why)]
+    gpus = parse_gpu_query(query.get("stdout"))
+    topo_text = (gpu.get("topology") or {}).get("stdout") or ""
+    p2p_r = parse_p2p((gpu.get("p2p_read") or {}).get("stdout"))
+    p2p_w = parse_p2p((gpu.get("p2p_write") or {}).get("stdout"))
+    section = {
+        "state": "checked",
+        "reason": "",
+        "count": len(gpus),
+        "pci_gpus": pci_count,
+        "gpus": gpus,
+        "topology": parse_topology(topo_text),
+        "topology_text": topo_text.rstrip(),
+        "p2p_read": p2p_r,
+        "p2p_write": p2p_w,
+    }
+    settings = []
+    if pci_count and len(gpus) < pci_count:
+        seen = {g["bdf"] for g in gpus}
+        missing = [d["bdf"] for d in (facts.get("pci") or {}).get("devices") or [] if d["bdf"] not in seen]
+        settings.append(setting("gpu", "count", pci_count, len(gpus), "drifted",
+                                "the driver sees %d of %d GPUs on the PCI bus (missing: %s); fallen off the bus?"
+                                % (len(gpus), pci_count, ", ".join(missing) or "?")))
+    else:
+        settings.append(setting("gpu", "count", pci_count or len(gpus), len(gpus), "applied",
+                                "%d GPUs visible to the driver" % len(gpus)))
+    off = [str(g["index"]) for g in gpus if g["persistence_mode"].lower() != "enabled"]
+    if not gpus:
+        settings.append(setting("gpu", "persistence_mode", "Enabled", None, "not_applicable", "no GPU"))
+    elif off:
+        settings.append(setting("gpu", "persistence_mode", "Enabled", "Disabled on GPU %s" % ", ".join(off),
+                                "drifted", "persistence mode off: the driver tears down GPU state when idle "
+                                           "(run nvidia-persistenced)"))
+    else:
+        settings.append(setting("gpu", "persistence_mode", "Enabled", "Enabled", "applied", ""))
+    return section, settings
+
+
+# ---------------------------------------------------------------------------------------------
+# Host and fleet
+# ---------------------------------------------------------------------------------------------
+
+
+def kernel_log_section(kernel_log, since_info=None, fail_classes=DEFAULT_FAIL_CLASSES):
+    """Kernel-log summary: counts per class, which classes fail, samples of every reported class."""
+    kl = kernel_log or {}
+    counts = {c: int((kl.get("counts") or {}).get(c, 0)) for c in KMSG_CLASSES}
+    fail_classes = [c for c in (fail_classes or []) if c in KMSG_CLASSES]
+    failing = {c: counts[c] for c in fail_classes if counts[c]}
+    since_info = since_info or {}
+    records = kl.get("records") or {}
+    return {
+        "available": bool(kl.get("available")),
+        "reason": kl.get("reason"),
+        "since": kl.get("since", since_info.get("since", 0.0)),
+        "since_source": since_info.get("source", "boot"),
+        "since_detail": since_info.get("detail", ""),
+        "levels": kl.get("levels") or [],
+        "records_total": kl.get("records_total", 0),
+        "records_selected": kl.get("records_selected", 0),
+        "counts": counts,
+        "fail_classes": fail_classes,
+        "failing": failing,
+        "new_errors": sum(failing.values()),
+        "warnings": sum(counts[c] for c in ("lockdown", "module_failure") if c not in fail_classes),
+        "xid_codes": kl.get("xid_codes") or {},
+        "aer_severities": kl.get("aer_severities") or {},
+        "samples": {c: records.get(c) or [] for c in KMSG_CLASSES if records.get(c)},
+    }
+
+
+def count_states(settings):
+    counts = dict.fromkeys(STATES, 0)
+    for s in settings:
+        counts[s["state"]] += 1
+    return counts
+
+
+def family_counts(settings):
+    out = {}
+    for s in settings:
+        out.setdefault(s["family"], dict.fromkeys(STATES, 0))[s["state"]] += 1
+    return {f: out[f] for f in FAMILIES if f in out}
+
+
+def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None, fail_on_pending=False,
+                  fail_classes=DEFAULT_FAIL_CLASSES, host=None, verified_at=None):
+    """Compare ``facts`` (tuning_facts) with ``desired``; return the host's verification result.
+
+    ``desired`` keys (each optional; absent or null = not part of the desired state):
+    ``pcie_mrrs`` {mrrs}, ``cpuidle`` {disable, max_latency_us, cpus}, ``cpufreq`` {driver,
+    amd_pstate_mode, intel_pstate_status, governor, epp, boost}, ``numa_balancing``, ``thp``
+    {enabled, defrag}, ``sysctl`` {key: value}, ``kmod`` {modules: [...]}, ``cmdline`` [args].
+    ``context``: a dict with ``cmdline`` (see ``configured_arguments``), ``sysctl_persisted``
+    (the drop-in text), ``boot_unit`` (bool), ``modules_persisted`` (names), ``root``.
+    """
+    if not isinstance(facts, dict):
+        raise VerificationError("facts: expected the tuning_facts dict, got %s" % type(facts).__name__)
+    if "tuning_facts" in facts and "kernel" not in facts:
+        facts = facts["tuning_facts"]
+    desired = desired or {}
+    c = dict(context or {})
+    text = c.get("sysctl_persisted")
+    ctx = Context(cmdline=c.get("cmdline"),
+                  sysctl_persisted=None if text is None else parse_sysctl_conf(text),
+                  boot_unit=c.get("boot_unit"), modules_persisted=c.get("modules_persisted"),
+                  root=c.get("root") or "/",
+                  running_args=(facts.get("kernel") or {}).get("cmdline_args"))
+    settings = []
+    if desired.get("pcie_mrrs") and desired["pcie_mrrs"].get("mrrs") is not None:
+        settings += mrrs_settings(facts, desired["pcie_mrrs"], ctx)
+    if desired.get("cpuidle"):
+        settings += cpuidle_settings(facts, desired["cpuidle"], ctx)
+    if desired.get("cpufreq"):
+        settings += cpufreq_settings(facts, desired["cpufreq"], ctx)
+    settings += tunable_settings(facts, desired, ctx)
+    if (desired.get("kmod") or {}).get("modules"):
+        settings += kmod_settings(facts, desired["kmod"], ctx)
+    if desired.get("cmdline"):
+        settings += cmdline_settings(facts, desired, ctx)
+    gpu_info, gpu_settings = gpu_section(facts, gpu, ctx.root)
+    settings += gpu_settings
+
+    klog = kernel_log_section(facts.get("kernel_log"), kernel_log_since, fail_classes)
+    counts = count_states(settings)
+    failures = []
+    drifted = [s for s in settings if s["state"] == "drifted"]
+    if drifted:
+        failures.append("%d drifted: %s" % (len(drifted), _by_family(drifted)))
+    if klog["new_errors"]:
+        failures.append("kernel log: %s %s" % (
+            ", ".join("%d %s" % (n, c) for c, n in klog["failing"].items()), klog["since_detail"] or "since boot"))
+    pending = [s for s in settings if s["state"] == "pending_reboot"]
+    if pending and fail_on_pending:
+        failures.append("%d pending a reboot (gpunode_tuning_verify_fail_on_pending): %s"
+                        % (len(pending), _by_family(pending)))
+    kernel = facts.get("kernel") or {}
+    cpu = facts.get("cpu") or {}
+    return {
+        "host": host,
+        "verified_at": verified_at,
+        "status": "fail" if failures else "pass",
+        "ok": not failures,
+        "failures": failures,
+        "reboot_required": bool(pending),
+        "node": {
+            "root": ctx.root,
+            "os": (facts.get("os") or {}).get("pretty_name"),
+            "kernel": kernel.get("release"),
+            "cmdline": kernel.get("cmdline"),
+            "lockdown": kernel.get("lockdown"),
+            "cpu": cpu.get("model"),
+            "cpus": cpu.get("online_count"),
+            "numa_nodes": cpu.get("numa_nodes"),
+            "pci_selected": (facts.get("pci") or {}).get("count"),
+            "boot_unit": ctx.boot_unit,
+        },
+        "counts": counts,
+        "families": family_counts(settings),
+        "settings": settings,
+        "kernel_log": klog,
+        "gpu": gpu_info,
+    }
+
+
+def _by_family(settings, most=3):
+    """``pcie_mrrs (8), cpufreq driver, governor``: names per family, a count when there are many."""
+    groups = {}
+    for s in settings:
+        groups.setdefault(s["family"], []).append(s["name"])
+    parts = []
+    for family, names in groups.items():
+        parts.append("%s (%d)" % (family, len(names)) if len(names) > most
+                     else "%s %s" % (family, ", ".join(names)))
+    return "; ".join(parts)
+
+
+def error_result(host, message, verified_at=None):
+    """The result of a host whose facts could not be gathered (the verify tasks rescued the error)."""
+    return {
+        "host": host,
+        "verified_at": verified_at,
+        "status": "error",
+        "ok": False,
+        "failures": ["verification could not run: %s" % message],
+        "reboot_required": False,
+        "node": {},
+        "counts": dict.fromkeys(STATES, 0),
+        "families": {},
+        "settings": [],
+        "kernel_log": kernel_log_section({}, {}, ()),
+        "gpu": {"state": "error", "reason": message},
+    }
+
+
+def fleet_summary(results, hosts=None, generated_at=None):
+    """Hosts x knob families from per-host results.
+
+    ``results``: host -> result (or None when the host has none: unreachable, or failed before
+    it was evaluated). ``hosts``: the order (default: sorted names). Failing hosts come first,
+    most drifted settings first.
+    """
+    results = dict(results or {})
+    names = list(hosts) if hosts else sorted(results)
+    rows = []
+    totals = dict.fromkeys(STATES, 0)
+    families_seen = set()
+    for name in names:
+        res = results.get(name)
+        if not isinstance(res, dict) or "status" not in res:
+            rows.append({"host": name, "status": "missing", "ok": False, "counts": dict.fromkeys(STATES, 0),
+                         "families": {}, "failures": ["no verification result (unreachable, or failed before "
+                                                      "evaluation)"], "kmsg_new_errors": 0,
+                         "reboot_required": False})
+            continue
+        for st, n in (res.get("counts") or {}).items():
+            totals[st] = totals.get(st, 0) + n
+        families_seen.update((res.get("families") or {}).keys())
+        rows.append({
+            "host": name,
+            "status": res["status"],
+            "ok": bool(res.get("ok")),
+            "counts": res.get("counts") or dict.fromkeys(STATES, 0),
+            "families": res.get("families") or {},
+            "failures": res.get("failures") or [],
+            "kmsg_new_errors": (res.get("kernel_log") or {}).get("new_errors", 0),
+            "reboot_required": bool(res.get("reboot_required")),
+        })
+    order = {"error": 0, "missing": 0, "fail": 1, "pass": 2}
+    failing = sorted((r for r in rows if not r["ok"]),
+                     key=lambda r: (order.get(r["status"], 0), -r["counts"].get("drifted", 0),
+                                    -r["kmsg_new_errors"], r["host"]))
+    families = [f for f in FAMILIES if f in families_seen]
+    cells = {}
+    for r in rows:
+        cells[r["host"]] = {f: _cell(r["families"].get(f)) for f in families}
+    return {
+        "generated_at": generated_at,
+        "hosts": len(rows),
+        "passed": sum(1 for r in rows if r["ok"]),
+        "failed": len(failing),
+        "pending_reboot_hosts": [r["host"] for r in rows if r["reboot_required"]],
+        "totals": totals,
+        "families": families,
+        "family_titles": {f: FAMILY_TITLES[f] for f in families},
+        "rows": rows,
+        "cells": cells,
+        "failing": failing,
+    }
+
+
+def _cell(counts):
+    """A compact table cell: ``8 ok``, ``1 drifted / 7 ok``, ``n/a``."""
+    if not counts:
+        return "-"
+    parts = []
+    for st, label in (("drifted", "drifted"), ("pending_reboot", "pending"), ("unsupported", "unsupported"),
+                      ("applied", "ok"), ("not_applicable", "n/a")):
+        n = counts.get(st, 0)
+        if n:
+            parts.append(label if (label == "n/a" and len(parts) == 0 and n == sum(counts.values()))
+                         else "%d %s" % (n, label))
+    return " / ".join(parts) if parts else "-"

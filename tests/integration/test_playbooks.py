@@ -1,0 +1,366 @@
+"""playbooks/tune.yml and playbooks/rollback.yml end to end on simulated nodes.
+
+Each test runs ansible-playbook as a subprocess against freshly built simulated nodes
+(tools/simnode.py) through ``gpunode_tuning_root`` and the local connection, and compares
+snapshots of the node trees. Nodes are shared per module where a test only reads them; every
+playbook run costs ~5-20 s on a 2-core machine, so the suite keeps to a handful of runs.
+
+The simulated kernel log (``dev/kmsg``) is left out of byte-identity checks: the node's
+simulated modprobe appends nvidia_peermem's load failure to it, as a real kernel would, and a
+kernel log cannot be rolled back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+import simnode  # noqa: E402  (tools/ is put on sys.path above)
+
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+ROLE = os.path.join(REPO, "roles", "tuning")
+JOURNAL = "var/lib/gpunode-tuning/journal.json"
+APPEND_ONLY = {"dev/kmsg"}
+# What the persistent flow writes (relative to the node root).
+PERSISTENT_FILES = {
+    "etc/sysctl.d/90-gpunode-tuning.conf",
+    "etc/systemd/system/gpunode-tuning-boot.service",
+    "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
+    "usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh",
+    "etc/udev/rules.d/70-gpunode-tuning.rules",
+    "etc/default/grub.d/60-gpunode-tuning.cfg",
+}
+# Standard directories the persistent flow may have to create on a bare simulated root; they are
+# not ours, so a rollback leaves them (a real node has them already, or they stay empty).
+STANDARD_DIRS = {
+    "usr/local",
+    "usr/local/libexec",
+    "etc/systemd/system/multi-user.target.wants",
+}
+# Paths on the controller that must never appear: the runs target simulated roots only.
+HOST_PATHS = [
+    "/etc/sysctl.d/90-gpunode-tuning.conf",
+    "/etc/systemd/system/gpunode-tuning-boot.service",
+    "/etc/udev/rules.d/70-gpunode-tuning.rules",
+    "/etc/default/grub.d/60-gpunode-tuning.cfg",
+    "/usr/local/libexec/gpunode-tuning",
+    "/var/lib/gpunode-tuning",
+]
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def snapshot(root):
+    """Map every path below root to what it is: ('f', sha256, mode), ('l', target) or ('d',)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            if rel in APPEND_ONLY:
+                continue
+            if os.path.islink(full):
+                out[rel] = ("l", os.readlink(full))
+            elif os.path.isdir(full):
+                out[rel] = ("d",)
+            else:
+                with open(full, "rb") as fh:
+                    out[rel] = ("f", hashlib.sha256(fh.read()).hexdigest(), stat.S_IMODE(os.lstat(full).st_mode))
+    return out
+
+
+def tree_changes(before, after):
+    """Paths added, removed or changed between two snapshots (sorted, for assertion messages)."""
+    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+
+
+def build_node(path, preset="audited-epyc-8gpu", **kwargs):
+    simnode.build(str(path), preset, **kwargs)
+    return str(path)
+
+
+def write_inventory(path, roots, **hostvars):
+    """A YAML inventory with one local host per simulated root, in group gpunodes."""
+    hosts = {}
+    for name, root in roots.items():
+        hosts[name] = dict(gpunode_tuning_root=root, **hostvars)
+    inv = {
+        "all": {
+            "children": {"gpunodes": {"hosts": hosts}},
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python")},
+        }
+    }
+    path.write_text(yaml.safe_dump(inv))
+    return str(path)
+
+
+def run_playbook(playbook, inventory, *args):
+    env = dict(os.environ)
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env.pop("ANSIBLE_CONFIG", None)  # the repository's ansible.cfg (cwd) applies
+    cmd = [
+        os.path.join(VENV_BIN, "ansible-playbook"),
+        "-i",
+        inventory,
+        os.path.join(REPO, "playbooks", playbook),
+        *args,
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc.recap = {
+        m.group(1): dict(
+            ok=int(m.group(2)),
+            changed=int(m.group(3)),
+            unreachable=int(m.group(4)),
+            failed=int(m.group(5)),
+            skipped=int(m.group(6)),
+        )
+        for m in RECAP.finditer(proc.stdout)
+    }
+    return proc
+
+
+def assert_ok(proc):
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+def assert_host_untouched():
+    for path in HOST_PATHS:
+        assert not os.path.lexists(path), "a run against a simulated root wrote %s on the controller" % path
+
+
+def read_mrrs(root, bdf):
+    """MRRS of one device of a simulated node, read with the real setpci (DevCtl bits 14:12)."""
+    out = subprocess.run(
+        ["setpci", "-O", "sysfs.path=%s/sys/bus/pci" % root, "-s", bdf, "CAP_EXP+08.w"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return 128 << ((int(out, 16) & 0x7000) >> 12)
+
+
+def cstate_disabled(root, name):
+    """Set of CPUs on which the idle state ``name`` is disabled."""
+    cpu_dir = os.path.join(root, "sys/devices/system/cpu")
+    out = set()
+    for cpu in os.listdir(cpu_dir):
+        if not re.fullmatch(r"cpu\d+", cpu):
+            continue
+        idle = os.path.join(cpu_dir, cpu, "cpuidle")
+        for state in os.listdir(idle) if os.path.isdir(idle) else []:
+            with open(os.path.join(idle, state, "name")) as fh:
+                if fh.read().strip() != name:
+                    continue
+            with open(os.path.join(idle, state, "disable")) as fh:
+                if fh.read().strip() == "1":
+                    out.add(int(cpu[3:]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Static checks (no playbook run)
+# --------------------------------------------------------------------------------------------
+
+
+def test_argument_spec_defaults_match():
+    """Every public default is in the spec with the same default; preset-derived ones say so."""
+    with open(os.path.join(ROLE, "defaults", "main.yml")) as fh:
+        defaults = yaml.safe_load(fh)
+    with open(os.path.join(ROLE, "meta", "argument_specs.yml")) as fh:
+        specs = yaml.safe_load(fh)["argument_specs"]
+    options = {}
+    for entry in specs.values():
+        options.update(entry.get("options", {}))
+    assert set(defaults) == set(options), "defaults/main.yml and meta/argument_specs.yml list different variables"
+    for name, value in defaults.items():
+        spec = options[name]
+        if isinstance(value, str) and "__gpunode_tuning_preset_values" in value:
+            assert "default" not in spec, name
+            assert any("preset" in line for line in spec["description"]), name
+        else:
+            assert spec.get("default") == value, name
+    for entry in ("main", "runtime", "persistent", "rollback"):
+        assert entry in specs, "entry point %s has no argument spec" % entry
+
+
+def test_presets_have_the_same_knobs():
+    with open(os.path.join(ROLE, "vars", "main.yml")) as fh:
+        presets = yaml.safe_load(fh)["__gpunode_tuning_presets"]
+    assert {"inference-throughput", "inference-latency"} <= set(presets)
+    keys = {name: set(values) for name, values in presets.items()}
+    assert len({frozenset(k) for k in keys.values()}) == 1, keys
+    with open(os.path.join(ROLE, "meta", "argument_specs.yml")) as fh:
+        choices = yaml.safe_load(fh)["argument_specs"]["main"]["options"]["gpunode_tuning_preset"]["choices"]
+    assert set(choices) == set(presets)
+
+
+# --------------------------------------------------------------------------------------------
+# Playbook runs
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_node(tmp_path_factory):
+    """A fresh audited node that tests only run check mode or failing validation against."""
+    base = tmp_path_factory.mktemp("shared")
+    root = build_node(base / "node")
+    inventory = write_inventory(base / "hosts.yml", {"sim-shared": root})
+    return root, inventory
+
+
+def test_check_mode_writes_nothing(shared_node):
+    root, inventory = shared_node
+    before = snapshot(root)
+    with open(os.path.join(root, "dev/kmsg"), "rb") as fh:
+        kmsg = fh.read()
+    proc = run_playbook("tune.yml", inventory, "--check", "--diff")
+    assert_ok(proc)
+    assert proc.recap["sim-shared"]["changed"] > 0, "check mode should predict changes on an untuned node"
+    assert tree_changes(before, snapshot(root)) == []
+    with open(os.path.join(root, "dev/kmsg"), "rb") as fh:
+        assert fh.read() == kmsg, "check mode ran the node's modprobe"
+    assert_host_untouched()
+
+
+def test_bad_values_fail_validation_before_any_change(shared_node):
+    root, inventory = shared_node
+    before = snapshot(root)
+    proc = run_playbook(
+        "tune.yml",
+        inventory,
+        "-e",
+        "gpunode_tuning_mrrs=300",
+        "-e",
+        "gpunode_tuning_preset=foo",
+        "-e",
+        "gpunode_tuning_cpufreq_governor=42",
+    )
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "Validating arguments against arg spec 'main'" in out
+    assert "value of gpunode_tuning_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in out
+    assert "value of gpunode_tuning_preset must be one of: inference-throughput, inference-latency, got: foo" in out
+    assert re.search(
+        r"value of gpunode_tuning_cpufreq_governor must be one of: performance, powersave, "
+        r"schedutil, ondemand, conservative, userspace.*got: 42",
+        out,
+    )
+    assert proc.recap["sim-shared"]["ok"] == 0 and proc.recap["sim-shared"]["changed"] == 0
+    assert tree_changes(before, snapshot(root)) == []
+
+
+def test_runtime_is_idempotent_and_rollback_restores_the_tree(tmp_path):
+    root = build_node(tmp_path / "node")
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-rt": root})
+    before = snapshot(root)
+
+    first = run_playbook("tune.yml", inventory, "--tags", "runtime")
+    assert_ok(first)
+    assert first.recap["sim-rt"]["changed"] >= 4  # mrrs, cstate, cpufreq, tunables
+    assert read_mrrs(root, "0000:41:00.0") == 4096
+    assert cstate_disabled(root, "C2") == set(range(128))
+    assert os.path.isfile(os.path.join(root, JOURNAL))
+    assert stat.S_IMODE(os.stat(os.path.join(root, JOURNAL)).st_mode) == 0o600
+    changed = {p for p in tree_changes(before, snapshot(root))}
+    assert not changed & PERSISTENT_FILES, "runtime tuning wrote persistent files"
+
+    second = run_playbook("tune.yml", inventory, "--tags", "runtime")
+    assert_ok(second)
+    assert second.recap["sim-rt"]["changed"] == 0, second.stdout[-4000:]
+
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
+    assert tree_changes(before, snapshot(root)) == []
+    assert '"C2"' in rollback.stdout and "0000:41:00.0" in rollback.stdout  # reported as restored
+    assert_host_untouched()
+
+
+def test_persistent_then_rollback_removes_every_file(tmp_path):
+    root = build_node(tmp_path / "node")
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-p": root})
+    before = snapshot(root)
+
+    full = run_playbook("tune.yml", inventory)  # untagged: runtime, persistent, verify placeholder
+    assert_ok(full)
+    added = set(snapshot(root)) - set(before)
+    assert PERSISTENT_FILES <= added, sorted(PERSISTENT_FILES - added)
+    # nvidia_peermem does not load on this node: not persisted, and the run says why.
+    assert not any(p.startswith(("etc/modules-load.d/", "etc/modprobe.d/")) for p in added)
+    assert "nvidia_peermem is not persisted: it does not load (invalid_argument" in full.stdout
+    assert "amd_pstate=active" in (tmp_path / "node/etc/default/grub.d/60-gpunode-tuning.cfg").read_text()
+    assert "A reboot applies the pending kernel arguments (amd_pstate=active)" in full.stdout
+
+    sysctl = (tmp_path / "node/etc/sysctl.d/90-gpunode-tuning.conf").read_text()
+    for line in ("vm.swappiness=10", "kernel.numa_balancing=0", "net.core.somaxconn=65535"):
+        assert line in sysctl.splitlines()
+    unit = (tmp_path / "node/etc/systemd/system/gpunode-tuning-boot.service").read_text()
+    assert "Before=nvidia-persistenced.service" in unit
+    assert "ExecStart=/usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh" in unit
+    assert (
+        os.readlink(os.path.join(root, "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service"))
+        == "/etc/systemd/system/gpunode-tuning-boot.service"
+    )
+    script = os.path.join(root, "usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh")
+    assert os.access(script, os.X_OK)
+    with open(script) as fh:
+        assert "CAP_EXP+08.w=5000:7000" in fh.read()
+
+    again = run_playbook("tune.yml", inventory, "--tags", "persistent")
+    assert_ok(again)
+    assert again.recap["sim-p"]["changed"] == 0, again.stdout[-4000:]
+
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
+    left = tree_changes(before, snapshot(root))
+    assert set(left) <= STANDARD_DIRS, left
+    assert all(snapshot(root)[p] == ("d",) for p in left)
+    assert_host_untouched()
+
+
+def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
+    """The generated script (sh + setpci only) tunes an untouched node as the unit would at boot."""
+    tuned = build_node(tmp_path / "tuned")
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-boot": tuned})
+    proc = run_playbook("tune.yml", inventory, "--tags", "boot_unit", "-e", "gpunode_tuning_preset=inference-latency")
+    assert_ok(proc)
+    script = os.path.join(tuned, "usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh")
+
+    fresh = build_node(tmp_path / "fresh", cpus=8, gpus=2)
+    env = dict(os.environ, SYSFS=os.path.join(fresh, "sys"))
+    run = subprocess.run(["sh", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    info_gpus = ["0000:41:00.0", "0000:61:00.0"]
+    assert [read_mrrs(fresh, bdf) for bdf in info_gpus] == [4096, 4096]
+    assert cstate_disabled(fresh, "C2") == set(range(8))
+    assert cstate_disabled(fresh, "C1") == set()
+    with open(os.path.join(fresh, "sys/devices/system/cpu/cpufreq/policy0/scaling_governor")) as fh:
+        assert fh.read().strip() == "performance"
+    with open(os.path.join(fresh, "sys/kernel/mm/transparent_hugepage/enabled")) as fh:
+        assert fh.read().strip() == "madvise"
+    # The udev form touches one device only.
+    fresh2 = build_node(tmp_path / "fresh2", cpus=2, gpus=2)
+    run = subprocess.run(
+        ["sh", script, "pci", "0000:61:00.0"],
+        env=dict(os.environ, SYSFS=os.path.join(fresh2, "sys")),
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert [read_mrrs(fresh2, bdf) for bdf in info_gpus] == [512, 4096]
+    assert cstate_disabled(fresh2, "C2") == set()

@@ -1,0 +1,330 @@
+"""playbooks/verify.yml end to end on simulated nodes: states, kernel-log classes, reports, exit status.
+
+One runtime tuning (playbooks/tune.yml --tags runtime) prepares the tuned nodes; then verify runs
+over all of them. Every node tree is hashed before and after each verify run: verification writes
+nothing on a node, also without --check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+
+import simnode  # noqa: E402
+from conftest import tree_digest  # noqa: E402
+
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+JOURNAL = "var/lib/gpunode-tuning/journal.json"
+UPTIME = 86400.0  # simnode's /proc/uptime; the journal marker of a runtime tuning carries it
+
+# Host -> (preset, tuned at runtime). Extra preparation per host happens in the fixture.
+HOSTS = {
+    "applied": ("epyc-pstate-epp", True),
+    "pending": ("audited-epyc-8gpu", True),
+    "untuned": ("audited-epyc-8gpu", False),
+    "tiny": ("tiny-vm", True),
+    "kmsg": ("epyc-pstate-epp", True),
+    "rebooted": ("epyc-pstate-epp", True),
+    "broken": ("tiny-vm", False),
+}
+
+
+def ansible_env():
+    env = dict(os.environ)
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env.pop("ANSIBLE_CONFIG", None)
+    return env
+
+
+def run_playbook(playbook, inventory, *args):
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", playbook)]
+    cmd += list(args)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600)
+    proc.wall = time.monotonic() - start
+    return proc
+
+
+def write_inventory(path, roots, report_dir, extra_hosts=""):
+    lines = [
+        "all:",
+        "  children:",
+        "    gpunodes:",
+        "      vars:",
+        "        ansible_connection: local",
+        '        ansible_python_interpreter: "{{ ansible_playbook_python }}"',
+        "        gpunode_tuning_report_dir: %s" % report_dir,
+        "      hosts:",
+    ]
+    for name, root in roots.items():
+        lines.append("        %s:" % name)
+        lines.append("          gpunode_tuning_root: %s" % root)
+        if name == "kmsg":
+            # Noise from the overlay network only; the same message from elsewhere is "other".
+            lines.append("          gpunode_tuning_kmsg_ignore:")
+            lines.append("            - pattern: '^vxlan: non-ECT from'")
+            lines.append("              cidr: 10.224.0.0/16")
+            # The kernel logs lockdown refusals at notice level (security/lockdown/lockdown.c).
+            lines.append("          gpunode_tuning_kmsg_levels: [err, warn, notice]")
+        if name == "broken":
+            # An invalid regex makes tuning_facts fail: the host must still be reported.
+            lines.append("          gpunode_tuning_kmsg_ignore: [{pattern: '(unclosed'}]")
+    lines.append(extra_hosts)
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def append_kmsg(root, records):
+    """Append (level, seconds since boot, message) records to a simulated node's kernel log."""
+    path = os.path.join(root, "dev", "kmsg")
+    with open(path, encoding="utf-8") as fh:
+        seq = sum(1 for _ in fh)
+    with open(path, "a", encoding="utf-8") as fh:
+        for level, seconds, message in records:
+            fh.write("%d,%d,%d,-;%s\n" % (level, seq, int(seconds * 1e6), message))
+            seq += 1
+
+
+KMSG_RECORDS = [
+    # Before the runtime tuning: not counted.
+    (3, UPTIME - 50, "pcieport 0000:40:01.1: AER: Uncorrected (Fatal) error received: 0000:41:00.0"),
+    # After it: one of each class.
+    (3, UPTIME + 10, "pcieport 0000:40:01.1: AER: Corrected error received: 0000:41:00.0"),
+    (3, UPTIME + 10.5, "nvidia 0000:41:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"),
+    (3, UPTIME + 11, "NVRM: Xid (PCI:0000:61:00): 79, pid=2231, name=python3, GPU has fallen off the bus."),
+    (3, UPTIME + 12, "NVRM: GPU 0000:81:00.0: GPU has fallen off the bus."),
+    (4, UPTIME + 13, "vxlan: non-ECT from 10.224.9.9 with TOS=0x2"),
+    (4, UPTIME + 14, "vxlan: non-ECT from 192.168.7.7 with TOS=0x2"),
+    (5, UPTIME + 15, "Lockdown: setpci: direct PCI access is restricted; see man kernel_lockdown.7"),
+    (3, UPTIME + 16, "nvidia_peermem: disagrees about version of symbol ib_register_peer_memory_client"),
+]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    base = tmp_path_factory.mktemp("verify")
+    roots = {}
+    for name, (preset, _tuned) in HOSTS.items():
+        roots[name] = str(base / "nodes" / name)
+        simnode.build(roots[name], preset)
+    tune_inv = write_inventory(base / "tune.yml", {n: r for n, r in roots.items() if HOSTS[n][1]}, base / "unused")
+    proc = run_playbook("tune.yml", tune_inv, "--tags", "runtime")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # pending: amd_pstate=active configured in the GRUB drop-in, not on /proc/cmdline.
+    dropin = os.path.join(roots["pending"], "etc/default/grub.d/60-gpunode-tuning.cfg")
+    with open(dropin, "w", encoding="utf-8") as fh:
+        fh.write("# Managed by gpunode.tuning (kernel_cmdline module). Do not edit: changes are overwritten.\n"
+                 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n')
+    append_kmsg(roots["kmsg"], KMSG_RECORDS)
+    # rebooted: the journal's marker belongs to an earlier boot, so the whole boot counts; an
+    # Xid logged early in this boot (before the old marker's uptime) is then new.
+    with open(os.path.join(roots["rebooted"], "proc/sys/kernel/random/boot_id"), "w", encoding="utf-8") as fh:
+        fh.write("0a0a0a0a-1111-2222-3333-444444444444\n")
+    append_kmsg(roots["rebooted"], [(3, 200.0, "NVRM: Xid (PCI:0000:41:00): 13, Graphics Exception")])
+    for name in roots:
+        assert os.path.exists(os.path.join(roots[name], JOURNAL)) == HOSTS[name][1], name
+    # An unreachable host: it never gets a result and must be listed as missing.
+    unreachable = ("        unreachable:\n          ansible_connection: ssh\n          ansible_host: 127.0.0.1\n"
+                   "          ansible_port: 1\n          ansible_python_interpreter: /usr/bin/python3\n")
+    reports = base / "reports"
+    inv = write_inventory(base / "verify.yml", roots, reports, unreachable)
+    before = {n: tree_digest(r) for n, r in roots.items()}
+    proc = run_playbook("verify.yml", inv)
+    after = {n: tree_digest(r) for n, r in roots.items()}
+    results = {}
+    for name in roots:
+        path = reports / ("%s.json" % name)
+        if path.exists():
+            results[name] = json.loads(path.read_text())
+    return {"roots": roots, "inventory": inv, "reports": reports, "proc": proc, "before": before,
+            "after": after, "results": results, "base": base}
+
+
+def states(result, family=None):
+    return {s["id"]: s["state"] for s in result["settings"] if family is None or s["family"] == family}
+
+
+def test_verify_leaves_every_node_byte_identical(fleet):
+    assert fleet["before"] == fleet["after"]
+
+
+def test_exit_status_is_nonzero_when_a_host_drifts(fleet):
+    assert fleet["proc"].returncode != 0, fleet["proc"].stdout[-2000:]
+
+
+def test_applied_after_runtime_tuning(fleet):
+    res = fleet["results"]["applied"]
+    assert res["status"] == "pass", res["failures"]
+    got = states(res)
+    assert got["cpufreq.driver"] == "applied"
+    assert got["cpufreq.governor"] == "applied"
+    assert got["cpuidle.C2"] == "applied"
+    assert got["numa_balancing.kernel.numa_balancing"] == "applied"
+    assert {v for k, v in got.items() if k.startswith("pcie_mrrs.")} == {"applied"}
+    assert {v for k, v in got.items() if k.startswith("sysctl.")} == {"applied"}
+    assert got["kmod.nvidia_peermem"] == "not_applicable"
+    assert res["kernel_log"]["since_source"] == "journal"
+    assert res["kernel_log"]["since"] == pytest.approx(UPTIME)
+
+
+def test_pending_reboot_from_the_grub_dropin(fleet):
+    res = fleet["results"]["pending"]
+    setting = next(s for s in res["settings"] if s["id"] == "cpufreq.driver")
+    assert setting["state"] == "pending_reboot"
+    assert setting["running"] == "acpi-cpufreq"
+    assert setting["persisted"] == "amd_pstate=active"
+    assert res["status"] == "pass" and res["reboot_required"] is True
+    assert "drifted" not in states(res).values()
+
+
+def test_drifted_on_the_untuned_audited_node(fleet):
+    res = fleet["results"]["untuned"]
+    got = states(res)
+    assert res["status"] == "fail"
+    for key in ("cpuidle.C2", "cpufreq.driver", "cpufreq.governor", "numa_balancing.kernel.numa_balancing",
+                "thp.enabled", "sysctl.vm.swappiness", "pcie_mrrs.0000:41:00.0"):
+        assert got[key] == "drifted", key
+    mrrs = next(s for s in res["settings"] if s["id"] == "pcie_mrrs.0000:41:00.0")
+    assert (mrrs["desired"], mrrs["running"]) == (4096, 512)
+    assert "power-up default" in mrrs["reason"]
+    # No journal: the log counts since boot; the vxlan lines are known noise, not trouble.
+    assert res["kernel_log"]["since_source"] == "boot"
+    assert res["kernel_log"]["counts"]["noise"] == 2
+    assert res["kernel_log"]["new_errors"] == 0
+
+
+def test_not_applicable_on_tiny_vm(fleet):
+    res = fleet["results"]["tiny"]
+    got = states(res)
+    assert res["status"] == "pass", res["failures"]
+    for family in ("pcie_mrrs", "cpuidle", "cpufreq", "kmod", "gpu"):
+        fam = states(res, family)
+        assert fam and set(fam.values()) == {"not_applicable"}, (family, fam)
+    reasons = {s["id"]: s["reason"] for s in res["settings"]}
+    assert "no PCI device" in reasons["pcie_mrrs.devices"]
+    assert "no cpuidle driver" in reasons["cpuidle.states"]
+    assert "no cpufreq driver" in reasons["cpufreq.driver"]
+    assert "simulated node root" in reasons["gpu.count"]
+    assert got["thp.defrag"] == "applied"
+
+
+def test_kernel_log_classes(fleet):
+    klog = fleet["results"]["kmsg"]["kernel_log"]
+    assert klog["since_source"] == "journal"
+    # The AER record logged before the tuning is not counted.
+    assert klog["counts"] == {"aer": 2, "xid": 1, "fallen_off_bus": 1, "lockdown": 1, "module_failure": 1,
+                              "noise": 1, "other": 1}
+    assert klog["failing"] == {"aer": 2, "xid": 1, "fallen_off_bus": 1}
+    assert klog["new_errors"] == 4
+    assert klog["xid_codes"] == {"79": 1}
+    res = fleet["results"]["kmsg"]
+    assert res["status"] == "fail"
+    assert "drifted" not in states(res).values()
+    assert any(f.startswith("kernel log: 2 aer, 1 xid, 1 fallen_off_bus") for f in res["failures"])
+
+
+def test_kernel_log_counts_from_boot_after_a_reboot(fleet):
+    res = fleet["results"]["rebooted"]
+    assert res["kernel_log"]["since_source"] == "boot"
+    assert res["kernel_log"]["since"] == 0
+    assert res["kernel_log"]["failing"] == {"xid": 1}
+    assert res["status"] == "fail"
+
+
+def test_a_host_that_errors_is_reported(fleet):
+    res = fleet["results"]["broken"]
+    assert res["status"] == "error"
+    assert "kmsg_ignore" in res["failures"][0]
+
+
+def test_junit_parses_as_testsuite_testcase(fleet):
+    for name in ("untuned", "tiny", "pending", "kmsg", "broken"):
+        root = ET.parse(fleet["reports"] / ("%s.junit.xml" % name)).getroot()
+        suite = root if root.tag == "testsuite" else root.find("testsuite")
+        assert suite is not None and suite.get("name") == name
+        cases = suite.findall("testcase")
+        assert int(suite.get("tests")) == len(cases) > 0
+        assert int(suite.get("failures")) == sum(1 for c in cases if c.find("failure") is not None)
+        assert int(suite.get("skipped")) == sum(1 for c in cases if c.find("skipped") is not None)
+        assert all(c.get("name") and c.get("classname") for c in cases)
+        res = fleet["results"][name]
+        if name != "kmsg" and name != "broken":
+            assert int(suite.get("failures")) == res["counts"]["drifted"]
+            assert int(suite.get("skipped")) == res["counts"]["not_applicable"] + res["counts"]["unsupported"]
+    kmsg = ET.parse(fleet["reports"] / "kmsg.junit.xml").getroot().find("testsuite")
+    failed = {c.get("name") for c in kmsg.findall("testcase") if c.find("failure") is not None}
+    assert failed == {"kernel_log.aer", "kernel_log.xid", "kernel_log.fallen_off_bus"}
+    broken = ET.parse(fleet["reports"] / "broken.junit.xml").getroot().find("testsuite")
+    assert broken.get("errors") == "1"
+
+
+def test_markdown_reports_read_well(fleet):
+    text = (fleet["reports"] / "untuned.md").read_text()
+    assert text.startswith("# Verification of untuned: FAIL")
+    assert "## Needs attention" in text and "## Settings" in text and "## Kernel log" in text
+    assert "| pcie_mrrs | `0000:41:00.0` | **drifted** | 4096 | 512 |" in text
+    assert "\n\n\n" not in text
+    pending = (fleet["reports"] / "pending.md").read_text()
+    assert "pending reboot" in pending and "amd_pstate=active" in pending
+
+
+def test_fleet_summary_lists_failing_and_missing_hosts_first(fleet):
+    text = (fleet["reports"] / "fleet-summary.md").read_text()
+    assert text.startswith("# Fleet verification summary")
+    failing = text.split("## Hosts that fail, worst first")[1].split("## Hosts by knob family")[0]
+    order = [line.split("**")[1] for line in failing.splitlines() if line[:1].isdigit()]
+    assert set(order) == {"untuned", "kmsg", "rebooted", "broken", "unreachable"}
+    assert order[:2] == ["broken", "unreachable"] or order[:2] == ["unreachable", "broken"]
+    assert order[2] == "untuned"
+    table = text.split("## Hosts by knob family")[1]
+    for host in HOSTS:
+        assert "| %s |" % host in table
+    assert "| unreachable | **missing** |" in table
+    assert "Waiting for a reboot: pending" in text
+
+
+def test_exit_status_zero_when_only_pending(fleet):
+    before = {n: tree_digest(fleet["roots"][n]) for n in ("applied", "pending", "tiny")}
+    proc = run_playbook("verify.yml", fleet["inventory"], "--limit", "applied,pending,tiny")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert before == {n: tree_digest(fleet["roots"][n]) for n in before}
+
+
+def test_fail_on_pending_fails_the_pending_host(fleet):
+    proc = run_playbook("verify.yml", fleet["inventory"], "--limit", "pending",
+                        "-e", "gpunode_tuning_verify_fail_on_pending=true")
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "pending a reboot" in proc.stdout
+
+
+def test_check_mode_reads_the_same(fleet):
+    proc = run_playbook("verify.yml", fleet["inventory"], "--limit", "untuned", "--check", "--diff")
+    assert proc.returncode == 2
+    res = json.loads((fleet["reports"] / "untuned.json").read_text())
+    assert res["counts"] == fleet["results"]["untuned"]["counts"]
+
+
+@pytest.mark.skipif(not os.environ.get("GPUNODE_PERF"), reason="timing check; set GPUNODE_PERF=1")
+def test_large_node_costs_at_most_two_seconds_more(tmp_path):
+    small, large = str(tmp_path / "small"), str(tmp_path / "large")
+    simnode.build(small, "audited-epyc-8gpu")
+    simnode.build(large, "audited-epyc-8gpu", cpus=384, gpus=16, kmsg_records=100000)
+    walls = {}
+    for name, root in (("small", small), ("large", large)) * 3:
+        inv = write_inventory(tmp_path / ("%s.yml" % name), {name: root}, tmp_path / "reports")
+        proc = run_playbook("verify.yml", inv)
+        assert proc.returncode == 2
+        walls[name] = min(walls.get(name, 1e9), proc.wall)
+    assert walls["large"] - walls["small"] <= 2.0, walls

@@ -1,0 +1,47 @@
+"""The controller-side filters of the verify entry point (plugins/filter/verification.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpunode.tuning.plugins.filter.verification import FilterModule
+
+FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
+
+
+def test_every_filter_is_exported_and_documented():
+    filters = FilterModule().filters()
+    assert set(filters) == {"verify_host", "verify_kmsg_since", "verify_fleet", "verify_error"}
+    for name in filters:
+        with open(os.path.join(FILTER_DIR, name + ".yml"), encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+        assert doc["DOCUMENTATION"]["name"] == name
+        assert "_input" in doc["DOCUMENTATION"]["options"]
+        assert doc["EXAMPLES"] and "_value" in doc["RETURN"]
+
+
+def test_verify_kmsg_since_errors_become_filter_errors():
+    f = FilterModule().filters()["verify_kmsg_since"]
+    assert f(None, "id")["source"] == "boot"
+    with pytest.raises(AnsibleFilterError, match="gpunode.tuning.verify_kmsg_since: .*>= 0"):
+        f(None, "id", -5)
+
+
+def test_verify_host_and_fleet(build_node):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
+    from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+
+    root = build_node("tiny-vm")
+    facts = {"tuning_facts": facts_mod.gather(Node(root), sysctls=["vm.swappiness"])}
+    f = FilterModule().filters()
+    res = f["verify_host"](facts, {"sysctl": {"vm.swappiness": 60}}, context={"root": root}, host="vm",
+                           verified_at="T")
+    assert res["status"] == "pass" and res["host"] == "vm" and res["verified_at"] == "T"
+    fleet = f["verify_fleet"]({"vm": res, "x": f["verify_error"]("x", "no facts")}, ["vm", "x"], "T")
+    assert [r["host"] for r in fleet["failing"]] == ["x"]
+    with pytest.raises(AnsibleFilterError, match="verify_host"):
+        f["verify_host"]("not a dict", {})
