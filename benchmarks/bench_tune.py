@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Does a runtime tuning cost the same on a small node and on a big one?
 
 Builds fresh simulated nodes (tools/simnode.py, preset audited-epyc-8gpu) of two sizes,
@@ -61,7 +61,7 @@ def run_runtime(root, workdir):
         "runtime",
     ]
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit("runtime run failed on %s:\n%s\n%s" % (root, proc.stdout[-4000:], proc.stderr[-2000:]))

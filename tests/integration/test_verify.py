@@ -52,7 +52,7 @@ def run_playbook(playbook, inventory, *args):
     cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", playbook)]
     cmd += list(args)
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False)
     proc.wall = time.monotonic() - start
     return proc
 
@@ -90,7 +90,7 @@ def append_kmsg(root, records):
     """Append (level, seconds since boot, message) records to a simulated node's kernel log."""
     path = os.path.join(root, "dev", "kmsg")
     with open(path, encoding="utf-8") as fh:
-        seq = sum(1 for _ in fh)
+        seq = sum(1 for _line in fh)
     with open(path, "a", encoding="utf-8") as fh:
         for level, seconds, message in records:
             fh.write("%d,%d,%d,-;%s\n" % (level, seq, int(seconds * 1e6), message))

@@ -245,7 +245,7 @@ def test_gpu_section_not_applicable_without_nvidia_smi(build_node):
     facts = gather(root)
     section, settings = v.gpu_section(facts, {"probe": "simulated"}, root)
     assert section["state"] == "not_applicable" and {s["state"] for s in settings} == {"not_applicable"}
-    section, _ = v.gpu_section(facts, {"probe": "absent"}, "/")
+    section, _settings = v.gpu_section(facts, {"probe": "absent"}, "/")
     assert "not installed" in section["reason"]
 
 
@@ -268,8 +268,8 @@ def test_gpu_missing_from_the_driver_is_drifted(build_node):
     section, settings = v.gpu_section(gather(root), {"probe": "present", "query": {"rc": 0, "stdout": QUERY}}, "/")
     count = settings[0]
     assert count["state"] == "drifted" and "3 of 4" in count["reason"]
-    _, settings = v.gpu_section(gather(root), {"probe": "present", "query": {"rc": 9, "stderr": "NVIDIA-SMI has "
-                                                                                            "failed"}}, "/")
+    failing = {"probe": "present", "query": {"rc": 9, "stderr": "NVIDIA-SMI has failed"}}
+    _section, settings = v.gpu_section(gather(root), failing, "/")
     assert settings[0]["state"] == "drifted" and "rc 9" in settings[0]["reason"]
 
 
