@@ -13,6 +13,7 @@ kernel log cannot be rolled back.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -298,7 +299,9 @@ def test_runtime_is_idempotent_and_rollback_restores_the_tree(tmp_path):
 
 def test_persistent_then_rollback_removes_every_file(tmp_path):
     root = build_node(tmp_path / "node")
-    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-p": root})
+    # A root spelled with "..": tasks that compare paths must not depend on its spelling.
+    (tmp_path / "elsewhere").mkdir()
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-p": str(tmp_path / "elsewhere" / ".." / "node")})
     before = snapshot(root)
 
     full = run_playbook("tune.yml", inventory)  # untagged: runtime, persistent, verify placeholder
@@ -325,6 +328,13 @@ def test_persistent_then_rollback_removes_every_file(tmp_path):
     assert os.access(script, os.X_OK)
     with open(script) as fh:
         assert "CAP_EXP+08.w=5000:7000" in fh.read()
+
+    # The untagged run ended with verification: the boot unit counts as what persists MRRS.
+    with open(os.path.join(REPORT_DIR, "sim-p.json"), encoding="utf-8") as fh:
+        report = json.load(fh)
+    assert report["node"]["boot_unit"] is True
+    mrrs = [s for s in report["settings"] if s["family"] == "pcie_mrrs"]
+    assert mrrs and all(s["persisted"] == 4096 and s["state"] == "applied" for s in mrrs), mrrs
 
     again = run_playbook("tune.yml", inventory, "--tags", "persistent")
     assert_ok(again)
