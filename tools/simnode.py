@@ -693,8 +693,11 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     write_kmsg(t, p.kmsg, extra_records=kmsg_records)
 
     # --- places the persistent tuning writes to
+    # ... and the directories every Debian/RHEL node has, so that a rollback can be compared
+    # with the original tree byte for byte without "standard directory created" exceptions.
     for rel in ("etc/sysctl.d", "etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system",
-                "etc/udev/rules.d", "var/lib"):
+                "etc/systemd/system/multi-user.target.wants", "etc/udev/rules.d", "var/lib",
+                "usr/local/bin", "usr/local/lib", "usr/local/sbin"):
         t.mkdir(rel)
     if p.os_id == "debian":
         t.write("etc/default/grub", "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n"

@@ -39,16 +39,9 @@ PERSISTENT_FILES = {
     "etc/sysctl.d/90-gpunode-tuning.conf",
     "etc/systemd/system/gpunode-tuning-boot.service",
     "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
-    "usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh",
+    "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh",
     "etc/udev/rules.d/70-gpunode-tuning.rules",
     "etc/default/grub.d/60-gpunode-tuning.cfg",
-}
-# Standard directories the persistent flow may have to create on a bare simulated root; they are
-# not ours, so a rollback leaves them (a real node has them already, or they stay empty).
-STANDARD_DIRS = {
-    "usr/local",
-    "usr/local/libexec",
-    "etc/systemd/system/multi-user.target.wants",
 }
 # Paths on the controller that must never appear: the runs target simulated roots only.
 HOST_PATHS = [
@@ -56,7 +49,7 @@ HOST_PATHS = [
     "/etc/systemd/system/gpunode-tuning-boot.service",
     "/etc/udev/rules.d/70-gpunode-tuning.rules",
     "/etc/default/grub.d/60-gpunode-tuning.cfg",
-    "/usr/local/libexec/gpunode-tuning",
+    "/usr/local/lib/gpunode-tuning",
     "/var/lib/gpunode-tuning",
 ]
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
@@ -319,12 +312,12 @@ def test_persistent_then_rollback_removes_every_file(tmp_path):
         assert line in sysctl.splitlines()
     unit = (tmp_path / "node/etc/systemd/system/gpunode-tuning-boot.service").read_text()
     assert "Before=nvidia-persistenced.service" in unit
-    assert "ExecStart=/usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh" in unit
+    assert "ExecStart=/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh" in unit
     assert (
         os.readlink(os.path.join(root, "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service"))
         == "/etc/systemd/system/gpunode-tuning-boot.service"
     )
-    script = os.path.join(root, "usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh")
+    script = os.path.join(root, "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
     assert os.access(script, os.X_OK)
     with open(script) as fh:
         assert "CAP_EXP+08.w=5000:7000" in fh.read()
@@ -343,8 +336,7 @@ def test_persistent_then_rollback_removes_every_file(tmp_path):
     rollback = run_playbook("rollback.yml", inventory)
     assert_ok(rollback)
     left = tree_changes(before, snapshot(root))
-    assert set(left) <= STANDARD_DIRS, left
-    assert all(snapshot(root)[p] == ("d",) for p in left)
+    assert left == [], left
     assert_host_untouched()
 
 
@@ -354,7 +346,7 @@ def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
     inventory = write_inventory(tmp_path / "hosts.yml", {"sim-boot": tuned})
     proc = run_playbook("tune.yml", inventory, "--tags", "boot_unit", "-e", "gpunode_tuning_preset=inference-latency")
     assert_ok(proc)
-    script = os.path.join(tuned, "usr/local/libexec/gpunode-tuning/apply-boot-tuning.sh")
+    script = os.path.join(tuned, "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
 
     fresh = build_node(tmp_path / "fresh", cpus=8, gpus=2)
     env = dict(os.environ, SYSFS=os.path.join(fresh, "sys"))
