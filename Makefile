@@ -11,6 +11,8 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 # Stages of `make test`, run in this order; each is a target below. Adding a stage is one
 # line, e.g. `TEST_STAGES += test-molecule`.
 TEST_STAGES := lint unit integration sanity
+TEST_STAGES += test-molecule
+TEST_STAGES += test-vm
 
 # `make test` runs setup once, then its stages with NO_SETUP=1 so they skip it.
 SETUP := $(if $(NO_SETUP),,setup)
@@ -21,7 +23,7 @@ help:
 	@echo "make setup    install apt packages, .venv, collection symlink (idempotent)"
 	@echo "make demo     setup, then run tools/demo.py"
 	@echo "make test     setup, then every stage: $(TEST_STAGES)"
-	@echo "make lint | unit | integration | sanity | bench | clean | distclean"
+	@echo "make lint | unit | integration | sanity | test-molecule | bench | clean | distclean"
 
 setup:
 	@scripts/setup.sh
@@ -56,6 +58,17 @@ integration: $(SETUP)
 
 sanity: $(SETUP)
 	@scripts/sanity.sh $(SANITY_ARGS)
+
+# Molecule scenarios in podman, both Debian releases; images are built once and cached
+# (docs/molecule.md). One scenario: make test-molecule MOLECULE_SCENARIOS=default
+test-molecule: $(SETUP)
+	@scripts/molecule.sh $(MOLECULE_SCENARIOS)
+
+# The playbooks against a real Linux kernel in a QEMU guest, Debian's QEMU and a build with a
+# writable MRRS field (docs/vm.md); skipped where QEMU cannot be installed. Builds are cached
+# under /var/cache/gpunode-tuning/vm. One variant: make test-vm VM_VARIANTS=patched
+test-vm: $(SETUP)
+	@tests/vm/run.sh $(VM_VARIANTS)
 
 bench: $(SETUP)
 	@if [[ -f benchmarks/bench_modules.py ]]; then $(PY) benchmarks/bench_modules.py; \

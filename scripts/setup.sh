@@ -12,6 +12,8 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
 # Later stages append to this list (podman, qemu, ...).
 APT_PACKAGES=(pciutils kmod shellcheck make git)
+# make test-molecule: podman with runc (crun fails on these VMs) and debootstrap for the images.
+APT_PACKAGES+=(podman runc uidmap fuse-overlayfs slirp4netns debootstrap)
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 COLLECTION_LINK=.collections/ansible_collections/gpunode/tuning

@@ -1,0 +1,94 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Scenario ``persistent``: tune.yml --tags persistent; every file below the simulated root.
+
+Where a real tool can judge a file without a booted kernel, it does: kmod parses the modprobe.d
+file, systemctl --root reports the unit's enabled state, the shell evaluates the grub drop-in the
+way grub-mkconfig does, and the boot script runs against a scratch copy of the node.
+"""
+
+from __future__ import annotations
+
+import re
+
+from conftest import CPUS, GPU_BDFS, PRISTINE
+
+SYSCTLS = {
+    "vm.swappiness": "10",
+    "net.core.rmem_max": "134217728",
+    "net.core.wmem_max": "134217728",
+    "net.core.somaxconn": "65535",
+    "kernel.numa_balancing": "0",
+}
+UNIT = "gpunode-tuning-boot.service"
+BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
+
+
+def _conf_lines(text):
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_sysctl_dropin(node):
+    lines = _conf_lines(node.read("etc/sysctl.d/90-gpunode-tuning.conf"))
+    assert dict(re.split(r"\s*=\s*", line, maxsplit=1) for line in lines) == SYSCTLS
+
+
+def test_modules_load_only_for_modules_that_load(node):
+    files = node.read_glob("etc/modules-load.d/*")
+    assert {path: _conf_lines(text) for path, text in files.items()} == {
+        "etc/modules-load.d/gpunode-tuning-nvidia_drm.conf": ["nvidia_drm"],
+        "etc/modules-load.d/gpunode-tuning-tcp_bbr.conf": ["tcp_bbr"],
+    }
+
+
+def test_modprobe_options_as_kmod_reads_them(node):
+    assert sorted(node.read_glob("etc/modprobe.d/*")) == ["etc/modprobe.d/gpunode-tuning-nvidia_drm.conf"]
+    config = node.host.check_output("modprobe -C %s -c", node.path("etc/modprobe.d"))
+    assert "options nvidia_drm modeset=1" in config.splitlines()
+    assert "nvidia_peermem" not in config
+
+
+def test_grub_dropin_as_grub_mkconfig_reads_it(node):
+    # grub-mkconfig sources /etc/default/grub and then /etc/default/grub.d/*.cfg in this order.
+    script = ('. "$1/etc/default/grub"; '
+              'for x in "$1"/etc/default/grub.d/*.cfg; do [ -e "$x" ] && . "$x"; done; '
+              'printf %s "$GRUB_CMDLINE_LINUX_DEFAULT"')
+    cmdline = node.host.check_output("sh -c %s sh %s", script, node.root)
+    assert cmdline.split() == ["quiet", "amd_pstate=active"]
+
+
+def test_boot_unit_installed_and_enabled(node):
+    unit = node.read("etc/systemd/system/" + UNIT)
+    assert "ExecStart=/" + BOOT_SCRIPT in unit.splitlines()
+    assert "WantedBy=multi-user.target" in unit.splitlines()
+    state = node.host.run("systemctl --root=%s is-enabled %s", node.root, UNIT)
+    assert state.stdout.strip() == "enabled", state.stderr
+    script = node.host.file(node.path(BOOT_SCRIPT))
+    assert script.is_file and script.mode == 0o755
+    assert node.host.run("sh -n %s", node.path(BOOT_SCRIPT)).rc == 0
+
+
+def test_boot_script_tunes_a_fresh_node(node):
+    """What the unit does at boot, on a scratch copy of the untuned node (SYSFS points at it)."""
+    scratch = "/var/tmp/simnode-boot"
+    node.host.check_output("rm -rf %s && cp -a %s %s", scratch, PRISTINE, scratch)
+    run = node.host.run("SYSFS=%s/sys %s", scratch, node.path(BOOT_SCRIPT))
+    assert run.rc == 0, run.stderr
+    mrrs = node.lspci_mrrs(scratch)
+    assert {bdf: mrrs[bdf] for bdf in GPU_BDFS} == {bdf: 4096 for bdf in GPU_BDFS}
+    disabled = node.read_glob("sys/devices/system/cpu/cpu[0-9]*/cpuidle/state2/disable", base=scratch)
+    assert sorted(v.strip() for v in disabled.values()) == ["1"] * CPUS
+
+
+def test_udev_rule(node):
+    rule = _conf_lines(node.read("etc/udev/rules.d/70-gpunode-tuning.rules"))
+    assert len(rule) == 1
+    assert 'ATTR{vendor}=="0x10de"' in rule[0]
+    assert 'RUN+="/%s pci %%k"' % BOOT_SCRIPT in rule[0]
+
+
+def test_runtime_state_untouched(node):
+    """--tags persistent writes files only: sysfs and procfs keep their values."""
+    changed = node.changed_paths()
+    assert not [p for p in changed if p.startswith(("sys/devices", "sys/kernel", "proc/"))]
+    assert node.read("proc/sys/kernel/numa_balancing").strip() == "1"
