@@ -20,6 +20,8 @@ import errno
 import os
 import re
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
+
 FAMILY = "kmod"
 NOT_LOADED = "not_loaded"
 STATES = ("present", "absent")
@@ -150,20 +152,6 @@ def param_drift(node, name, params):
 # --- kernel log ---------------------------------------------------------------------------------
 
 
-def parse_kmsg_records(text):
-    """Messages of /dev/kmsg records (``PRI,SEQ,TS,FLAGS;MESSAGE``); continuation lines are skipped."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith(" "):
-            continue
-        head, sep, msg = line.partition(";")
-        if sep and head.count(",") >= 2:
-            out.append(msg)
-        else:
-            out.append(line)
-    return out
-
-
 class KmsgCursor:
     """Kernel log records written after the cursor was opened.
 
@@ -201,8 +189,9 @@ class KmsgCursor:
                 break
             if not data:
                 break
-            chunks.append(data.decode("utf-8", errors="replace"))
-        return parse_kmsg_records("".join(chunks))
+            chunks.append(data)
+        records, _stats = parse_kmsg(b"".join(chunks))
+        return [message for _level, _usec, _seq, message in records]
 
     def close(self):
         if self.fd is not None:

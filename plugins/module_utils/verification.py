@@ -30,6 +30,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import 
     parse_dropin,
     parse_grubby_info,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import driver_family
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import format_cpulist, parse_cpulist
 
 STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
@@ -393,14 +394,6 @@ def _pstate_mode(family, cpufreq):
     return None
 
 
-def _driver_family(driver):
-    if driver in ("amd-pstate", "amd-pstate-epp"):
-        return "amd-pstate"
-    if driver in ("intel_pstate", "intel_cpufreq"):
-        return "intel_pstate"
-    return driver
-
-
 def cpufreq_settings(facts, desired, ctx):
     """Driver (and pstate mode), governor, EPP and boost."""
     cf = facts.get("cpufreq") or {}
@@ -437,10 +430,10 @@ def cpufreq_settings(facts, desired, ctx):
             driver_state = "not_applicable"
             out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
                                "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor)))
-        elif _driver_family(running_driver) == family and (not mode or not running_mode or running_mode == mode):
+        elif driver_family(running_driver) == family and (not mode or not running_mode or running_mode == mode):
             driver_state = "applied"
             out.append(setting("cpufreq", "driver", want_text, running_text, driver_state, "", persisted))
-        elif _driver_family(running_driver) == family:
+        elif driver_family(running_driver) == family:
             driver_state = "drifted"
             out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
                                "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"

@@ -78,13 +78,6 @@ def test_classify_unload_failure(output, expected):
     assert kmod.classify_unload_failure("x", output)[0] == expected
 
 
-def test_parse_kmsg_records_skips_continuations():
-    text = ("3,10,999,-;nvidia-peermem nv_mem_client_init:203 ERROR: failed\n"
-            " SUBSYSTEM=pci\n"
-            "6,11,1000,-;eth0: link up\n")
-    assert kmod.parse_kmsg_records(text) == ["nvidia-peermem nv_mem_client_init:203 ERROR: failed", "eth0: link up"]
-
-
 def test_kmsg_cursor_reads_only_new_records(build_node):
     root = build_node("tiny-vm")
     node = Node(root)
