@@ -73,6 +73,7 @@ test-vm: $(SETUP)
 bench: $(SETUP)
 	@if [[ -f benchmarks/bench_modules.py ]]; then $(PY) benchmarks/bench_modules.py; \
 	else echo "bench: benchmarks/bench_modules.py does not exist yet"; fi
+	@$(PY) benchmarks/bench_fleet.py $(BENCH_FLEET_ARGS)
 
 clean:
 	rm -rf reports tests/output .pytest_cache .ruff_cache

@@ -1,0 +1,132 @@
+"""playbooks/rollout.yml end to end on simulated fleets (tools/simfleet.py).
+
+Three small fleets, one rollout each (a few hosts cost ~5 s of CPU each on a 2-core machine):
+
+* a healthy fleet: canary, then batches; every host done, exit status 0;
+* a fleet whose canary is a lockdown node (preset locked-bus-perf: setpci_mrrs refuses): the
+  rollout stops after the canary, the later hosts are skipped and their trees are untouched;
+* a fleet with an unreachable host: it is reported as unreachable (one connection attempt), the
+  reachable hosts are done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+import simfleet  # noqa: E402  (tools/ is put on sys.path above)
+
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+JOURNAL = "var/lib/gpunode-tuning/journal.json"
+
+
+def tree_digest(root):
+    """sha256 over every path, link target and file content below root."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + dirnames):
+            full = os.path.join(dirpath, name)
+            digest.update(os.path.relpath(full, root).encode())
+            if os.path.islink(full):
+                digest.update(os.readlink(full).encode())
+            elif os.path.isfile(full):
+                with open(full, "rb") as handle:
+                    digest.update(handle.read())
+    return digest.hexdigest()
+
+
+def rollout(fleet_dir, *extra):
+    """Run the rollout over the fleet in fleet_dir; return (process, summary dict, report dir)."""
+    reports = os.path.join(fleet_dir, "reports")
+    env = dict(os.environ)
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env.pop("ANSIBLE_CONFIG", None)
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(fleet_dir, "hosts.yml"),
+           os.path.join(REPO, "playbooks", "rollout.yml"), "-f", "4", "-e", "gpunode_tuning_report_dir=%s" % reports]
+    cmd += list(extra)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    path = os.path.join(reports, "rollout-summary.json")
+    summary = None
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            summary = json.load(handle)
+    return proc, summary, reports
+
+
+def by_host(summary):
+    return {r["host"]: r for r in summary["results"]}
+
+
+def test_healthy_fleet_is_done_canary_first(tmp_path):
+    simfleet.build_fleet(str(tmp_path), 3, python=os.path.join(VENV_BIN, "python"))
+    proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert summary["stopped"] is None
+    assert summary["counts"] == {"done": 3, "failed": 0, "unreachable": 0, "skipped": 0}
+    results = by_host(summary)
+    # The canary (1 host), then batches of one host each.
+    assert [(h, results[h]["batch"]) for h in sorted(results)] == [("sim-0001", 1), ("sim-0002", 2), ("sim-0003", 3)]
+    assert results["sim-0001"]["canary"] is True
+    assert all(r["verification"] == "pass" for r in results.values())
+    for host in results:
+        assert os.path.exists(os.path.join(str(tmp_path), "nodes", host, JOURNAL)), host
+        assert os.path.exists(os.path.join(reports, host + ".json")), host
+    markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
+    assert "3 host(s): 3 done, 0 failed, 0 unreachable, 0 skipped." in markdown
+    assert "Every batch passed its gate." in markdown
+
+
+def test_failing_canary_stops_the_rollout(tmp_path):
+    simfleet.build_fleet(str(tmp_path), 4, overrides={1: "locked-bus-perf"}, python=os.path.join(VENV_BIN, "python"))
+    nodes = os.path.join(str(tmp_path), "nodes")
+    before = {h: tree_digest(os.path.join(nodes, h)) for h in ("sim-0002", "sim-0003", "sim-0004")}
+    proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=2")
+    assert proc.returncode != 0
+    assert "Rollout stopped after batch 1" in proc.stdout
+    stopped = summary["stopped"]
+    assert stopped["batch"] == 1 and stopped["canary"] is True
+    assert stopped["failed_hosts"] == ["sim-0001"]
+    canary = by_host(summary)["sim-0001"]
+    assert canary["status"] == "failed"
+    assert "kernel lockdown" in canary["reason"]
+    assert "verification failed" in canary["reason"] and "pcie_mrrs" in canary["reason"]
+    assert canary["verification"] == "fail"
+    assert summary["skipped"] == ["sim-0002", "sim-0003", "sim-0004"]
+    # The later batches were not touched: no write, no journal, no report.
+    for host, digest in before.items():
+        assert tree_digest(os.path.join(nodes, host)) == digest, host
+        assert not os.path.exists(os.path.join(reports, host + ".json")), host
+    markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
+    assert "The rollout stopped after batch 1 (canary)" in markdown
+    assert "sim-0002, sim-0003, sim-0004" in markdown
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/ssh"), reason="needs an ssh client to be refused by")
+def test_unreachable_host_is_reported_once(tmp_path):
+    # Two nodes and one host that refuses connections; 50% of a batch may fail.
+    simfleet.build_fleet(str(tmp_path), 2, unreachable=1, python=os.path.join(VENV_BIN, "python"))
+    proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=2",
+                                     "-e", "gpunode_tuning_rollout_max_fail_percentage=50")
+    assert proc.returncode != 0  # not every host is done
+    results = by_host(summary)
+    assert results["sim-0001"]["status"] == "done" and results["sim-0002"]["status"] == "done"
+    dead = results["sim-0003"]
+    assert dead["status"] == "unreachable"
+    assert "Connection refused" in dead["reason"] or "connect" in dead["reason"].lower()
+    assert dead["verification"] == "not run"
+    assert summary["stopped"] is None  # 1 of 2 in the batch = 50%, not more than allowed
+    # One connection attempt: only the reachability check reports it, no task after it tried.
+    assert proc.stdout.count("UNREACHABLE!") == 1, proc.stdout[-3000:]
+    markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
+    assert "| sim-0003 | 2 | **unreachable** |" in markdown
