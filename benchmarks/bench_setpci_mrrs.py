@@ -11,8 +11,6 @@ run as a script it prints a table. Measured per node size:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -21,29 +19,10 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(REPO, ".collections"), os.path.join(REPO, "tools")]
+sys.path[:0] = [os.path.join(REPO, ".collections"), os.path.join(REPO, "tools"), os.path.join(REPO, "benchmarks")]
 
 import simnode  # noqa: E402  (tools/ is put on sys.path above)
-from ansible.module_utils.testing import patch_module_args  # noqa: E402
-
-MODULE = "ansible_collections.gpunode.tuning.plugins.modules.setpci_mrrs"
-
-
-def _main_in_process(args, check=False):
-    """Run the module's main() as Ansible would (JSON on stdout, SystemExit); return (seconds, result)."""
-    import importlib
-
-    mod = importlib.import_module(MODULE)
-    args = dict(args, _ansible_check_mode=check)
-    out = io.StringIO()
-    start = time.perf_counter()
-    with patch_module_args(args), contextlib.redirect_stdout(out):
-        try:
-            mod.main()
-        except SystemExit:
-            pass
-    elapsed = time.perf_counter() - start
-    return elapsed, json.loads(out.getvalue())
+from bench_modules import run_main  # noqa: E402  (one in-process runner for every benchmark)
 
 
 def _ansible_cli(root, mrrs):
@@ -68,9 +47,9 @@ def bench_setpci_mrrs(cpus=384, gpu_counts=(8, 16, 32), cli=True):
             root = os.path.join(tmp, "node%d" % gpus)
             simnode.build(root, "audited-epyc-8gpu", cpus=cpus, gpus=gpus)
             base = {"mrrs": 4096, "root": root}
-            t_check, _checked = _main_in_process(base, check=True)
-            t_apply, applied = _main_in_process(base)
-            t_rerun, rerun = _main_in_process(base)
+            t_check, _checked = run_main("setpci_mrrs", base, check=True)
+            t_apply, applied = run_main("setpci_mrrs", base)
+            t_rerun, rerun = run_main("setpci_mrrs", base)
             assert applied["changed"] and not rerun["changed"], (applied, rerun)
             row = {
                 "cpus": cpus, "gpus": gpus, "devices_changed": sum(d["changed"] for d in applied["devices"]),
