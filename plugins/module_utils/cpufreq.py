@@ -6,7 +6,8 @@ Per-policy files live in ``/sys/devices/system/cpu/cpufreq/policyN`` (``cpuN/cpu
 there); one policy may cover several CPUs (``affected_cpus``), so writes go once per policy.
 Node-wide files: ``cpufreq/boost``, ``amd_pstate/status``, ``intel_pstate/{status,no_turbo}``.
 
-Pure planning: ``driver_family``, ``driver_for_mode``, ``driver_change``, ``order_governor_epp``,
+Pure planning: ``driver_family``, ``driver_for_mode``, ``driver_change`` (and the argument
+mapping it shares with the rollback, ``driver_kernel_args``), ``order_governor_epp``,
 ``group_by_value``. ``run`` is the module's whole flow.
 """
 
@@ -97,6 +98,40 @@ def resolve_driver(wanted, cpu_vendor):
                     "vendor is %s: choose one of amd-pstate, intel_pstate, acpi-cpufreq" % (cpu_vendor or "unknown"))
 
 
+def selecting_args(family, amd_pstate_mode=None):
+    """The kernel arguments that make the kernel load a pstate driver family at boot."""
+    if family == "amd-pstate":
+        return ["amd_pstate=%s" % (amd_pstate_mode or "active")]
+    if family == "intel_pstate":
+        return ["intel_pstate=active"]
+    return []
+
+
+def disabling_args(family):
+    """The kernel arguments that keep a pstate driver family from loading (acpi-cpufreq takes over)."""
+    if family == "amd-pstate":
+        return ["amd_pstate=disable"]
+    if family == "intel_pstate":
+        return ["intel_pstate=disable"]
+    return []
+
+
+def driver_kernel_args(wanted, amd_pstate_mode=None):
+    """Every kernel argument ``driver_change`` can plan for the desired ``wanted`` driver, on any node.
+
+    What the persistent flow may have configured for this desired state, whatever the CPU
+    vendor and the driver the node ran then; the rollback removes exactly these (an
+    administrator's argument with another value is left alone). ``native`` stands for both
+    vendors' drivers, ``acpi-cpufreq`` for switching either pstate driver off.
+    """
+    family = driver_family(wanted)
+    if family == "native":
+        return selecting_args("amd-pstate", amd_pstate_mode) + selecting_args("intel_pstate")
+    if family == "acpi-cpufreq":
+        return disabling_args("amd-pstate") + disabling_args("intel_pstate")
+    return selecting_args(family, amd_pstate_mode)
+
+
 def driver_change(current_driver, wanted_family, cpu_vendor, amd_pstate_mode=None):
     """Plan a driver change, which only a reboot can make.
 
@@ -109,19 +144,14 @@ def driver_change(current_driver, wanted_family, cpu_vendor, amd_pstate_mode=Non
         if cpu_vendor and cpu_vendor != "AuthenticAMD":
             raise PlanError("driver=amd-pstate needs an AMD CPU; this node's CPU vendor is %s "
                             "(possible drivers: intel_pstate, acpi-cpufreq)" % cpu_vendor)
-        return True, ["amd_pstate=%s" % (amd_pstate_mode or "active")]
-    if wanted_family == "intel_pstate":
+    elif wanted_family == "intel_pstate":
         if cpu_vendor and cpu_vendor != "GenuineIntel":
             raise PlanError("driver=intel_pstate needs an Intel CPU; this node's CPU vendor is %s "
                             "(possible drivers: amd-pstate, acpi-cpufreq)" % cpu_vendor)
-        return True, ["intel_pstate=active"]
-    # acpi-cpufreq: switch the pstate driver off.
-    current = driver_family(current_driver)
-    if current == "amd-pstate":
-        return True, ["amd_pstate=disable"]
-    if current == "intel_pstate":
-        return True, ["intel_pstate=disable"]
-    return True, []
+    else:
+        # acpi-cpufreq: switch the running pstate driver off.
+        return True, disabling_args(driver_family(current_driver))
+    return True, selecting_args(wanted_family, amd_pstate_mode)
 
 
 def order_governor_epp(driver, current_governor, governor=None, epp=None):

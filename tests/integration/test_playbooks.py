@@ -12,6 +12,7 @@ kernel log cannot be rolled back.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -338,6 +339,32 @@ def test_persistent_then_rollback_removes_every_file(tmp_path):
     left = tree_changes(before, snapshot(root))
     assert left == [], left
     assert_host_untouched()
+
+
+def test_rollback_removes_the_intel_pstate_argument_persistent_added(tmp_path):
+    """An Intel node on acpi-cpufreq (driver native wants intel_pstate) booted through GRUB."""
+    root = build_node(tmp_path / "node", "xeon-4gpu-switch")
+    for policy in glob.glob(os.path.join(root, "sys/devices/system/cpu/cpufreq/policy*")):
+        with open(os.path.join(policy, "scaling_driver"), "w", encoding="utf-8") as fh:
+            fh.write("acpi-cpufreq\n")
+    # /etc/default/grub and its grub.d directory, as Debian's grub packages install them.
+    os.makedirs(os.path.join(root, "etc/default/grub.d"), exist_ok=True)
+    with open(os.path.join(root, "etc/default/grub"), "w", encoding="utf-8") as fh:
+        fh.write('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-intel": root}, gpunode_tuning_cmdline_bootloader="grub")
+    before = snapshot(root)
+
+    tuned = run_playbook("tune.yml", inventory, "--tags", "runtime,persistent")
+    assert_ok(tuned)
+    dropin = os.path.join(root, "etc/default/grub.d/60-gpunode-tuning.cfg")
+    with open(dropin, encoding="utf-8") as fh:
+        assert '"$GRUB_CMDLINE_LINUX_DEFAULT intel_pstate=active"' in fh.read()
+
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
+    assert not os.path.exists(dropin)
+    left = tree_changes(before, snapshot(root))
+    assert left == [], left
 
 
 def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):

@@ -81,6 +81,34 @@ def test_driver_change_to_a_driver_of_the_other_vendor_is_refused():
         cpufreq.driver_change("acpi-cpufreq", "intel_pstate", "AuthenticAMD")
 
 
+def test_driver_kernel_args_lists_what_each_desired_driver_can_add():
+    assert cpufreq.driver_kernel_args("native") == ["amd_pstate=active", "intel_pstate=active"]
+    assert cpufreq.driver_kernel_args("native", "guided") == ["amd_pstate=guided", "intel_pstate=active"]
+    assert cpufreq.driver_kernel_args("amd-pstate", "passive") == ["amd_pstate=passive"]
+    assert cpufreq.driver_kernel_args("intel_pstate") == ["intel_pstate=active"]
+    assert cpufreq.driver_kernel_args("acpi-cpufreq") == ["amd_pstate=disable", "intel_pstate=disable"]
+    assert cpufreq.driver_kernel_args(None) == []
+
+
+@pytest.mark.parametrize("wanted", ["native", "amd-pstate", "intel_pstate", "acpi-cpufreq"])
+@pytest.mark.parametrize("mode", [None, "active", "guided"])
+def test_driver_kernel_args_is_exactly_what_driver_change_can_plan(wanted, mode):
+    # The rollback removes driver_kernel_args(wanted): every argument the persistent flow can have
+    # configured through driver_change, on a node of either vendor running any driver, and no other.
+    planned = set()
+    for vendor in ("AuthenticAMD", "GenuineIntel"):
+        try:
+            family = cpufreq.resolve_driver(wanted, vendor)
+        except cpufreq.PlanError:
+            continue
+        for current in ("acpi-cpufreq", "amd-pstate", "amd-pstate-epp", "intel_pstate", "intel_cpufreq", None):
+            try:
+                planned.update(cpufreq.driver_change(current, family, vendor, mode)[1])
+            except cpufreq.PlanError:
+                continue
+    assert planned == set(cpufreq.driver_kernel_args(wanted, mode))
+
+
 def test_group_by_value_aggregates_cpus():
     assert cpufreq.group_by_value({0: "a", 1: "a", 2: "b", 3: "a", 4: None}) == {"a": "0-1,3", "b": "2"}
 

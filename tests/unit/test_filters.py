@@ -1,4 +1,4 @@
-"""The controller-side filters of the verify entry point (plugins/filter/verification.py)."""
+"""The controller-side filters: verification (plugins/filter/verification.py) and cpufreq_driver_args."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpunode.tuning.plugins.filter.cpufreq_driver_args import FilterModule as CpufreqFilters
 from ansible_collections.gpunode.tuning.plugins.filter.verification import FilterModule
 
 FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
@@ -22,6 +23,23 @@ def test_every_filter_is_exported_and_documented():
         assert doc["DOCUMENTATION"]["name"] == name
         assert "_input" in doc["DOCUMENTATION"]["options"]
         assert doc["EXAMPLES"] and "_value" in doc["RETURN"]
+
+
+def test_cpufreq_driver_args_is_exported_documented_and_checks_its_input():
+    filters = CpufreqFilters().filters()
+    assert set(filters) == {"cpufreq_driver_args"}
+    with open(os.path.join(FILTER_DIR, "cpufreq_driver_args.yml"), encoding="utf-8") as fh:
+        doc = yaml.safe_load(fh)
+    assert doc["DOCUMENTATION"]["name"] == "cpufreq_driver_args"
+    choices = doc["DOCUMENTATION"]["options"]["_input"]["choices"]
+    f = filters["cpufreq_driver_args"]
+    assert f("native", "guided") == ["amd_pstate=guided", "intel_pstate=active"]
+    assert f(None) == [] and f("") == []
+    for driver in choices:
+        assert f(driver)
+    allowed = "driver must be one of: native, amd-pstate, intel_pstate, acpi-cpufreq"
+    with pytest.raises(AnsibleFilterError, match=allowed):
+        f("amd-pstate-epp")
 
 
 def test_verify_kmsg_since_errors_become_filter_errors():
