@@ -13,16 +13,14 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
 
-DRIVERS = ("native", "amd-pstate", "intel_pstate", "acpi-cpufreq")
-
 
 def cpufreq_driver_args(driver, amd_pstate_mode=None):
     """Every kernel argument the persistent flow may configure for the desired ``driver``."""
     if driver in (None, ""):
         return []
-    if driver not in DRIVERS:
+    if driver not in cpufreq.DRIVER_FAMILIES:  # the choices of cpu_freq's driver option
         raise AnsibleFilterError("gpunode.tuning.cpufreq_driver_args: driver must be one of: %s (got %r)"
-                                 % (", ".join(DRIVERS), driver))
+                                 % (", ".join(cpufreq.DRIVER_FAMILIES), driver))
     return cpufreq.driver_kernel_args(driver, amd_pstate_mode)
 
 

@@ -37,7 +37,7 @@ def test_cpufreq_driver_args_is_exported_documented_and_checks_its_input():
     assert f(None) == [] and f("") == []
     for driver in choices:
         assert f(driver)
-    allowed = "driver must be one of: native, amd-pstate, intel_pstate, acpi-cpufreq"
+    allowed = "driver must be one of: native, amd-pstate, acpi-cpufreq, intel_pstate"
     with pytest.raises(AnsibleFilterError, match=allowed):
         f("amd-pstate-epp")
 
