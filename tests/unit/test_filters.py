@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpunode.tuning.plugins.filter.cpufreq_driver_args import FilterModule as CpufreqFilters
 from ansible_collections.gpunode.tuning.plugins.filter.verification import FilterModule
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
 
 FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
 
@@ -32,6 +33,7 @@ def test_cpufreq_driver_args_is_exported_documented_and_checks_its_input():
         doc = yaml.safe_load(fh)
     assert doc["DOCUMENTATION"]["name"] == "cpufreq_driver_args"
     choices = doc["DOCUMENTATION"]["options"]["_input"]["choices"]
+    assert sorted(choices) == sorted(cpufreq.DRIVER_FAMILIES)  # documented = cpu_freq's driver choices
     f = filters["cpufreq_driver_args"]
     assert f("native", "guided") == ["amd_pstate=guided", "intel_pstate=active"]
     assert f(None) == [] and f("") == []
