@@ -43,26 +43,41 @@ def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+# Entries whose original is grouped per CPU (value -> cpulist), as record_per_cpu writes them.
+# None: every key of the family.
+PER_CPU_KEYS = {"cpuidle": None, "cpufreq": ("governor", "epp")}
+WHAT_TO_DO = ("move it aside and re-run; the originals it held are lost unless restored by hand (the file "
+              "shows them)")
+
+
 class Journal:
     """Original values of one node. ``path`` is absolute on the node (resolved below the root)."""
 
     def __init__(self, node, path=DEFAULT_JOURNAL):
-        if not path or not path.startswith("/"):
-            raise NodeError("journal path must be absolute on the node, got %r" % (path,))
         self.node = node
-        self.path = node.path(path)
+        self.path = resolve_path(node, path)
         self.data = {"version": VERSION, "families": {}}
         self.dirty = False
         if os.path.exists(self.path):
-            try:
-                with open(self.path, encoding="utf-8") as fh:
-                    self.data = json.load(fh)
-            except (OSError, ValueError) as exc:
-                raise NodeError("journal %s is unreadable (%s); refusing to continue so that recorded "
-                                "originals are not lost" % (self.path, exc)) from exc
-            if self.data.get("version") != VERSION:
-                raise NodeError("journal %s has version %r; this collection reads version %d"
-                                % (self.path, self.data.get("version"), VERSION))
+            self.data = self._load()
+
+    def _load(self):
+        """The journal's data after checking its shape; NodeError with the path and what to do otherwise."""
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise NodeError("journal %s is unreadable (%s); refusing to continue so that recorded originals are "
+                            "not lost: %s" % (self.path, exc, WHAT_TO_DO)) from exc
+        if isinstance(data, dict) and "version" in data and data["version"] != VERSION:
+            raise NodeError("journal %s has version %r; this collection reads version %d: roll back with the "
+                            "collection version that wrote it, or %s" % (self.path, data["version"], VERSION,
+                                                                        WHAT_TO_DO))
+        problem = shape_problem(data)
+        if problem:
+            raise NodeError("journal %s is valid JSON but not a gpunode.tuning journal (%s); refusing to continue "
+                            "so that nothing is written: %s" % (self.path, problem, WHAT_TO_DO))
+        return data
 
     def entries(self, family):
         """Recorded entries of a family: ``{key: original}``."""
@@ -100,7 +115,7 @@ class Journal:
         for cpu, value in known.items():
             grouped.setdefault(value, []).append(cpu)
         fam[key] = {"original": {v: format_cpulist(c) for v, c in sorted(grouped.items())},
-                    "recorded": entry["recorded"] if entry else _now()}
+                    "recorded": entry.get("recorded", _now()) if entry else _now()}
         self.dirty = True
         return True
 
@@ -119,11 +134,14 @@ class Journal:
         Verification reads the kernel log from this point on; the boot id tells whether the
         boot-relative time still refers to the running boot.
         """
-        uptime = self.node.read("proc/uptime", default="0").split()[0]
+        try:
+            uptime = float(self.node.read("proc/uptime", default="0").split()[0])
+        except (IndexError, ValueError):
+            uptime = 0.0  # unreadable: the kernel log then counts from boot, which hides nothing
         self.data["last_applied"] = {
             "family": family,
             "time": _now(),
-            "uptime": float(uptime),
+            "uptime": uptime,
             "boot_id": self.node.read("proc/sys/kernel/random/boot_id", default=""),
         }
         self.dirty = True
@@ -171,6 +189,72 @@ class Journal:
             raise
         self.dirty = False
         return True
+
+
+def resolve_path(node, path):
+    """The journal's full path below the node root; NodeError when ``path`` is not absolute or leaves the root.
+
+    ``..`` is resolved first and then every symlink on the way, so neither can put the journal (and
+    the originals rollback needs) outside the node.
+    """
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise NodeError("journal path must be absolute on the node, got %r" % (path,))
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise NodeError("journal path %r contains a control character; give a path such as %s"
+                        % (path, DEFAULT_JOURNAL))
+    full = os.path.normpath(node.path(path))
+    root = os.path.realpath(node.root)
+    for candidate, base in ((full, node.root), (os.path.realpath(full), root)):
+        if os.path.commonpath([candidate, base]) != base:
+            raise NodeError("journal path %s resolves to %s, outside the node root %s; give a path below the "
+                            "root such as %s" % (path, os.path.realpath(full), node.root, DEFAULT_JOURNAL))
+    if full == node.root:
+        raise NodeError("journal path %s is the node root %s itself; give a file such as %s"
+                        % (path, node.root, DEFAULT_JOURNAL))
+    return full
+
+
+def shape_problem(data):
+    """What is wrong with the structure of loaded journal data, in words; None when it is a journal."""
+    if not isinstance(data, dict):
+        return "the top level is a %s, not an object" % type(data).__name__
+    if data.get("version") != VERSION:
+        return "no \"version\": %d" % VERSION
+    families = data.get("families")
+    if not isinstance(families, dict):
+        return "\"families\" is %s, not an object" % ("missing" if families is None else "a " + type(families).__name__)
+    if "last_applied" in data and not isinstance(data["last_applied"], dict):
+        return "\"last_applied\" is not an object"
+    for family, entries in families.items():
+        if not isinstance(entries, dict):
+            return "family %r is a %s, not an object" % (family, type(entries).__name__)
+        for key, entry in entries.items():
+            problem = _entry_problem(family, key, entry)
+            if problem:
+                return "family %r, key %r: %s" % (family, key, problem)
+    return None
+
+
+def _entry_problem(family, key, entry):
+    if not isinstance(entry, dict):
+        return "the entry is a %s, not an object" % type(entry).__name__
+    if "original" not in entry:
+        return "the entry has no \"original\""
+    if "recorded" in entry and not isinstance(entry["recorded"], str):
+        return "\"recorded\" is not a time stamp"
+    keys = PER_CPU_KEYS.get(family, ())
+    per_cpu = keys is None or key in keys
+    original = entry["original"]
+    if per_cpu and not isinstance(original, dict):
+        return "the per-CPU original is a %s, not an object (value -> cpulist)" % type(original).__name__
+    if isinstance(original, dict):
+        for value, cpulist in original.items():
+            try:
+                if not isinstance(cpulist, str) or not parse_cpulist(cpulist):
+                    raise ValueError(cpulist)
+            except ValueError:
+                return "value %r has %r, not a cpulist such as 0-3,8" % (value, cpulist)
+    return None
 
 
 def open_journal(module, node):

@@ -21,11 +21,50 @@ class NodeError(Exception):
     """A node could not be read or written as asked; the message names the path."""
 
 
+ROOT_ALLOWED = "'/' for the running system, or the directory of a simulated node (tools/simnode.py)"
+
+
 class Node:
-    """A Linux node seen through a root directory."""
+    """A Linux node seen through a root directory.
+
+    ``Node(root)`` only refuses an empty root; modules build their node with ``Node.open``, which
+    also checks that the root is a directory with ``sys/`` before anything is read or written.
+    """
 
     def __init__(self, root="/"):
-        self.root = os.path.abspath(root or "/")
+        if not isinstance(root, str) or not root.strip():
+            # An empty root used to fall back to "/": a module meant for a simulated node then
+            # described, or planned writes to, the controller itself.
+            raise NodeError("root is empty (%r); give %s" % (root, ROOT_ALLOWED))
+        root = os.path.abspath(root)
+        # "//", "/tmp/.." or a link to "/" are the running system too: system commands run there.
+        self.root = "/" if os.path.realpath(root) == "/" else root
+
+    @classmethod
+    def open(cls, root, module=None):
+        """The node at ``root`` after checking that it is one: NodeError naming the root otherwise.
+
+        With ``module`` the error fails the module (``fail_json``) instead, so that a module's one
+        line ``node = Node.open(p["root"], module)`` refuses a bad root before any read or write.
+        """
+        try:
+            node = cls(root)
+            node.check_root()
+        except NodeError as exc:
+            if module is None:
+                raise
+            module.fail_json(msg=str(exc))
+        return node
+
+    def check_root(self):
+        """Raise NodeError unless the root is a directory holding ``sys/`` (what every Linux root has)."""
+        if not os.path.exists(self.root):
+            raise NodeError("root %s does not exist; give %s" % (self.root, ROOT_ALLOWED))
+        if not os.path.isdir(self.root):
+            raise NodeError("root %s is not a directory; give %s" % (self.root, ROOT_ALLOWED))
+        if not os.path.isdir(self.path("sys")):
+            raise NodeError("root %s has no sys/ directory, so it is not the root of a Linux node and "
+                            "nothing on it can be read; give %s" % (self.root, ROOT_ALLOWED))
 
     @property
     def is_live(self):
