@@ -507,7 +507,7 @@ def _note_errors(outcome, errors):
 def run(module):
     """The cpu_freq module: validate, plan, journal, write in a valid order, read back, report."""
     params = module.params
-    node = Node(params["root"])
+    node = Node.open(params["root"], module)
     journal = open_journal(module, node)
     restore = params["restore"]
     if not restore and all(params[k] is None for k in ("governor", "epp", "boost", "amd_pstate_mode",

@@ -261,7 +261,7 @@ def run(module):
         if empty:
             module.fail_json(msg="disable contains an empty state name; give names such as POLL, C1, C2")
 
-    node = Node(params["root"])
+    node = Node.open(params["root"], module)
     journal = open_journal(module, node)
     try:
         cpus = select_cpus(node, params["cpus"])

@@ -238,7 +238,7 @@ def apply_grubby(module, node, p, out):
 def main():
     module = build_module()
     p = module.params
-    node = Node(p["root"])
+    node = Node.open(p["root"], module)
     try:
         bootcmdline.validate_arguments(p["arguments"])
     except bootcmdline.CmdlineError as exc:

@@ -184,7 +184,7 @@ def build_module():
 def main():
     module = build_module()
     p = module.params
-    node = Node(p["root"])
+    node = Node.open(p["root"], module)
     items = None
     if not p["restore"]:
         try:

@@ -276,7 +276,7 @@ def requests_from(params):
 def main():
     module = build_module()
     p = module.params
-    node = Node(p["root"])
+    node = Node.open(p["root"], module)
     reqs = [] if p["restore"] else requests_from(p)
     if not p["restore"] and not reqs:
         module.fail_json(msg="one of name or modules is required (or restore=true with journal)")

@@ -226,7 +226,7 @@ def main():
                                        class_prefixes=p["class_prefixes"], bdfs=p["bdfs"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    node = Node(p["root"])
+    node = Node.open(p["root"], module)
     journal = open_journal(module, node)
     setpci_bin = node.bin_path(module, "setpci", "pciutils")
 
