@@ -14,13 +14,17 @@ TEST_STAGES := lint unit integration sanity
 TEST_STAGES += test-molecule
 TEST_STAGES += test-vm
 
-# `make test` runs setup once, then its stages with NO_SETUP=1 so they skip it.
+# `make test` runs setup once (with every test stage's apt packages, installed serially before
+# any stage starts), then its stages with NO_SETUP=1 so they skip it. A stage run on its own
+# (`make test-vm`) sets up for tests first.
 SETUP := $(if $(NO_SETUP),,setup)
+SETUP_TESTS := $(if $(NO_SETUP),,setup-tests)
 
-.PHONY: help setup demo test $(TEST_STAGES) bench clean distclean
+.PHONY: help setup setup-tests demo test $(TEST_STAGES) bench clean distclean
 
 help:
 	@echo "make setup    install apt packages, .venv, collection symlink (idempotent)"
+	@echo "make setup-tests  the same plus every test stage's apt packages"
 	@echo "make demo     setup, then run tools/demo.py"
 	@echo "make test     setup, then every stage: $(TEST_STAGES)"
 	@echo "make lint | unit | integration | sanity | test-molecule | bench | clean | distclean"
@@ -28,12 +32,15 @@ help:
 setup:
 	@scripts/setup.sh
 
+setup-tests:
+	@scripts/setup.sh --tests
+
 demo: $(SETUP)
 	@if [[ -f tools/demo.py ]]; then $(PY) tools/demo.py; \
 	else echo "demo: tools/demo.py does not exist yet; nothing to run"; fi
 
 # Runs every stage even after a failure, then fails if any stage failed.
-test: $(SETUP)
+test: $(SETUP_TESTS)
 	@failed=(); \
 	for stage in $(TEST_STAGES); do \
 		echo "=== make $$stage"; \
@@ -42,32 +49,32 @@ test: $(SETUP)
 	if (( $${#failed[@]} )); then echo "=== FAILED: $${failed[*]}"; exit 1; fi; \
 	echo "=== all stages passed: $(TEST_STAGES)"
 
-lint: $(SETUP)
+lint: $(SETUP_TESTS)
 	@scripts/lint.sh
 
 # pytest exits 5 when it collects no tests: not a failure while the suite is being written.
-unit: $(SETUP)
+unit: $(SETUP_TESTS)
 	@if [[ ! -d tests/unit ]]; then echo "unit: no tests/unit directory"; exit 0; fi; \
 	rc=0; $(PY) -m pytest -q tests/unit || rc=$$?; \
 	if (( rc == 5 )); then echo "unit: no tests collected"; rc=0; fi; \
 	exit $$rc
 
 # The playbooks end to end against simulated nodes (ansible-playbook subprocesses).
-integration: $(SETUP)
+integration: $(SETUP_TESTS)
 	@$(PY) -m pytest -q -p no:cacheprovider tests/integration
 
-sanity: $(SETUP)
+sanity: $(SETUP_TESTS)
 	@scripts/sanity.sh $(SANITY_ARGS)
 
 # Molecule scenarios in podman, both Debian releases; images are built once and cached
 # (docs/molecule.md). One scenario: make test-molecule MOLECULE_SCENARIOS=default
-test-molecule: $(SETUP)
+test-molecule: $(SETUP_TESTS)
 	@scripts/molecule.sh $(MOLECULE_SCENARIOS)
 
 # The playbooks against a real Linux kernel in a QEMU guest, Debian's QEMU and a build with a
 # writable MRRS field (docs/vm.md); skipped where QEMU cannot be installed. Builds are cached
 # under /var/cache/gpunode-tuning/vm. One variant: make test-vm VM_VARIANTS=patched
-test-vm: $(SETUP)
+test-vm: $(SETUP_TESTS)
 	@tests/vm/run.sh $(VM_VARIANTS)
 
 bench: $(SETUP)

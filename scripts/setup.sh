@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
 # Prepare this checkout for `make demo` and `make test` on Debian 12:
-#   1. apt packages (installed only when missing),
+#   1. apt packages (installed only when missing; with --tests also those of every test stage),
 #   2. .venv from requirements.txt (skipped while its stamp matches),
 #   3. the .collections symlink that makes the checkout usable as gpunode.tuning,
 #   4. the offline pip bootstrap script that ansible-test would otherwise download.
 # Safe to rerun; a rerun with nothing to do takes well under a second.
+#   scripts/setup.sh [--tests]
+# --tests (make test and its stages): every package any test stage needs is installed here, once
+# and serially, before any stage runs anything in parallel (scripts/apt.sh).
 # Environment: PYTHON (default python3, must be >= 3.11).
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+# shellcheck source=scripts/apt.sh
+source scripts/apt.sh
 
-# Later stages append to this list (podman, qemu, ...).
-APT_PACKAGES=(pciutils kmod shellcheck make git)
-# make test-molecule: podman with runc (crun fails on these VMs) and debootstrap for the images.
-APT_PACKAGES+=(podman runc uidmap fuse-overlayfs slirp4netns debootstrap)
+APT_PACKAGES=("${GPUNODE_APT_BASE[@]}")
+case ${1:-} in
+"") ;;
+--tests) APT_PACKAGES+=("${GPUNODE_APT_TESTS[@]}" "${GPUNODE_APT_VM_HOST[@]}" "${GPUNODE_APT_QEMU_BUILD[@]}") ;;
+*)
+    echo "usage: scripts/setup.sh [--tests]" >&2
+    exit 2
+    ;;
+esac
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 COLLECTION_LINK=.collections/ansible_collections/gpunode/tuning
@@ -27,25 +37,9 @@ die() {
 }
 
 install_apt_packages() {
-    # dpkg-query is as fast as a stamp file and cannot go stale when a package is removed.
-    local missing
-    mapfile -t missing < <(
-        for pkg in "${APT_PACKAGES[@]}"; do
-            dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null | grep -qx installed || echo "$pkg"
-        done
-    )
-    if ((${#missing[@]} == 0)); then
-        return
-    fi
-    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
-    local sudo=()
-    if ((EUID != 0)); then
-        command -v sudo >/dev/null || die "missing packages ${missing[*]}: run as root or install sudo"
-        sudo=(sudo -n)
-    fi
-    log "installing apt packages: ${missing[*]}"
-    "${sudo[@]}" apt-get update -qq
-    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+    # De-duplicated; gpunode_apt_install is a no-op (dpkg-query only) when all are installed.
+    mapfile -t APT_PACKAGES < <(printf '%s\n' "${APT_PACKAGES[@]}" | sort -u)
+    gpunode_apt_install "${APT_PACKAGES[@]}" || die "installing apt packages failed"
 }
 
 python_is_supported() {

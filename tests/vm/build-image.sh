@@ -19,7 +19,7 @@ GUEST_PACKAGES=linux-image-amd64,initramfs-tools,zstd,systemd-sysv,udev,dbus,kmo
 DISK_SIZE=${GPUNODE_VM_DISK_SIZE:-4G}
 MODULE_SRC=$VM_DIR/nvidia_peermem
 
-vm_require_packages debootstrap e2fsprogs qemu-utils openssh-client gcc make
+vm_require_packages "${GPUNODE_APT_VM_HOST[@]}"
 key=$(vm_hash "${BASH_SOURCE[0]}" "$MODULE_SRC/nvidia_peermem.c" "$MODULE_SRC/Kbuild" \
     "$GUEST_PACKAGES" "$DEBIAN_SUITE" "$DEBIAN_MIRROR" "$DISK_SIZE")
 out=$GPUNODE_VM_CACHE/image/$key

@@ -16,10 +16,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PATCH=$VM_DIR/qemu-pcie-mrrs-writable.patch
-BUILD_DEPS=(qemu-system-x86 dpkg-dev gcc make ninja-build meson pkg-config python3
-    libglib2.0-dev libpixman-1-dev libslirp-dev zlib1g-dev libfdt-dev)
-
-vm_require_packages "${BUILD_DEPS[@]}"
+vm_require_packages "${GPUNODE_APT_QEMU_BUILD[@]}"
 version=${GPUNODE_VM_QEMU_SOURCE_VERSION:-$(dpkg-query -W -f='${source:Version}' qemu-system-x86)}
 key=$(vm_hash "$PATCH" "${BASH_SOURCE[0]}" "$version")
 out=$GPUNODE_VM_CACHE/qemu/$key

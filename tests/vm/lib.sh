@@ -25,22 +25,23 @@ vm_die() {
     exit 1
 }
 
-# apt-get that waits for the dpkg lock instead of failing: other jobs on the host use apt too.
+# shellcheck source=scripts/apt.sh
+source "$REPO_DIR/scripts/apt.sh"
+
+# apt-get under the project's apt lock (scripts/apt.sh): the two builds of run.sh run side by
+# side, and `make setup --tests` has normally installed everything before either starts.
 vm_apt_get() {
-    apt-get -o DPkg::Lock::Timeout=900 -qq "$@" </dev/null
+    gpunode_apt_get "$@"
 }
 
 # Install Debian packages that are missing on the host (no-op when all are installed).
 vm_require_packages() {
-    local missing=() pkg
-    for pkg in "$@"; do
-        dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null | grep -qx installed || missing+=("$pkg")
-    done
+    local missing
+    mapfile -t missing < <(gpunode_apt_missing "$@")
     ((${#missing[@]} == 0)) && return 0
     ((EUID == 0)) || vm_die "missing host packages ${missing[*]}; run as root or install them"
     vm_log "installing host packages: ${missing[*]}"
-    vm_apt_get update
-    vm_apt_get install -y --no-install-recommends "${missing[@]}"
+    gpunode_apt_install "${missing[@]}" || vm_die "installing ${missing[*]} failed"
 }
 
 # Print a short hash of the given strings and files (files by content, strings as given).

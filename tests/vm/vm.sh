@@ -166,15 +166,14 @@ cmd_start() {
     run=$(run_dir "$name")
     [[ -e $run ]] && vm_die "$run exists: stop that VM first (vm.sh stop $name)"
     image=$("$VM_DIR/build-image.sh")
+    vm_require_packages "${GPUNODE_APT_VM_HOST[@]}"
     case $variant in
     stock)
-        vm_require_packages qemu-system-x86 qemu-utils
         qemu=$(command -v qemu-system-x86_64)
         ;;
     patched) qemu=$("$VM_DIR/build-qemu.sh") ;;
     *) vm_die "unknown variant '$variant' (stock|patched)" ;;
     esac
-    vm_require_packages acpica-tools e2fsprogs openssh-client
     mkdir -p "$run"
     echo "$image" >"$run/image"
     echo "$qemu" >"$run/qemu"
