@@ -34,6 +34,11 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import driv
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import format_cpulist, parse_cpulist
 
 STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
+# Verdicts a caller can gate on (evaluate_host's gate): the whole desired state, or what runtime
+# tuning can apply (the runtime rollout, which cannot switch a cpufreq driver or add kernel arguments).
+GATES = ("full", "runtime")
+# Families only the persistent flow and a reboot bring.
+REBOOT_ONLY_FAMILIES = ("cmdline",)
 # Knob families in report order; the fleet summary has one column per family.
 FAMILIES = ("pcie_mrrs", "cpuidle", "cpufreq", "numa_balancing", "thp", "sysctl", "kmod", "cmdline", "gpu")
 FAMILY_TITLES = {
@@ -737,7 +742,7 @@ def family_counts(settings):
 
 
 def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None, fail_on_pending=False,
-                  fail_classes=DEFAULT_FAIL_CLASSES, host=None, verified_at=None):
+                  fail_classes=DEFAULT_FAIL_CLASSES, host=None, verified_at=None, gate="full"):
     """Compare ``facts`` (tuning_facts) with ``desired``; return the host's verification result.
 
     ``desired`` keys (each optional; absent or null = not part of the desired state):
@@ -746,7 +751,11 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
     {enabled, defrag}, ``sysctl`` {key: value}, ``kmod`` {modules: [...]}, ``cmdline`` [args].
     ``context``: a dict with ``cmdline`` (see ``configured_arguments``), ``sysctl_persisted``
     (the drop-in text), ``boot_unit`` (bool), ``modules_persisted`` (names), ``root``.
+    ``gate``: which verdict ``gate`` holds, ``full`` (the host's status) or ``runtime`` (see
+    ``gate_verdict``); the settings and the host's status are the same either way.
     """
+    if gate not in GATES:
+        raise VerificationError("gate must be one of: %s (got %r)" % (", ".join(GATES), gate))
     if not isinstance(facts, dict):
         raise VerificationError("facts: expected the tuning_facts dict, got %s" % type(facts).__name__)
     if "tuning_facts" in facts and "kernel" not in facts:
@@ -773,20 +782,12 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
         settings += cmdline_settings(facts, desired, ctx)
     gpu_info, gpu_settings = gpu_section(facts, gpu, ctx.root)
     settings += gpu_settings
+    mark_runtime(settings, facts)
 
     klog = kernel_log_section(facts.get("kernel_log"), kernel_log_since, fail_classes)
     counts = count_states(settings)
-    failures = []
-    drifted = [s for s in settings if s["state"] == "drifted"]
-    if drifted:
-        failures.append("%d drifted: %s" % (len(drifted), _by_family(drifted)))
-    if klog["new_errors"]:
-        failures.append("kernel log: %s %s" % (
-            ", ".join("%d %s" % (n, c) for c, n in klog["failing"].items()), klog["since_detail"] or "since boot"))
+    failures = host_failures(settings, klog, fail_on_pending)
     pending = [s for s in settings if s["state"] == "pending_reboot"]
-    if pending and fail_on_pending:
-        failures.append("%d pending a reboot (gpunode_tuning_verify_fail_on_pending): %s"
-                        % (len(pending), _by_family(pending)))
     kernel = facts.get("kernel") or {}
     cpu = facts.get("cpu") or {}
     return {
@@ -796,6 +797,8 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
         "ok": not failures,
         "failures": failures,
         "reboot_required": bool(pending),
+        "needs_reboot": needs_reboot(settings),
+        "gate": gate_verdict(gate, failures, settings, klog),
         "node": {
             "root": ctx.root,
             "os": (facts.get("os") or {}).get("pretty_name"),
@@ -816,6 +819,80 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
     }
 
 
+def host_failures(settings, klog, fail_on_pending=False):
+    """Why a host fails: its drifted settings, new kernel errors, pending settings when asked to."""
+    failures = []
+    drifted = [s for s in settings if s["state"] == "drifted"]
+    if drifted:
+        failures.append("%d drifted: %s" % (len(drifted), _by_family(drifted)))
+    if klog["new_errors"]:
+        failures.append("kernel log: %s %s" % (
+            ", ".join("%d %s" % (n, c) for c, n in klog["failing"].items()), klog["since_detail"] or "since boot"))
+    pending = [s for s in settings if s["state"] == "pending_reboot"]
+    if pending and fail_on_pending:
+        failures.append("%d pending a reboot (gpunode_tuning_verify_fail_on_pending): %s"
+                        % (len(pending), _by_family(pending)))
+    return failures
+
+
+def _driver_switch(s, cf):
+    """Whether a cpufreq driver setting wants another driver family than the running one."""
+    wanted = str(s.get("desired") or "").split(" ")[0]  # "amd-pstate (active)" -> amd-pstate
+    return bool(wanted) and wanted != driver_family(cf.get("driver"))
+
+
+def _offered(cf, key, want):
+    """Whether the running cpufreq driver offers ``key`` = ``want`` (governor or EPP)."""
+    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
+    return (cf.get(key) or {}).get("value") is not None and (not available or want in available)
+
+
+def mark_runtime(settings, facts):
+    """Set each setting's ``runtime``: whether runtime tuning can bring it (True) or not (False).
+
+    Only a reboot brings kernel arguments and a switch to another cpufreq driver (the persistent
+    flow configures them); nor a governor or EPP value that only the wanted driver offers. A mode
+    switch within the running pstate driver and every other family are runtime work.
+    """
+    cf = facts.get("cpufreq") or {}
+    switch = any(s["family"] == "cpufreq" and s["name"] == "driver" and _driver_switch(s, cf) for s in settings)
+    for s in settings:
+        if s["family"] in REBOOT_ONLY_FAMILIES:
+            s["runtime"] = False
+        elif s["family"] == "cpufreq" and s["name"] == "driver":
+            s["runtime"] = not _driver_switch(s, cf)
+        elif s["family"] == "cpufreq" and s["name"] in ("governor", "epp") and switch:
+            s["runtime"] = _offered(cf, s["name"], s["desired"])
+        else:
+            s["runtime"] = True
+    return settings
+
+
+def needs_reboot(settings):
+    """One line per setting not in effect that only the persistent flow and a reboot bring."""
+    out = []
+    for s in settings:
+        if s.get("runtime", True) or s["state"] not in ("drifted", "pending_reboot"):
+            continue
+        running = "%s runs" % s["running"] if s["running"] not in (None, "") else "not in effect"
+        how = "configured, a reboot applies it" if s["state"] == "pending_reboot" \
+            else "needs the persistent flow and a reboot"
+        out.append("%s %s: %s wanted, %s (%s)" % (s["family"], s["name"], s["desired"], running, how))
+    return out
+
+
+def gate_verdict(gate, failures, settings, klog):
+    """The verdict a gate judges by: ``{name, status, ok, failures}``.
+
+    ``full`` is the host's own verdict. ``runtime`` (the runtime rollout's gate) judges what runtime
+    tuning can apply: settings only a reboot brings (``needs_reboot``) and settings pending a
+    reboot do not fail it; drifted runtime settings and new kernel errors do.
+    """
+    if gate == "runtime":
+        failures = host_failures([s for s in settings if s.get("runtime", True)], klog)
+    return {"name": gate, "status": "fail" if failures else "pass", "ok": not failures, "failures": failures}
+
+
 def _by_family(settings, most=3):
     """``pcie_mrrs (8), cpufreq driver, governor``: names per family, a count when there are many."""
     groups = {}
@@ -828,15 +905,18 @@ def _by_family(settings, most=3):
     return "; ".join(parts)
 
 
-def error_result(host, message, verified_at=None):
+def error_result(host, message, verified_at=None, gate="full"):
     """The result of a host whose facts could not be gathered (the verify tasks rescued the error)."""
+    failures = ["verification could not run: %s" % message]
     return {
         "host": host,
         "verified_at": verified_at,
         "status": "error",
         "ok": False,
-        "failures": ["verification could not run: %s" % message],
+        "failures": failures,
         "reboot_required": False,
+        "needs_reboot": [],
+        "gate": {"name": gate, "status": "error", "ok": False, "failures": failures},
         "node": {},
         "counts": dict.fromkeys(STATES, 0),
         "families": {},
