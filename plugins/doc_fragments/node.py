@@ -15,6 +15,8 @@ options:
       - V(/) is the running system. Any other directory is a simulated node (see C(tools/simnode.py));
         then no system command acts on the controller's host, and C(lspci)/C(setpci) are pointed at
         the tree with C(-O sysfs.path=).
+      - The root must be an existing directory that has a C(sys/) directory; otherwise the module fails, naming
+        the root, before it reads or writes anything. An empty string is refused, never taken as V(/).
     type: path
     default: /
 """

@@ -11,7 +11,8 @@ with ``detail=True``. The state index -> name mapping of cpuidle is read from th
 CPU only (cpuidle drivers register one state table for all CPUs); per CPU only the ``disable``
 attribute is read, so the cost is one open per CPU and state.
 
-Invalid options raise ``FactsError`` before anything is read.
+Invalid options raise ``FactsError`` before anything is read; a node without a readable CPU
+raises ``NodeError``.
 """
 
 from __future__ import annotations
@@ -418,7 +419,10 @@ def nvidia_facts(node):
 
 def gather(node, pci_selector=None, sysctls=None, kmsg_since=0.0, kmsg_levels=kernel_log.DEFAULT_LEVELS,
            kmsg_ignore=None, modules=None, detail=False):
-    """Return the ``tuning_facts`` dict. Raises ``FactsError`` (bad option) before reading anything."""
+    """Return the ``tuning_facts`` dict. Raises ``FactsError`` (bad option) before reading anything.
+
+    Raises ``NodeError`` when the node lists no CPU (it could not be read).
+    """
     selector = build_selector(pci_selector)
     sysctl_keys = validate_sysctl_keys(sysctls)
     module_names = validate_module_names(modules)
@@ -431,6 +435,11 @@ def gather(node, pci_selector=None, sysctls=None, kmsg_since=0.0, kmsg_levels=ke
         raise FactsError("kmsg_since must be >= 0 (seconds since boot), got %r" % (kmsg_since,))
 
     cpus = online_cpus(node)
+    if not cpus:
+        # Every Linux node lists at least one CPU: none means the node could not be read, and
+        # facts full of nulls would let a verification pass it.
+        raise NodeError("no CPU found below %s (neither %s/online nor cpuN directories): the root is not a "
+                        "readable Linux node" % (node.root, node.path(SYSFS_CPU)))
     return {
         "os": os_facts(node),
         "kernel": kernel_facts(node),

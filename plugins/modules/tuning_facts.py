@@ -110,6 +110,8 @@ extends_documentation_fragment:
   - gpunode.tuning.node
   - gpunode.tuning.node.attributes_read_only
 notes:
+  - The module fails, naming the root, when O(root) is empty, does not exist, is not a directory or has no
+    C(sys/), and when no CPU can be read below it, so that a verification never passes a node it could not read.
   - PCI values come from each device's C(config) file in sysfs; reading more than its first 64 bytes needs root.
     Without it C(mps), C(mrrs) and the link values are null and C(error) says why.
   - GPUs lower their link speed when idle, so C(link_speed) below C(link_speed_capable) is expected on an idle GPU.
@@ -749,7 +751,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import FactsError, gather
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
 
 ARGUMENT_SPEC = dict(
     pci_selector=dict(
@@ -787,7 +789,7 @@ def main():
         module.fail_json(msg=missing_required_lib("netaddr", reason="for kmsg_ignore rules with a cidr"))
     try:
         facts = gather(
-            Node(p["root"]),
+            Node.open(p["root"], module),
             pci_selector=p["pci_selector"],
             sysctls=p["sysctls"],
             kmsg_since=p["kmsg_since"],
@@ -796,7 +798,7 @@ def main():
             modules=p["modules"],
             detail=p["detail"],
         )
-    except FactsError as exc:
+    except (FactsError, NodeError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, tuning_facts=facts)
 
