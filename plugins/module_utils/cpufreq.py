@@ -39,6 +39,12 @@ INTEL_NO_TURBO = SYSFS_CPU + "/intel_pstate/no_turbo"
 AMD_PSTATE_MODES = ["active", "passive", "guided"]
 INTEL_PSTATE_MODES = ["active", "passive"]
 DRIVER_FAMILIES = ["native", "amd-pstate", "acpi-cpufreq", "intel_pstate"]
+# driver=native: the vendor's own pstate driver. CPUs of other vendors keep their running driver.
+NATIVE_DRIVERS = {"AuthenticAMD": "amd-pstate", "GenuineIntel": "intel_pstate"}
+# The runtime mode setting of each pstate driver family.
+MODE_SETTINGS = {"amd_pstate_mode": "amd-pstate", "intel_pstate_status": "intel_pstate"}
+# What cpu_vendor() says for an arm64 CPU, whose /proc/cpuinfo has no vendor_id.
+ARM64_VENDOR = "arm64"
 # Drivers that refuse an EPP other than "performance" (EBUSY) while the governor is performance.
 EPP_LOCKED_UNDER_PERFORMANCE = ("amd-pstate-epp", "intel_pstate")
 # Governors of the setpolicy drivers (active modes): known before the mode switch.
@@ -86,16 +92,74 @@ def resolve_driver(wanted, cpu_vendor):
     """Resolve ``native`` to the CPU vendor's own pstate driver; other values pass through.
 
     ``native`` lets one desired state serve a mixed fleet: amd-pstate on AMD, intel_pstate on
-    Intel. Raises PlanError for a CPU of another vendor.
+    Intel. A CPU without a vendor pstate driver (arm64, another x86 vendor, an unreadable
+    /proc/cpuinfo) gives None: the running driver is kept (``keep_driver_reason`` says why).
     """
     if wanted != "native":
         return wanted
-    if cpu_vendor == "AuthenticAMD":
-        return "amd-pstate"
-    if cpu_vendor == "GenuineIntel":
-        return "intel_pstate"
-    raise PlanError("driver=native means amd-pstate on AMD and intel_pstate on Intel CPUs; this node's CPU "
-                    "vendor is %s: choose one of amd-pstate, intel_pstate, acpi-cpufreq" % (cpu_vendor or "unknown"))
+    return NATIVE_DRIVERS.get(cpu_vendor)
+
+
+def keep_driver_reason(cpu_vendor, running_driver):
+    """Why ``driver=native`` leaves the running driver alone on this CPU (the not-applicable reason)."""
+    return ("driver=native means the CPU vendor's own pstate driver (amd-pstate on AMD, intel_pstate on Intel); "
+            "this CPU (%s) has none, so the running driver %s is kept"
+            % (cpu_vendor or "no vendor_id in /proc/cpuinfo", running_driver or "none"))
+
+
+def applicability(desired, cpu_vendor, running):
+    """Decide which requested cpufreq settings apply to the driver this node is meant to run.
+
+    One function for the module and for verification, so that both agree. ``desired`` has the
+    module's options (``driver``, ``amd_pstate_mode``, ``intel_pstate_status``, ``epp``, ``boost``;
+    None when not asked). ``running`` describes the node: ``driver`` (scaling driver), ``amd_status``
+    and ``intel_status`` (the pstate status files, None when absent), ``epp`` (a policy has an
+    EPP file), ``boost`` (a boost control exists).
+
+    Returns ``(wanted, reasons)``: the desired driver family (None: keep the running one) and
+    ``{setting: why it does not apply}``. A preset's knob for another driver (amd_pstate_mode when
+    the driver is acpi-cpufreq, EPP on a driver without EPP, boost without a boost file) is
+    not applicable, never an error.
+    """
+    wanted = resolve_driver(desired.get("driver"), cpu_vendor)
+    reasons = {}
+    running_driver = running.get("driver")
+    if desired.get("driver") == "native" and wanted is None:
+        reasons["driver"] = keep_driver_reason(cpu_vendor, running_driver)
+    target = wanted or driver_family(running_driver)
+    pending = wanted is not None and wanted != driver_family(running_driver)
+    where = ("the desired driver is %s" % wanted) if wanted else ("this node keeps its running driver %s"
+                                                                   % running_driver)
+    for key, family in MODE_SETTINGS.items():
+        if desired.get(key) is not None and target != family:
+            reasons[key] = "%s applies to the %s driver only; %s" % (key, family, where)
+    if desired.get("epp") is not None:
+        why = _epp_not_applicable(desired, target, pending, running)
+        if why:
+            reasons["epp"] = why
+    if desired.get("boost") is not None and not running.get("boost"):
+        reasons["boost"] = "driver %s has no boost control (neither /%s nor /%s exists)" % (
+            running_driver, BOOST, INTEL_NO_TURBO)
+    return wanted, reasons
+
+
+def _epp_not_applicable(desired, target, pending, running):
+    """Why an EPP does not apply to ``target`` (the driver the node is meant to run), or None."""
+    mode_key = {family: key for key, family in MODE_SETTINGS.items()}.get(target)
+    mode = desired.get(mode_key) if mode_key else None
+    if target == "amd-pstate" and mode is not None and mode != "active":
+        return ("amd_pstate_mode=%s runs the amd-pstate driver, which has no energy performance preference "
+                "(only active mode, amd-pstate-epp, has one)" % mode)
+    if pending:
+        # After the reboot into a pstate driver the EPP applies; acpi-cpufreq never has one.
+        return None if mode_key else "the desired driver %s has no energy performance preference" % target
+    if running.get("epp"):
+        return None
+    current = running.get("amd_status") if target == "amd-pstate" else running.get("intel_status")
+    if mode == "active" and current not in (None, "active"):
+        return None  # the mode switch to active brings the EPP
+    return ("driver %s has no energy performance preference (EPP needs amd-pstate-epp, i.e. amd_pstate active "
+            "mode, or intel_pstate with HWP)" % running.get("driver"))
 
 
 def selecting_args(family, amd_pstate_mode=None):
@@ -136,10 +200,13 @@ def driver_change(current_driver, wanted_family, cpu_vendor, amd_pstate_mode=Non
     """Plan a driver change, which only a reboot can make.
 
     Returns ``(reboot_required, kernel_args)``. Raises PlanError when the CPU cannot run the
-    wanted driver (amd-pstate on Intel, intel_pstate on AMD).
+    wanted driver (amd-pstate on Intel, intel_pstate on AMD, either or acpi-cpufreq on arm64).
     """
     if not wanted_family or driver_family(current_driver) == wanted_family:
         return False, []
+    if cpu_vendor and cpu_vendor.startswith(ARM64_VENDOR):
+        raise PlanError("driver=%s exists on x86 CPUs only; this node's CPU is %s, running %s: use driver=native "
+                        "to keep the running driver" % (wanted_family, cpu_vendor, current_driver))
     if wanted_family == "amd-pstate":
         if cpu_vendor and cpu_vendor != "AuthenticAMD":
             raise PlanError("driver=amd-pstate needs an AMD CPU; this node's CPU vendor is %s "
@@ -247,16 +314,31 @@ def per_cpu(policies, attr):
     return {cpu: getattr(p, attr) for p in policies for cpu in p.cpus}
 
 
+def vendor_from_cpuinfo(lines):
+    """The CPU vendor in /proc/cpuinfo ``lines`` (first CPU): ``vendor_id`` on x86.
+
+    arm64 has no vendor_id; its ``CPU implementer`` gives ``arm64 (CPU implementer 0x41)``. None
+    when neither is there.
+    """
+    for line in lines:
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = key.strip()
+        if key == "vendor_id":
+            return value.strip()
+        if key == "CPU implementer":
+            return "%s (CPU implementer %s)" % (ARM64_VENDOR, value.strip())
+    return None
+
+
 def cpu_vendor(node):
-    """The ``vendor_id`` of /proc/cpuinfo (first CPU), or None."""
+    """The CPU vendor of the node's /proc/cpuinfo (``vendor_from_cpuinfo``), or None."""
     try:
         with open(node.path("proc/cpuinfo"), encoding="utf-8", errors="replace") as fh:
-            for line in itertools.islice(fh, 16):
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+            return vendor_from_cpuinfo(itertools.islice(fh, 16))
     except OSError:
-        pass
-    return None
+        return None
 
 
 class NodeFreq:
@@ -290,6 +372,11 @@ class NodeFreq:
             if raw in ("0", "1"):
                 self.boost = (raw == "1") != (self.boost_file == INTEL_NO_TURBO)
 
+    def view(self):
+        """The running state as ``applicability`` takes it."""
+        return dict(driver=self.driver, amd_status=self.amd_status, intel_status=self.intel_status,
+                    epp=any(p.epp is not None for p in self.policies), boost=self.boost_file is not None)
+
 
 def boost_value(boost_file, boost):
     """The string that makes ``boost_file`` mean ``boost`` (no_turbo is inverted)."""
@@ -306,96 +393,90 @@ def boost_value(boost_file, boost):
 def validate(params, freq, vendor):
     """Check every desired value against the node; return the plan or raise PlanError.
 
-    The plan is a dict: ``reboot_required``, ``kernel_args``, ``mode`` (``(file, key, value)`` or
-    None), ``skip`` (``{setting: reason}``), ``deferred`` (governor validated after a mode switch),
-    ``driver_after`` (predicted scaling driver).
+    The plan is a dict: ``driver_wanted`` (family, None to keep the running one),
+    ``reboot_required``, ``kernel_args``, ``mode`` (``(file, key, value)`` or None), ``skip``
+    (``{setting: reason}``: not applicable, or applying only after a reboot), ``deferred``
+    (governor validated after a mode switch), ``driver_after`` (predicted scaling driver).
     """
     plan = dict(reboot_required=False, kernel_args=[], mode=None, skip={}, deferred=False,
                 driver_after=freq.driver, warnings=[])
-    wanted = resolve_driver(params["driver"], vendor)
-    mode = params["amd_pstate_mode"]
-    if params["driver"] == "native" and wanted != "amd-pstate" and mode is not None:
-        # A fleet-wide desired state names an amd-pstate mode; it has no meaning on Intel nodes.
-        plan["skip"]["amd_pstate_mode"] = "driver=native resolves to %s on this %s CPU" % (wanted, vendor)
-        mode = None
-    reboot, kargs = driver_change(freq.driver, wanted, vendor, mode)
-    plan["reboot_required"], plan["kernel_args"] = reboot, kargs
-    pending_amd = reboot and wanted == "amd-pstate"
+    wanted, plan["skip"] = applicability(params, vendor, freq.view())
+    plan["driver_wanted"] = wanted
+    amd_mode = None if "amd_pstate_mode" in plan["skip"] else params["amd_pstate_mode"]
+    plan["reboot_required"], plan["kernel_args"] = driver_change(freq.driver, wanted, vendor, amd_mode)
+    _plan_mode(plan, freq, "amd_pstate_mode", amd_mode)
+    if "intel_pstate_status" not in plan["skip"]:
+        _plan_mode(plan, freq, "intel_pstate_status", params["intel_pstate_status"])
+    if params["governor"] is not None:
+        _check_governor(plan, freq, params["governor"])
+    if params["epp"] is not None and "epp" not in plan["skip"]:
+        _check_epp(plan, freq, params["governor"], params["epp"])
+    return plan
 
-    if mode is not None:
-        if freq.has_amd_status:
-            if freq.amd_status != mode:
-                plan["mode"] = (AMD_PSTATE_STATUS, "amd_pstate_mode", mode)
-                plan["driver_after"] = driver_for_mode("amd-pstate", mode)
-        elif pending_amd:
-            plan["skip"]["amd_pstate_mode"] = "amd-pstate is not running (driver %s): the mode is set at boot by %s" % (
-                freq.driver, " ".join(kargs))
-        else:
-            raise PlanError("amd_pstate_mode=%s needs %s, which this node does not have (cpufreq driver %s, "
-                            "amd-pstate not registered); set driver=amd-pstate to get the kernel argument for a "
-                            "reboot" % (mode, "/" + AMD_PSTATE_STATUS, freq.driver))
-    istatus = params["intel_pstate_status"]
-    if istatus is not None:
-        if not freq.has_intel_status:
-            raise PlanError("intel_pstate_status=%s needs %s, which this node does not have (cpufreq driver %s)"
-                            % (istatus, "/" + INTEL_PSTATE_STATUS, freq.driver))
-        if plan["mode"] is not None:
-            raise PlanError("amd_pstate_mode and intel_pstate_status cannot both change the driver mode")
-        if freq.intel_status != istatus:
-            plan["mode"] = (INTEL_PSTATE_STATUS, "intel_pstate_status", istatus)
-            plan["driver_after"] = driver_for_mode("intel_pstate", istatus)
 
-    governor, epp = params["governor"], params["epp"]
+def _plan_mode(plan, freq, key, mode):
+    """Plan a pstate mode switch (the desired driver is that pstate driver: ``applicability``)."""
+    if mode is None:
+        return
+    amd = key == "amd_pstate_mode"
+    path, family = (AMD_PSTATE_STATUS, "amd-pstate") if amd else (INTEL_PSTATE_STATUS, "intel_pstate")
+    present, current = (freq.has_amd_status, freq.amd_status) if amd else (freq.has_intel_status, freq.intel_status)
+    if present:
+        if current != mode:
+            plan["mode"] = (path, key, mode)
+            plan["driver_after"] = driver_for_mode(family, mode)
+    elif plan["reboot_required"]:
+        plan["skip"][key] = "%s is not running (driver %s): %s=%s applies after the reboot into it (%s)" % (
+            family, freq.driver, key, mode, " ".join(plan["kernel_args"]))
+    else:
+        raise PlanError("%s=%s needs %s, which this node does not have (cpufreq driver %s, a kernel without a "
+                        "runtime mode switch); set the mode on the kernel command line instead"
+                        % (key, mode, "/" + path, freq.driver))
+
+
+def _check_governor(plan, freq, governor):
     switching = plan["mode"] is not None
     driver_after = plan["driver_after"]
+    if switching and driver_after in ("amd-pstate-epp", "intel_pstate"):
+        allowed = SETPOLICY_GOVERNORS
+    elif switching:
+        plan["deferred"] = True  # known only once the driver has re-registered
+        plan["warnings"].append("governor %s is checked against the governors of %s after the mode switch"
+                                % (governor, driver_after))
+        return
+    else:
+        allowed = _common(p.governors for p in freq.policies)
+    if governor not in allowed:
+        raise PlanError("governor %s is not available with driver %s; available governors: %s"
+                        % (governor, driver_after, ", ".join(allowed) or "none"))
 
-    if governor is not None:
-        if switching and driver_after in ("amd-pstate-epp", "intel_pstate"):
-            allowed = SETPOLICY_GOVERNORS
-        elif switching:
-            allowed = None  # known only once the driver has re-registered
-        else:
-            allowed = _common(p.governors for p in freq.policies)
-        if allowed is None:
-            plan["deferred"] = True
-            plan["warnings"].append("governor %s is checked against the governors of %s after the mode switch"
-                                    % (governor, driver_after))
-        elif governor not in allowed:
-            raise PlanError("governor %s is not available with driver %s; available governors: %s"
-                            % (governor, driver_after, ", ".join(allowed) or "none"))
 
-    if epp is not None:
-        if switching and driver_after == "amd-pstate":
-            raise PlanError("epp needs amd_pstate active mode (driver amd-pstate-epp); amd_pstate_mode=%s "
-                            "(driver amd-pstate) has no energy performance preference" % plan["mode"][2])
-        has_epp = all(p.epp is not None for p in freq.policies)
-        if not has_epp and not switching:
-            if pending_amd:
-                plan["skip"]["epp"] = ("driver %s has no energy performance preference; it applies after the reboot "
-                                       "into amd-pstate (%s)" % (freq.driver, " ".join(kargs)))
-            else:
-                raise PlanError("epp=%s: driver %s has no energy_performance_preference; EPP needs amd-pstate-epp "
-                                "(amd_pstate active mode) or intel_pstate with HWP" % (epp, freq.driver))
-        elif has_epp:
-            allowed = _common(p.epps for p in freq.policies)
-            if epp not in allowed:
-                raise PlanError("epp %s is not available with driver %s; available preferences: %s"
-                                % (epp, freq.driver, ", ".join(allowed) or "none"))
-        if "epp" not in plan["skip"]:
-            errors = {}
-            for p in freq.policies:
-                try:
-                    order_governor_epp(driver_after if switching else p.driver, p.governor, governor, epp)
-                except PlanError as exc:
-                    errors.setdefault(str(exc), []).extend(p.cpus)
-            if errors:
-                msg, cpus = next(iter(errors.items()))
-                raise PlanError("%s (CPUs %s)" % (msg, format_cpulist(cpus)))
-
-    if params["boost"] is not None and freq.boost_file is None:
-        raise PlanError("boost cannot be controlled on this node: neither %s nor %s exists (driver %s)"
-                        % ("/" + BOOST, "/" + INTEL_NO_TURBO, freq.driver))
-    return plan
+def _check_epp(plan, freq, governor, epp):
+    """The EPP against the policies (``applicability`` has ruled out drivers without EPP)."""
+    switching = plan["mode"] is not None
+    has_epp = all(p.epp is not None for p in freq.policies)
+    if not has_epp and not switching:
+        if plan["reboot_required"]:
+            plan["skip"]["epp"] = ("driver %s has no energy performance preference; it applies after the reboot "
+                                   "into %s (%s)" % (freq.driver, plan["driver_wanted"], " ".join(plan["kernel_args"])))
+            return
+        missing = [cpu for p in freq.policies if p.epp is None for cpu in p.cpus]
+        raise PlanError("epp=%s: CPUs %s have no energy_performance_preference while the others have one"
+                        % (epp, format_cpulist(missing)))
+    if has_epp:
+        allowed = _common(p.epps for p in freq.policies)
+        if epp not in allowed:
+            raise PlanError("epp %s is not available with driver %s; available preferences: %s"
+                            % (epp, freq.driver, ", ".join(allowed) or "none"))
+    errors = {}
+    for p in freq.policies:
+        try:
+            order_governor_epp(plan["driver_after"] if switching else p.driver, p.governor, governor, epp)
+        except PlanError as exc:
+            errors.setdefault(str(exc), []).extend(p.cpus)
+    if errors:
+        msg, cpus = next(iter(errors.items()))
+        raise PlanError("%s (CPUs %s)" % (msg, format_cpulist(cpus)))
 
 
 def _common(lists):
@@ -421,14 +502,26 @@ def _write(node, path, value):
 
 
 class Outcome:
-    """Per-setting results and failures, aggregated for the module's return value."""
+    """Per-setting results and failures (messages and the CPUs they concern), for the return value."""
 
     def __init__(self):
         self.settings = {}
         self.failed = {}
+        self.failed_cpus = {}
 
-    def fail(self, key, message):
+    def fail(self, key, message, cpus=()):
         self.failed.setdefault(key, []).append(message)
+        self.failed_cpus.setdefault(key, set()).update(cpus)
+
+    def message(self):
+        """``governor on CPUs 2,5: <cause>; <cause>`` per failed setting, at most three causes each."""
+        parts = []
+        for key, msgs in sorted(self.failed.items()):
+            cpus = self.failed_cpus.get(key)
+            where = " on CPUs %s" % format_cpulist(sorted(cpus)) if cpus else ""
+            more = " (and %d more)" % (len(msgs) - 3) if len(msgs) > 3 else ""
+            parts.append("%s%s: %s%s" % (key, where, "; ".join(msgs[:3]), more))
+        return "; ".join(parts)
 
 
 def _policy_writes(freq, governor, epp, targets=None):
@@ -489,35 +582,40 @@ def _journal_originals(journal, freq, plan, phases, boost):
 
 
 def _write_policies(node, phases, outcome):
-    """Write every governor, then every EPP; each is read back."""
+    """Write every governor, then every EPP; each is read back. A failing policy does not stop the others."""
     for setting in ("governor", "epp"):
         attr = "scaling_governor" if setting == "governor" else "energy_performance_preference"
         for p, value in phases[setting]:
             try:
                 _write(node, p.path(attr), value)
             except NodeError as exc:
-                outcome.fail(setting, str(exc))
+                outcome.fail(setting, "CPUs %s: %s" % (format_cpulist(p.cpus), exc), p.cpus)
 
 
 def _note_errors(outcome, errors):
     for msg, cpus in errors.items():
-        outcome.fail("epp" if msg.startswith("epp") else "governor", "%s (CPUs %s)" % (msg, format_cpulist(cpus)))
+        outcome.fail("epp" if msg.startswith("epp") else "governor", "%s (CPUs %s)" % (msg, format_cpulist(cpus)),
+                     cpus)
 
 
-def run(module):
-    """The cpu_freq module: validate, plan, journal, write in a valid order, read back, report."""
+def _check_params(module):
+    """Fail on a call that asks for nothing, or for an empty governor or EPP."""
     params = module.params
-    node = Node.open(params["root"], module)
-    journal = open_journal(module, node)
-    restore = params["restore"]
-    if not restore and all(params[k] is None for k in ("governor", "epp", "boost", "amd_pstate_mode",
-                                                       "intel_pstate_status", "driver")):
+    if not params["restore"] and all(params[k] is None for k in ("governor", "epp", "boost", "amd_pstate_mode",
+                                                                 "intel_pstate_status", "driver")):
         module.fail_json(msg="nothing to do: give at least one of governor, epp, boost, amd_pstate_mode, "
                              "intel_pstate_status, driver, or restore=true")
     for key in ("governor", "epp"):
         if params[key] is not None and not params[key].strip():
             module.fail_json(msg="%s must not be empty" % key)
 
+
+def run(module):
+    """The cpu_freq module: validate, plan, journal, write in a valid order, read back, report."""
+    params = module.params
+    _check_params(module)
+    node = Node(params["root"])
+    journal = open_journal(module, node)
     freq = NodeFreq(node)
     result = dict(changed=False, supported=bool(freq.policies), driver=freq.driver, reboot_required=False,
                   kernel_args=[], settings={})
@@ -528,100 +626,119 @@ def run(module):
         result["reason"] = why
         module.exit_json(**result)
 
-    if restore:
+    if params["restore"]:
         outcome, changed = _restore(module, node, journal, freq)
         result["driver"] = freq.driver
-        _finish(module, result, outcome, changed)
+        _finish(module, result, outcome, changed, restore=True)
 
     try:
         plan = validate(params, freq, cpu_vendor(node))
     except PlanError as exc:
         module.fail_json(msg=str(exc), **result)
-    for warning in plan["warnings"]:
+    for warning in plan["warnings"] + _cmdline_warnings(node, plan, freq):
         module.warn(warning)
     result["reboot_required"], result["kernel_args"] = plan["reboot_required"], plan["kernel_args"]
-    cmdline = node.read("proc/cmdline", default="").split()
-    plan["driver_wanted"] = resolve_driver(params["driver"], cpu_vendor(node)) if params["driver"] else None
-    if plan["reboot_required"] and plan["driver_wanted"] == "amd-pstate":
-        already = [a for a in cmdline if a.startswith("amd_pstate=")]
-        if already:
-            module.warn("the kernel command line already has %s, yet the driver is %s: CPPC may be off in the "
-                        "BIOS (dmesg: _CPC object is not present) or the kernel lacks amd-pstate"
-                        % (already[0], freq.driver))
-
-    check = module.check_mode
-    governor, boost = params["governor"], params["boost"]
-    epp = None if "epp" in plan["skip"] else params["epp"]
-    before = dict(driver=freq.driver, governor=per_cpu(freq.policies, "governor"),
-                  epp=per_cpu(freq.policies, "epp"), boost=freq.boost, amd=freq.amd_status,
-                  intel=freq.intel_status)
+    before = _state(freq)
     outcome = Outcome()
+    after, changed = _run_writes(module, node, journal, freq, plan, outcome)
+    result["driver"] = after["driver"]
+    _report(outcome, params, plan, before, after, freq)
+    _finish(module, result, outcome, changed)
+
+
+def _cmdline_warnings(node, plan, freq):
+    """amd-pstate wanted, its argument already on the command line, yet not running: say why that happens."""
+    if not (plan["reboot_required"] and plan["driver_wanted"] == "amd-pstate"):
+        return []
+    already = [a for a in node.read("proc/cmdline", default="").split() if a.startswith("amd_pstate=")]
+    if not already:
+        return []
+    return ["the kernel command line already has %s, yet the driver is %s: CPPC may be off in the BIOS (dmesg: "
+            "_CPC object is not present) or the kernel lacks amd-pstate" % (already[0], freq.driver)]
+
+
+def _state(freq):
+    """What the report compares: driver, per-CPU governor and EPP, boost, the pstate modes."""
+    return dict(driver=freq.driver, governor=per_cpu(freq.policies, "governor"), epp=per_cpu(freq.policies, "epp"),
+                boost=freq.boost, amd=freq.amd_status, intel=freq.intel_status)
+
+
+def _run_writes(module, node, journal, freq, plan, outcome):
+    """Journal the originals, then write (check mode: predict); returns ``(after, changed)``."""
+    params = module.params
+    governor = params["governor"]
+    epp = None if "epp" in plan["skip"] else params["epp"]
+    boost = None if "boost" in plan["skip"] else params["boost"]
     switching = plan["mode"] is not None
     phases, errors = ({"governor": [], "epp": []}, {}) if switching else _policy_writes(freq, governor, epp)
     _note_errors(outcome, errors)  # empty after validate(); kept for mixed-policy nodes
     boost_changes = boost is not None and freq.boost != boost
     changed = switching or bool(phases["governor"] or phases["epp"]) or boost_changes
+    if module.check_mode:
+        return _predicted_state(freq, plan, phases, governor, epp, boost if boost_changes else freq.boost), changed
+    if journal is not None and changed:
+        _journal_originals(journal, freq, plan, phases, boost)
+        journal.mark_applied(FAMILY)
+        journal.save()
+    if switching:
+        phases = _switch_mode(node, freq, plan, outcome, governor, epp)
+    _write_policies(node, phases, outcome)
+    if boost_changes:
+        try:
+            _write(node, freq.boost_file, boost_value(freq.boost_file, boost))
+        except NodeError as exc:
+            outcome.fail("boost", str(exc))
+    freq.refresh(policies=bool(switching or phases["governor"] or phases["epp"]))
+    return _state(freq), changed
 
-    if check:
-        if switching:
-            predicted = _predict(freq, governor, epp)
-        else:
-            predicted = _predict_writes(freq, phases)
-        after = dict(driver=plan["driver_after"], governor=predicted.get("governor", before["governor"]),
-                     epp=predicted.get("epp", before["epp"]), boost=boost if boost_changes else freq.boost,
-                     amd=plan["mode"][2] if switching and plan["mode"][1] == "amd_pstate_mode" else freq.amd_status,
-                     intel=plan["mode"][2] if switching and plan["mode"][1] != "amd_pstate_mode"
-                     else freq.intel_status)
-    else:
-        if journal is not None and changed:
-            _journal_originals(journal, freq, plan, phases, boost)
-            journal.mark_applied(FAMILY)
-            journal.save()
-        if switching:
-            # The driver re-registers in the new mode: re-read before planning governor and EPP.
-            path, key, value = plan["mode"][0], plan["mode"][1], plan["mode"][2]
-            try:
-                _write(node, path, value)
-            except NodeError as exc:
-                outcome.fail(key, str(exc))
-            freq.refresh()
-            if governor is not None or epp is not None:
-                phases, errors = _policy_writes(freq, governor, epp)
-                _note_errors(outcome, errors)
-        _write_policies(node, phases, outcome)
-        if boost_changes:
-            try:
-                _write(node, freq.boost_file, boost_value(freq.boost_file, boost))
-            except NodeError as exc:
-                outcome.fail("boost", str(exc))
-        freq.refresh(policies=bool(switching or phases["governor"] or phases["epp"]))
-        after = dict(driver=freq.driver, governor=per_cpu(freq.policies, "governor"),
-                     epp=per_cpu(freq.policies, "epp"), boost=freq.boost, amd=freq.amd_status,
-                     intel=freq.intel_status)
 
-    result["driver"] = after["driver"]
-    settings = outcome.settings
-    if params["amd_pstate_mode"] is not None:
-        settings["amd_pstate_mode"] = _node_setting(params["amd_pstate_mode"], before["amd"], after["amd"],
-                                                    plan["skip"].get("amd_pstate_mode"))
-    if params["intel_pstate_status"] is not None:
-        settings["intel_pstate_status"] = _node_setting(params["intel_pstate_status"], before["intel"],
-                                                        after["intel"], None)
-    if governor is not None:
-        settings["governor"] = _cpu_setting(governor, before["governor"], after["governor"])
+def _switch_mode(node, freq, plan, outcome, governor, epp):
+    """Write the pstate mode; the driver re-registers, so governor and EPP are planned on what it offers then."""
+    path, key, value = plan["mode"]
+    try:
+        _write(node, path, value)
+    except NodeError as exc:
+        outcome.fail(key, str(exc))
+    freq.refresh()
+    if governor is None and epp is None:
+        return {"governor": [], "epp": []}
+    phases, errors = _policy_writes(freq, governor, epp)
+    _note_errors(outcome, errors)
+    return phases
+
+
+def _predicted_state(freq, plan, phases, governor, epp, boost):
+    """Check mode: the state after the planned writes (after the mode switch, as planned for the new driver)."""
+    mode = plan["mode"]
+    predicted = _predict(freq, governor, epp) if mode is not None else _predict_writes(freq, phases)
+    return dict(driver=plan["driver_after"],
+                governor=predicted.get("governor", per_cpu(freq.policies, "governor")),
+                epp=predicted.get("epp", per_cpu(freq.policies, "epp")), boost=boost,
+                amd=mode[2] if mode and mode[1] == "amd_pstate_mode" else freq.amd_status,
+                intel=mode[2] if mode and mode[1] == "intel_pstate_status" else freq.intel_status)
+
+
+def _report(outcome, params, plan, before, after, freq):
+    """One entry per requested setting; a setting that does not apply says why (``skipped``, ``reason``)."""
+    settings, skip = outcome.settings, plan["skip"]
+    for key, side in (("amd_pstate_mode", "amd"), ("intel_pstate_status", "intel")):
+        if params[key] is not None:
+            settings[key] = _node_setting(params[key], before[side], after[side], skip.get(key))
+    if params["governor"] is not None:
+        settings["governor"] = _cpu_setting(params["governor"], before["governor"], after["governor"])
     if params["epp"] is not None:
-        settings["epp"] = _cpu_setting(params["epp"], before["epp"], after["epp"], plan["skip"].get("epp"))
-    if boost is not None:
-        settings["boost"] = _node_setting(boost, before["boost"], after["boost"], None)
-        settings["boost"]["file"] = "/" + freq.boost_file
+        settings["epp"] = _cpu_setting(params["epp"], before["epp"], after["epp"], skip.get("epp"))
+    if params["boost"] is not None:
+        settings["boost"] = _node_setting(params["boost"], before["boost"], after["boost"], skip.get("boost"))
+        settings["boost"]["file"] = "/" + freq.boost_file if freq.boost_file else None
     if params["driver"] is not None:
-        reason = None
+        reason = skip.get("driver")
         if plan["reboot_required"]:
             how = " ".join(plan["kernel_args"]) or "remove the pstate driver's kernel arguments"
             reason = "the driver changes only at boot: %s" % how
-        settings["driver"] = dict(desired=plan["driver_wanted"], before=before["driver"], after=after["driver"],
-                                  changed=False, cpus_changed=0, skipped=plan["reboot_required"], reason=reason)
-    _finish(module, result, outcome, changed)
+        settings["driver"] = dict(desired=plan["driver_wanted"] or params["driver"], before=before["driver"],
+                                  after=after["driver"], changed=False, cpus_changed=0,
+                                  skipped=reason is not None, reason=reason)
 
 
 def _predict(freq, governor, epp):
@@ -678,15 +795,16 @@ def _diff(settings):
     return dict(before="".join(before), after="".join(after))
 
 
-def _finish(module, result, outcome, changed):
+def _finish(module, result, outcome, changed, restore=False):
     result["changed"] = changed
     result["settings"] = outcome.settings
     if module._diff:
         result["diff"] = _diff({k: v for k, v in outcome.settings.items() if k != "driver"})
     if outcome.failed:
         result["failed_settings"] = sorted(outcome.failed)
-        module.fail_json(msg="cpufreq settings did not take: " + "; ".join(
-            "%s: %s" % (k, "; ".join(v[:3])) for k, v in sorted(outcome.failed.items())), **result)
+        what = ("cpufreq originals could not be restored (they stay in the journal; the others were restored): "
+                if restore else "cpufreq settings did not take (the others were applied): ")
+        module.fail_json(msg=what + outcome.message(), **result)
     module.exit_json(**result)
 
 
@@ -698,84 +816,112 @@ def _finish(module, result, outcome, changed):
 def _restore(module, node, journal, freq):
     """Write back the journaled originals: driver mode first, then governor, EPP, boost.
 
-    Returns ``(outcome, changed)``. Restored entries are dropped from the journal; failed ones stay.
+    Goes on past what cannot be restored (a vanished or immutable file, a CPU without its
+    policy). Returns ``(outcome, changed)``; restored entries leave the journal and exactly the
+    failed ones (per CPU for governor and EPP) stay for the next attempt.
     """
     entries = journal.entries(FAMILY)
     outcome = Outcome()
     check = module.check_mode
     changed = False
-    done = []
-    for key, path in (("amd_pstate_mode", AMD_PSTATE_STATUS), ("intel_pstate_status", INTEL_PSTATE_STATUS)):
-        if key not in entries:
-            continue
-        original = entries[key]
-        current = freq.amd_status if key == "amd_pstate_mode" else freq.intel_status
-        after = current
-        done.append(key)
-        if original != current:
-            changed = True
-            if not node.exists(path):
-                outcome.fail(key, "/%s is gone; cannot restore %s" % (path, original))
-            elif check:
-                after = original
-            else:
-                try:
-                    _write(node, path, original)
-                except NodeError as exc:
-                    outcome.fail(key, str(exc))
-                freq.refresh()
-                after = freq.amd_status if key == "amd_pstate_mode" else freq.intel_status
-        outcome.settings[key] = _node_setting(original, current, after, None)
-
-    gov_orig = Journal.per_cpu(entries["governor"]) if "governor" in entries else {}
-    epp_orig = Journal.per_cpu(entries["epp"]) if "epp" in entries else {}
-    targets = {}
-    for p in freq.policies:
-        g = next((gov_orig[c] for c in p.cpus if c in gov_orig), None)
-        e = next((epp_orig[c] for c in p.cpus if c in epp_orig), None)
-        if g is not None or e is not None:
-            targets[p.name] = (g, e)
-    before_gov, before_epp = per_cpu(freq.policies, "governor"), per_cpu(freq.policies, "epp")
-    phases, errors = _policy_writes(freq, None, None, targets)
-    _note_errors(outcome, errors)
-    if phases["governor"] or phases["epp"]:
-        changed = True
-        if check:
-            predicted = _predict_writes(freq, phases)
-        else:
-            _write_policies(node, phases, outcome)
-            freq.policies = read_policies(node)
-    if not check or not (phases["governor"] or phases["epp"]):
-        predicted = {"governor": per_cpu(freq.policies, "governor"), "epp": per_cpu(freq.policies, "epp")}
-    for key, originals, before in (("governor", gov_orig, before_gov), ("epp", epp_orig, before_epp)):
-        if originals:
-            outcome.settings[key] = _cpu_setting(group_by_value(originals), before, predicted[key])
-            done.append(key)
-
+    for key in MODE_SETTINGS:
+        if key in entries:
+            changed |= _restore_mode(node, freq, key, entries[key], outcome, check)
+    changed |= _restore_policies(node, freq, entries, outcome, check)
     if "boost" in entries:
-        original = bool(entries["boost"])
-        before = after = freq.boost
-        done.append("boost")
-        if freq.boost_file is None:
-            outcome.fail("boost", "neither /%s nor /%s exists; cannot restore boost" % (BOOST, INTEL_NO_TURBO))
-        elif before != original:
-            changed = True
-            if check:
-                after = original
-            else:
-                try:
-                    _write(node, freq.boost_file, boost_value(freq.boost_file, original))
-                except NodeError as exc:
-                    outcome.fail("boost", str(exc))
-                freq.refresh(policies=False)
-                after = freq.boost
-        outcome.settings["boost"] = _node_setting(original, before, after, None)
-
+        changed |= _restore_boost(node, freq, bool(entries["boost"]), outcome, check)
     if not check:
-        for key in done:
-            if key not in outcome.failed:
-                journal.drop(FAMILY, key)
+        _keep_failed(journal, entries, outcome)
         if changed:
             journal.mark_applied(FAMILY)
         journal.save()
     return outcome, changed
+
+
+def _restore_mode(node, freq, key, original, outcome, check):
+    amd = key == "amd_pstate_mode"
+    path = AMD_PSTATE_STATUS if amd else INTEL_PSTATE_STATUS
+    current = after = freq.amd_status if amd else freq.intel_status
+    if original == current:
+        outcome.settings[key] = _node_setting(original, current, after, None)
+        return False
+    if not node.exists(path):
+        outcome.fail(key, "/%s is gone; cannot restore %s" % (path, original))
+    elif check:
+        after = original
+    else:
+        try:
+            _write(node, path, original)
+        except NodeError as exc:
+            outcome.fail(key, str(exc))
+        freq.refresh()
+        after = freq.amd_status if amd else freq.intel_status
+    outcome.settings[key] = _node_setting(original, current, after, None)
+    return True
+
+
+def _restore_policies(node, freq, entries, outcome, check):
+    """Governor and EPP of every journaled CPU, per policy, in the order the driver accepts."""
+    originals = {key: Journal.per_cpu(entries[key]) for key in ("governor", "epp") if key in entries}
+    if not originals:
+        return False
+    targets = {}
+    gov, epp = originals.get("governor", {}), originals.get("epp", {})
+    for p in freq.policies:
+        g = next((gov[c] for c in p.cpus if c in gov), None)
+        e = next((epp[c] for c in p.cpus if c in epp), None)
+        if g is not None or e is not None:
+            targets[p.name] = (g, e)
+    covered = {cpu for p in freq.policies for cpu in p.cpus}
+    for key, values in originals.items():
+        gone = sorted(set(values) - covered)
+        if gone:
+            outcome.fail(key, "CPUs %s have no cpufreq policy (offline, or the driver went away)"
+                         % format_cpulist(gone), gone)
+    before = {key: per_cpu(freq.policies, key) for key in originals}
+    phases, errors = _policy_writes(freq, None, None, targets)
+    _note_errors(outcome, errors)
+    changed = bool(phases["governor"] or phases["epp"])
+    if changed and check:
+        predicted = _predict_writes(freq, phases)
+    else:
+        if changed:
+            _write_policies(node, phases, outcome)
+            freq.policies = read_policies(node)
+        predicted = {key: per_cpu(freq.policies, key) for key in ("governor", "epp")}
+    for key, values in originals.items():
+        outcome.settings[key] = _cpu_setting(group_by_value(values), before[key], predicted[key])
+    return changed
+
+
+def _restore_boost(node, freq, original, outcome, check):
+    before = after = freq.boost
+    changed = False
+    if freq.boost_file is None:
+        outcome.fail("boost", "neither /%s nor /%s exists; cannot restore boost" % (BOOST, INTEL_NO_TURBO))
+    elif before != original:
+        changed = True
+        if check:
+            after = original
+        else:
+            try:
+                _write(node, freq.boost_file, boost_value(freq.boost_file, original))
+            except NodeError as exc:
+                outcome.fail("boost", str(exc))
+            freq.refresh(policies=False)
+            after = freq.boost
+    outcome.settings["boost"] = _node_setting(original, before, after, None)
+    return changed
+
+
+def _keep_failed(journal, entries, outcome):
+    """Drop the restored entries; keep exactly the failed ones (for governor and EPP, the failed CPUs)."""
+    for key, original in entries.items():
+        if key not in outcome.settings and key not in outcome.failed:
+            continue  # not a setting this version restores: left for whoever wrote it
+        if key not in outcome.failed:
+            journal.drop(FAMILY, key)
+        elif key in ("governor", "epp") and outcome.failed_cpus.get(key):
+            kept = {cpu: v for cpu, v in Journal.per_cpu(original).items() if cpu in outcome.failed_cpus[key]}
+            journal.drop(FAMILY, key)
+            journal.record_per_cpu(FAMILY, key, kept)

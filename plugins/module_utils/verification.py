@@ -30,7 +30,12 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import 
     parse_dropin,
     parse_grubby_info,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import driver_family
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import (
+    ARM64_VENDOR,
+    applicability,
+    driver_family,
+    resolve_driver,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import format_cpulist, parse_cpulist
 
 STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
@@ -399,73 +404,96 @@ def _pstate_mode(family, cpufreq):
     return None
 
 
+def _cpufreq_running(cf):
+    """The running cpufreq state of the facts, as ``cpufreq.applicability`` takes it."""
+    amd, intel = cf.get("amd_pstate") or {}, cf.get("intel_pstate") or {}
+    return dict(driver=cf.get("driver"), amd_status=amd.get("status"), intel_status=intel.get("status"),
+                epp=(cf.get("epp") or {}).get("value") is not None or bool(cf.get("available_epp")),
+                boost=cf.get("boost") is not None or intel.get("no_turbo") is not None)
+
+
 def cpufreq_settings(facts, desired, ctx):
-    """Driver (and pstate mode), governor, EPP and boost."""
+    """Driver (and pstate mode), governor, EPP and boost.
+
+    Which settings apply is decided as cpu_freq decides it (``cpufreq.applicability``): driver=native
+    on a CPU without a vendor pstate driver keeps the running driver, and a knob for another driver
+    (amd_pstate_mode with acpi-cpufreq wanted, EPP or boost without the files) is not_applicable
+    with the module's reason.
+    """
     cf = facts.get("cpufreq") or {}
     vendor = (facts.get("cpu") or {}).get("vendor")
-    family = desired.get("driver")
-    if family == "native":
-        # As cpu_freq resolves it: the vendor's own pstate driver (unknown vendor: no preference).
-        family = {v: f for f, v in PSTATE_VENDOR.items()}.get(vendor)
-    mode = desired.get("amd_pstate_mode") if family == "amd-pstate" else desired.get("intel_pstate_status")
     wanted = [(k, desired.get(k)) for k in ("governor", "epp", "boost") if desired.get(k) is not None]
-    if not family and not wanted:
+    if not desired.get("driver") and not wanted:
         return []
     if not cf.get("supported"):
         why = "no cpufreq driver: the CPUs have no frequency scaling (virtual machine, or disabled in the BIOS)"
+        family = resolve_driver(desired.get("driver"), vendor) or desired.get("driver")
         out = [setting("cpufreq", "driver", family, None, "not_applicable", why)] if family else []
         return out + [setting("cpufreq", k, v, None, "not_applicable", why) for k, v in wanted]
-    running_driver = cf.get("driver")
+    family, reasons = applicability(desired, vendor, _cpufreq_running(cf))
     out = []
     driver_state = None
-    if family:
-        want_text = "%s (%s)" % (family, mode) if mode else family
-        running_mode = _pstate_mode(family, cf)
-        running_text = "%s (%s)" % (running_driver, running_mode) if running_mode else running_driver
-        need_vendor = PSTATE_VENDOR.get(family)
-        # As cpu_freq plans the switch: amd_pstate=<mode>, intel_pstate=active.
-        arg = None
-        if family == "amd-pstate":
-            arg = "amd_pstate=%s" % (mode or "active")
-        elif family == "intel_pstate":
-            arg = "intel_pstate=active"
-        arg_view = ctx.arg(arg) if arg else None
-        persisted = arg if arg_view and arg_view.get("configured") else None
-        if need_vendor and vendor and vendor != need_vendor:
-            driver_state = "not_applicable"
-            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
-                               "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor)))
-        elif driver_family(running_driver) == family and (not mode or not running_mode or running_mode == mode):
-            driver_state = "applied"
-            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state, "", persisted))
-        elif driver_family(running_driver) == family:
-            driver_state = "drifted"
-            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
-                               "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
-                               % (family, running_mode), persisted))
-        elif arg_view and arg_view.get("configured") and not arg_view.get("running"):
-            driver_state = "pending_reboot"
-            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
-                               "%s is configured for the next boot; %s runs until the reboot"
-                               % (arg, running_driver), persisted))
-        elif arg_view and arg_view.get("running"):
-            driver_state = "drifted"
-            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state,
-                               "%s is on the running command line but %s serves the CPUs: CPPC is off in the "
-                               "BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
-                               % (arg, running_driver), persisted))
-        else:
-            driver_state = "drifted"
-            why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
-                   "reboot switches the driver)" % (running_driver, arg)) if arg else \
-                "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
-                    running_driver, family)
-            if ctx.cmdline_error:
-                why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
-            out.append(setting("cpufreq", "driver", want_text, running_text, driver_state, why, persisted))
+    if "driver" in reasons:
+        driver_state = "not_applicable"
+        out.append(setting("cpufreq", "driver", desired["driver"], cf.get("driver"), driver_state, reasons["driver"]))
+    elif family:
+        mode_key = {"amd-pstate": "amd_pstate_mode", "intel_pstate": "intel_pstate_status"}.get(family)
+        mode = desired.get(mode_key) if mode_key and mode_key not in reasons else None
+        out.append(_cpufreq_driver(cf, family, mode, vendor, ctx))
+        driver_state = out[-1]["state"]
     for key, want in wanted:
-        out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
+        if key in reasons:
+            running = cf.get("boost") if key == "boost" else (cf.get(key) or {}).get("value")
+            out.append(setting("cpufreq", key, want, running, "not_applicable", reasons[key],
+                               ctx.boot_persisted(want)))
+        else:
+            out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
     return out
+
+
+def _cpufreq_driver(cf, family, mode, vendor, ctx):
+    """The driver row: the wanted family (and pstate mode) against the running driver and the boot configuration."""
+    running_driver = cf.get("driver")
+    want_text = "%s (%s)" % (family, mode) if mode else family
+    running_mode = _pstate_mode(family, cf)
+    running_text = "%s (%s)" % (running_driver, running_mode) if running_mode else running_driver
+    need_vendor = PSTATE_VENDOR.get(family)
+    # As cpu_freq plans the switch: amd_pstate=<mode>, intel_pstate=active.
+    arg = None
+    if family == "amd-pstate":
+        arg = "amd_pstate=%s" % (mode or "active")
+    elif family == "intel_pstate":
+        arg = "intel_pstate=active"
+    arg_view = ctx.arg(arg) if arg else None
+    persisted = arg if arg_view and arg_view.get("configured") else None
+    if vendor and vendor.startswith(ARM64_VENDOR) and driver_family(running_driver) != family:
+        return setting("cpufreq", "driver", want_text, running_text, "not_applicable",
+                       "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
+    if need_vendor and vendor and vendor != need_vendor:
+        return setting("cpufreq", "driver", want_text, running_text, "not_applicable",
+                       "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
+    if driver_family(running_driver) == family and (not mode or not running_mode or running_mode == mode):
+        return setting("cpufreq", "driver", want_text, running_text, "applied", "", persisted)
+    if driver_family(running_driver) == family:
+        return setting("cpufreq", "driver", want_text, running_text, "drifted",
+                       "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
+                       % (family, running_mode), persisted)
+    if arg_view and arg_view.get("configured") and not arg_view.get("running"):
+        return setting("cpufreq", "driver", want_text, running_text, "pending_reboot",
+                       "%s is configured for the next boot; %s runs until the reboot" % (arg, running_driver),
+                       persisted)
+    if arg_view and arg_view.get("running"):
+        return setting("cpufreq", "driver", want_text, running_text, "drifted",
+                       "%s is on the running command line but %s serves the CPUs: CPPC is off in the "
+                       "BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
+                       % (arg, running_driver), persisted)
+    why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
+           "reboot switches the driver)" % (running_driver, arg)) if arg else \
+        "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
+            running_driver, family)
+    if ctx.cmdline_error:
+        why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
+    return setting("cpufreq", "driver", want_text, running_text, "drifted", why, persisted)
 
 
 def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
