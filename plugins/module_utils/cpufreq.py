@@ -614,7 +614,7 @@ def run(module):
     """The cpu_freq module: validate, plan, journal, write in a valid order, read back, report."""
     params = module.params
     _check_params(module)
-    node = Node(params["root"])
+    node = Node.open(params["root"], module)
     journal = open_journal(module, node)
     freq = NodeFreq(node)
     result = dict(changed=False, supported=bool(freq.policies), driver=freq.driver, reboot_required=False,
