@@ -260,9 +260,15 @@ def _entry_problem(family, key, entry):
 def open_journal(module, node):
     """Open the journal named by the module's ``journal`` option, or return None when unset.
 
-    Fails the module (before any write) when the journal cannot be read, or when ``restore``
-    is asked without a journal.
+    Fails the module (before any write) when the node root is not a node's root, when the journal
+    cannot be read, or when ``restore`` is asked without a journal.
     """
+    try:
+        # Modules build their node with Node.open; checking here too keeps a journaling module that
+        # built it with plain Node() from reading or writing below a root that is not a node.
+        node.check_root()
+    except NodeError as exc:
+        module.fail_json(msg=str(exc))
     path = module.params.get("journal")
     if not path:
         if module.params.get("restore"):
