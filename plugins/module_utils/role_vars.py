@@ -1,0 +1,142 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's variables checked before anything runs: short messages, unknown names, the node root.
+
+Pure functions, no I/O and no Ansible imports: the controller-side filter
+(plugins/filter/role_vars.py) runs Ansible's own argument-spec validator and hands its verdict
+and the role's argument specs here. Ansible's own messages can lack the value ("is of type str
+and we were unable to convert to int") and its failed validation task dumps the whole spec
+(about 10 KB); here every bad variable gets one line with its name, its value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+PREFIX = "gpunode_tuning_"
+# Public names that are not role options: the playbooks' own variables (-e on the command line)
+# and the facts the role and the playbooks export. Setting them is not a typo.
+PLAYBOOK_VARIABLES = (
+    "gpunode_tuning_hosts",
+    "gpunode_tuning_rollout_canary",
+    "gpunode_tuning_rollout_batch",
+    "gpunode_tuning_rollout_max_fail_percentage",
+    "gpunode_tuning_rollout_flow",
+)
+EXPORTED_FACTS = (
+    "gpunode_tuning_verification",
+    "gpunode_tuning_reboot_required",
+    "gpunode_tuning_pending_kernel_args",
+    "gpunode_tuning_rollout_result",
+)
+TYPE_TEXT = {
+    "str": "a string",
+    "path": "a path",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean (true or false)",
+    "list": "a list",
+    "dict": "a dict",
+    "raw": "any value",
+}
+TYPE_PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "numbers", "bool": "booleans",
+               "dict": "dicts", "list": "lists", "raw": "values"}
+# A value is shown up to this length: a message stays a few lines even for a large dict.
+VALUE_WIDTH = 120
+
+
+def spec_options(specs, entry_points=None):
+    """Options of the given entry points of ``argument_specs`` (all entry points when None), merged."""
+    out = {}
+    for name, entry in (specs or {}).items():
+        if entry_points is None or name in entry_points:
+            out.update((entry or {}).get("options") or {})
+    return out
+
+
+def known_names(specs):
+    """Every public name of the collection: the options of every entry point, playbook variables, facts."""
+    return sorted(set(spec_options(specs)) | set(PLAYBOOK_VARIABLES) | set(EXPORTED_FACTS))
+
+
+def nearest_name(name, known):
+    """The known name closest to ``name`` (compared without the common prefix), or None."""
+    suffixes = {k[len(PREFIX):]: k for k in known if k.startswith(PREFIX)}
+    match = difflib.get_close_matches(name[len(PREFIX):] if name.startswith(PREFIX) else name,
+                                      list(suffixes), n=1, cutoff=0.6)
+    return suffixes[match[0]] if match else None
+
+
+def unknown_variables(names, known):
+    """``[(name, nearest known name or None)]`` for each prefixed name that is not known, sorted."""
+    known = set(known)
+    return [(n, nearest_name(n, known)) for n in sorted(set(names)) if n.startswith(PREFIX) and n not in known]
+
+
+def unknown_message(name, suggestion, strict=False):
+    """One line about an unknown variable."""
+    hint = "did you mean %s?" % suggestion if suggestion else "no known variable is similar"
+    if strict:
+        return "%s is not a variable of gpunode.tuning (%s); gpunode_tuning_strict_vars is true." % (name, hint)
+    return ("%s is not a variable of gpunode.tuning (%s). It is ignored; "
+            "gpunode_tuning_strict_vars: true makes this an error." % (name, hint))
+
+
+def show_value(value):
+    """A value as a user wrote it (JSON-like), cut to VALUE_WIDTH characters."""
+    try:
+        text = json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= VALUE_WIDTH else text[:VALUE_WIDTH - 3] + "..."
+
+
+def allowed_text(option):
+    """What an option accepts, from its argument spec: type, elements, choices, sub-options."""
+    kind = option.get("type") or "str"
+    text = TYPE_TEXT.get(kind, kind)
+    elements = option.get("elements")
+    if kind == "list" and elements:
+        text = "a list of %s" % TYPE_PLURAL.get(elements, elements)
+    subs = option.get("options") or {}
+    if subs:
+        keys = ["%s%s" % (k, " (required)" if (v or {}).get("required") else "") for k, v in subs.items()]
+        text += " with keys %s" % ", ".join(keys)
+    choices = [c for c in option.get("choices") or [] if c is not None]
+    if choices:
+        text += ", %s: %s" % ("each one of" if kind == "list" else "one of", ", ".join(str(c) for c in choices))
+    if None in (option.get("choices") or []):
+        text += ", or null"
+    return text
+
+
+def option_message(name, option, value, detail=""):
+    """``value of NAME must be ALLOWED, got: VALUE`` and Ansible's detail when it adds something."""
+    line = "value of %s must be %s, got: %s" % (name, allowed_text(option), show_value(value))
+    if detail and "got:" not in detail:
+        line += " (%s)" % detail[:200]
+    return line
+
+
+def root_problem(value):
+    """Why ``value`` cannot be the node root, or None. An empty root must never mean the controller's /."""
+    if not isinstance(value, str) or not value.strip():
+        return ("value of gpunode_tuning_root must be an absolute path (/ for the running system, a directory "
+                "for a simulated node), got: %s" % show_value(value))
+    if not value.startswith("/"):
+        return ("value of gpunode_tuning_root must be an absolute path (/ for the running system, a directory "
+                "for a simulated node), got the relative path %s" % show_value(value))
+    return None
+
+
+def report(errors, unknown, strict=False):
+    """``{errors, warnings, msg}``: the lines to fail with, the lines to warn about, one message."""
+    unknown_lines = [unknown_message(n, s, strict) for n, s in unknown]
+    errors = list(errors) + (unknown_lines if strict else [])
+    warnings = [] if strict else unknown_lines
+    msg = ""
+    if errors:
+        msg = "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))
+    return {"errors": errors, "warnings": warnings, "msg": msg}

@@ -1,0 +1,153 @@
+"""The variables are checked first, on the controller, by every playbook (roles/tuning/tasks/precheck.yml).
+
+Failing runs stop at the first task, so they cost a few seconds each; the two runs that pass
+are check-mode runs of one family. Each asserts what a user sees (a short message naming the
+variable, its value and what is allowed) and that nothing was planned or written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+
+import simfleet  # noqa: E402  (tools/ is put on sys.path above)
+import simnode  # noqa: E402
+from conftest import tree_digest  # noqa: E402
+
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+# What a tune run plans on a node; none of it may appear on the controller.
+HOST_PATHS = ["/etc/sysctl.d/90-gpunode-tuning.conf", "/etc/default/grub.d/60-gpunode-tuning.cfg",
+              "/var/lib/gpunode-tuning", "/usr/local/lib/gpunode-tuning"]
+
+
+def run(playbook, inventory, *args):
+    env = dict(os.environ)
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env.pop("ANSIBLE_CONFIG", None)
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", playbook)]
+    proc = subprocess.run(cmd + list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    proc.recap = {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "failed": int(m.group(5))}
+                  for m in RECAP.finditer(proc.stdout)}
+    return proc
+
+
+def failure_text(proc):
+    """What the run printed from its first task to the recap: the error a user reads."""
+    out = proc.stdout
+    start = out.index("TASK [")
+    return out[start:out.index("PLAY RECAP")]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    base = tmp_path_factory.mktemp("precheck")
+    root = str(base / "node")
+    simnode.build(root, "audited-epyc-8gpu", cpus=4, gpus=1)
+    inventory = base / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "children": {"gpunodes": {"hosts": {"sim-pre": {"gpunode_tuning_root": root}}}},
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python"),
+                 "gpunode_tuning_report_dir": str(base / "reports")}}}))
+    return root, str(inventory)
+
+
+def assert_nothing_done(proc, root, digest):
+    assert proc.returncode != 0
+    assert proc.recap["sim-pre"] == {"ok": 0, "changed": 0, "failed": 1}, proc.stdout[-2000:]
+    assert tree_digest(root) == digest
+    for path in HOST_PATHS:
+        assert not os.path.lexists(path), "a run wrote %s on the controller" % path
+
+
+def test_bad_variable_is_one_short_line(node):
+    root, inventory = node
+    digest = tree_digest(root)
+    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_mrrs=300")
+    assert_nothing_done(proc, root, digest)
+    text = failure_text(proc)
+    assert "value of gpunode_tuning_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in text
+    # Not Ansible's validation task with its dump of the whole argument spec (~10 KB).
+    assert "argument_spec_data" not in proc.stdout and "Validating arguments against arg spec" not in proc.stdout
+    assert len(text) < 2000, text
+
+
+@pytest.mark.parametrize("playbook, extra, expected", [
+    ("verify.yml", {"gpunode_tuning_mrrs_enabled": "maybe"},
+     'value of gpunode_tuning_mrrs_enabled must be a boolean (true or false), got: "maybe"'),
+    ("rollback.yml", {"gpunode_tuning_cmdline_bootloader": "lilo"},
+     "value of gpunode_tuning_cmdline_bootloader must be one of: auto, grub, grubby, got: lilo"),
+    ("tune.yml", {"gpunode_tuning_kmod_modules": [{"nam": "nvidia_peermem"}]},
+     "value of gpunode_tuning_kmod_modules must be a list of dicts with keys name (required), params, required, "
+     'state, got: [{"nam": "nvidia_peermem"}] (missing required arguments: name'),
+    ("verify.yml", {"gpunode_tuning_cstate_max_latency_us": "low"},
+     'value of gpunode_tuning_cstate_max_latency_us must be an integer, got: "low"'),
+])
+def test_every_playbook_names_the_variable_its_value_and_what_is_allowed(node, playbook, extra, expected):
+    root, inventory = node
+    digest = tree_digest(root)
+    proc = run(playbook, inventory, "-e", yaml.safe_dump(extra, default_flow_style=True).strip())
+    assert_nothing_done(proc, root, digest)
+    text = failure_text(proc)
+    assert expected in text
+    assert len(text) < 2000, text
+
+
+@pytest.mark.parametrize("value", ["", "relative/node"])
+def test_an_empty_or_relative_root_plans_nothing(node, value):
+    # Today an empty root is the controller's /: a check run plans writes to its /etc.
+    root, inventory = node
+    digest = tree_digest(root)
+    proc = run("tune.yml", inventory, "--check", "--diff", "-e", "gpunode_tuning_root=%s" % value)
+    assert_nothing_done(proc, root, digest)
+    text = failure_text(proc)
+    assert "value of gpunode_tuning_root must be an absolute path" in text
+    assert "/etc/sysctl.d" not in proc.stdout and "/etc/default/grub.d" not in proc.stdout
+
+
+def test_unknown_variable_warns_with_the_nearest_name(node):
+    root, inventory = node
+    digest = tree_digest(root)
+    proc = run("tune.yml", inventory, "--check", "--tags", "mrrs", "-e", "gpunode_tuning_mrs=4096")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert ("[WARNING]: gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_mrrs?)"
+            in proc.stderr), proc.stderr
+    assert proc.stderr.count("gpunode_tuning_mrs is not a variable") == 1
+    assert tree_digest(root) == digest
+
+
+def test_unknown_variable_fails_when_strict(node):
+    root, inventory = node
+    digest = tree_digest(root)
+    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_mrs=4096", "-e", "gpunode_tuning_strict_vars=true")
+    assert_nothing_done(proc, root, digest)
+    assert "gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_mrrs?)" in \
+        failure_text(proc)
+
+
+def test_rollout_stops_before_the_first_batch(tmp_path):
+    # One host of the fleet has a bad value: no host of any batch is touched.
+    simfleet.build_fleet(str(tmp_path), 2, preset="epyc-pstate-epp", python=os.path.join(VENV_BIN, "python"))
+    inventory = tmp_path / "hosts.yml"
+    inv = yaml.safe_load(inventory.read_text())
+    inv["all"]["children"]["gpunodes"]["hosts"]["sim-0002"]["gpunode_tuning_thp_mode"] = "sometimes"
+    inventory.write_text(yaml.safe_dump(inv))
+    nodes = {h: str(tmp_path / "nodes" / h) for h in ("sim-0001", "sim-0002")}
+    before = {h: tree_digest(r) for h, r in nodes.items()}
+    proc = run("rollout.yml", str(inventory), "-e", "gpunode_tuning_report_dir=%s" % (tmp_path / "reports"))
+    assert proc.returncode != 0
+    assert "value of gpunode_tuning_thp_mode must be one of: always, madvise, never, got: sometimes" in proc.stdout
+    assert "Count the batch" not in proc.stdout
+    assert {h: tree_digest(r) for h, r in nodes.items()} == before
