@@ -17,6 +17,7 @@ domain-qualified address ``"0000:41:00.0"`` and ``path`` the device's sysfs dire
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import struct
@@ -418,6 +419,105 @@ class Setpci:
 
 
 # ---------------------------------------------------------------------------------------------
+# Faults of one device: each failed device is named with its own cause
+# ---------------------------------------------------------------------------------------------
+
+_ROOT_HINT = "run the module as root (become: true)"
+
+
+def _not_root():
+    return hasattr(os, "geteuid") and os.geteuid() != 0
+
+
+def config_fault(cfg):
+    """Why config bytes read in full are too short to hold the PCIe capability; None when usable.
+
+    A config file is 256 or 4096 bytes for root; the kernel shows only the 64-byte header to
+    other users. A device without a capability list needs no more than its header.
+    """
+    size = len(cfg)
+    if size >= 0x100:
+        return None
+    if size >= 0x40:
+        if not struct.unpack_from("<H", cfg, PCI_STATUS)[0] & PCI_STATUS_CAP_LIST:
+            return None
+        cap = find_capability(cfg, PCI_CAP_ID_EXP)
+        if cap is not None and cap + PCI_EXP_LNKSTA + 2 <= size:
+            return None
+    msg = "config space is only %d bytes: the device is not fully visible (no PCIe capability readable)" % size
+    if _not_root():
+        msg += "; only root reads past the 64-byte header: " + _ROOT_HINT
+    return msg
+
+
+def _access_fault(dev_path, exc):
+    """The cause of an OSError on a device's config file, classified."""
+    full = os.path.join(dev_path, "config")
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        gone = full if os.path.isdir(dev_path) else dev_path
+        return "device vanished: %s is gone (hot-removed or reset while the task ran)" % gone
+    if isinstance(exc, IsADirectoryError):
+        return "config space unreadable: %s is a directory, not the device's config file" % full
+    msg = "cannot access %s: %s" % (full, exc.strerror or exc)
+    if exc.errno in (errno.EPERM, errno.EACCES) and _not_root():
+        msg += "; " + _ROOT_HINT
+    return msg
+
+
+def write_fault(dev):
+    """Why the config file of ``dev`` cannot be opened for writing; None when it can.
+
+    ``os.access`` is False for an immutable file even for root. Opening (without writing)
+    then names the errno; the root hint is given only to a process that is not root.
+    """
+    full = os.path.join(dev["path"], "config")
+    if os.access(full, os.W_OK):
+        return None
+    try:
+        os.close(os.open(full, os.O_WRONLY))
+    except OSError as exc:
+        cause = exc
+    else:
+        return None
+    msg = "write refused: cannot open %s for writing (%s)" % (full, cause.strerror or cause)
+    if _not_root():
+        return msg + "; " + _ROOT_HINT
+    if cause.errno == errno.EPERM:
+        return msg + ": the file is immutable or the kernel forbids config-space writes"
+    if cause.errno == errno.EROFS:
+        return msg + ": sysfs is mounted read-only"
+    return msg
+
+
+def inspect_device(dev):
+    """Read and decode a device's config space: ``(decode_pcie result or None, fault or None)``."""
+    try:
+        with open(os.path.join(dev["path"], "config"), "rb") as fh:
+            cfg = fh.read()
+    except OSError as exc:
+        return None, _access_fault(dev["path"], exc)
+    fault = config_fault(cfg)
+    if fault:
+        return None, fault
+    return decode_pcie(cfg), None
+
+
+def _failure_cause(dev, want, got, read_error, write_error):
+    """Why ``want`` is not what ``dev`` reads back after writing: its own fault, first found."""
+    _pcie, fault = inspect_device(dev)
+    fault = fault or write_fault(dev)
+    if fault:
+        return fault
+    if write_error:
+        msg = "write refused: setpci %s" % write_error
+        return msg + "; " + _ROOT_HINT if _not_root() else msg
+    if got is None:
+        return "read-back failed: %s" % read_error
+    return ("wrote MRRS %d but Device Control reads back 0x%04x (MRRS %s): the write did not take "
+            "(the device ignored it)" % (want, got, mrrs_of_devctl(got)))
+
+
+# ---------------------------------------------------------------------------------------------
 # The MRRS task: plan, journal, write, read back
 # ---------------------------------------------------------------------------------------------
 
@@ -447,17 +547,10 @@ def _device_result(dev, pcie):
     }
 
 
-def _inspect(devices):
-    """Read and decode the config space of ``devices``: ``[(dev, decode_pcie result or None)]``."""
-    out = []
-    for dev in devices:
-        cfg = read_config(dev)
-        if len(cfg) < 0x100:
-            # Unprivileged reads of sysfs config stop after the 64-byte header.
-            raise MrrsError("%s: only %d bytes of config space are readable, so its PCI Express capability "
-                            "cannot be found: run the module as root (become: true)" % (dev["bdf"], len(cfg)))
-        out.append((dev, decode_pcie(cfg)))
-    return out
+def _absent_result(bdf):
+    return {"bdf": bdf, "vendor": None, "device": None, "class": None, "numa_node": None, "mps": None,
+            "mrrs_before": None, "mrrs_after": None, "changed": False, "skipped": True, "failed": False,
+            "reason": "recorded in the journal but not present on the node; journal entry kept"}
 
 
 def select_devices(node, selector):
@@ -472,6 +565,79 @@ def select_devices(node, selector):
     return [d for d in devices if selector.matches(d)]
 
 
+def _restore_wanted(node, journal, base):
+    """The journal's originals and the devices to restore; absent devices are reported skipped."""
+    originals = journal.entries(FAMILY)
+    bad = {b: v for b, v in originals.items() if v not in MRRS_CHOICES}
+    if bad:
+        raise MrrsError("journal %s holds invalid MRRS originals %s (allowed %s); fix or remove those entries"
+                        % (journal.path, bad, ", ".join(map(str, MRRS_CHOICES))), base)
+    by_bdf = {d["bdf"]: d for d in list_devices(node)}
+    for bdf in sorted(set(originals) - set(by_bdf)):
+        base["devices"].append(_absent_result(bdf))
+        base["warnings"].append("%s: %s" % (bdf, base["devices"][-1]["reason"]))
+    return originals, [by_bdf[b] for b in sorted(originals) if b in by_bdf]
+
+
+def _plan(devices, wanted, base):
+    """Inspect ``devices`` and fill ``base["devices"]``; return ``{bdf: target}`` and ``{bdf: (dev, devctl)}``.
+
+    A device whose config space is unusable, or not writable where a write is needed, is
+    failed here with its cause and left out of the targets, so it cannot stop the others.
+    """
+    targets, planned = {}, {}
+    for dev in devices:
+        pcie, fault = inspect_device(dev)
+        r = _device_result(dev, pcie)
+        base["devices"].append(r)
+        planned[dev["bdf"]] = (dev, pcie["devctl"] if pcie else None)
+        want = wanted[dev["bdf"]]
+        if fault is None and pcie is not None and pcie["mrrs"] != want:
+            fault = write_fault(dev)
+        if fault:
+            r["failed"], r["reason"] = True, fault
+        elif pcie is None:
+            r["skipped"], r["reason"] = True, "no PCI Express capability"
+        elif pcie["mrrs"] == want:
+            r["reason"] = "already %d" % want
+        else:
+            targets[dev["bdf"]] = want
+            r["mrrs_after"], r["changed"] = want, True
+    base["devices"].sort(key=lambda r: r["bdf"])
+    return targets, planned
+
+
+def _diff(results):
+    diff = {"before": {}, "after": {}}
+    for r in results:
+        if not r["skipped"] and r["mrrs_before"] is not None:
+            diff["before"][r["bdf"]] = {"mrrs": r["mrrs_before"]}
+            diff["after"][r["bdf"]] = {"mrrs": r["mrrs_after"]}
+    return diff
+
+
+def _journal_plan(journal, restore, check_mode, base, targets):
+    """Record originals of what will change, or drop restore entries that are already back."""
+    if journal is None or check_mode:
+        return
+    for r in base["devices"]:
+        if restore and not r["skipped"] and not r["failed"] and r["bdf"] not in targets:
+            journal.drop(FAMILY, r["bdf"])
+            r["reason"] = "already at the recorded original %d" % r["mrrs_before"]
+        elif not restore and r["bdf"] in targets and r["mrrs_before"] is not None:
+            journal.record(FAMILY, r["bdf"], r["mrrs_before"])  # a reserved encoding cannot be restored
+
+
+def _base_result(node):
+    bus_perf = pcie_bus_perf(node)
+    warnings = []
+    if bus_perf:
+        warnings.append("the kernel command line has pci=pcie_bus_perf: it sets MRRS to MPS at boot and clamps "
+                        "later requests to MPS, so MRRS set here may be lowered again; remove it for large MRRS")
+    return {"lockdown": lockdown_mode(node), "pcie_bus_perf": bus_perf, "warnings": warnings, "devices": [],
+            "failed_devices": [], "changed": False}
+
+
 def run_mrrs(node, setpci_factory, journal, check_mode, mrrs=None, selector=None, restore=False,
              allow_empty=False):
     """Apply ``mrrs`` to the devices chosen by ``selector`` (or restore the journal's originals).
@@ -479,92 +645,35 @@ def run_mrrs(node, setpci_factory, journal, check_mode, mrrs=None, selector=None
     ``setpci_factory()`` returns a ``Setpci``; it is called only when something must be written,
     so check mode and idempotent runs start no process. Returns the result dict (``devices``,
     ``failed_devices``, ``changed``, ``lockdown``, ``pcie_bus_perf``, ``warnings``, ``diff``).
-    Raises MrrsError, before any write, when the task cannot proceed; per-device failures after
-    writing are listed in ``failed_devices`` and the caller fails the task.
+    Raises MrrsError, before any write, when the task cannot proceed. A device that cannot be
+    set (predicted before writing, also in check mode, or found after) is listed in
+    ``failed_devices`` with its cause while every other device is still set; the caller fails
+    the task at the end (``failure_message``).
     """
     if not restore:
         encode_mrrs(mrrs)  # ValueError naming the allowed sizes
         selector = selector or DeviceSelector()
-    lockdown = lockdown_mode(node)
-    bus_perf = pcie_bus_perf(node)
-    warnings = []
-    if bus_perf:
-        warnings.append("the kernel command line has pci=pcie_bus_perf: it sets MRRS to MPS at boot and clamps "
-                        "later requests to MPS, so MRRS set here may be lowered again; remove it for large MRRS")
-    base = {"lockdown": lockdown, "pcie_bus_perf": bus_perf, "warnings": warnings}
-
-    # 1. What to change: {bdf: target bytes}
-    targets = {}
-    results = []
+    base = _base_result(node)
     if restore:
-        originals = journal.entries(FAMILY)
-        bad = {b: v for b, v in originals.items() if v not in MRRS_CHOICES}
-        if bad:
-            raise MrrsError("journal %s holds invalid MRRS originals %s (allowed %s); fix or remove those entries"
-                            % (journal.path, bad, ", ".join(map(str, MRRS_CHOICES))), base)
-        by_bdf = {d["bdf"]: d for d in list_devices(node)}
-        present = [by_bdf[b] for b in sorted(originals) if b in by_bdf]
-        for bdf in sorted(set(originals) - set(by_bdf)):
-            r = {"bdf": bdf, "vendor": None, "device": None, "class": None, "numa_node": None, "mps": None,
-                 "mrrs_before": None, "mrrs_after": None, "changed": False, "skipped": True, "failed": False,
-                 "reason": "recorded in the journal but not present on the node; journal entry kept"}
-            results.append(r)
-            warnings.append("%s: %s" % (bdf, r["reason"]))
-        wanted = originals
-        inspected = _inspect(present)
+        wanted, devices = _restore_wanted(node, journal, base)
     else:
-        inspected = _inspect(select_devices(node, selector))
-        wanted = {dev["bdf"]: mrrs for dev, _pcie in inspected}
-
-    for dev, pcie in inspected:
-        r = _device_result(dev, pcie)
-        results.append(r)
-        if pcie is None:
-            r["skipped"] = True
-            r["reason"] = "no PCI Express capability"
-            continue
-        want = wanted[dev["bdf"]]
-        if pcie["mrrs"] == want:
-            r["reason"] = "already %d" % want
-        else:
-            targets[dev["bdf"]] = want
-            r["mrrs_after"] = want
-            r["changed"] = True
-    results.sort(key=lambda r: r["bdf"])
-    by_bdf = {r["bdf"]: r for r in results}
-    base["devices"] = results
-
-    if not restore and not any(not r["skipped"] for r in results) and not allow_empty:
+        devices = select_devices(node, selector)
+        wanted = {d["bdf"]: mrrs for d in devices}
+    targets, planned = _plan(devices, wanted, base)
+    base["failed_devices"] = [r["bdf"] for r in base["devices"] if r["failed"]]
+    if not restore and all(r["skipped"] for r in base["devices"]) and not allow_empty:
         raise MrrsError("no PCI Express device matches the selection (%s); set allow_empty: true to accept "
                         "a node without such devices" % selector.describe(), base)
-
-    diff = {"before": {}, "after": {}}
-    for r in results:
-        if not r["skipped"]:
-            diff["before"][r["bdf"]] = {"mrrs": r["mrrs_before"]}
-            diff["after"][r["bdf"]] = {"mrrs": r["mrrs_after"]}
-    base["diff"] = diff
-
-    if targets and lockdown in ("integrity", "confidentiality"):
+    base["diff"] = _diff(base["devices"])
+    if targets and base["lockdown"] in ("integrity", "confidentiality"):
         raise MrrsError("kernel lockdown is in %s mode: the kernel refuses PCI config-space writes from user "
                         "space, so MRRS cannot be changed at runtime on %s; nothing was written. Set MRRS in "
-                        "the BIOS, or boot without lockdown" % (lockdown, ", ".join(sorted(targets))), base)
-
-    # 2. Journal, then write and read back (not in check mode)
-    if restore:
-        for r in results:
-            if not r["skipped"] and not r["changed"] and not check_mode:
-                journal.drop(FAMILY, r["bdf"])
-                r["reason"] = "already at the recorded original %d" % r["mrrs_before"]
-    elif journal is not None and not check_mode:
-        for bdf in sorted(targets):
-            if by_bdf[bdf]["mrrs_before"] is not None:  # a reserved encoding cannot be restored
-                journal.record(FAMILY, bdf, by_bdf[bdf]["mrrs_before"])
+                        "the BIOS, or boot without lockdown" % (base["lockdown"], ", ".join(sorted(targets))), base)
+    _journal_plan(journal, restore, check_mode, base, targets)
+    base["changed"] = bool(targets)
     if check_mode or not targets:
         if journal is not None and not check_mode:
             journal.save()
-        base["changed"] = bool(targets)
-        base["failed_devices"] = []
         return base
     if journal is not None:
         try:
@@ -572,43 +681,80 @@ def run_mrrs(node, setpci_factory, journal, check_mode, mrrs=None, selector=None
         except OSError as exc:
             raise MrrsError("cannot save the journal %s (%s); nothing was written" % (journal.path, exc), base) \
                 from exc
+    _apply(setpci_factory(), targets, planned, base, journal if restore else None)
+    return base
 
-    devctl_before = {dev["bdf"]: pcie["devctl"] for dev, pcie in inspected if pcie}
-    setpci = setpci_factory()
+
+def _write_and_read_back(setpci, targets, warnings):
+    """One setpci process writes every target and one reads them back (the normal path).
+
+    setpci stops at the first device it cannot write, leaving the ones after it unwritten:
+    after a failed batch, each device not yet at its target is written alone, so a bad device
+    neither keeps the others at their old value nor lends them its error. Returns
+    ``(after {bdf: devctl}, read_errors {bdf: msg}, write_errors {bdf: msg})``.
+    """
     wrc, werr = setpci.write_mrrs(targets)
     after, read_errors = setpci.read_devctl(sorted(targets))
-    failed = []
+    if not (wrc or werr):
+        return after, read_errors, {}
+    retry = {b: w for b, w in targets.items() if b in after and mrrs_of_devctl(after[b]) != w}
+    write_errors = {}
+    for bdf, want in sorted(retry.items()):
+        rc, err = setpci.write_mrrs({bdf: want})
+        if rc or err:
+            write_errors[bdf] = "rc %s: %s" % (rc, err or "no message")
+    if retry:
+        again, errors = setpci.read_devctl(sorted(retry))
+        for bdf in retry:
+            after.pop(bdf, None)
+        after.update(again)
+        read_errors.update(errors)
+    if not retry and not read_errors:
+        warnings.append("setpci reported an error (rc %s: %s) but every device reads back as written"
+                        % (wrc, werr or "no message"))
+    return after, read_errors, write_errors
+
+
+def _apply(setpci, targets, planned, base, restore_journal):
+    """Write ``targets``, judge each device by its read-back, name the cause of each failure."""
+    after, read_errors, write_errors = _write_and_read_back(setpci, targets, base["warnings"])
+    results = {r["bdf"]: r for r in base["devices"]}
     for bdf, want in sorted(targets.items()):
-        r = by_bdf[bdf]
-        before_devctl = devctl_before[bdf]
-        if bdf in read_errors:
-            r["mrrs_after"] = None
-            r["changed"] = False
-            r["reason"] = "read-back failed: %s" % read_errors[bdf]
-        else:
-            got = after[bdf]
-            r["mrrs_after"] = mrrs_of_devctl(got)
-            r["changed"] = r["mrrs_after"] != r["mrrs_before"]
-            if r["mrrs_after"] != want:
-                r["reason"] = "wrote MRRS %d but Device Control reads back 0x%04x (MRRS %s): the write did not take" \
-                    % (want, got, r["mrrs_after"])
-            else:
-                r["reason"] = "restored" if restore else "set"
-                if (got & ~DEVCTL_MRRS_MASK) != (before_devctl & ~DEVCTL_MRRS_MASK):
-                    # Not written by us (mask 0x7000), e.g. the kernel's AER handling in between.
-                    warnings.append("%s: Device Control bits outside MRRS changed meanwhile (0x%04x -> 0x%04x)"
-                                    % (bdf, before_devctl, got))
-                if restore:
-                    journal.drop(FAMILY, bdf)
-                continue
-        if wrc or werr:
-            r["reason"] += " (setpci rc %s: %s)" % (wrc, werr or "no message")
-        r["failed"] = True
-        failed.append(bdf)
-    diff["after"].update({b: {"mrrs": by_bdf[b]["mrrs_after"]} for b in targets})
-    if restore:
-        journal.save()
-    base["changed"] = any(r["changed"] for r in results)
-    base["failed_devices"] = failed
+        (dev, devctl_before), r, got = planned[bdf], results[bdf], after.get(bdf)
+        r["mrrs_after"] = mrrs_of_devctl(got) if got is not None else None
+        r["changed"] = got is not None and r["mrrs_after"] != r["mrrs_before"]
+        if got is None or r["mrrs_after"] != want:
+            r["failed"] = True
+            r["reason"] = _failure_cause(dev, want, got, read_errors.get(bdf), write_errors.get(bdf))
+            base["failed_devices"].append(bdf)
+            continue
+        r["reason"] = "restored" if restore_journal is not None else "set"
+        if restore_journal is not None:
+            restore_journal.drop(FAMILY, bdf)
+        if (got & ~DEVCTL_MRRS_MASK) != (devctl_before & ~DEVCTL_MRRS_MASK):
+            # Not written by us (mask 0x7000), e.g. the kernel's AER handling in between.
+            base["warnings"].append("%s: Device Control bits outside MRRS changed meanwhile (0x%04x -> 0x%04x)"
+                                    % (bdf, devctl_before, got))
+    base["failed_devices"].sort()
+    base["diff"]["after"].update({b: {"mrrs": results[b]["mrrs_after"]} for b in targets})
+    if restore_journal is not None:
+        restore_journal.save()
+    base["changed"] = any(r["changed"] for r in base["devices"])
     base["setpci_calls"] = setpci.calls
-    return base
+
+
+def failure_message(result, restore, check_mode, journal_path=None):
+    """The task's closing error: every failed device with its cause, and what happened to the rest."""
+    failed = [d for d in result["devices"] if d["failed"]]
+    done = [d for d in result["devices"] if d["changed"]]
+    verb = "restored" if restore else "set"
+    msg = "MRRS could not be %s on %d device(s): %s" % (
+        verb, len(failed), "; ".join("%s: %s" % (d["bdf"], d["reason"]) for d in failed))
+    if check_mode:
+        msg = "check mode: a real run would fail. " + msg
+        tail = "%d other device(s) would be %s" % (len(done), verb)
+    else:
+        tail = "%d other device(s) were %s" % (len(done), verb)
+    if restore and journal_path:
+        tail += "; the failed entries stay in the journal %s for the next attempt" % journal_path
+    return msg + ". " + tail

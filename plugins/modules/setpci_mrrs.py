@@ -14,11 +14,19 @@ description:
     Size and bit 15 (Function Level Reset on endpoints) are never written.
   - One call handles every selected device with a constant number of C(setpci) processes
     (one write and one read-back for all devices that change; none when nothing changes or in
-    check mode). Current values are read from the sysfs C(config) files.
+    check mode; more only after a failed write). Current values are read from the sysfs
+    C(config) files.
   - Without a selector, the selection is the NVIDIA GPUs (vendor C(0x10de), class C(0x0300) or
     C(0x0302)); their HDMI-audio functions and NVSwitch bridges are not included.
-  - A device whose value does not read back as written is a failure for that device; the other
-    devices are still applied, and the task fails at the end naming the failed devices.
+  - One device that cannot be set never keeps the others from being set. A device whose config
+    space is unusable (not present any more, too short to hold its PCI Express capability, not
+    a file) or not writable (for example immutable) is failed before anything is written, in
+    check mode too; a device that vanishes or refuses the write during the run, or whose value
+    does not read back as written, is failed after. When the batched write fails, the devices it
+    left unwritten are written one by one. The other devices are set (or restored) and reported,
+    and the task fails at the end naming every failed device with its own cause.
+  - With O(restore=true), the entries of devices that could not be restored stay in the journal
+    for the next attempt; the restored ones are removed.
   - Refuses, before writing anything, when kernel lockdown (C(integrity) or C(confidentiality))
     is active and a device would need a change. Warns when the kernel command line has
     C(pci=pcie_bus_perf), which lowers MRRS to MPS at boot.
@@ -77,8 +85,9 @@ extends_documentation_fragment:
   - gpunode.tuning.node
   - gpunode.tuning.node.attributes
 notes:
-  - Needs root (only the first 64 bytes of config space are readable otherwise) and the
-    C(setpci) command from the C(pciutils) package.
+  - Needs root (only the first 64 bytes of config space are readable otherwise; the message
+    says so only when the module does not run as root) and the C(setpci) command from the
+    C(pciutils) package.
 seealso:
   - name: PCI Express Device Control register (Linux pci_regs.h)
     description: Field layout of MRRS and MPS.
@@ -159,15 +168,21 @@ devices:
       type: bool
       sample: false
     failed:
-      description: Whether the value did not take or could not be read back.
+      description:
+        - Whether the device could not be set (or restored); in check mode, whether it would fail.
       type: bool
       sample: false
     reason:
-      description: Why the device was skipped or failed, or what was done.
+      description:
+        - Why the device was skipped or failed, or what was done.
+        - A failure names its cause, for example C(config space is only 64 bytes ...),
+          C(device vanished ...), C(write refused ...) or C(... the write did not take ...).
       type: str
       sample: set
 failed_devices:
-  description: Addresses of the devices whose value did not take. The task fails when it is not empty.
+  description:
+    - Addresses of the devices that could not be set (in check mode, that would fail). The task
+      fails when it is not empty, after every other device was set.
   returned: always
   type: list
   elements: str
@@ -246,9 +261,8 @@ def main():
         module.fail_json(msg=str(exc), changed=False)
     _finish(module, result)
     if result["failed_devices"]:
-        failed = [d for d in result["devices"] if d["failed"]]
-        module.fail_json(msg="MRRS did not take on %d device(s): %s" % (
-            len(failed), "; ".join("%s: %s" % (d["bdf"], d["reason"]) for d in failed)), **_public(module, result))
+        msg = pcie.failure_message(result, p["restore"], module.check_mode, journal.path if journal else None)
+        module.fail_json(msg=msg, **_public(module, result))
     module.exit_json(**_public(module, result))
 
 

@@ -267,8 +267,9 @@ def test_setpci_batches_are_bounded(build_node, monkeypatch):
 
 
 def test_run_mrrs_reports_refused_writes_and_keeps_the_journal(build_node):
-    """setpci refuses every write (as under an undetected lockdown): each device fails with the
-    setpci message, nothing changed, and the journal was saved before the first write."""
+    """setpci refuses every write (as under an undetected lockdown): after the failed batch each
+    device is tried alone, so each fails with its own setpci message; nothing changed, and the
+    journal was saved before the first write."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal
 
     root = build_node("audited-epyc-8gpu", cpus=4)
@@ -285,8 +286,12 @@ def test_run_mrrs_reports_refused_writes_and_keeps_the_journal(build_node):
     result = pcie.run_mrrs(node, lambda: pcie.Setpci(run, SETPCI, node.pciutils_args()), journal, False,
                            mrrs=4096, selector=pcie.DeviceSelector())
     assert len(result["failed_devices"]) == 8 and not result["changed"]
-    assert all("Operation not permitted" in d["reason"] and d["mrrs_after"] == 512 for d in result["devices"])
-    assert len(calls) == 2
+    assert all(d["reason"] == "write refused: setpci rc 1: setpci: sysfs_write: write failed: Operation not "
+               "permitted" and d["mrrs_after"] == 512 for d in result["devices"])
+    # The batch write and read-back, then each device written alone, then one read-back.
+    writes = [a for a in calls if any(x.startswith("CAP_EXP+08.w=") for x in a)]
+    assert [w.count("-s") for w in writes] == [8] + [1] * 8
+    assert len(calls) == 11 and calls[-1].count("-s") == 8
     reopened = Journal(node, "/var/lib/gpunode-tuning/journal.json")
     assert set(reopened.entries("pcie_mrrs").values()) == {512} and len(reopened.entries("pcie_mrrs")) == 8
 

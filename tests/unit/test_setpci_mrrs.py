@@ -308,7 +308,8 @@ def test_device_ignoring_the_write_fails_the_task_but_others_are_set(build_node,
     result, failed = run_module("setpci_mrrs", {"mrrs": 4096, "root": root})
     assert failed
     assert result["failed_devices"] == ["0000:61:00.0"]
-    assert "0000:61:00.0" in result["msg"] and "did not take" in result["msg"]
+    assert "0000:61:00.0: wrote MRRS 4096 but Device Control reads back 0x293f (MRRS 512): the write did " \
+           "not take (the device ignored it). 7 other device(s) were set" in result["msg"]
     bad = next(d for d in result["devices"] if d["bdf"] == "0000:61:00.0")
     assert bad["failed"] and not bad["changed"] and bad["mrrs_after"] == 512
     others = [b for b in AUDITED_GPUS if b != "0000:61:00.0"]
@@ -326,14 +327,38 @@ def test_setpci_missing_names_the_package(build_node, run_module, monkeypatch, d
     assert digest(root) == snap
 
 
-def test_header_only_config_asks_for_root(build_node, run_module, digest):
+def test_header_only_config_is_named_as_such_not_as_permissions_when_root(build_node, run_module, digest):
+    """As root, a 64-byte config space is a device that is not fully visible, not a permission
+    problem; the other GPUs are still set and the task fails at the end naming that device."""
     root = build_node("audited-epyc-8gpu", cpus=4)
     with open(os.path.join(root, "sys/bus/pci/devices/0000:81:00.0/config"), "r+b") as fh:
-        fh.truncate(64)  # what an unprivileged reader sees
+        fh.truncate(64)
+    before = configs(root)
     snap = digest(root)
+    result, failed = run_module("setpci_mrrs", {"mrrs": 4096, "root": root}, check=True)
+    assert failed and digest(root) == snap
+    assert "0000:81:00.0: config space is only 64 bytes: the device is not fully visible (no PCIe " \
+           "capability readable)" in result["msg"]
+    assert "as root" not in result["msg"] and "check mode" in result["msg"]
     result, failed = run_module("setpci_mrrs", {"mrrs": 4096, "root": root})
-    assert failed and "0000:81:00.0" in result["msg"] and "run the module as root" in result["msg"]
-    assert digest(root) == snap
+    assert failed and result["failed_devices"] == ["0000:81:00.0"] and result["changed"]
+    assert "run the module as root" not in result["msg"] and "7 other device(s) were set" in result["msg"]
+    others = [b for b in AUDITED_GPUS if b != "0000:81:00.0"]
+    assert_only_mrrs_changed(before, configs(root), {b: 4096 for b in others})
+
+
+def test_header_only_config_asks_for_root_when_not_root(build_node, run_module, monkeypatch, digest):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    for bdf in AUDITED_GPUS:  # what an unprivileged reader sees
+        with open(os.path.join(root, "sys/bus/pci/devices", bdf, "config"), "r+b") as fh:
+            fh.truncate(64)
+    snap = digest(root)
+    monkeypatch.setattr(pcie.os, "geteuid", lambda: 1000)
+    result, failed = run_module("setpci_mrrs", {"mrrs": 4096, "root": root})
+    assert failed and result["failed_devices"] == AUDITED_GPUS and not result["changed"]
+    assert all("only 64 bytes" in d["reason"] and d["reason"].endswith("run the module as root (become: true)")
+               for d in result["devices"])
+    assert result["setpci_calls"] == 0 and digest(root) == snap
 
 
 @pytest.mark.parametrize("args,match", [
