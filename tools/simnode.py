@@ -10,6 +10,9 @@ Usage::
     tools/simnode.py build --preset audited-epyc-8gpu DIR [--cpus N] [--gpus N] [--kmsg-records N]
     tools/simnode.py list
 
+Presets are x86_64 (AMD EPYC, Intel Xeon, a VM) or arm64 (``grace-arm64-4gpu``: psci_idle,
+cppc_cpufreq, an arm64 /proc/cpuinfo without vendor_id, one PCI segment per root port).
+
 The file is standard-library only so it can be copied into a container and run there.
 """
 
@@ -72,6 +75,14 @@ IDLE_INTEL_XEON = [
     IdleState("C6", "MWAIT 0x20", 170, 600),
 ]
 
+# psci_idle (arm64, device-tree idle states): WFI is state0; the deeper states carry the names of
+# their idle-state nodes. Latencies (entry + exit, us) as a Neoverse V2 server's firmware gives them.
+IDLE_PSCI_GRACE = [
+    IdleState("WFI", "ARM WFI", 1, 1),
+    IdleState("cpu-sleep-0", "cpu-sleep-0", 150, 600),
+    IdleState("cluster-sleep-0", "cluster-sleep-0", 800, 2500),
+]
+
 ACPI_GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
 PSTATE_GOVERNORS = "performance powersave"
 EPP_CHOICES = "default performance balance_performance balance_power power"
@@ -99,9 +110,9 @@ DEFAULT_SYSCTLS = {
 class Preset:
     name: str
     description: str
-    cpu_vendor: str
-    cpu_model: str
-    cpu_family: int
+    cpu_vendor: str | None
+    cpu_model: str | None
+    cpu_family: int | None
     sockets: int
     cpus: int
     idle_driver: str | None
@@ -130,6 +141,9 @@ class Preset:
     os_id: str = "debian"
     os_version: str = "12"
     persistenced: bool = True
+    arch: str = "x86_64"  # or "arm64": /proc/cpuinfo layout, sim modprobe's loadable modules
+    cpu_part: int = 0  # arm64 only: "CPU implementer" 0x41 (Arm), "CPU part" (0xd4f Neoverse V2)
+    freq_khz: tuple = (1500000, 3800000, 2450000)  # cpuinfo_min, cpuinfo_max, scaling_cur
 
 
 PRESETS = {
@@ -307,6 +321,49 @@ PRESETS = {
         ],
         gpu_mrrs=256,
     ),
+    "grace-arm64-4gpu": dict(
+        description="An arm64 GPU node: NVIDIA Grace (Neoverse V2, 72 cores), psci_idle WFI/cpu-sleep-0/"
+        "cluster-sleep-0, cppc_cpufreq (schedutil, no EPP, no boost file, no amd_pstate/intel_pstate), "
+        "4 NVIDIA H100 PCIe (class 0x0302) at MRRS 512, each in its own PCI segment, a ConnectX NIC, an NVMe drive.",
+        # arm64 /proc/cpuinfo has no vendor_id, model name, cpu family or physical id: what a reader
+        # of it finds is None. One socket: tuning_facts counts sockets by physical id.
+        cpu_vendor=None,
+        cpu_model=None,
+        cpu_family=None,
+        sockets=1,
+        cpus=72,
+        idle_driver="psci_idle",
+        idle_states=IDLE_PSCI_GRACE,
+        freq_driver="cppc_cpufreq",
+        governors=ACPI_GOVERNORS,
+        governor="schedutil",
+        epp=None,
+        boost=None,
+        amd_pstate_status=None,
+        intel_pstate=None,
+        gpus=4,
+        gpu_device=0x2331,
+        gpu_class=0x030200,
+        topology="segments",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-arm64 root=UUID=c41d7e02-5a8b-4f3e-b1d9-2e6f0a7c9b14 ro quiet",
+        lockdown="[none] integrity confidentiality",
+        numa_balancing="1",
+        thp_enabled="[always] madvise never",
+        thp_defrag="always defer defer+madvise [madvise] never",
+        modules={"nvidia": {}, "nvidia_uvm": {}, "nvme": {}, "mlx5_core": {}},
+        kmsg=[
+            (6, "Linux version 6.1.0-28-arm64 (debian-kernel@lists.debian.org) #1 SMP Debian 6.1.119-1"),
+            (6, "psci: probing for conduit method from ACPI."),
+            (6, "psci: PSCIv1.1 detected in firmware."),
+            (6, "cpuidle: using governor menu"),
+            (6, "nvidia: loading out-of-tree module taints kernel."),
+            (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for aarch64  570.124.06"),
+        ],
+        extra_devices=("nic", "nvme"),
+        arch="arm64",
+        cpu_part=0xD4F,
+        freq_khz=(81000, 3447000, 3375000),
+    ),
 }
 
 # Root-complex buses used for GPUs, alternating between the two sockets as on real EPYC boards.
@@ -326,6 +383,8 @@ def build_pci_topology(p: Preset) -> list:
     amd = p.cpu_vendor == "AuthenticAMD"
     port_vendor, port_device = (0x1022, 0x14AB) if amd else (0x8086, 0x352A)
     gpu_sub = (0x10DE, 0x204E)
+    if p.topology == "segments":
+        return _segment_topology(p)
     if p.topology == "root-ports":
         for i in range(p.gpus):
             # Beyond 8 GPUs (benchmarks), further buses in the same root complexes.
@@ -374,6 +433,40 @@ def build_pci_topology(p: Preset) -> list:
         funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x144D, 0xA80A, 0x010802, numa_node=last_node,
                                  mps=p.gpu_mps, mrrs=512, parent=rp, link_speed_cap=4, link_width_cap=4,
                                  link_speed=4, link_width=4, subsystem_vendor=0x144D, subsystem_device=0xA801))
+    return funcs
+
+
+def _segment_topology(p: Preset) -> list:
+    """An arm64 server's PCIe: one PCI segment (domain) per root port, as on NVIDIA Grace.
+
+    Root ports are the SoC's own (NVIDIA vendor id, bridge class 0x0604, so never selected as
+    GPUs); each device sits on bus 01 of its own segment. Socket N takes segments 0xN1-0xNf;
+    GPUs beyond 13 per socket (benchmarks) go to segments from 0x1000 up.
+    """
+    funcs = []
+    sockets = max(p.sockets, 1)
+    port_vendor, port_device = 0x10DE, 0x22B2
+    ports = []  # (segment, numa node, endpoint kwargs)
+    per_node = {}
+    for i in range(p.gpus):
+        node = (i * sockets // max(p.gpus, 1)) if p.sockets > 1 else 0
+        n = per_node[node] = per_node.get(node, -1) + 1
+        segment = 0x10 * node + 1 + n if n < 13 else 0x1000 + i
+        ports.append((segment, node, dict(vendor=0x10DE, device=p.gpu_device, class_code=p.gpu_class,
+                                          mrrs=p.gpu_mrrs, subsystem_vendor=0x10DE, subsystem_device=0x1839)))
+    last = sockets - 1
+    if "nic" in p.extra_devices:
+        ports.append((0x10 * last + 0xE, last, dict(vendor=0x15B3, device=0x1021, class_code=0x020000, mrrs=512,
+                                               subsystem_vendor=0x15B3, subsystem_device=0x0023)))
+    if "nvme" in p.extra_devices:
+        ports.append((0x10 * last + 0xF, last, dict(vendor=0x144D, device=0xA80A, class_code=0x010802, mrrs=512,
+                                               link_speed_cap=4, link_width_cap=4, link_speed=4, link_width=4,
+                                               subsystem_vendor=0x144D, subsystem_device=0xA801)))
+    for segment, node, endpoint in ports:
+        rp = f"{segment:04x}:00:00.0"
+        funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=node,
+                                 mps=p.gpu_mps, mrrs=512, secondary_bus=1, subordinate_bus=1))
+        funcs.append(PciFunction(f"{segment:04x}:01:00.0", numa_node=node, mps=p.gpu_mps, parent=rp, **endpoint))
     return funcs
 
 
@@ -508,6 +601,23 @@ def _cpu_node(p: Preset, cpu: int) -> int:
     return min(cpu // per_socket, max(p.sockets, 1) - 1)
 
 
+# What an arm64 kernel prints for a Neoverse V2 (Grace) core: hwcaps instead of x86 flags, the
+# MIDR fields instead of vendor_id/model name, no physical id (sockets come from NUMA/topology).
+ARM64_FEATURES = ("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc "
+                  "dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp "
+                  "sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 dgh bti")
+
+
+def _cpuinfo_entry(p: Preset, cpu: int, socket: int, per_socket: int) -> str:
+    """One CPU's block of /proc/cpuinfo in the layout of the preset's architecture."""
+    if p.arch == "arm64":
+        return (f"processor\t: {cpu}\nBogoMIPS\t: 2000.00\nFeatures\t: {ARM64_FEATURES}\n"
+                f"CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\n"
+                f"CPU part\t: 0x{p.cpu_part:03x}\nCPU revision\t: 0\n")
+    return (f"processor\t: {cpu}\nvendor_id\t: {p.cpu_vendor}\ncpu family\t: {p.cpu_family}\n"
+            f"model name\t: {p.cpu_model}\nphysical id\t: {socket}\ncore id\t\t: {cpu % per_socket}\n")
+
+
 def _kmsg_record(seq: int, level: int, usec: int, msg: str, facility: int = 0) -> str:
     return f"{(facility << 3) | level},{seq},{usec},-;{msg}\n"
 
@@ -602,19 +712,17 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
             t.write(f"{pol}/scaling_available_governors", p.governors)
             t.write(f"{pol}/affected_cpus", cpu)
             t.write(f"{pol}/related_cpus", cpu)
-            t.write(f"{pol}/cpuinfo_min_freq", 1500000)
-            t.write(f"{pol}/cpuinfo_max_freq", 3800000)
-            t.write(f"{pol}/scaling_min_freq", 1500000)
-            t.write(f"{pol}/scaling_max_freq", 3800000)
-            t.write(f"{pol}/scaling_cur_freq", 2450000)
+            fmin, fmax, fcur = p.freq_khz
+            t.write(f"{pol}/cpuinfo_min_freq", fmin)
+            t.write(f"{pol}/cpuinfo_max_freq", fmax)
+            t.write(f"{pol}/scaling_min_freq", fmin)
+            t.write(f"{pol}/scaling_max_freq", fmax)
+            t.write(f"{pol}/scaling_cur_freq", fcur)
             if p.epp is not None:
                 t.write(f"{pol}/energy_performance_preference", p.epp)
                 t.write(f"{pol}/energy_performance_available_preferences", EPP_CHOICES)
             t.symlink(f"../cpufreq/policy{cpu}", f"{d}/cpufreq")
-        cpuinfo.append(
-            f"processor\t: {cpu}\nvendor_id\t: {p.cpu_vendor}\ncpu family\t: {p.cpu_family}\n"
-            f"model name\t: {p.cpu_model}\nphysical id\t: {socket}\ncore id\t\t: {cpu % per_socket}\n"
-        )
+        cpuinfo.append(_cpuinfo_entry(p, cpu, socket, per_socket))
     t.write("proc/cpuinfo", "\n".join(cpuinfo))
     t.write(f"{cpu_base}/cpuidle/current_driver", p.idle_driver or "none")
     t.write(f"{cpu_base}/cpuidle/current_governor", "menu" if p.idle_driver else "none")
@@ -679,7 +787,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
             t.write(f"sys/module/{name}/parameters/{k}", v)
         lines.append(f"{name} 65536 0 - Live 0x0000000000000000")
     t.write("proc/modules", "\n".join(lines) if lines else b"")
-    for builtin in ("pcie_aspm", "processor"):
+    # processor (ACPI processor driver, where acpi_idle's max_cstate lives) is x86's.
+    for builtin in ("pcie_aspm", "processor") if p.arch == "x86_64" else ("pcie_aspm",):
         t.mkdir(f"sys/module/{builtin}/parameters")
 
     # --- processes: the NVIDIA persistence daemon where a preset has one
@@ -754,7 +863,9 @@ exit 1
 def write_modprobe(t: _Tree, p: Preset) -> None:
     """Install the simulated node's modprobe under <root>/usr/sbin/modprobe."""
     loadable = ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvme", "mlx5_core", "ib_core",
-                "msr", "cpuid", "tcp_bbr", "br_netfilter", "overlay"]
+                "tcp_bbr", "br_netfilter", "overlay"]
+    if p.arch == "x86_64":
+        loadable += ["msr", "cpuid"]  # x86-only drivers
     release = open(t.path("proc/sys/kernel/osrelease")).read().strip()
     script = MODPROBE_SCRIPT.replace("@LOADABLE@", " ".join(loadable)).replace("@RELEASE@", release)
     t.write("usr/sbin/modprobe", script.encode(), mode=0o755)

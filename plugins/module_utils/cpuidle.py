@@ -101,8 +101,18 @@ def _int(text, default=0):
         return default
 
 
+def _read_disabled(node, path):
+    """Whether a ``disable`` file says disabled; None when it cannot be read (vanished, not a file)."""
+    value = _int(node.read(path, default=""), default=None)
+    return None if value is None else value != 0
+
+
 def read_states(node, cpus):
-    """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``."""
+    """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``.
+
+    ``disabled`` is None for a state whose ``disable`` file cannot be read: it is planned as a
+    write, which then fails naming the file, instead of being taken for enabled.
+    """
     out = {}
     for cpu in cpus:
         base = "%s/cpu%d/cpuidle" % (SYSFS_CPU, cpu)
@@ -115,7 +125,7 @@ def read_states(node, cpus):
             if not name:
                 continue
             states[name] = IdleState(cpu, int(entry[5:]), name, _int(node.read(d, "latency", default="0")),
-                                     _int(node.read(d, "disable", default="0")) != 0)
+                                     _read_disabled(node, d + "/disable"))
         out[cpu] = states
     return out
 
@@ -204,8 +214,7 @@ def diff_text(summary, names):
 
 def reread_disabled(node, states_by_cpu):
     """Copy of ``states_by_cpu`` with every ``disable`` file read again (the after state)."""
-    return {cpu: {n: IdleState(st.cpu, st.index, st.name, st.latency,
-                               _int(node.read(st.path("disable"), default="0")) != 0)
+    return {cpu: {n: IdleState(st.cpu, st.index, st.name, st.latency, _read_disabled(node, st.path("disable")))
                   for n, st in states.items()}
             for cpu, states in states_by_cpu.items()}
 
@@ -220,9 +229,10 @@ def _after_states(states_by_cpu, writes):
 
 
 def apply_writes(node, writes):
-    """Write each ``disable`` file and read it back; return the failures as ``{name: [messages]}``.
+    """Write each ``disable`` file and read it back; return the failures as ``{name: {cpu: message}}``.
 
-    The value is written with a trailing newline, as ``echo`` does.
+    The value is written with a trailing newline, as ``echo`` does. A CPU that fails does not stop
+    the others.
     """
     failed = {}
     for st, value in writes:
@@ -232,36 +242,44 @@ def apply_writes(node, writes):
             if got != value:
                 raise NodeError("cpu%d %s: wrote %s, read back %s" % (st.cpu, st.name, value, got))
         except NodeError as exc:
-            failed.setdefault(st.name, []).append(str(exc))
+            failed.setdefault(st.name, {})[st.cpu] = str(exc)
     return failed
 
 
-def _failure_message(failed):
+def failure_message(failed, restore=False):
+    """``C2 on CPUs 3,7 (cause; cause)`` per state, at most three causes each."""
     parts = []
-    for name, msgs in sorted(failed.items()):
-        parts.append("%s on %d CPU(s) (first: %s)" % (name, len(msgs), msgs[0]))
-    return "idle state writes did not take: " + "; ".join(parts)
+    for name, by_cpu in sorted(failed.items()):
+        msgs = [by_cpu[cpu] for cpu in sorted(by_cpu)]
+        more = "; and %d more" % (len(msgs) - 3) if len(msgs) > 3 else ""
+        parts.append("%s on CPUs %s (%s%s)" % (name, format_cpulist(sorted(by_cpu)), "; ".join(msgs[:3]), more))
+    if restore:
+        return "idle states could not be restored (they stay in the journal; the others were restored): " + \
+            "; ".join(parts)
+    return "idle state writes did not take (the other CPUs and states were set): " + "; ".join(parts)
 
 
-def run(module):
-    """The cpu_cstate module: validate, plan, journal, write, read back, report."""
+def _check_params(module):
+    """Fail on option combinations that cannot be planned, before the node is read."""
     params = module.params
-    names = params["disable"]
-    max_latency = params["max_latency_us"]
-    restore = params["restore"]
+    names, max_latency = params["disable"], params["max_latency_us"]
     if max_latency is not None and max_latency < 0:
         module.fail_json(msg="max_latency_us must be an integer >= 0 (microseconds), got %d" % max_latency)
     if max_latency is not None and params["state"] == ENABLED:
         module.fail_json(msg="state=enabled cannot be combined with max_latency_us: a latency bound both disables "
                              "(exit latency above it) and enables (the others); use disable=[names] with state=enabled")
-    if not restore and names is None and max_latency is None:
+    if not params["restore"] and names is None and max_latency is None:
         module.fail_json(msg="one of disable (state names), max_latency_us or restore=true is required")
-    if names is not None:
-        empty = [n for n in names if not n or not n.strip()]
-        if empty:
-            module.fail_json(msg="disable contains an empty state name; give names such as POLL, C1, C2")
+    if names is not None and any(not n or not n.strip() for n in names):
+        module.fail_json(msg="disable contains an empty state name; give names such as POLL, C1, C2")
 
-    node = Node.open(params["root"], module)
+
+def run(module):
+    """The cpu_cstate module: validate, plan, journal, write, read back, report."""
+    params = module.params
+    _check_params(module)
+    restore = params["restore"]
+    node = Node(params["root"])
     journal = open_journal(module, node)
     try:
         cpus = select_cpus(node, params["cpus"])
@@ -272,70 +290,89 @@ def run(module):
     result = dict(changed=False, supported=driver is not None, driver=driver, states={})
     states_by_cpu = read_states(node, cpus) if driver else {}
     if not driver or not any(states_by_cpu.values()):
-        result["supported"] = False
-        why = "this node has no cpuidle driver (/%s is %r)" % (CURRENT_DRIVER, node.read(CURRENT_DRIVER, default=""))
-        if driver:
-            why = "cpuidle driver %s exposes no idle states on CPUs %s" % (driver, format_cpulist(cpus))
-        if params["required"]:
-            module.fail_json(msg="C-states cannot be controlled: " + why, **result)
-        result["reason"] = why
-        module.exit_json(**result)
+        _unsupported(module, node, result, driver, cpus)
 
-    lost = {}
     if restore:
-        plan, journaled, lost = _restore_plan(node, journal, states_by_cpu)
+        plan, journaled, failed = _restore_plan(node, journal, states_by_cpu)
     else:
-        try:
-            if max_latency is not None:
-                plan = plan_by_latency(states_by_cpu, max_latency)
-            else:
-                plan = plan_by_names(states_by_cpu, names, params["state"])
-        except PlanError as exc:
-            module.fail_json(msg=str(exc), **result)
-        journaled = states_by_cpu
-
+        plan, journaled, failed = _plan(module, states_by_cpu, result), states_by_cpu, {}
     writes = plan_writes(journaled, plan)
-    failed = {}
     if writes and not module.check_mode:
         if journal is not None and not restore:
-            originals = {}
-            for st, _value in writes:
-                originals.setdefault(st.name, {})[st.cpu] = "1" if st.disabled else "0"
-            for name, values in originals.items():
-                journal.record_per_cpu(FAMILY, name, values)
-            journal.mark_applied(FAMILY)
-            journal.save()
-        failed = apply_writes(node, writes)
+            _journal_originals(journal, writes)
+        for name, by_cpu in apply_writes(node, writes).items():
+            failed.setdefault(name, {}).update(by_cpu)
         after = reread_disabled(node, journaled)
     else:
         after = _after_states(journaled, writes)
-
-    for name, msgs in lost.items():
-        failed.setdefault(name, []).extend(msgs)
-    if restore and journal is not None and not module.check_mode:
-        for name in sorted({name for (_cpu, name) in plan}):
-            if name not in failed:
-                journal.drop(FAMILY, name)
-        if writes:
-            journal.mark_applied(FAMILY)
-        journal.save()
+    if restore and not module.check_mode:
+        _keep_failed(journal, failed, bool(writes))
 
     summary = summarize(journaled, after, plan)
-    planned_names = [n for n in summary if summary[n]["desired"] is not None]
     result.update(changed=bool(writes), states=summary, cpus=format_cpulist(cpus if not restore else sorted(journaled)))
     if module._diff:
-        result["diff"] = diff_text(summary, planned_names)
+        result["diff"] = diff_text(summary, [n for n in summary if summary[n]["desired"] is not None])
     if failed:
         result["failed_states"] = sorted(failed)
-        module.fail_json(msg=_failure_message(failed), **result)
+        module.fail_json(msg=failure_message(failed, restore), **result)
     module.exit_json(**result)
+
+
+def _unsupported(module, node, result, driver, cpus):
+    """Exit (or fail with required=true): no cpuidle driver, or no states on the selected CPUs."""
+    result["supported"] = False
+    why = "this node has no cpuidle driver (/%s is %r)" % (CURRENT_DRIVER, node.read(CURRENT_DRIVER, default=""))
+    if driver:
+        why = "cpuidle driver %s exposes no idle states on CPUs %s" % (driver, format_cpulist(cpus))
+    if module.params["required"]:
+        module.fail_json(msg="C-states cannot be controlled: " + why, **result)
+    result["reason"] = why
+    module.exit_json(**result)
+
+
+def _plan(module, states_by_cpu, result):
+    """The plan of the desired states (latency bound or names); fails the module naming what is allowed."""
+    params = module.params
+    try:
+        if params["max_latency_us"] is not None:
+            return plan_by_latency(states_by_cpu, params["max_latency_us"])
+        return plan_by_names(states_by_cpu, params["disable"], params["state"])
+    except PlanError as exc:
+        module.fail_json(msg=str(exc), **result)
+
+
+def _journal_originals(journal, writes):
+    """Record the original ``disable`` value of every CPU and state about to change, before writing."""
+    originals = {}
+    for st, _value in writes:
+        if st.disabled is not None:  # unreadable: there is no original to record
+            originals.setdefault(st.name, {})[st.cpu] = "1" if st.disabled else "0"
+    for name, values in originals.items():
+        journal.record_per_cpu(FAMILY, name, values)
+    journal.mark_applied(FAMILY)
+    journal.save()
+
+
+def _keep_failed(journal, failed, wrote):
+    """Drop the restored originals; keep exactly those of the CPUs and states that could not be restored."""
+    for name, original in journal.entries(FAMILY).items():
+        values = Journal.per_cpu(original)
+        kept = {cpu: v for cpu, v in values.items() if cpu in failed.get(name, {})}
+        if kept == values:
+            continue
+        journal.drop(FAMILY, name)
+        if kept:
+            journal.record_per_cpu(FAMILY, name, kept)
+    if wrote:
+        journal.mark_applied(FAMILY)
+    journal.save()
 
 
 def _restore_plan(node, journal, states_by_cpu):
     """Plan writing back the journaled originals.
 
-    Returns (plan, states of the journaled CPUs, ``{name: [messages]}`` for originals whose CPU
-    no longer has the state; those stay in the journal).
+    Returns (plan, states of the journaled CPUs, ``{name: {cpu: message}}`` for originals whose
+    CPU no longer has the state; those stay in the journal).
     """
     entries = journal.entries(FAMILY)
     per_cpu = {name: Journal.per_cpu(original) for name, original in entries.items()}
@@ -351,5 +388,5 @@ def _restore_plan(node, journal, states_by_cpu):
             if name in states.get(cpu, {}):
                 plan[(cpu, name)] = DISABLED if value == "1" else ENABLED
             else:
-                lost.setdefault(name, []).append("cpu%d has no idle state %s any more (offline?)" % (cpu, name))
+                lost.setdefault(name, {})[cpu] = "cpu%d has no idle state %s any more (offline?)" % (cpu, name)
     return plan, states, lost

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -15,6 +17,7 @@ IDLE_PRESETS = {  # preset -> (deepest state, all state names)
     "epyc-pstate-epp": ("C2", ["POLL", "C1", "C2"]),
     "xeon-4gpu-switch": ("C6", ["POLL", "C1", "C1E", "C6"]),
     "locked-bus-perf": ("C2", ["POLL", "C1", "C2"]),
+    "grace-arm64-4gpu": ("cluster-sleep-0", ["WFI", "cpu-sleep-0", "cluster-sleep-0"]),
 }
 
 
@@ -210,7 +213,7 @@ def test_write_that_does_not_take_fails_naming_the_state_and_applies_the_rest(bu
     os.mkdir(bad)  # refuses the write (EISDIR), as a sysfs attribute that rejects a value would
     result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"]})
     assert failed and result["failed_states"] == ["C2"]
-    assert "C2 on 1 CPU(s)" in result["msg"] and "cpu2/cpuidle/state2/disable" in result["msg"]
+    assert "C2 on CPUs 2 (" in result["msg"] and "cpu2/cpuidle/state2/disable" in result["msg"]
     values = disabled_map(root)
     assert [values[(c, "C2")] for c in (0, 1, 3)] == ["1", "1", "1"]
 
@@ -262,3 +265,88 @@ def test_one_call_on_384_cpus_is_fast(build_node, run_module):
     elapsed = time.perf_counter() - start
     assert not failed and result["states"]["C2"]["cpus_changed"] == 384
     assert elapsed < 1.0, elapsed
+
+
+def test_arm64_psci_idle_latency_bounds_of_the_presets(build_node, run_module, digest):
+    """inference-throughput (100 us) and inference-latency (2 us) on psci_idle: only WFI stays enabled."""
+    root = build_node("grace-arm64-4gpu", cpus=8)
+    before = digest(root)
+    for bound in (100, 2):
+        result, failed = run_module("cpu_cstate", {"root": root, "max_latency_us": bound, "journal": JOURNAL})
+        assert not failed, result
+        assert result["driver"] == "psci_idle"
+        values = disabled_map(root)
+        assert {name for (_cpu, name), v in values.items() if v == "1"} == {"cpu-sleep-0", "cluster-sleep-0"}
+        assert result["states"]["WFI"]["desired"] == "enabled" and result["states"]["WFI"]["disabled_after"] == 0
+    result, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed, result
+    assert digest(root) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults: one CPU's file immutable or gone never stops the others, and is named with its cause
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def immutable(*paths):
+    """chattr +i the files (as root, chmod does not stop a write), always undone."""
+    done = []
+    try:
+        for path in paths:
+            if subprocess.run(["chattr", "+i", path], capture_output=True, check=False).returncode:
+                pytest.skip("chattr +i is not available here (needs root and a file system with attributes)")
+            done.append(path)
+        yield
+    finally:
+        for path in done:
+            subprocess.run(["chattr", "-i", path], check=False)
+
+
+def state_dir(root, cpu, index):
+    return os.path.join(root, CPU, "cpu%d/cpuidle/state%d" % (cpu, index))
+
+
+def test_runtime_goes_on_past_an_immutable_and_a_vanished_disable_file(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    os.unlink(os.path.join(state_dir(root, 3, 2), "disable"))
+    with immutable(os.path.join(state_dir(root, 1, 2), "disable")):
+        result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"], "journal": JOURNAL})
+    assert failed and result["failed_states"] == ["C2"]
+    msg = result["msg"]
+    assert msg.startswith("idle state writes did not take (the other CPUs and states were set): C2 on CPUs 1,3 (")
+    assert "cpu1/cpuidle/state2/disable for writing: Operation not permitted" in msg
+    assert "cpu3/cpuidle/state2/disable for writing: No such file or directory" in msg
+    values = disabled_map(root)
+    assert [values[(c, "C2")] for c in (0, 1, 2)] == ["1", "0", "1"]
+    with open(os.path.join(root, JOURNAL.lstrip("/"))) as fh:
+        # The originals of the CPUs that were read; cpu3's vanished file had none to record.
+        assert json.load(fh)["families"]["cpuidle"]["C2"]["original"] == {"0": "0-2"}
+
+
+def test_restore_goes_on_past_what_it_cannot_restore_and_keeps_exactly_that(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    original = digest(root)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C1", "C2"], "journal": JOURNAL})
+    assert not failed, result
+    aside = os.path.join(root, "state2-aside")
+    os.rename(state_dir(root, 3, 2), aside)  # cpu3's C2 vanished (as when the driver changed)
+    with immutable(os.path.join(state_dir(root, 1, 2), "disable")):
+        result, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL})
+    assert failed and result["failed_states"] == ["C2"]
+    assert result["msg"].startswith("idle states could not be restored (they stay in the journal; the others were "
+                                    "restored): C2 on CPUs 1,3 (")
+    assert "Operation not permitted" in result["msg"] and "cpu3 has no idle state C2 any more" in result["msg"]
+    values = disabled_map(root)
+    assert [values[(c, "C1")] for c in range(4)] == ["0"] * 4  # every other state restored
+    assert [values[(c, "C2")] for c in (0, 1, 2)] == ["0", "1", "0"]
+    with open(os.path.join(root, JOURNAL.lstrip("/"))) as fh:
+        families = json.load(fh)["families"]
+    assert list(families) == ["cpuidle"] and list(families["cpuidle"]) == ["C2"]
+    assert families["cpuidle"]["C2"]["original"] == {"0": "1,3"}
+    # Once the fault is gone, the next rollback restores the rest and the journal goes.
+    os.rename(aside, state_dir(root, 3, 2))
+    result, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed, result
+    assert not os.path.exists(os.path.join(root, JOURNAL.lstrip("/")))
+    assert digest(root) == original
