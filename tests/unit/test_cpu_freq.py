@@ -7,8 +7,10 @@ performance by that governor, and the driver re-registering after an amd_pstate 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -208,8 +210,11 @@ def test_pending_amd_pstate_skips_mode_and_epp_but_applies_the_governor(build_no
                                              "epp": "performance", "governor": "performance"})
     assert not failed, result
     assert result["kernel_args"] == ["amd_pstate=passive"]
-    assert result["settings"]["epp"]["skipped"] and "after the reboot" in result["settings"]["epp"]["reason"]
+    # Passive mode runs amd-pstate without EPP: the EPP does not apply, not even after the reboot.
+    assert result["settings"]["epp"]["skipped"] and "amd_pstate_mode=passive runs the amd-pstate driver, which has " \
+        "no energy performance preference" in result["settings"]["epp"]["reason"]
     assert result["settings"]["amd_pstate_mode"]["skipped"]
+    assert "after the reboot into it (amd_pstate=passive)" in result["settings"]["amd_pstate_mode"]["reason"]
     assert set(policy_values(root, "scaling_governor").values()) == {"performance"}
     assert not os.path.exists(os.path.join(root, CPU, "amd_pstate"))
 
@@ -322,15 +327,18 @@ BAD_INPUTS = [
      "governor turbo is not available with driver acpi-cpufreq; available governors: conservative, ondemand, "
      "userspace, powersave, performance, schedutil"),
     ("epyc-pstate-epp", {"epp": "fast"}, "available preferences: default, performance, balance_performance"),
-    ("audited-epyc-8gpu", {"epp": "performance"}, "driver acpi-cpufreq has no energy_performance_preference"),
-    ("audited-epyc-8gpu", {"amd_pstate_mode": "active"},
-     "needs /sys/devices/system/cpu/amd_pstate/status, which this node does not have"),
-    ("audited-epyc-8gpu", {"intel_pstate_status": "passive"}, "/sys/devices/system/cpu/intel_pstate/status"),
     ("epyc-pstate-epp", {"amd_pstate_mode": "turbo"}, "active, passive, guided"),
-    ("epyc-pstate-epp", {"amd_pstate_mode": "passive", "epp": "power"}, "epp needs amd_pstate active mode"),
     ("epyc-pstate-epp", {"governor": "performance", "epp": "power"}, "EBUSY"),
     ("audited-epyc-8gpu", {"driver": "intel_pstate"}, "needs an Intel CPU"),
     ("xeon-4gpu-switch", {"driver": "amd-pstate"}, "needs an AMD CPU"),
+    ("grace-arm64-4gpu", {"driver": "acpi-cpufreq"},
+     "driver=acpi-cpufreq exists on x86 CPUs only; this node's CPU is arm64 (CPU implementer 0x41), running "
+     "cppc_cpufreq: use driver=native to keep the running driver"),
+    ("grace-arm64-4gpu", {"driver": "amd-pstate"}, "driver=amd-pstate exists on x86 CPUs only"),
+    ("grace-arm64-4gpu", {"governor": "turbo"}, "governor turbo is not available with driver cppc_cpufreq"),
+    # amd-pstate running without a status file (kernels before 6.3): the mode cannot be switched.
+    ("epyc-pstate-epp-no-status", {"amd_pstate_mode": "passive"},
+     "amd_pstate_mode=passive needs /sys/devices/system/cpu/amd_pstate/status, which this node does not have"),
     ("audited-epyc-8gpu", {"driver": "amd_pstate"}, "amd-pstate, acpi-cpufreq, intel_pstate"),
     ("audited-epyc-8gpu", {"restore": True}, "restore=true needs the journal option"),
     ("audited-epyc-8gpu", {}, "give at least one of governor, epp, boost"),
@@ -342,7 +350,9 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("preset,args,message", BAD_INPUTS)
 def test_bad_inputs_fail_naming_what_is_allowed_and_write_nothing(build_node, run_module, digest, preset, args,
                                                                   message):
-    root = build_node(preset, cpus=4)
+    root = build_node(preset.replace("-no-status", ""), cpus=4)
+    if preset.endswith("-no-status"):
+        os.unlink(os.path.join(root, CPU, "amd_pstate/status"))
     before = digest(root)
     extra = {} if "restore" in args else {"journal": JOURNAL}  # a journal must not be written either
     result, failed = run_module("cpu_freq", dict(args, root=root, **extra))
@@ -351,12 +361,125 @@ def test_bad_inputs_fail_naming_what_is_allowed_and_write_nothing(build_node, ru
     assert digest(root) == before
 
 
-def test_boost_without_a_boost_file_fails_before_writing(build_node, run_module, digest):
+# ---------------------------------------------------------------------------------------------
+# A preset's knob for another driver: not applicable, with the reason, never an error
+# ---------------------------------------------------------------------------------------------
+
+# (preset, args, {setting: reason fragment} of the settings that do not apply, reboot kernel args)
+NOT_APPLICABLE = [
+    # The audited EPYC pinned to acpi-cpufreq with the default preset (issue 12, class 6).
+    ("audited-epyc-8gpu", {"driver": "acpi-cpufreq", "amd_pstate_mode": "active"},
+     {"amd_pstate_mode": "amd_pstate_mode applies to the amd-pstate driver only; the desired driver is acpi-cpufreq"},
+     []),
+    # ... with the inference-latency preset: EPP too; boost exists there and applies.
+    ("audited-epyc-8gpu", {"driver": "acpi-cpufreq", "amd_pstate_mode": "active", "epp": "performance",
+                           "boost": True},
+     {"amd_pstate_mode": "the desired driver is acpi-cpufreq",
+      "epp": "driver acpi-cpufreq has no energy performance preference"}, []),
+    # No driver asked: the running one is the desired one.
+    ("audited-epyc-8gpu", {"amd_pstate_mode": "active", "intel_pstate_status": "active"},
+     {"amd_pstate_mode": "this node keeps its running driver acpi-cpufreq",
+      "intel_pstate_status": "intel_pstate_status applies to the intel_pstate driver only"}, []),
+    # amd-pstate-epp pinned back to acpi-cpufreq: neither the mode nor the EPP apply to that driver.
+    ("epyc-pstate-epp", {"driver": "acpi-cpufreq", "amd_pstate_mode": "active", "epp": "performance"},
+     {"amd_pstate_mode": "the desired driver is acpi-cpufreq",
+      "epp": "the desired driver acpi-cpufreq has no energy performance preference"}, ["amd_pstate=disable"]),
+    ("epyc-pstate-epp", {"amd_pstate_mode": "passive", "epp": "power"},
+     {"epp": "amd_pstate_mode=passive runs the amd-pstate driver, which has no energy performance preference"}, []),
+    ("xeon-4gpu-switch", {"driver": "native", "amd_pstate_mode": "guided"},
+     {"amd_pstate_mode": "the desired driver is intel_pstate"}, []),
+    # arm64: native keeps cppc_cpufreq; the inference-latency preset's EPP and boost have no file there.
+    ("grace-arm64-4gpu", {"driver": "native", "amd_pstate_mode": "active", "epp": "performance", "boost": True},
+     {"driver": "this CPU (arm64 (CPU implementer 0x41)) has none, so the running driver cppc_cpufreq is kept",
+      "amd_pstate_mode": "this node keeps its running driver cppc_cpufreq",
+      "epp": "driver cppc_cpufreq has no energy performance preference",
+      "boost": "driver cppc_cpufreq has no boost control (neither /sys/devices/system/cpu/cpufreq/boost nor "
+               "/sys/devices/system/cpu/intel_pstate/no_turbo exists)"}, []),
+]
+
+
+@pytest.mark.parametrize("preset,args,reasons,kernel_args", NOT_APPLICABLE)
+def test_a_knob_for_another_driver_is_not_applicable_and_the_governor_still_applies(
+        build_node, run_module, digest, preset, args, reasons, kernel_args):
+    root = build_node(preset, cpus=4)
+    args = dict(args, root=root, governor="performance", journal=JOURNAL)
+    check, failed = run_module("cpu_freq", args, check=True)
+    assert not failed, check
+    result, failed = run_module("cpu_freq", args)
+    assert not failed, result
+    for res in (check, result):
+        skipped = {k for k, v in res["settings"].items() if v["skipped"]}
+        assert skipped == set(reasons) | ({"driver"} if kernel_args else set()), res["settings"]
+        for key, fragment in reasons.items():
+            assert fragment in res["settings"][key]["reason"], (key, res["settings"][key]["reason"])
+        assert res["kernel_args"] == kernel_args and res["reboot_required"] is bool(kernel_args)
+    assert set(policy_values(root, "scaling_governor").values()) == {"performance"}
+    if "boost" in args and "boost" not in reasons:
+        assert result["settings"]["boost"]["after"] is True
+    snapshot = digest(root)
+    again, failed = run_module("cpu_freq", args)
+    assert not failed and not again["changed"]
+    assert digest(root) == snapshot
+
+
+@pytest.mark.parametrize("preset,args,reasons,kernel_args", NOT_APPLICABLE)
+def test_verification_agrees_with_the_module(build_node, run_module, preset, args, reasons, kernel_args):
+    """cpu_freq and verify.yml decide what does not apply with the same function, hence the same reasons."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+
+    root = build_node(preset, cpus=4)
+    desired = dict(args, governor="performance")
+    result, failed = run_module("cpu_freq", dict(desired, root=root), check=True)
+    assert not failed, result
+    facts, failed = run_module("tuning_facts", {"root": root})
+    assert not failed, facts
+    rows = verification.evaluate_host(facts["tuning_facts"], {"cpufreq": desired})["settings"]
+    not_applicable = {s["name"]: s["reason"] for s in rows
+                      if s["state"] == "not_applicable" and s["family"] == "cpufreq"}
+    # Modes are part of the driver row in verification; the other settings have a row each.
+    expected = {k: result["settings"][k]["reason"] for k in reasons if k not in ("amd_pstate_mode",
+                                                                               "intel_pstate_status")}
+    if preset.startswith("grace"):
+        # tuning_facts has no vendor for arm64 (no vendor_id): the reason says so instead of "arm64 (...)".
+        expected["driver"] = expected["driver"].replace("arm64 (CPU implementer 0x41)",
+                                                        "no vendor_id in /proc/cpuinfo")
+    assert not_applicable == expected
+
+
+def test_boost_without_a_boost_file_is_not_applicable(build_node, run_module, digest):
     root = build_node("audited-epyc-8gpu", cpus=2)
     os.unlink(os.path.join(root, CPU, "cpufreq/boost"))
-    before = digest(root)
     result, failed = run_module("cpu_freq", {"root": root, "boost": True, "governor": "performance"})
-    assert failed and "boost cannot be controlled" in result["msg"] and "intel_pstate/no_turbo" in result["msg"]
+    assert not failed, result
+    boost = result["settings"]["boost"]
+    assert boost["skipped"] and boost["file"] is None and "intel_pstate/no_turbo" in boost["reason"]
+    assert set(policy_values(root, "scaling_governor").values()) == {"performance"}
+
+
+# ---------------------------------------------------------------------------------------------
+# arm64 (Grace: cppc_cpufreq, no vendor_id)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_arm64_native_keeps_cppc_cpufreq_and_applies_the_governor(build_node, run_module, digest):
+    root = build_node("grace-arm64-4gpu", cpus=8)
+    before = digest(root)
+    preset = {"root": root, "driver": "native", "amd_pstate_mode": "active", "governor": "performance",
+              "journal": JOURNAL}
+    result, failed = run_module("cpu_freq", preset, diff=True)
+    assert not failed, result
+    assert result["changed"] and result["driver"] == "cppc_cpufreq"
+    assert (result["reboot_required"], result["kernel_args"]) == (False, [])
+    driver = result["settings"]["driver"]
+    assert (driver["desired"], driver["before"], driver["after"], driver["skipped"]) == \
+        ("native", "cppc_cpufreq", "cppc_cpufreq", True)
+    assert "so the running driver cppc_cpufreq is kept" in driver["reason"]
+    assert result["settings"]["governor"]["after"] == {"performance": "0-7"}
+    assert set(policy_values(root, "scaling_governor").values()) == {"performance"}
+    again, failed = run_module("cpu_freq", preset)
+    assert not failed and not again["changed"]
+    result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed, result
     assert digest(root) == before
 
 
@@ -385,3 +508,73 @@ def test_native_driver_resolves_per_vendor(build_node, run_module):
     assert res["reboot_required"] is False
     assert res["kernel_args"] == []
     assert res["settings"]["driver"]["desired"] == "intel_pstate"
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults: one CPU's file immutable or gone never stops the others, and is named with its cause
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def immutable(*paths):
+    """chattr +i the files (as root, chmod does not stop a write), always undone."""
+    done = []
+    try:
+        for path in paths:
+            if subprocess.run(["chattr", "+i", path], capture_output=True, check=False).returncode:
+                pytest.skip("chattr +i is not available here (needs root and a file system with attributes)")
+            done.append(path)
+        yield
+    finally:
+        for path in done:
+            subprocess.run(["chattr", "-i", path], check=False)
+
+
+def policy_file(root, n, attr="scaling_governor"):
+    return os.path.join(root, CPU, "cpufreq/policy%d/%s" % (n, attr))
+
+
+def test_runtime_goes_on_past_immutable_policies_and_names_them(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    with immutable(policy_file(root, 1), policy_file(root, 3)):
+        result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "boost": False})
+    assert failed and result["failed_settings"] == ["governor"]
+    msg = result["msg"]
+    assert msg.startswith("cpufreq settings did not take (the others were applied): governor on CPUs 1,3: CPUs 1: ")
+    assert "policy3/scaling_governor for writing: Operation not permitted" in msg
+    assert [read(root, CPU + "/cpufreq/policy%d/scaling_governor" % i) for i in range(4)] == \
+        ["performance", "schedutil", "performance", "schedutil"]
+    assert read(root, CPU + "/cpufreq/boost") == "0"
+
+
+def test_restore_goes_on_past_what_it_cannot_restore_and_keeps_exactly_that(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    original = digest(root)
+    result, failed = run_module("cpu_freq", {"root": root, "governor": "performance", "boost": False,
+                                             "journal": JOURNAL})
+    assert not failed, result
+    policy3 = os.path.join(root, CPU, "cpufreq/policy3")
+    aside = os.path.join(root, "policy3-aside")
+    os.rename(policy3, aside)  # CPU 3's policy vanished (CPU offline, driver gone)
+    with immutable(policy_file(root, 1)):
+        result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL})
+    assert failed and result["failed_settings"] == ["governor"]
+    msg = result["msg"]
+    assert msg.startswith("cpufreq originals could not be restored (they stay in the journal; the others were "
+                          "restored): governor on CPUs 1,3: ")
+    assert "CPUs 3 have no cpufreq policy" in msg and "policy1/scaling_governor for writing: Operation not permitted" \
+        in msg
+    assert [read(root, CPU + "/cpufreq/policy%d/scaling_governor" % i) for i in (0, 1, 2)] == \
+        ["schedutil", "performance", "schedutil"]
+    assert read(root, CPU + "/cpufreq/boost") == "1"  # restored although the governor was not
+    with open(os.path.join(root, JOURNAL.lstrip("/"))) as fh:
+        families = json.load(fh)["families"]
+    assert list(families) == ["cpufreq"] and list(families["cpufreq"]) == ["governor"]
+    assert families["cpufreq"]["governor"]["original"] == {"schedutil": "1,3"}
+    # Once the fault is gone, the next rollback restores the rest and the journal goes.
+    os.rename(aside, policy3)
+    result, failed = run_module("cpu_freq", {"root": root, "restore": True, "journal": JOURNAL})
+    assert not failed, result
+    assert result["settings"]["governor"]["after"] == {"schedutil": "0-3"}
+    assert not os.path.exists(os.path.join(root, JOURNAL.lstrip("/")))
+    assert digest(root) == original

@@ -163,3 +163,64 @@ def test_validate_mode_switch_to_passive_defers_the_governor_check(build_node):
     plan = cpufreq.validate(_params(amd_pstate_mode="passive", governor="schedutil"), freq, "AuthenticAMD")
     assert plan["deferred"] and plan["driver_after"] == "amd-pstate"
     assert plan["mode"] == (cpufreq.AMD_PSTATE_STATUS, "amd_pstate_mode", "passive")
+
+
+# ---------------------------------------------------------------------------------------------
+# CPUs without a vendor pstate driver (arm64), and the applicability rule
+# ---------------------------------------------------------------------------------------------
+
+ARM64_CPUINFO = ["processor\t: 0\n", "BogoMIPS\t: 2000.00\n", "Features\t: fp asimd evtstrm aes\n",
+                 "CPU implementer\t: 0x41\n", "CPU architecture: 8\n", "CPU variant\t: 0x0\n",
+                 "CPU part\t: 0xd4f\n", "CPU revision\t: 0\n"]
+
+
+def test_vendor_from_cpuinfo_reads_x86_vendor_id_and_the_arm64_implementer():
+    assert cpufreq.vendor_from_cpuinfo(["processor\t: 0\n", "vendor_id\t: AuthenticAMD\n"]) == "AuthenticAMD"
+    assert cpufreq.vendor_from_cpuinfo(ARM64_CPUINFO) == "arm64 (CPU implementer 0x41)"
+    assert cpufreq.vendor_from_cpuinfo([]) is None
+
+
+def test_cpu_vendor_of_the_arm64_preset(build_node):
+    assert cpufreq.cpu_vendor(Node(build_node("grace-arm64-4gpu", cpus=2, gpus=1))) == "arm64 (CPU implementer 0x41)"
+
+
+@pytest.mark.parametrize("vendor", ["arm64 (CPU implementer 0x41)", "HygonGenuine", None])
+def test_native_without_a_vendor_pstate_driver_keeps_the_running_driver(vendor):
+    assert cpufreq.resolve_driver("native", vendor) is None
+    running = dict(driver="cppc_cpufreq", amd_status=None, intel_status=None, epp=False, boost=False)
+    wanted, reasons = cpufreq.applicability({"driver": "native", "governor": "performance"}, vendor, running)
+    assert wanted is None and list(reasons) == ["driver"]
+    assert reasons["driver"].endswith("so the running driver cppc_cpufreq is kept")
+    assert cpufreq.driver_change("cppc_cpufreq", wanted, vendor) == (False, [])
+
+
+@pytest.mark.parametrize("wanted", ["amd-pstate", "intel_pstate", "acpi-cpufreq"])
+def test_x86_drivers_are_refused_on_arm64(wanted):
+    with pytest.raises(cpufreq.PlanError, match="driver=%s exists on x86 CPUs only" % wanted):
+        cpufreq.driver_change("cppc_cpufreq", wanted, "arm64 (CPU implementer 0x41)")
+
+
+ACPI = dict(driver="acpi-cpufreq", amd_status=None, intel_status=None, epp=False, boost=True)
+EPP_ACTIVE = dict(driver="amd-pstate-epp", amd_status="active", intel_status=None, epp=True, boost=True)
+PASSIVE = dict(driver="amd-pstate", amd_status="passive", intel_status=None, epp=False, boost=True)
+
+
+@pytest.mark.parametrize("desired,running,wanted,keys", [
+    # The preset's amd-pstate mode applies only where amd-pstate is the desired driver.
+    ({"driver": "acpi-cpufreq", "amd_pstate_mode": "active"}, ACPI, "acpi-cpufreq", {"amd_pstate_mode"}),
+    ({"driver": "native", "amd_pstate_mode": "active"}, ACPI, "amd-pstate", set()),
+    ({"driver": "amd-pstate", "amd_pstate_mode": "active", "epp": "performance"}, ACPI, "amd-pstate", set()),
+    ({"amd_pstate_mode": "active", "intel_pstate_status": "active"}, EPP_ACTIVE, None, {"intel_pstate_status"}),
+    # EPP: not on a driver without one, not in a mode without one; yes once a switch brings it.
+    ({"epp": "performance"}, ACPI, None, {"epp"}),
+    ({"driver": "acpi-cpufreq", "epp": "performance"}, EPP_ACTIVE, "acpi-cpufreq", {"epp"}),
+    ({"amd_pstate_mode": "passive", "epp": "performance"}, EPP_ACTIVE, None, {"epp"}),
+    ({"amd_pstate_mode": "active", "epp": "performance"}, PASSIVE, None, set()),
+    ({"epp": "performance"}, PASSIVE, None, {"epp"}),
+    # Boost: only where a boost control exists.
+    ({"boost": True}, dict(ACPI, boost=False), None, {"boost"}),
+    ({"boost": False}, ACPI, None, set()),
+])
+def test_applicability_of_the_preset_knobs(desired, running, wanted, keys):
+    got_wanted, reasons = cpufreq.applicability(desired, "AuthenticAMD", running)
+    assert got_wanted == wanted and set(reasons) == keys, reasons
