@@ -62,6 +62,9 @@ options:
     description:
       - Write back the originals recorded in O(journal) for the C(cpuidle) family, read them back and drop
         them from the journal. O(disable), O(max_latency_us), O(state) and O(cpus) are ignored.
+      - A CPU whose state cannot be restored (an immutable or vanished C(disable) file, a state that is gone)
+        does not stop the others; the task fails naming the states, CPUs and causes, and exactly those
+        originals stay in the journal.
       - Needs O(journal).
     type: bool
     default: false
@@ -171,7 +174,9 @@ states:
       returned: always
       sample: 0-127
 failed_states:
-  description: State names whose write did not take on some CPU (the task fails).
+  description:
+    - State names whose write did not take on some CPU (the task fails naming the CPUs and causes; every other
+      CPU and state was still written). With O(restore), the states whose originals could not be restored.
   returned: on failure after writing
   type: list
   elements: str

@@ -34,25 +34,32 @@ options:
   epp:
     description:
       - Energy performance preference for every policy, for example V(performance) or V(balance_performance).
-      - Needs a driver with EPP (amd-pstate-epp, intel_pstate with HWP). When O(driver=amd-pstate) is pending a
-        reboot on a node without EPP, the setting is reported as skipped instead of failing.
+      - Needs a driver with EPP (amd-pstate-epp, intel_pstate with HWP). When the driver the node is meant to run
+        has none (acpi-cpufreq, cppc_cpufreq, amd-pstate in V(passive) or V(guided) mode), the setting is not
+        applicable and reported as skipped with the reason, as it is when O(driver=amd-pstate) is pending a reboot.
       - With the V(performance) governor only V(performance) is accepted.
     type: str
   boost:
     description:
       - Turn CPU boost (turbo) on or off. Writes C(cpufreq/boost), or C(intel_pstate/no_turbo) (inverted) on
         intel_pstate.
+      - On a node with neither file (cppc_cpufreq without boost, for example) the setting is skipped with the
+        reason.
     type: bool
   amd_pstate_mode:
     description:
       - Runtime mode of amd-pstate, written to C(/sys/devices/system/cpu/amd_pstate/status).
-      - That file exists only when amd-pstate is registered. On a node running acpi-cpufreq this fails, unless
-        O(driver=amd-pstate) is also given; the mode then goes into RV(kernel_args) (V(amd_pstate=MODE)).
+      - Applies only when the desired driver is amd-pstate (O(driver=amd-pstate), O(driver=native) on AMD, or
+        no O(driver) on a node running amd-pstate). Otherwise it is skipped with the reason, never an error, so
+        that one desired state serves nodes pinned to another driver.
+      - With O(driver=amd-pstate) on a node running acpi-cpufreq the mode goes into RV(kernel_args)
+        (V(amd_pstate=MODE)).
     type: str
     choices: [active, passive, guided]
   intel_pstate_status:
     description:
       - Runtime mode of intel_pstate, written to C(/sys/devices/system/cpu/intel_pstate/status).
+      - Applies only when the desired driver is intel_pstate; otherwise skipped with the reason.
     type: str
     choices: [active, passive]
   driver:
@@ -61,6 +68,9 @@ options:
         running driver the result has RV(reboot_required=true) and the RV(kernel_args) that select it.
       - V(native) is the CPU vendor's own driver, amd-pstate on AMD and intel_pstate on Intel, so one desired
         state serves a mixed fleet; on Intel an O(amd_pstate_mode) is then skipped with a reason.
+      - On a CPU without a vendor pstate driver (arm64 with cppc_cpufreq, for example) V(native) keeps the running
+        driver; the setting is reported as skipped with the reason. The other values exist on x86 only and fail
+        on arm64.
     type: str
     choices: [native, amd-pstate, acpi-cpufreq, intel_pstate]
   required:
@@ -80,6 +90,8 @@ options:
     description:
       - Write back the originals recorded in O(journal) for the C(cpufreq) family (mode first, then governor, EPP
         and boost), read them back and drop them from the journal. The desired-value options are ignored.
+      - What cannot be restored (an immutable or vanished file, a CPU without its policy) does not stop the
+        rest; the task fails naming the CPUs and causes, and exactly those originals stay in the journal.
       - Needs O(journal).
     type: bool
     default: false
@@ -212,7 +224,10 @@ settings:
       returned: always
       sample: true
     skipped:
-      description: Whether the setting was left alone, for example EPP or the mode before a reboot into amd-pstate.
+      description:
+        - Whether the setting was left alone, for example EPP or the mode before a reboot into amd-pstate, a
+          setting for another driver than the desired one, or O(driver=native) on a CPU without a vendor pstate
+          driver.
       type: bool
       returned: always
       sample: false
@@ -222,12 +237,14 @@ settings:
       returned: always
       sample: null
     file:
-      description: The file that controls boost (C(cpufreq/boost) or C(intel_pstate/no_turbo)).
+      description: The file that controls boost (C(cpufreq/boost) or C(intel_pstate/no_turbo)); null without one.
       type: str
       returned: for boost
       sample: sys/devices/system/cpu/cpufreq/boost
 failed_settings:
-  description: Settings whose write did not take (the task fails; the others were still applied).
+  description:
+    - Settings whose write did not take on some CPU (the task fails naming the CPUs and causes; the others were
+      still applied). With O(restore), the settings whose originals could not be restored.
   returned: on failure after writing
   type: list
   elements: str
