@@ -279,7 +279,7 @@ def run(module):
     params = module.params
     _check_params(module)
     restore = params["restore"]
-    node = Node(params["root"])
+    node = Node.open(params["root"], module)
     journal = open_journal(module, node)
     try:
         cpus = select_cpus(node, params["cpus"])
