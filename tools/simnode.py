@@ -380,11 +380,11 @@ def build_pci_topology(p: Preset) -> list:
         funcs.append(PciFunction("0000:00:04.0", 0x1AF4, 0x1042, 0x010000, pcie=False, numa_node=-1,
                                  subsystem_vendor=0x1AF4, subsystem_device=0x0002, revision=1))
         return funcs
+    if p.topology == "segments":
+        return _segment_topology(p)
     amd = p.cpu_vendor == "AuthenticAMD"
     port_vendor, port_device = (0x1022, 0x14AB) if amd else (0x8086, 0x352A)
     gpu_sub = (0x10DE, 0x204E)
-    if p.topology == "segments":
-        return _segment_topology(p)
     if p.topology == "root-ports":
         for i in range(p.gpus):
             # Beyond 8 GPUs (benchmarks), further buses in the same root complexes.
@@ -402,21 +402,8 @@ def build_pci_topology(p: Preset) -> list:
                 funcs.append(PciFunction(f"0000:{bus:02x}:00.1", 0x10DE, 0x22E8, 0x040300, numa_node=node,
                                          mps=p.gpu_mps, mrrs=512, parent=rp,
                                          subsystem_vendor=gpu_sub[0], subsystem_device=gpu_sub[1]))
-    else:  # a switch: root port -> upstream port -> N downstream ports -> GPUs
-        rp = "0000:15:01.0"
-        funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=0,
-                                 mps=p.gpu_mps, secondary_bus=0x16, subordinate_bus=0x16 + 1 + p.gpus))
-        up = "0000:16:00.0"
-        funcs.append(PciFunction(up, 0x1000, 0xC030, 0x060400, kind="upstream", numa_node=0, mps=p.gpu_mps,
-                                 secondary_bus=0x17, subordinate_bus=0x17 + p.gpus, parent=rp))
-        for i in range(p.gpus):
-            dn = f"0000:17:{i:02x}.0"
-            bus = 0x18 + i
-            funcs.append(PciFunction(dn, 0x1000, 0xC030, 0x060400, kind="downstream", numa_node=0,
-                                     mps=p.gpu_mps, secondary_bus=bus, subordinate_bus=bus, parent=up))
-            funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x10DE, p.gpu_device, p.gpu_class, numa_node=0,
-                                     mps=p.gpu_mps, mrrs=p.gpu_mrrs, parent=dn,
-                                     subsystem_vendor=gpu_sub[0], subsystem_device=gpu_sub[1]))
+    else:
+        funcs += _switch_gpus(p, port_vendor, port_device, gpu_sub)
     last_node = sockets - 1
     if "nic" in p.extra_devices:
         rp = "0000:c0:03.1"
@@ -433,6 +420,26 @@ def build_pci_topology(p: Preset) -> list:
         funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x144D, 0xA80A, 0x010802, numa_node=last_node,
                                  mps=p.gpu_mps, mrrs=512, parent=rp, link_speed_cap=4, link_width_cap=4,
                                  link_speed=4, link_width=4, subsystem_vendor=0x144D, subsystem_device=0xA801))
+    return funcs
+
+
+def _switch_gpus(p: Preset, port_vendor: int, port_device: int, gpu_sub: tuple) -> list:
+    """GPUs behind a PCIe switch: root port -> upstream port -> N downstream ports -> GPUs."""
+    funcs = []
+    rp = "0000:15:01.0"
+    funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=0,
+                             mps=p.gpu_mps, secondary_bus=0x16, subordinate_bus=0x16 + 1 + p.gpus))
+    up = "0000:16:00.0"
+    funcs.append(PciFunction(up, 0x1000, 0xC030, 0x060400, kind="upstream", numa_node=0, mps=p.gpu_mps,
+                             secondary_bus=0x17, subordinate_bus=0x17 + p.gpus, parent=rp))
+    for i in range(p.gpus):
+        dn = f"0000:17:{i:02x}.0"
+        bus = 0x18 + i
+        funcs.append(PciFunction(dn, 0x1000, 0xC030, 0x060400, kind="downstream", numa_node=0,
+                                 mps=p.gpu_mps, secondary_bus=bus, subordinate_bus=bus, parent=up))
+        funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x10DE, p.gpu_device, p.gpu_class, numa_node=0,
+                                 mps=p.gpu_mps, mrrs=p.gpu_mrrs, parent=dn,
+                                 subsystem_vendor=gpu_sub[0], subsystem_device=gpu_sub[1]))
     return funcs
 
 
@@ -663,8 +670,22 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     if os.path.exists(root) and os.listdir(root):
         raise ValueError(f"{root} is not empty")
     t = _Tree(root)
+    _write_identity(t, p)
+    _write_cpus(t, p)
+    _write_numa(t, p)
+    funcs = build_pci_topology(p)
+    _write_pci(t, funcs)
+    _write_modules(t, p)
+    _write_processes(t, p)
+    write_kmsg(t, p.kmsg, extra_records=kmsg_records)
+    _write_standard_dirs(t, p)
+    write_modprobe(t, p)
+    gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
+    return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
-    # --- identity
+
+def _write_identity(t: _Tree, p: Preset) -> None:
+    """OS release, command line, sysctls, uptime, boot id, lockdown, THP."""
     t.write("etc/os-release", f'ID={p.os_id}\nVERSION_ID="{p.os_version}"\nPRETTY_NAME="{p.os_id} {p.os_version}"')
     t.write("etc/hostname", "gpunode")
     t.write("proc/cmdline", p.cmdline)
@@ -681,60 +702,74 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     t.write("sys/kernel/mm/transparent_hugepage/enabled", p.thp_enabled)
     t.write("sys/kernel/mm/transparent_hugepage/defrag", p.thp_defrag)
 
-    # --- CPUs
-    cpu_base = "sys/devices/system/cpu"
+
+CPU_BASE = "sys/devices/system/cpu"
+
+
+def _write_cpus(t: _Tree, p: Preset) -> None:
+    """Every CPU (topology, idle states, cpufreq policy), /proc/cpuinfo and the node-wide CPU files."""
     all_cpus = _cpulist(range(p.cpus))
     for name in ("online", "possible", "present"):
-        t.write(f"{cpu_base}/{name}", all_cpus)
+        t.write(f"{CPU_BASE}/{name}", all_cpus)
     cpuinfo = []
     per_socket = max(p.cpus // max(p.sockets, 1), 1)
     for cpu in range(p.cpus):
-        d = f"{cpu_base}/cpu{cpu}"
+        d = f"{CPU_BASE}/cpu{cpu}"
         socket = _cpu_node(p, cpu)
         t.write(f"{d}/topology/physical_package_id", socket)
         t.write(f"{d}/topology/core_id", cpu % per_socket)
         if cpu:
             t.write(f"{d}/online", "1")
-        for idx, st in enumerate(p.idle_states):
-            s = f"{d}/cpuidle/state{idx}"
-            t.write(f"{s}/name", st.name)
-            t.write(f"{s}/desc", st.desc)
-            t.write(f"{s}/latency", st.latency)
-            t.write(f"{s}/residency", st.residency)
-            t.write(f"{s}/usage", 1000 + cpu * 7 + idx * 131)
-            t.write(f"{s}/time", 500000 + cpu * 991 + idx * 7919)
-            t.write(f"{s}/disable", "0")
-            t.write(f"{s}/default_status", "enabled")
+        _write_idle_states(t, p, cpu)
         if p.freq_driver:
-            pol = f"{cpu_base}/cpufreq/policy{cpu}"
-            t.write(f"{pol}/scaling_driver", p.freq_driver)
-            t.write(f"{pol}/scaling_governor", p.governor)
-            t.write(f"{pol}/scaling_available_governors", p.governors)
-            t.write(f"{pol}/affected_cpus", cpu)
-            t.write(f"{pol}/related_cpus", cpu)
-            fmin, fmax, fcur = p.freq_khz
-            t.write(f"{pol}/cpuinfo_min_freq", fmin)
-            t.write(f"{pol}/cpuinfo_max_freq", fmax)
-            t.write(f"{pol}/scaling_min_freq", fmin)
-            t.write(f"{pol}/scaling_max_freq", fmax)
-            t.write(f"{pol}/scaling_cur_freq", fcur)
-            if p.epp is not None:
-                t.write(f"{pol}/energy_performance_preference", p.epp)
-                t.write(f"{pol}/energy_performance_available_preferences", EPP_CHOICES)
-            t.symlink(f"../cpufreq/policy{cpu}", f"{d}/cpufreq")
+            _write_policy(t, p, cpu)
         cpuinfo.append(_cpuinfo_entry(p, cpu, socket, per_socket))
     t.write("proc/cpuinfo", "\n".join(cpuinfo))
-    t.write(f"{cpu_base}/cpuidle/current_driver", p.idle_driver or "none")
-    t.write(f"{cpu_base}/cpuidle/current_governor", "menu" if p.idle_driver else "none")
+    t.write(f"{CPU_BASE}/cpuidle/current_driver", p.idle_driver or "none")
+    t.write(f"{CPU_BASE}/cpuidle/current_governor", "menu" if p.idle_driver else "none")
     if p.freq_driver and p.boost is not None:
-        t.write(f"{cpu_base}/cpufreq/boost", p.boost)
+        t.write(f"{CPU_BASE}/cpufreq/boost", p.boost)
     if p.amd_pstate_status:
-        t.write(f"{cpu_base}/amd_pstate/status", p.amd_pstate_status)
+        t.write(f"{CPU_BASE}/amd_pstate/status", p.amd_pstate_status)
     if p.intel_pstate:
-        t.write(f"{cpu_base}/intel_pstate/status", p.intel_pstate[0])
-        t.write(f"{cpu_base}/intel_pstate/no_turbo", p.intel_pstate[1])
+        t.write(f"{CPU_BASE}/intel_pstate/status", p.intel_pstate[0])
+        t.write(f"{CPU_BASE}/intel_pstate/no_turbo", p.intel_pstate[1])
 
-    # --- NUMA
+
+def _write_idle_states(t: _Tree, p: Preset, cpu: int) -> None:
+    for idx, st in enumerate(p.idle_states):
+        s = f"{CPU_BASE}/cpu{cpu}/cpuidle/state{idx}"
+        t.write(f"{s}/name", st.name)
+        t.write(f"{s}/desc", st.desc)
+        t.write(f"{s}/latency", st.latency)
+        t.write(f"{s}/residency", st.residency)
+        t.write(f"{s}/usage", 1000 + cpu * 7 + idx * 131)
+        t.write(f"{s}/time", 500000 + cpu * 991 + idx * 7919)
+        t.write(f"{s}/disable", "0")
+        t.write(f"{s}/default_status", "enabled")
+
+
+def _write_policy(t: _Tree, p: Preset, cpu: int) -> None:
+    """One cpufreq policy per CPU, linked from cpuN/cpufreq as on a real kernel."""
+    pol = f"{CPU_BASE}/cpufreq/policy{cpu}"
+    t.write(f"{pol}/scaling_driver", p.freq_driver)
+    t.write(f"{pol}/scaling_governor", p.governor)
+    t.write(f"{pol}/scaling_available_governors", p.governors)
+    t.write(f"{pol}/affected_cpus", cpu)
+    t.write(f"{pol}/related_cpus", cpu)
+    fmin, fmax, fcur = p.freq_khz
+    t.write(f"{pol}/cpuinfo_min_freq", fmin)
+    t.write(f"{pol}/cpuinfo_max_freq", fmax)
+    t.write(f"{pol}/scaling_min_freq", fmin)
+    t.write(f"{pol}/scaling_max_freq", fmax)
+    t.write(f"{pol}/scaling_cur_freq", fcur)
+    if p.epp is not None:
+        t.write(f"{pol}/energy_performance_preference", p.epp)
+        t.write(f"{pol}/energy_performance_available_preferences", EPP_CHOICES)
+    t.symlink(f"../cpufreq/policy{cpu}", f"{CPU_BASE}/cpu{cpu}/cpufreq")
+
+
+def _write_numa(t: _Tree, p: Preset) -> None:
     nodes = max(p.sockets, 1)
     t.write("sys/devices/system/node/online", _cpulist(range(nodes)))
     t.write("sys/devices/system/node/possible", _cpulist(range(nodes)))
@@ -742,8 +777,12 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
         t.write(f"sys/devices/system/node/node{n}/cpulist",
                 _cpulist([c for c in range(p.cpus) if _cpu_node(p, c) == n]))
 
-    # --- PCI
-    funcs = build_pci_topology(p)
+
+PCIE_SPEEDS = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe"}
+
+
+def _write_pci(t: _Tree, funcs: list) -> None:
+    """Each function's sysfs directory below its bridges, and its /sys/bus/pci/devices link."""
     by_bdf = {f.bdf: f for f in funcs}
 
     def device_dir(f: PciFunction) -> str:
@@ -770,15 +809,14 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
         res += ["0x0000000000000000 0x0000000000000000 0x0000000000000000"] * (17 - len(res))
         t.write(f"{d}/resource", "\n".join(res))
         if f.pcie:
-            speeds = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
-                      5: "32.0 GT/s PCIe"}
-            t.write(f"{d}/current_link_speed", speeds[f.link_speed])
+            t.write(f"{d}/current_link_speed", PCIE_SPEEDS[f.link_speed])
             t.write(f"{d}/current_link_width", f.link_width)
-            t.write(f"{d}/max_link_speed", speeds[f.link_speed_cap])
+            t.write(f"{d}/max_link_speed", PCIE_SPEEDS[f.link_speed_cap])
             t.write(f"{d}/max_link_width", f.link_width_cap)
         t.symlink("../../../" + d[len("sys/"):], f"sys/bus/pci/devices/{f.bdf}")
 
-    # --- modules
+
+def _write_modules(t: _Tree, p: Preset) -> None:
     lines = []
     for name, params in p.modules.items():
         t.write(f"sys/module/{name}/initstate", "live")
@@ -791,19 +829,22 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     for builtin in ("pcie_aspm", "processor") if p.arch == "x86_64" else ("pcie_aspm",):
         t.mkdir(f"sys/module/{builtin}/parameters")
 
-    # --- processes: the NVIDIA persistence daemon where a preset has one
+
+def _write_processes(t: _Tree, p: Preset) -> None:
+    """init, and the NVIDIA persistence daemon where a preset has one."""
     if p.persistenced:
         t.write("proc/2187/comm", "nvidia-persistenced")
         t.write("proc/2187/cmdline", b"/usr/bin/nvidia-persistenced\0--user\0nvidia-persistenced\0")
     t.write("proc/1/comm", "systemd")
     t.write("proc/1/cmdline", b"/sbin/init\0")
 
-    # --- kernel log
-    write_kmsg(t, p.kmsg, extra_records=kmsg_records)
 
-    # --- places the persistent tuning writes to
-    # ... and the directories every Debian/RHEL node has, so that a rollback can be compared
-    # with the original tree byte for byte without "standard directory created" exceptions.
+def _write_standard_dirs(t: _Tree, p: Preset) -> None:
+    """The places the persistent tuning writes to, and the directories every Debian/RHEL node has.
+
+    With them a rollback can be compared with the original tree byte for byte, without
+    "standard directory created" exceptions.
+    """
     for rel in ("etc/sysctl.d", "etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system",
                 "etc/systemd/system/multi-user.target.wants", "etc/udev/rules.d", "var/lib",
                 "usr/local/bin", "usr/local/lib", "usr/local/sbin"):
@@ -813,10 +854,6 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
                 "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
                 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""')
         t.mkdir("etc/default/grub.d")
-
-    write_modprobe(t, p)
-    gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
-    return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
 
 MODPROBE_SCRIPT = r"""#!/bin/sh
