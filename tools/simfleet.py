@@ -8,13 +8,17 @@ One node per distinct shape is built with simnode; the others are copies of it, 
 
 Usage::
 
-    tools/simfleet.py DIR --hosts 20                      # 20 x epyc-pstate-epp, 4 CPUs, 1 GPU
+    tools/simfleet.py DIR --hosts 20                      # 20 nodes, 4 CPUs, 1 GPU: the default mix
+    tools/simfleet.py DIR --hosts 20 --preset epyc-pstate-epp   # 20 x one preset
     tools/simfleet.py DIR --hosts 20 --node 1=locked-bus-perf   # the first host (the canary) is a lockdown node
     tools/simfleet.py DIR --hosts 20 --unreachable 1      # plus one host nobody can reach
 
 DIR receives ``hosts.yml`` (group ``gpunodes``, hosts ``sim-0001``...) and ``nodes/HOST/``.
-The default preset passes verification after runtime tuning alone (it already runs amd-pstate);
-``locked-bus-perf`` refuses the MRRS write (kernel lockdown), so it fails tuning and verification.
+The default mix alternates the audited node (``audited-epyc-8gpu``, on acpi-cpufreq: hosts 1, 3,
+5, ...) and ``epyc-pstate-epp`` (already on amd-pstate: hosts 2, 4, ...). Both pass the runtime
+rollout's gate after runtime tuning; the audited ones still need the persistent flow and a
+reboot for the cpufreq driver, which the rollout summary lists. ``locked-bus-perf`` refuses the
+MRRS write (kernel lockdown), so it fails tuning and verification.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import simnode  # noqa: E402  (this directory is put on sys.path above)
 
-DEFAULT_PRESET = "epyc-pstate-epp"
+# The default fleet: host N gets DEFAULT_MIX[(N - 1) % len(DEFAULT_MIX)]. Fleets like the audited
+# one run acpi-cpufreq, which only the persistent flow and a reboot switch: tests and benchmarks
+# of the runtime rollout must meet such nodes, next to nodes that already run amd-pstate.
+DEFAULT_MIX = ("audited-epyc-8gpu", "epyc-pstate-epp")
 DEFAULT_SHAPE = {"cpus": 4, "gpus": 1, "kmsg_records": 0}
 # An address that refuses connections at once: SSH to the discard port of the loopback address.
 UNREACHABLE_VARS = {
@@ -60,12 +67,21 @@ def parse_node_overrides(specs):
     return overrides
 
 
-def build_fleet(directory, hosts, preset=DEFAULT_PRESET, shape=None, overrides=None, unreachable=0,
+def node_preset(number, preset=None, overrides=None):
+    """The preset of host ``number`` (1-based): its override, else ``preset``, else the default mix."""
+    if number in (overrides or {}):
+        return overrides[number]
+    return preset or DEFAULT_MIX[(number - 1) % len(DEFAULT_MIX)]
+
+
+def build_fleet(directory, hosts, preset=None, shape=None, overrides=None, unreachable=0,
                 python=None, group="gpunodes", extra_vars=None):
     """Write ``hosts`` simulated nodes and ``hosts.yml`` under ``directory``; return the inventory path.
 
-    ``shape`` holds simnode.build's ``cpus``, ``gpus`` and ``kmsg_records``; ``overrides`` maps a
-    1-based host number to another preset; ``unreachable`` hosts are appended after the others.
+    ``preset``: every node's preset (None: the default mix, DEFAULT_MIX). ``shape`` holds
+    simnode.build's ``cpus``, ``gpus`` and ``kmsg_records``; ``overrides`` maps a 1-based host
+    number to another preset; ``unreachable`` hosts are appended after the others. Each host has
+    its preset in the inventory variable ``simfleet_preset``.
     """
     shape = dict(DEFAULT_SHAPE, **(shape or {}))
     overrides = overrides or {}
@@ -79,19 +95,17 @@ def build_fleet(directory, hosts, preset=DEFAULT_PRESET, shape=None, overrides=N
     built = {}
     inventory_hosts = {}
     for number in range(1, hosts + 1):
-        node_preset = overrides.get(number, preset)
-        if node_preset not in built:
-            # Every override keeps the fleet's shape except where the preset cannot take it.
+        name = node_preset(number, preset, overrides)
+        if name not in built:
+            # Every preset keeps the fleet's shape except where it cannot take it.
             node_shape = dict(shape)
-            if simnode.PRESETS[node_preset]["topology"] == "none":
+            if simnode.PRESETS[name]["topology"] == "none":
                 node_shape["gpus"] = None
-            built[node_preset] = os.path.join(templates, node_preset)
-            simnode.build(built[node_preset], node_preset, **node_shape)
+            built[name] = os.path.join(templates, name)
+            simnode.build(built[name], name, **node_shape)
         root = os.path.join(nodes, host_name(number))
-        shutil.copytree(built[node_preset], root, symlinks=True)
-        inventory_hosts[host_name(number)] = {"gpunode_tuning_root": root}
-        if node_preset != preset:
-            inventory_hosts[host_name(number)]["simfleet_preset"] = node_preset
+        shutil.copytree(built[name], root, symlinks=True)
+        inventory_hosts[host_name(number)] = {"gpunode_tuning_root": root, "simfleet_preset": name}
     shutil.rmtree(templates, ignore_errors=True)
     for number in range(hosts + 1, hosts + unreachable + 1):
         inventory_hosts[host_name(number)] = dict(UNREACHABLE_VARS, gpunode_tuning_root="/nonexistent")
@@ -114,7 +128,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", help="output directory (hosts.yml and nodes/); must not hold a fleet yet")
     parser.add_argument("--hosts", type=int, required=True, help="number of simulated nodes")
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(simnode.PRESETS))
+    parser.add_argument("--preset", choices=sorted(simnode.PRESETS),
+                        help="every node's preset (default: alternate %s)" % " and ".join(DEFAULT_MIX))
     parser.add_argument("--cpus", type=int, default=DEFAULT_SHAPE["cpus"])
     parser.add_argument("--gpus", type=int, default=DEFAULT_SHAPE["gpus"])
     parser.add_argument("--kmsg-records", type=int, default=0, help="extra kernel log records per node")

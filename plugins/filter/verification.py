@@ -3,10 +3,12 @@
 """Controller-side filters of the verify entry point; the logic is in module_utils/verification.py.
 
 Each filter is documented in its own file next to this one (verify_host.yml, verify_fleet.yml,
-verify_kmsg_since.yml, verify_error.yml), as ansible-doc expects for a file with several filters.
+verify_kmsg_since.yml, verify_error.yml, verify_report_dir.yml), as ansible-doc expects for a file with several filters.
 """
 
 from __future__ import annotations
+
+import os
 
 from ansible.errors import AnsibleFilterError
 
@@ -21,11 +23,11 @@ def _call(name, func, *args, **kwargs):
 
 
 def verify_host(facts, desired, context=None, kmsg_since=None, gpu=None, fail_on_pending=False,
-                fail_classes=verification.DEFAULT_FAIL_CLASSES, host=None, verified_at=None):
+                fail_classes=verification.DEFAULT_FAIL_CLASSES, host=None, verified_at=None, gate="full"):
     """Per-setting states and the kernel-log verdict of one host."""
     return _call("verify_host", verification.evaluate_host, facts, desired, context=context,
                  kernel_log_since=kmsg_since, gpu=gpu, fail_on_pending=fail_on_pending,
-                 fail_classes=list(fail_classes or []), host=host, verified_at=verified_at)
+                 fail_classes=list(fail_classes or []), host=host, verified_at=verified_at, gate=gate)
 
 
 def verify_kmsg_since(journal, boot_id=None, override=None):
@@ -38,9 +40,21 @@ def verify_fleet(results, hosts=None, generated_at=None):
     return _call("verify_fleet", verification.fleet_summary, results, hosts, generated_at)
 
 
-def verify_error(host, message, verified_at=None):
+def verify_error(host, message, verified_at=None, gate="full"):
     """The result of a host whose verification could not run."""
-    return verification.error_result(host, str(message), verified_at)
+    return verification.error_result(host, str(message), verified_at, gate)
+
+
+def verify_report_dir(path):
+    """The report directory as an absolute path: a relative one is below the controller's working directory.
+
+    Where the user ran ansible-playbook, not the playbook's directory (Ansible resolves relative paths
+    of a playbook against its own directory; a user reading ``reports/`` expects it where they are).
+    """
+    if not isinstance(path, str) or not path.strip():
+        raise AnsibleFilterError("gpunode.tuning.verify_report_dir: gpunode_tuning_report_dir must be a directory "
+                                 "path, got: %r" % (path,))
+    return os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(path)))
 
 
 class FilterModule:
@@ -52,4 +66,5 @@ class FilterModule:
             "verify_kmsg_since": verify_kmsg_since,
             "verify_fleet": verify_fleet,
             "verify_error": verify_error,
+            "verify_report_dir": verify_report_dir,
         }

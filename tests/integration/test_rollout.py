@@ -2,7 +2,9 @@
 
 Three small fleets, one rollout each (a few hosts cost ~5 s of CPU each on a 2-core machine):
 
-* a healthy fleet: canary, then batches; every host done, exit status 0;
+* the default fleet, audited nodes on acpi-cpufreq among nodes on amd-pstate: canary, then
+  batches; the runtime gate passes every host, the summary lists the hosts that still need the
+  persistent flow and a reboot (the cpufreq driver), exit status 0;
 * a fleet whose canary is a lockdown node (preset locked-bus-perf: setpci_mrrs refuses): the
   rollout stops after the canary, the later hosts are skipped and their trees are untouched;
 * a fleet with an unreachable host: it is reported as unreachable (one connection attempt), the
@@ -44,18 +46,24 @@ def tree_digest(root):
     return digest.hexdigest()
 
 
-def rollout(fleet_dir, *extra):
-    """Run the rollout over the fleet in fleet_dir; return (process, summary dict, report dir)."""
-    reports = os.path.join(fleet_dir, "reports")
+def rollout(fleet_dir, *extra, cwd=REPO):
+    """Run the rollout over the fleet in fleet_dir; return (process, summary dict, report dir).
+
+    From the checkout, reports go to fleet_dir/reports (an absolute gpunode_tuning_report_dir);
+    from another ``cwd``, to the default reports/ there.
+    """
+    reports = os.path.join(fleet_dir, "reports") if cwd == REPO else os.path.join(cwd, "reports")
     env = dict(os.environ)
     env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
     env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
     env["ANSIBLE_NOCOLOR"] = "1"
     env.pop("ANSIBLE_CONFIG", None)
     cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(fleet_dir, "hosts.yml"),
-           os.path.join(REPO, "playbooks", "rollout.yml"), "-f", "4", "-e", "gpunode_tuning_report_dir=%s" % reports]
+           os.path.join(REPO, "playbooks", "rollout.yml"), "-f", "4"]
+    if cwd == REPO:
+        cmd += ["-e", "gpunode_tuning_report_dir=%s" % reports]
     cmd += list(extra)
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
     path = os.path.join(reports, "rollout-summary.json")
     summary = None
     if os.path.exists(path):
@@ -68,9 +76,12 @@ def by_host(summary):
     return {r["host"]: r for r in summary["results"]}
 
 
-def test_healthy_fleet_is_done_canary_first(tmp_path):
+def test_default_runtime_rollout_passes_an_acpi_cpufreq_fleet_canary_first(tmp_path):
+    # The default fleet: sim-0001 and sim-0003 are audited nodes on acpi-cpufreq (the canary among
+    # them), sim-0002 runs amd-pstate. The runtime flow cannot switch the driver: its gate must
+    # not stop at the canary for it. Run from the fleet's directory: reports/ is there.
     simfleet.build_fleet(str(tmp_path), 3, python=os.path.join(VENV_BIN, "python"))
-    proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=1")
+    proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=1", cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert summary["stopped"] is None
     assert summary["counts"] == {"done": 3, "failed": 0, "unreachable": 0, "skipped": 0}
@@ -82,9 +93,24 @@ def test_healthy_fleet_is_done_canary_first(tmp_path):
     for host in results:
         assert os.path.exists(os.path.join(str(tmp_path), "nodes", host, JOURNAL)), host
         assert os.path.exists(os.path.join(reports, host + ".json")), host
+    # What the acpi-cpufreq hosts still need, and for what.
+    driver = "cpufreq driver: amd-pstate (active) wanted, acpi-cpufreq runs (needs the persistent flow and a reboot)"
+    assert summary["needs_reboot_hosts"] == ["sim-0001", "sim-0003"]
+    assert [results[h]["needs_reboot"] for h in sorted(results)] == [[driver], [], [driver]]
+    # The host's own verification report still says the driver drifted, as verify.yml does.
+    with open(os.path.join(reports, "sim-0001.json"), encoding="utf-8") as handle:
+        host = json.load(handle)
+    assert host["status"] == "fail" and host["failures"] == ["1 drifted: cpufreq driver"]
+    assert host["gate"] == {"name": "runtime", "status": "pass", "ok": True, "failures": []}
     markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
     assert "3 host(s): 3 done, 0 failed, 0 unreachable, 0 skipped." in markdown
     assert "Every batch passed its gate." in markdown
+    assert "## Still needing the persistent flow and a reboot" in markdown
+    assert "| sim-0003 | done | %s |" % driver in markdown
+    # The run ends by saying where the summaries are, as absolute paths.
+    assert "rollout summary: %s/rollout-summary.md" % reports in proc.stdout
+    assert "fleet summary (verification): %s/fleet-summary.md" % reports in proc.stdout
+    assert "2 host(s) still need the persistent flow and a reboot" in proc.stdout
 
 
 def test_failing_canary_stops_the_rollout(tmp_path):

@@ -328,3 +328,24 @@ def test_large_node_costs_at_most_two_seconds_more(tmp_path):
         assert proc.returncode == 2
         walls[name] = min(walls.get(name, 1e9), proc.wall)
     assert walls["large"] - walls["small"] <= 2.0, walls
+
+
+def test_reports_go_below_the_working_directory_and_the_run_says_where(fleet, tmp_path):
+    # `ansible-playbook playbooks/verify.yml` wrote to playbooks/reports/ (the default reports/
+    # resolved against the playbook's directory) and never said where. Run from elsewhere, with
+    # the default gpunode_tuning_report_dir: the reports are in reports/ of that directory.
+    work = tmp_path / "work"
+    work.mkdir()
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"gpunodes": {"hosts": {"cwd-applied": {
+        "gpunode_tuning_root": fleet["roots"]["applied"], "ansible_connection": "local",
+        "ansible_python_interpreter": os.path.join(VENV_BIN, "python")}}}}))
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", str(inventory), os.path.join(REPO, "playbooks",
+                                                                                          "verify.yml")]
+    proc = subprocess.run(cmd, cwd=str(work), env=ansible_env(), capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    reports = work / "reports"
+    assert (reports / "cwd-applied.json").exists() and (reports / "fleet-summary.md").exists()
+    assert not os.path.exists(os.path.join(REPO, "playbooks", "reports", "cwd-applied.json"))
+    assert "Fleet summary: %s/fleet-summary.md" % reports in proc.stdout

@@ -17,7 +17,7 @@ FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "fil
 
 def test_every_filter_is_exported_and_documented():
     filters = FilterModule().filters()
-    assert set(filters) == {"verify_host", "verify_kmsg_since", "verify_fleet", "verify_error"}
+    assert set(filters) == {"verify_host", "verify_kmsg_since", "verify_fleet", "verify_error", "verify_report_dir"}
     for name in filters:
         with open(os.path.join(FILTER_DIR, name + ".yml"), encoding="utf-8") as fh:
             doc = yaml.safe_load(fh)
@@ -65,3 +65,32 @@ def test_verify_host_and_fleet(build_node):
     assert [r["host"] for r in fleet["failing"]] == ["x"]
     with pytest.raises(AnsibleFilterError, match="verify_host"):
         f["verify_host"]("not a dict", {})
+
+
+def test_verify_report_dir_is_below_the_working_directory(tmp_path, monkeypatch):
+    # Not below the playbook's directory: `reports/` is where the user runs ansible-playbook.
+    f = FilterModule().filters()["verify_report_dir"]
+    monkeypatch.chdir(tmp_path)
+    assert f("reports/") == str(tmp_path / "reports")
+    assert f("out/../reports/demo") == str(tmp_path / "reports" / "demo")
+    assert f("/srv/reports/") == "/srv/reports"
+    assert f("~/r") == os.path.join(os.path.expanduser("~"), "r")
+    for bad in ("", None, ["reports"]):
+        with pytest.raises(AnsibleFilterError, match="gpunode_tuning_report_dir must be a directory path"):
+            f(bad)
+
+
+def test_verify_host_passes_the_gate_through(build_node):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
+    from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+
+    root = build_node("audited-epyc-8gpu", cpus=2, gpus=1)
+    facts = {"tuning_facts": facts_mod.gather(Node(root))}
+    f = FilterModule().filters()
+    desired = {"cpufreq": {"driver": "native", "amd_pstate_mode": "active"}}
+    res = f["verify_host"](facts, desired, context={"root": root}, gate="runtime")
+    assert res["status"] == "fail" and res["gate"]["name"] == "runtime" and res["gate"]["ok"] is True
+    assert res["needs_reboot"][0].startswith("cpufreq driver: amd-pstate (active) wanted, acpi-cpufreq runs")
+    with pytest.raises(AnsibleFilterError, match="gpunode.tuning.verify_host: gate must be one of"):
+        f["verify_host"](facts, desired, gate="nope")
+    assert f["verify_error"]("x", "no facts", None, "runtime")["gate"]["name"] == "runtime"

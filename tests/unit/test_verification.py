@@ -307,3 +307,61 @@ def test_native_driver_means_the_vendors_pstate_driver(build_node):
     s = by_id(v.evaluate_host(gather(epyc), desired, {"root": epyc}))
     assert s["cpufreq.driver"]["state"] == "drifted"
     assert s["cpufreq.driver"]["desired"] == "amd-pstate (active)"
+
+
+# --- the runtime gate (the runtime rollout) ---------------------------------------------------------
+
+REBOOT_ONLY = {"cpufreq": {"driver": "amd-pstate", "amd_pstate_mode": "active", "epp": "performance"},
+               "cmdline": ["iommu=pt"]}
+
+
+def test_runtime_gate_passes_what_only_a_reboot_brings(build_node):
+    # The audited node runs acpi-cpufreq: the driver switch, the EPP that only amd-pstate offers
+    # and a kernel argument need the persistent flow and a reboot.
+    root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    full = v.evaluate_host(gather(root), REBOOT_ONLY, {"root": root})
+    runtime = v.evaluate_host(gather(root), REBOOT_ONLY, {"root": root}, gate="runtime")
+    for res in (full, runtime):
+        s = by_id(res)
+        assert res["status"] == "fail" and res["failures"] == ["3 drifted: cpufreq driver, epp; cmdline iommu=pt"]
+        assert [s[k]["runtime"] for k in ("cpufreq.driver", "cpufreq.epp", "cmdline.iommu=pt")] == [False] * 3
+        assert res["needs_reboot"] == [
+            "cpufreq driver: amd-pstate (active) wanted, acpi-cpufreq runs (needs the persistent flow and a reboot)",
+            "cpufreq epp: performance wanted, not in effect (needs the persistent flow and a reboot)",
+            "cmdline iommu=pt: iommu=pt wanted, not in effect (needs the persistent flow and a reboot)"]
+    assert full["gate"] == {"name": "full", "status": "fail", "ok": False, "failures": full["failures"]}
+    assert runtime["gate"] == {"name": "runtime", "status": "pass", "ok": True, "failures": []}
+
+
+def test_runtime_gate_fails_what_runtime_tuning_should_have_applied(build_node):
+    root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    desired = dict(REBOOT_ONLY, cpufreq=dict(REBOOT_ONLY["cpufreq"], governor="performance"), numa_balancing=0)
+    res = v.evaluate_host(gather(root), desired, {"root": root}, gate="runtime")
+    # acpi-cpufreq offers the performance governor: runtime tuning sets it.
+    assert by_id(res)["cpufreq.governor"]["runtime"] is True
+    assert res["gate"]["failures"] == ["2 drifted: cpufreq governor; numa_balancing kernel.numa_balancing"]
+    # A mode switch within the running pstate driver is runtime work too.
+    epp = build_node("epyc-pstate-epp", cpus=4, gpus=1)
+    res = v.evaluate_host(gather(epp), {"cpufreq": {"driver": "amd-pstate", "amd_pstate_mode": "passive"}},
+                          {"root": epp}, gate="runtime")
+    assert by_id(res)["cpufreq.driver"]["runtime"] is True and res["needs_reboot"] == []
+    assert res["gate"]["failures"] == ["1 drifted: cpufreq driver"]
+
+
+def test_runtime_gate_lists_a_configured_driver_as_pending_and_keeps_kernel_errors(build_node):
+    root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    dropin = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n'
+    ctx = {"root": root, "cmdline": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
+    facts = gather(root)
+    facts["kernel_log"] = {"available": True, "counts": {"xid": 2}}
+    res = v.evaluate_host(facts, {"cpufreq": {"driver": "amd-pstate", "amd_pstate_mode": "active"}}, ctx,
+                          fail_on_pending=True, gate="runtime")
+    assert res["needs_reboot"] == ["cpufreq driver: amd-pstate (active) wanted, acpi-cpufreq runs "
+                                   "(configured, a reboot applies it)"]
+    assert len(res["failures"]) == 2 and "pending a reboot" in res["failures"][1]
+    # Waiting for a reboot is not the runtime flow's to fail; new kernel errors are.
+    assert res["gate"]["failures"] == [res["failures"][0]] and res["failures"][0].startswith("kernel log: 2 xid")
+    with pytest.raises(v.VerificationError, match="gate must be one of: full, runtime"):
+        v.evaluate_host(facts, {}, gate="canary")
+    assert v.error_result("h", "boom", gate="runtime")["gate"] == {
+        "name": "runtime", "status": "error", "ok": False, "failures": ["verification could not run: boom"]}
