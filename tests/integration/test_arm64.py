@@ -6,7 +6,11 @@ does not have: the running driver is kept and reported not applicable, and every
 (MRRS, C-states, governor, tunables) is applied, verified and rolled back as on x86 nodes.
 
 One node goes through what tools/demo.py runs against the audited EPYC node: audit, runtime
-tuning, verification, persistent tuning, verification, rollback.
+tuning, verification, persistent tuning, rollback.
+
+The same rule serves an x86 node pinned to another driver than the preset's: the audited EPYC
+with ``-e gpunode_tuning_cpufreq_driver=acpi-cpufreq`` and the default preset's
+``amd_pstate_mode: active``, which applies to amd-pstate only.
 """
 
 from __future__ import annotations
@@ -134,3 +138,20 @@ def test_default_flows_on_an_arm64_node(arm_node):
     assert left == [], left
     assert not PERSISTENT_FILES & set(snapshot(root))
     assert_host_untouched()
+
+
+def test_pinning_acpi_cpufreq_with_the_default_preset_tunes_and_verifies(tmp_path):
+    root = build_node(tmp_path / "node")
+    inventory = write_inventory(tmp_path / "hosts.yml", {HOST: root})
+    pin = ("-e", "gpunode_tuning_cpufreq_driver=acpi-cpufreq")
+    tuned = run_playbook("tune.yml", inventory, "--tags", "runtime", "-v", *pin)
+    assert_ok(tuned)
+    assert "amd_pstate_mode applies to the amd-pstate driver only; the desired driver is acpi-cpufreq" in tuned.stdout
+    assert "switching the driver needs" not in tuned.stdout
+    assert governors(root) == {"performance"}
+    assert cstate_disabled(root, "C2") == set(range(128))
+    verified = run_playbook("verify.yml", inventory, *pin)
+    assert verified.returncode == 0, verified.stdout[-6000:]
+    cpufreq = rows(report(), "cpufreq")
+    assert cpufreq["driver"]["state"] == "applied" and cpufreq["driver"]["desired"] == "acpi-cpufreq"
+    assert cpufreq["governor"]["state"] == "applied"
