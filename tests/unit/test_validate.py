@@ -1,0 +1,165 @@
+"""module_utils/validate.py: the validators every value passes before it reaches a file or an argv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import validate as v
+
+
+@pytest.mark.parametrize("text,names", [
+    ("a\nb", "line feed (\\n)"),
+    ("a\rb\tc", "carriage return (\\r), tab (\\t)"),
+    ("\x1b[31m", "escape (\\x1b)"),
+    ("a\x85b", "U+0085"),  # NEL: a line break to str.splitlines()
+    ("a\u2028b\u2029", "U+2028, U+2029"),
+    ("\u202eevil", "U+202E"),  # bidi override: the text shown is not the text written
+    ("a\x00", "NUL (\\0)"),
+])
+def test_check_text_names_the_characters(text, names):
+    with pytest.raises(v.ValidationError) as exc:
+        v.check_text("value %r" % text, text)
+    assert names in str(exc.value) and "allowed is printable text" in str(exc.value)
+
+
+def test_check_text_accepts_printable_unicode():
+    assert v.check_text("v", "Grüße, 東京 %p |/usr/bin/x") == "Grüße, 東京 %p |/usr/bin/x"
+
+
+@pytest.mark.parametrize("key", [
+    "-kernel.modprobe", "kernel.modprobe\n", "kernel\nmodprobe", "vm.swappiness=1", "vm swappiness", "vm.*.x",
+    ".vm", "/vm/x", "vm..x", "vm.x.", "vm/./x", "", None, 5, "a" * 257, "vm.\u2028x",
+])
+def test_sysctl_key_grammar_refuses(key):
+    with pytest.raises(v.ValidationError, match="allowed is a sysctl name"):
+        v.sysctl_key_components(key)
+
+
+@pytest.mark.parametrize("key,parts", [
+    ("vm.swappiness", ["vm", "swappiness"]),
+    ("net.ipv4.conf.eth0/100.rp_filter", ["net", "ipv4", "conf", "eth0.100", "rp_filter"]),
+    ("net/ipv4/conf/eth0.100/rp_filter", ["net", "ipv4", "conf", "eth0.100", "rp_filter"]),
+    ("net.ipv4.conf.br-lan@x+1.forwarding", ["net", "ipv4", "conf", "br-lan@x+1", "forwarding"]),
+    ("_x.y", ["_x", "y"]),
+])
+def test_sysctl_key_grammar_accepts(key, parts):
+    assert v.sysctl_key_components(key) == parts
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("10", "10"), ("-1", "-1"), ("-1  0\t5", "-1 0 5"), ("|/usr/lib/core %p", "|/usr/lib/core %p"),
+    ("cubic", "cubic"),
+])
+def test_sysctl_value_accepts(text, expected):
+    assert v.sysctl_value("k", text) == expected
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("x\nkernel.modprobe = /x", "line feed"), ("1\r", "carriage return"), ("", "empty"), ("  ", "empty"),
+    ("-x", "starts with '-'"), ("-1 -x", "starts with '-'"), (5, "not text"),
+])
+def test_sysctl_value_refuses(text, fragment):
+    with pytest.raises(v.ValidationError) as exc:
+        v.sysctl_value("kernel.core_pattern", text)
+    assert fragment in str(exc.value) and "kernel.core_pattern" in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["-r", "--remove", "-", "nvidia\n", "nv idia", "nvidia.ko", "../x", "", None,
+                                  "a" * 65])
+def test_kmod_name_refuses(name):
+    with pytest.raises(v.ValidationError, match="not starting with '-'"):
+        v.kmod_name(name)
+
+
+def test_kmod_name_and_param():
+    assert v.kmod_name("nvidia-drm") == "nvidia-drm"
+    assert v.kmod_param("snd", "index", -2) == "index=-2"
+    assert v.kmod_param("nvidia_drm", "modeset", True) == "modeset=1"
+    for name, value in (("-r", "1"), ("a b", "1"), ("x", "1 y=2"), ("x", "1\n"), ("x", '"1"'), ("x", None),
+                        ("x", [1]), ("x", "")):
+        with pytest.raises(v.ValidationError, match="allowed are"):
+            v.kmod_param("m", name, value)
+
+
+@pytest.mark.parametrize("arg", ["-rf", "--args=x", "quiet\n", 'a="b"', "a=b c", "a=$x", "a\u2028b", "", None])
+def test_kernel_argument_refuses(arg):
+    with pytest.raises(v.ValidationError, match="no quotes, whitespace, control characters"):
+        v.kernel_argument(arg)
+
+
+@pytest.mark.parametrize("name", [
+    "vllm.service", "nvidia-persistenced.service", "getty@tty1.service", "dev-disk-by\\x2duuid-1.device",
+    "multi-user.target", "a:b_c.d.socket",
+])
+def test_unit_names_accepted(name):
+    assert v.systemd_unit_name(name) == name
+
+
+@pytest.mark.parametrize("name", [
+    "vllm.service\nExecStartPre=/bin/sh", "vllm", "vllm.exe", "-vllm.service", "a b.service", "%i.service",
+    "a\\.service", "x" * 250 + ".service", "", None, "vllm.service ",
+])
+def test_unit_names_refused(name):
+    with pytest.raises(v.ValidationError, match="allowed is a systemd unit name"):
+        v.systemd_unit_name(name)
+
+
+def test_unit_name_list_names_every_bad_one():
+    with pytest.raises(v.ValidationError) as exc:
+        v.systemd_unit_names(["ok.service", "bad one", "-x.service"])
+    assert "'bad one'" in str(exc.value) and "'-x.service'" in str(exc.value) and "ok.service" not in str(exc.value)
+    assert v.systemd_unit_names([]) == []
+    with pytest.raises(v.ValidationError, match="not a list"):
+        v.systemd_unit_names("vllm.service")
+
+
+@pytest.mark.parametrize("path", ["relative/x", "/a b", "/a/../b", "/a/..", "/a\n", "/a%i", "/a'b", "", None])
+def test_absolute_path_refuses(path):
+    with pytest.raises(v.ValidationError, match="allowed is an absolute path"):
+        v.absolute_path(path)
+
+
+def test_absolute_path_accepts():
+    assert v.absolute_path("/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
+
+
+def test_write_problem(tmp_path):
+    target = tmp_path / "d" / "f.conf"
+    assert v.write_problem(str(target)) is None  # a missing directory is created by the writers
+    (tmp_path / "d").mkdir()
+    assert v.write_problem(str(target)) is None
+    target.mkdir()
+    assert "is a directory" in v.write_problem(str(target))
+    target.rmdir()
+    (tmp_path / "file").write_text("")
+    assert "is not a directory" in v.write_problem(str(tmp_path / "file" / "x.conf"))
+    target.write_text("x\n")
+    subprocess.run(["chattr", "+i", str(target)], check=True)
+    try:
+        assert "cannot be replaced (immutable attribute or permissions)" in v.write_problem(str(target))
+    finally:
+        subprocess.run(["chattr", "-i", str(target)], check=True)
+    subprocess.run(["chattr", "+i", str(tmp_path / "d")], check=True)
+    try:
+        assert "does not accept new files" in v.write_problem(str(target))
+        assert "does not exist and" in v.write_problem(str(tmp_path / "d" / "sub" / "x.conf"))
+    finally:
+        subprocess.run(["chattr", "-i", str(tmp_path / "d")], check=True)
+    assert os.path.exists(str(target))
+
+
+def test_validation_error_filter_names_the_variable():
+    from ansible.errors import AnsibleFilterError
+
+    from ansible_collections.gpunode.tuning.plugins.filter.validation_error import FilterModule
+
+    check = FilterModule().filters()["validation_error"]
+    assert check(["vllm.service"], "systemd_unit_names", "gpunode_tuning_boot_unit_before") == ""
+    msg = check(["a\nb.service"], "systemd_unit_names", "gpunode_tuning_boot_unit_before")
+    assert msg.startswith("gpunode_tuning_boot_unit_before: unit name 'a\\nb.service' is invalid: allowed is")
+    assert "allowed is an absolute path" in check("x y", "absolute_path", "gpunode_tuning_boot_script")
+    with pytest.raises(AnsibleFilterError, match="kind must be one of: absolute_path, systemd_unit_names"):
+        check("x", "nope", "v")
