@@ -24,6 +24,15 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     bracket_choices,
     selected_bracket,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
+    SYSCTL_KEY_ALLOWED,
+    ValidationError,
+    absolute_path,
+    check_text,
+    sysctl_key_components,
+    sysctl_value,
+    write_problem,
+)
 
 FAMILY = "tunables"
 PROC_SYS = "proc/sys"
@@ -31,14 +40,12 @@ THP_DIR = "sys/kernel/mm/transparent_hugepage"
 THP_FILES = ("enabled", "defrag")
 THP_PREFIX = "transparent_hugepage."
 
-COMPONENT_RE = re.compile(r"^[A-Za-z0-9_:@+-][A-Za-z0-9_.:@+-]*$")
-KEY_ALLOWED = ("a sysctl name under /proc/sys such as vm.swappiness or kernel/numa_balancing: components of "
-               "letters, digits and _ - : @ +, separated by dots (or slashes); no '..', no leading '/'")
+KEY_ALLOWED = SYSCTL_KEY_ALLOWED
 INT_RE = re.compile(r"^-?[0-9]+$")
 READONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-class TunableError(ValueError):
+class TunableError(ValidationError):
     """An input that cannot be applied; the message names the key and what is allowed."""
 
 
@@ -61,21 +68,13 @@ def value_string(value):
 def key_components(key):
     """Split a sysctl name into its file path components below /proc/sys.
 
-    Raises ``TunableError`` for empty, absolute or traversing names.
+    Raises ``TunableError`` for names outside the sysctl key grammar (validate.py): empty,
+    absolute, traversing, option-like or holding control characters.
     """
-    if not isinstance(key, str) or not key or len(key) > 256:
-        raise TunableError("sysctl key %r is invalid: allowed is %s" % (key, KEY_ALLOWED))
-    if key.startswith(("/", ".")) or ".." in key or "\x00" in key:
-        raise TunableError("sysctl key %r is invalid: allowed is %s" % (key, KEY_ALLOWED))
-    first = min((i for i in (key.find("."), key.find("/")) if i >= 0), default=-1)
-    if first >= 0 and key[first] == "/":
-        parts = key.split("/")
-    else:
-        parts = [p.replace("/", ".") for p in key.split(".")]
-    for part in parts:
-        if not part or part in (".", "..") or not COMPONENT_RE.match(part):
-            raise TunableError("sysctl key %r is invalid: allowed is %s" % (key, KEY_ALLOWED))
-    return parts
+    try:
+        return sysctl_key_components(key)
+    except ValidationError as exc:
+        raise TunableError(str(exc)) from None
 
 
 def canonical_key(parts):
@@ -107,16 +106,17 @@ def _read_raw(node, rel):
 
 
 def validate_sysctl_value(key, desired, current):
-    """Check a desired value against the current one; return the text to write.
+    """Check a desired value (text) against the current one; return the text to write.
 
-    Where every field of the current value is an integer, the desired value must be integers
-    too, with no more fields than the current value has.
+    The text check is the one the persistent drop-in gets too (``validate.sysctl_value``: no
+    control characters, no line breaks, no option-like leading '-'). Where every field of the
+    current value is an integer, the desired value must be integers too, with no more fields
+    than the current value has.
     """
-    text = normalize(desired)
-    if not text:
-        raise TunableError("%s: an empty value is not allowed" % key)
-    if any(ord(c) < 32 for c in str(desired) if c not in "\t\n "):
-        raise TunableError("%s: value %r contains control characters" % (key, desired))
+    try:
+        text = sysctl_value(key, desired)
+    except ValidationError as exc:
+        raise TunableError(str(exc)) from None
     cur_fields = current.split()
     if cur_fields and all(INT_RE.match(f) for f in cur_fields):
         fields = text.split()
@@ -130,63 +130,101 @@ def validate_sysctl_value(key, desired, current):
     return text
 
 
-def plan_items(node, sysctl=None, thp=None):
-    """Validate every requested item and return the plan, or raise ``TunableError`` listing all problems.
+def missing_item(key, path, kind, desired, problem):
+    """A planned item that cannot be applied on this node (it is reported failed, never written)."""
+    return dict(key=key, path=path, kind=kind, desired=desired, before=None, before_raw=None, choices=None,
+                problem=problem)
 
-    Each item: ``{key, path, kind, desired, before, before_raw, choices}``. Nothing is written.
+
+def plan_sysctl(node, key, value, seen):
+    """Plan one sysctl. Raises ``TunableError`` for bad input; a key missing on this node is an item
+    with ``problem`` set, so that the other keys are still applied."""
+    parts = key_components(key)
+    name = canonical_key(parts)
+    if name in seen:
+        raise TunableError("%s is given twice (as %r and %r)" % (name, seen[name], key))
+    seen[name] = key
+    text = value_string(value)
+    rel = sysctl_path(parts)
+    if not _inside(node, rel, PROC_SYS) or not os.path.isfile(node.path(rel)):
+        try:  # the text checks hold whether or not the key exists here
+            sysctl_value(name, text)
+        except ValidationError as exc:
+            raise TunableError(str(exc)) from None
+        return missing_item(name, rel, "sysctl", normalize(text),
+                            "sysctl key %s does not exist on this node (no %s); allowed are existing keys under "
+                            "/proc/sys" % (key, "/" + rel))
+    try:
+        before_raw = _read_raw(node, rel)
+    except NodeError as exc:
+        return missing_item(name, rel, "sysctl", normalize(text),
+                            "%s cannot be read (%s): only readable keys can be tuned and restored; write-only "
+                            "keys such as vm.drop_caches are actions, not tunables" % (key, exc))
+    desired = validate_sysctl_value(name, text, before_raw)
+    return dict(key=name, path=rel, kind="sysctl", desired=desired, before=normalize(before_raw),
+                before_raw=before_raw, choices=None, problem=None)
+
+
+def plan_thp(node, name, value):
+    """Plan one transparent hugepage setting (``problem`` set when THP is not available here)."""
+    key = THP_PREFIX + name
+    if name not in THP_FILES:
+        raise TunableError("%s is not a transparent hugepage setting; allowed are %s" % (name, ", ".join(THP_FILES)))
+    desired = check_text("%s: value %r" % (key, value), value_string(value)).strip()
+    rel = "%s/%s" % (THP_DIR, name)
+    try:
+        text = _read_raw(node, rel)
+    except NodeError as exc:
+        return missing_item(key, rel, "thp", desired,
+                            "%s: transparent hugepages are not available on this node (%s)" % (key, exc))
+    choices = bracket_choices(text)
+    current = selected_bracket(text) or (text if len(choices) == 1 else None)
+    if desired not in choices:
+        raise TunableError("%s: value %r is not accepted; allowed are %s" % (key, desired, ", ".join(choices)))
+    return dict(key=key, path=rel, kind="thp", desired=desired, before=current, before_raw=current,
+                choices=choices, problem=None)
+
+
+def plan_items(node, sysctl=None, thp=None):
+    """Validate every requested item and return the plan, or raise ``TunableError`` listing all bad input.
+
+    Each item: ``{key, path, kind, desired, before, before_raw, choices, problem}``. ``problem``
+    is set for a key this node does not have: that item fails alone, the others are applied.
+    Nothing is written.
     """
     items = []
     errors = []
     seen = {}
     for key, value in (sysctl or {}).items():
         try:
-            parts = key_components(key)
-            name = canonical_key(parts)
-            if name in seen:
-                raise TunableError("%s is given twice (as %r and %r)" % (name, seen[name], key))
-            seen[name] = key
-            rel = sysctl_path(parts)
-            if not _inside(node, rel, PROC_SYS) or not os.path.isfile(node.path(rel)):
-                raise TunableError("sysctl key %s does not exist on this node (no %s); allowed are existing "
-                                   "keys under /proc/sys" % (key, "/" + rel))
-            try:
-                before_raw = _read_raw(node, rel)
-            except NodeError as exc:
-                raise TunableError(
-                    "%s cannot be read (%s): only readable keys can be tuned and restored; "
-                    "write-only keys such as vm.drop_caches are actions, not tunables" % (key, exc)) from exc
-            desired = validate_sysctl_value(name, value_string(value), before_raw)
-            items.append(dict(key=name, path=rel, kind="sysctl", desired=desired, before=normalize(before_raw),
-                              before_raw=before_raw, choices=None))
-        except TunableError as exc:
+            items.append(plan_sysctl(node, key, value, seen))
+        except ValidationError as exc:
             errors.append(str(exc))
     for name, value in (thp or {}).items():
         if value is None:
             continue
-        key = THP_PREFIX + name
         try:
-            if name not in THP_FILES:
-                raise TunableError("%s is not a transparent hugepage setting; allowed are %s"
-                                   % (name, ", ".join(THP_FILES)))
-            rel = "%s/%s" % (THP_DIR, name)
-            try:
-                text = _read_raw(node, rel)
-            except NodeError as exc:
-                raise TunableError(
-                    "%s: transparent hugepages are not available on this node (%s)" % (key, exc)) from exc
-            choices = bracket_choices(text)
-            current = selected_bracket(text) or (text if len(choices) == 1 else None)
-            desired = value_string(value).strip()
-            if desired not in choices:
-                raise TunableError("%s: value %r is not accepted; allowed are %s"
-                                   % (key, desired, ", ".join(choices)))
-            items.append(dict(key=key, path=rel, kind="thp", desired=desired, before=current, before_raw=current,
-                              choices=choices))
-        except TunableError as exc:
+            items.append(plan_thp(node, name, value))
+        except ValidationError as exc:
             errors.append(str(exc))
     if errors:
         raise TunableError("; ".join(errors))
     return items
+
+
+def sysctl_file_problem(node, path):
+    """Why the sysctl drop-in ``path`` (absolute on the node) could not be written, or None.
+
+    Raises ``TunableError`` for a path that is not a plain absolute path.
+    """
+    try:
+        absolute_path(path)
+    except ValidationError as exc:
+        raise TunableError("sysctl_file: %s" % exc) from None
+    problem = write_problem(node.path(path))
+    if problem:
+        return "the sysctl drop-in %s cannot be written: %s" % (node.path(path), problem)
+    return None
 
 
 def readonly_reason(node, rel):
@@ -231,21 +269,30 @@ def write_item(node, item, value):
 
 
 def new_result(item):
-    return dict(key=item["key"], path="/" + item["path"], before=item["before"], after=item["before"],
-                desired=item["desired"], changed=False, skipped=False, failed=False, reason=None)
+    """The result of one item before anything is done; an item with a ``problem`` is failed already."""
+    res = dict(key=item["key"], path="/" + item["path"], before=item["before"], after=item["before"],
+               desired=item["desired"], changed=False, skipped=False, failed=False, reason=None)
+    if item.get("problem"):
+        res.update(failed=True, reason=item["problem"])
+    return res
 
 
-def apply(node, items, journal=None, check_mode=False, skip_readonly=False):
-    """Apply planned items. Returns ``(results by key, list of failed keys)``.
+def failed_keys(results):
+    return [k for k, r in results.items() if r["failed"]]
 
-    Originals are recorded in the journal (and it is saved) before the first write; an item
-    whose value does not read back as desired is failed, the others are still applied.
-    """
+
+def applied_keys(results):
+    """Keys whose value is (in check mode: would be) the desired one after the task."""
+    return [k for k, r in results.items() if not r["failed"] and not r["skipped"] and r["after"] == r["desired"]]
+
+
+def _sort_out(node, items, check_mode, skip_readonly):
+    """First pass of ``apply``: results for every item and the items that need a write."""
     results = {}
     todo = []
     for item in items:
         res = results[item["key"]] = new_result(item)
-        if item["before"] == item["desired"]:
+        if res["failed"] or item["before"] == item["desired"]:
             continue
         reason = readonly_reason(node, item["path"])
         if reason and skip_readonly:
@@ -255,8 +302,19 @@ def apply(node, items, journal=None, check_mode=False, skip_readonly=False):
             res.update(changed=True, after=item["desired"])
             continue
         todo.append(item)
+    return results, todo
+
+
+def apply(node, items, journal=None, check_mode=False, skip_readonly=False):
+    """Apply planned items. Returns ``(results by key, list of failed keys)``.
+
+    Originals are recorded in the journal (and it is saved) before the first write; an item
+    that cannot be applied here (``problem``) or whose value does not read back as desired is
+    failed, the others are still applied.
+    """
+    results, todo = _sort_out(node, items, check_mode, skip_readonly)
     if not todo:
-        return results, [k for k, r in results.items() if r["failed"]]
+        return results, failed_keys(results)
     recorded = set()
     if journal is not None:
         for item in todo:
@@ -284,50 +342,55 @@ def apply(node, items, journal=None, check_mode=False, skip_readonly=False):
                        reason="wrote %r but read back %r: the kernel did not take the value" % (value, after))
     if journal is not None:
         journal.save()
-    return results, [k for k, r in results.items() if r["failed"]]
+    return results, failed_keys(results)
+
+
+def restore_item(node, key, original):
+    """The item that puts one journaled original back; ``problem`` says why it cannot be restored."""
+    if key.startswith(THP_PREFIX):
+        name = key[len(THP_PREFIX):]
+        rel = "%s/%s" % (THP_DIR, name)
+        if name not in THP_FILES:  # never build a path from a journal entry we did not write
+            return missing_item(key, rel, "thp", original, "%s is not a transparent hugepage setting" % key)
+        try:
+            text = _read_raw(node, rel)
+        except NodeError as exc:
+            return missing_item(key, rel, "thp", original, "%s: %s" % (key, exc))
+        choices = bracket_choices(text)
+        return dict(key=key, path=rel, kind="thp", desired=original, before_raw=None, choices=choices,
+                    before=selected_bracket(text) or (text if len(choices) == 1 else None), problem=None)
+    try:
+        rel = sysctl_path(key_components(key))
+    except TunableError as exc:
+        return missing_item(key, PROC_SYS, "sysctl", original, str(exc))
+    try:
+        # The original is written back as recorded: a tab between fields (tcp_rmem) is what the
+        # kernel showed, any other control character is not.
+        check_text("journaled value of %s" % key, str(original).replace("\t", " "))
+        before_raw = _read_raw(node, rel)
+    except (ValidationError, NodeError) as exc:
+        return missing_item(key, rel, "sysctl", original, str(exc))
+    return dict(key=key, path=rel, kind="sysctl", desired=original, before=normalize(before_raw),
+                before_raw=before_raw, choices=None, problem=None)
 
 
 def restore_items(node, journal):
-    """Items that put the journaled originals back. Raises ``TunableError`` for unknown entries."""
-    items = []
-    errors = []
-    for key, original in sorted(journal.entries(FAMILY).items()):
-        if key.startswith(THP_PREFIX):
-            name = key[len(THP_PREFIX):]
-            rel = "%s/%s" % (THP_DIR, name)
-            try:
-                text = _read_raw(node, rel)
-            except NodeError as exc:
-                errors.append("%s: %s" % (key, exc))
-                continue
-            choices = bracket_choices(text)
-            items.append(dict(key=key, path=rel, kind="thp", desired=original, before_raw=None, choices=choices,
-                              before=selected_bracket(text) or (text if len(choices) == 1 else None)))
-            continue
-        try:
-            rel = sysctl_path(key_components(key))
-            before_raw = _read_raw(node, rel)
-        except (TunableError, NodeError) as exc:
-            errors.append("%s: %s" % (key, exc))
-            continue
-        items.append(dict(key=key, path=rel, kind="sysctl", desired=original, before=normalize(before_raw),
-                          before_raw=before_raw, choices=None))
-    if errors:
-        raise TunableError("journaled tunables cannot be restored: " + "; ".join(errors))
-    return items
+    """Items that put the journaled originals back, one per journal entry (sorted by key)."""
+    return [restore_item(node, key, original) for key, original in sorted(journal.entries(FAMILY).items())]
 
 
 def restore(node, journal, check_mode=False, skip_readonly=False):
     """Write the journaled originals back, read back, drop restored entries, save.
 
-    The original text is written as recorded (a tab-separated tcp_rmem stays tab-separated).
-    Returns ``(results by key, failed keys)``.
+    The original text is written as recorded (a tab-separated tcp_rmem stays tab-separated). An
+    entry that cannot be restored is failed and stays in the journal for the next attempt; the
+    others are restored. Returns ``(results by key, failed keys)``.
     """
-    items = restore_items(node, journal)
     results = {}
-    failed = []
-    for item in items:
+    for item in restore_items(node, journal):
         res = results[item["key"]] = new_result(item)
+        if res["failed"]:
+            continue
         res["desired"] = normalize(item["desired"]) if item["kind"] == "sysctl" else item["desired"]
         if res["before"] == res["desired"]:
             if not check_mode:
@@ -340,18 +403,21 @@ def restore(node, journal, check_mode=False, skip_readonly=False):
         if check_mode:
             res.update(changed=True, after=res["desired"])
             continue
-        try:
-            after = write_item(node, item, item["desired"])
-        except NodeError as exc:
-            res.update(failed=True, reason=str(exc))
-            failed.append(item["key"])
-            continue
-        res["after"] = after
-        if after == res["desired"]:
-            res["changed"] = True
-            journal.drop(FAMILY, item["key"])
-        else:
-            res.update(failed=True, reason="wrote %r but read back %r" % (item["desired"], after))
-            failed.append(item["key"])
+        _restore_one(node, journal, item, res)
     journal.save(check_mode=check_mode)
-    return results, failed
+    return results, failed_keys(results)
+
+
+def _restore_one(node, journal, item, res):
+    """Write one original back; drop its journal entry only when it reads back."""
+    try:
+        after = write_item(node, item, item["desired"])
+    except NodeError as exc:
+        res.update(failed=True, reason=str(exc))
+        return
+    res["after"] = after
+    if after == res["desired"]:
+        res["changed"] = True
+        journal.drop(FAMILY, item["key"])
+    else:
+        res.update(failed=True, reason="wrote %r but read back %r" % (item["desired"], after))

@@ -14,10 +14,17 @@ description:
   - Runtime only; nothing here survives a reboot. Persistence (C(/etc/sysctl.d), the
     C(transparent_hugepage=) kernel argument) is the job of the persistent role and
     M(gpunode.tuning.kernel_cmdline).
-  - Every key and value is validated before the first write. A key must exist; where the current
-    value is an integer (or integer fields, such as C(net.ipv4.tcp_rmem)) the new one must be too;
-    a transparent hugepage value must be one of the choices the file lists. Multi-field values are
-    compared with whitespace normalized.
+  - Every key and value is validated before the first write, and bad input fails the task with
+    nothing written. A key follows the sysctl name grammar (no leading C(-), no C(=), whitespace or
+    control characters); a value has no control characters or line breaks (a tab between fields is
+    written as a space) and starts with C(-) only as a negative integer, so that the same value can
+    go into a C(/etc/sysctl.d) drop-in without adding a line.
+    Where the current value is an integer (or integer fields, such as C(net.ipv4.tcp_rmem)) the new
+    one must be too; a transparent hugepage value must be one of the choices the file lists.
+    Multi-field values are compared with whitespace normalized.
+  - A key that does not exist on this node (or transparent hugepages where the kernel has none)
+    fails that key alone; the other keys are applied, and the task fails at the end naming the
+    missing key and listing RV(applied_keys).
   - Each value is read back after it is written; a value that did not take fails that key, and
     the other keys are still applied.
 author:
@@ -53,6 +60,14 @@ options:
         of failing.
     type: bool
     default: false
+  sysctl_file:
+    description:
+      - A sysctl drop-in (absolute on the node, below O(root)) that the caller is about to write these
+        values to, for example with M(ansible.posix.sysctl). The module checks, also in check mode, that
+        it can be written (its directory accepts new files, an existing file is a regular file that is
+        not immutable) and fails naming it before anything is written when it cannot.
+      - Nothing is written to it by this module. Unset means no check.
+    type: str
   journal:
     description:
       - Path of the journal on the node (below O(root)), for example C(/var/lib/gpunode-tuning/journal.json).
@@ -63,6 +78,8 @@ options:
     description:
       - Ignore O(sysctl) and O(transparent_hugepage); write back every original the journal holds
         for family C(tunables), read back, and drop the restored entries. Needs O(journal).
+      - An entry that cannot be restored fails alone and stays in the journal for the next attempt;
+        the others are restored.
     type: bool
     default: false
 seealso:
@@ -83,6 +100,13 @@ EXAMPLES = r"""
       defrag: defer+madvise
     journal: /var/lib/gpunode-tuning/journal.json
   register: gpunode_tunables
+
+- name: Check the values and that the drop-in can be written, before persisting them
+  gpunode.tuning.kernel_tunables:
+    sysctl:
+      vm.swappiness: 10
+    sysctl_file: /etc/sysctl.d/90-gpunode-tuning.conf
+  check_mode: true
 
 - name: In a container, skip what cannot be written
   gpunode.tuning.kernel_tunables:
@@ -124,7 +148,9 @@ settings:
       type: str
       sample: /proc/sys/vm/swappiness
     before:
-      description: Value before the task (whitespace-normalized; for THP the selected choice).
+      description:
+        - Value before the task (whitespace-normalized; for THP the selected choice).
+        - Null when the key does not exist on this node.
       type: str
       sample: "60"
     after:
@@ -144,7 +170,7 @@ settings:
       type: bool
       sample: false
     failed:
-      description: Whether writing the key failed or its value did not read back.
+      description: Whether the key does not exist here, writing it failed or its value did not read back.
       type: bool
       sample: false
     reason:
@@ -152,11 +178,19 @@ settings:
       type: str
       sample: null
 failed_keys:
-  description: Keys that failed (the task then fails too).
+  description: Keys that failed (the task then fails too), among them keys that do not exist on this node.
   returned: always
   type: list
   elements: str
   sample: []
+applied_keys:
+  description:
+    - Keys whose value is the desired one after the task (in check mode, would be), whether this task
+      changed them or they were right already. With O(restore), the keys back at their original value.
+  returned: always
+  type: list
+  elements: str
+  sample: [vm.swappiness, transparent_hugepage.enabled]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -172,6 +206,7 @@ ARGUMENT_SPEC = dict(
         defrag=dict(type="str"),
     )),
     skip_readonly=dict(type="bool", default=False),
+    sysctl_file=dict(type="str"),
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
 )
@@ -181,16 +216,29 @@ def build_module():
     return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
+def failure_message(results, failed, applied, restore=False):
+    """One message that names every failed key with its reason and says what was applied."""
+    if restore:
+        return "these keys were not restored and stay in the journal for the next rollback: %s. Restored or " \
+               "already original: %s" % ("; ".join("%s (%s)" % (k, results[k]["reason"]) for k in failed),
+                                         ", ".join(applied) or "none")
+    return "these keys were not applied: %s. Applied: %s" % (
+        "; ".join("%s (%s)" % (k, results[k]["reason"]) for k in failed), ", ".join(applied) or "none")
+
+
 def main():
     module = build_module()
     p = module.params
     node = Node.open(p["root"], module)
     items = None
-    if not p["restore"]:
-        try:
+    try:
+        if not p["restore"]:
             items = tunables.plan_items(node, p["sysctl"], p["transparent_hugepage"])
-        except tunables.TunableError as exc:
-            module.fail_json(msg="invalid input, nothing was written: %s" % exc)
+        problem = tunables.sysctl_file_problem(node, p["sysctl_file"]) if p["sysctl_file"] else None
+    except tunables.TunableError as exc:
+        module.fail_json(msg="invalid input, nothing was written: %s" % exc)
+    if problem:
+        module.fail_json(msg="%s; nothing was written" % problem)
     journal = open_journal(module, node)
     try:
         if p["restore"]:
@@ -199,18 +247,17 @@ def main():
         else:
             results, failed = tunables.apply(node, items, journal=journal, check_mode=module.check_mode,
                                              skip_readonly=p["skip_readonly"])
-    except tunables.TunableError as exc:
-        module.fail_json(msg=str(exc))
     except NodeError as exc:
         module.fail_json(msg=str(exc))
 
-    out = dict(changed=any(r["changed"] for r in results.values()), settings=results, failed_keys=failed)
+    applied = tunables.applied_keys(results)
+    out = dict(changed=any(r["changed"] for r in results.values()), settings=results, failed_keys=failed,
+               applied_keys=applied)
     if module._diff:
         out["diff"] = dict(before={k: r["before"] for k, r in results.items()},
                            after={k: r["after"] for k, r in results.items()})
     if failed:
-        module.fail_json(msg="these keys did not take their values: " + "; ".join(
-            "%s (%s)" % (k, results[k]["reason"]) for k in failed), **out)
+        module.fail_json(msg=failure_message(results, failed, applied, restore=p["restore"]), **out)
     module.exit_json(**out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -166,6 +167,17 @@ def test_value_that_does_not_take_fails_that_key_only(node_root, run_module, mon
     ({"restore": True}, "journal"),
     ({"sysctl": {"vm.swappiness": 10}, "journal": "journal.json"}, "absolute"),
     ({"sysctl": {"vm.swappiness": 10, "vm.dirty_ratio": "x"}}, "allowed are integers"),
+    # A value or key that would add a line to the persistent drop-in is refused at runtime too,
+    # and a valid key next to it is not written either.
+    ({"sysctl": {"kernel.osrelease": "x\nkernel.modprobe = /x"}}, "contains line feed (\\n)"),
+    ({"sysctl": {"vm.swappiness": 10, "kernel.osrelease": "x\nkernel.modprobe = /x"}}, "kernel.osrelease"),
+    ({"sysctl": {"vm.swappiness": "10\r"}}, "carriage return"),
+    ({"sysctl": {"-vm.swappiness": 10}}, "no leading '/' or '-'"),
+    ({"sysctl": {"vm.swappiness\n": 10}}, "allowed is a sysctl name"),
+    ({"sysctl": {"kernel.core_pattern": "-x"}}, "starts with '-'"),
+    ({"transparent_hugepage": {"enabled": "madvise\nnever"}}, "line feed"),
+    ({"sysctl": {"vm.swappiness": 10}, "sysctl_file": "etc/sysctl.d/x.conf"}, "allowed is an absolute path"),
+    ({"sysctl": {"vm.swappiness": 10}, "sysctl_file": "/etc/sysctl.d/x\n.conf"}, "allowed is an absolute path"),
 ])
 def test_bad_input_fails_and_writes_nothing(node_root, run_module, digest, args, fragment):
     before = digest(node_root)
@@ -184,3 +196,117 @@ def test_restore_with_unreadable_journal_fails(node_root, run_module, digest):
     result, failed = run_module("kernel_tunables", {"restore": True, "journal": JOURNAL, "root": node_root})
     assert failed and "unreadable" in result["msg"]
     assert digest(node_root) == before
+
+
+def test_missing_key_fails_alone_and_the_others_are_applied(node_root, run_module):
+    args = {"sysctl": {"vm.no_such_key": 1, "vm.swappiness": 10}, "transparent_hugepage": {"enabled": "madvise"},
+            "root": node_root, "journal": JOURNAL}
+    result, failed = run_module("kernel_tunables", args, check=True)
+    assert failed and result["failed_keys"] == ["vm.no_such_key"]
+    assert result["applied_keys"] == ["vm.swappiness", "transparent_hugepage.enabled"]
+    assert read(node_root, "proc/sys/vm/swappiness") == "60\n"  # check mode
+
+    result, failed = run_module("kernel_tunables", args)
+    assert failed
+    assert result["failed_keys"] == ["vm.no_such_key"]
+    assert "vm.no_such_key does not exist on this node" in result["msg"]
+    assert "Applied: vm.swappiness, transparent_hugepage.enabled" in result["msg"]
+    assert result["settings"]["vm.no_such_key"]["reason"].startswith("sysctl key vm.no_such_key does not exist")
+    assert read(node_root, "proc/sys/vm/swappiness") == "10\n"
+    assert read(node_root, "sys/kernel/mm/transparent_hugepage/enabled") == "always [madvise] never\n"
+    with open(os.path.join(node_root, JOURNAL.lstrip("/"))) as fh:
+        assert set(json.load(fh)["families"]["tunables"]) == {"vm.swappiness", "transparent_hugepage.enabled"}
+
+
+def test_missing_thp_fails_alone(node_root, run_module):
+    os.rename(os.path.join(node_root, "sys/kernel/mm/transparent_hugepage/defrag"),
+              os.path.join(node_root, "sys/kernel/mm/transparent_hugepage/defrag.gone"))
+    result, failed = run_module("kernel_tunables", {"sysctl": {"vm.swappiness": 10},
+                                                    "transparent_hugepage": {"defrag": "madvise"},
+                                                    "root": node_root})
+    assert failed and result["failed_keys"] == ["transparent_hugepage.defrag"]
+    assert "not available on this node" in result["msg"]
+    assert read(node_root, "proc/sys/vm/swappiness") == "10\n"
+
+
+@pytest.fixture
+def immutable(tmp_path):
+    """chattr +i on paths (root ignores chmod), undone at teardown so tmp cleanup works."""
+    done = []
+
+    def _set(path):
+        subprocess.run(["chattr", "+i", path], check=True)
+        done.append(path)
+
+    yield _set
+    for path in reversed(done):
+        subprocess.run(["chattr", "-i", path], check=False)
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_unwritable_sysctl_dropin_is_reported_before_anything_is_written(node_root, run_module, digest, immutable,
+                                                                         check):
+    immutable(os.path.join(node_root, "etc/sysctl.d"))
+    before = digest(node_root)
+    result, failed = run_module("kernel_tunables", {"sysctl": {"vm.swappiness": 10}, "root": node_root,
+                                                    "sysctl_file": "/etc/sysctl.d/90-gpunode-tuning.conf",
+                                                    "journal": JOURNAL}, check=check)
+    assert failed
+    assert "sysctl drop-in %s/etc/sysctl.d/90-gpunode-tuning.conf cannot be written" % node_root in result["msg"]
+    assert "does not accept new files (immutable attribute or permissions)" in result["msg"]
+    assert digest(node_root) == before
+
+
+def test_immutable_sysctl_dropin_file_is_reported(node_root, run_module, immutable):
+    path = os.path.join(node_root, "etc/sysctl.d/90-gpunode-tuning.conf")
+    with open(path, "w") as fh:
+        fh.write("vm.swappiness=10\n")
+    args = {"sysctl": {"vm.swappiness": 10}, "root": node_root, "sysctl_file": "/etc/sysctl.d/90-gpunode-tuning.conf"}
+    result, failed = run_module("kernel_tunables", args, check=True)
+    assert not failed, result  # writable: the check passes and says nothing
+    immutable(path)
+    result, failed = run_module("kernel_tunables", args, check=True)
+    assert failed and "cannot be replaced" in result["msg"]
+
+
+def test_restore_goes_on_past_an_entry_it_cannot_restore(node_root, run_module):
+    result, failed = run_module("kernel_tunables", dict(INFERENCE, root=node_root, journal=JOURNAL))
+    assert not failed
+    swappiness = os.path.join(node_root, "proc/sys/vm/swappiness")
+    os.rename(swappiness, swappiness + ".gone")  # the key vanished (module unloaded, file replaced ...)
+
+    result, failed = run_module("kernel_tunables", {"restore": True, "root": node_root, "journal": JOURNAL})
+    assert failed
+    assert result["failed_keys"] == ["vm.swappiness"]
+    assert "vm.swappiness" in result["msg"] and "stay in the journal" in result["msg"]
+    assert "kernel.numa_balancing" in result["applied_keys"]
+    assert read(node_root, "proc/sys/kernel/numa_balancing") == "1\n"
+    assert read(node_root, "sys/kernel/mm/transparent_hugepage/enabled") == "[always] madvise never\n"
+    with open(os.path.join(node_root, JOURNAL.lstrip("/"))) as fh:
+        assert list(json.load(fh)["families"]["tunables"]) == ["vm.swappiness"]
+
+    os.rename(swappiness + ".gone", swappiness)
+    result, failed = run_module("kernel_tunables", {"restore": True, "root": node_root, "journal": JOURNAL})
+    assert not failed and result["applied_keys"] == ["vm.swappiness"]
+    assert read(node_root, "proc/sys/vm/swappiness") == "60\n"
+    assert not os.path.exists(os.path.join(node_root, JOURNAL.lstrip("/")))
+
+
+def test_restore_never_builds_a_path_from_a_foreign_journal_entry(node_root, run_module, tmp_path):
+    path = os.path.join(node_root, JOURNAL.lstrip("/"))
+    run_module("kernel_tunables", {"sysctl": {"vm.swappiness": 10}, "root": node_root, "journal": JOURNAL})
+    with open(path) as fh:
+        data = json.load(fh)
+    entry = data["families"]["tunables"]["vm.swappiness"]
+    data["families"]["tunables"]["transparent_hugepage.../../../../etc/hostname"] = dict(entry, original="x")
+    data["families"]["tunables"]["-kernel.modprobe"] = dict(entry, original="/x")
+    with open(path, "w") as fh:
+        json.dump(data, fh)
+    with open(os.path.join(node_root, "etc/hostname"), "w") as fh:
+        fh.write("node\n")
+    result, failed = run_module("kernel_tunables", {"restore": True, "root": node_root, "journal": JOURNAL})
+    assert failed
+    assert set(result["failed_keys"]) == {"transparent_hugepage.../../../../etc/hostname", "-kernel.modprobe"}
+    assert "not a transparent hugepage setting" in result["msg"] and "allowed is a sysctl name" in result["msg"]
+    assert read(node_root, "proc/sys/vm/swappiness") == "60\n"
+    assert read(node_root, "etc/hostname") == "node\n"

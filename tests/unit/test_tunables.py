@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import tunables
@@ -28,6 +30,9 @@ def test_canonical_key_round_trips():
 @pytest.mark.parametrize("key", [
     "", "../../etc/passwd", "/etc/passwd", "vm..swappiness", "vm/../../../etc/shadow", ".vm.swappiness",
     "vm.swappiness.", "vm. swappiness", "vm.swap$piness", "a" * 300, "vm.swappiness\x00",
+    # Keys that would change the meaning of a sysctl.d line: '-' (ignore errors), '=', a newline.
+    "-vm.swappiness", "vm.swappiness\n", "vm.swappiness=1", "kernel.osrelease\nkernel.modprobe",
+    "vm.swappiness\r", "vm.swappiness\u2028",
 ])
 def test_bad_keys(key):
     with pytest.raises(tunables.TunableError, match="allowed is"):
@@ -62,24 +67,58 @@ def test_value_string():
     assert tunables.value_string(10) == "10"
 
 
-def test_plan_collects_every_error(build_node):
+@pytest.mark.parametrize("desired,fragment", [
+    ("x\nkernel.modprobe = /x", "line feed"),
+    ("1\r", "carriage return"),
+    ("1\x1b[2J", "escape"),
+    ("1\x00", "NUL"),
+    ("1\u2028kernel.modprobe=/x", "U+2028"),
+    ("\u202e1", "U+202E"),
+    ("-x", "starts with '-'"),
+    ("-1 x", "starts with '-'"),
+])
+def test_validate_value_refuses_what_could_start_a_line_or_an_option(desired, fragment):
+    with pytest.raises(tunables.TunableError, match="allowed is printable text") as exc:
+        tunables.validate_sysctl_value("kernel.core_pattern", desired, "core")
+    assert fragment in str(exc.value) and "kernel.core_pattern" in str(exc.value)
+
+
+def test_plan_collects_every_input_error(build_node):
     root = build_node("tiny-vm")
     with pytest.raises(tunables.TunableError) as exc:
-        tunables.plan_items(Node(root), {"vm.nope": 1, "vm.swappiness": "x"}, {"enabled": "sometimes"})
+        tunables.plan_items(Node(root), {"vm.nope": "x\ny", "vm.swappiness": "x"}, {"enabled": "sometimes"})
     msg = str(exc.value)
-    assert "vm.nope does not exist" in msg
+    assert "vm.nope: value 'x\\ny' contains line feed" in msg  # checked even where the key is missing
     assert "allowed are integers" in msg
     assert "allowed are always, madvise, never" in msg
 
 
-def test_plan_rejects_symlink_escaping_proc_sys(build_node, tmp_path):
+def test_plan_marks_a_missing_key_and_keeps_the_others(build_node):
+    root = build_node("tiny-vm")
+    items = {i["key"]: i for i in tunables.plan_items(Node(root), {"vm.nope": 1, "vm.swappiness": 10})}
+    assert "vm.nope does not exist on this node" in items["vm.nope"]["problem"]
+    assert items["vm.swappiness"]["problem"] is None and items["vm.swappiness"]["desired"] == "10"
+
+
+def test_plan_treats_symlink_escaping_proc_sys_as_missing(build_node, tmp_path):
     root = build_node("tiny-vm")
     (tmp_path / "outside").write_text("1\n")
-    import os
-
     os.symlink(str(tmp_path / "outside"), os.path.join(root, "proc/sys/vm/escape"))
-    with pytest.raises(tunables.TunableError, match="does not exist"):
-        tunables.plan_items(Node(root), {"vm.escape": 0})
+    (item,) = tunables.plan_items(Node(root), {"vm.escape": 0})
+    assert "does not exist" in item["problem"]
+    results, failed = tunables.apply(Node(root), [item])
+    assert failed == ["vm.escape"]
+    assert (tmp_path / "outside").read_text() == "1\n"
+
+
+def test_sysctl_file_problem(build_node):
+    root = build_node("tiny-vm")
+    node = Node(root)
+    assert tunables.sysctl_file_problem(node, "/etc/sysctl.d/90-gpunode-tuning.conf") is None
+    os.mkdir(os.path.join(root, "etc/sysctl.d/90-gpunode-tuning.conf"))
+    assert "is a directory" in tunables.sysctl_file_problem(node, "/etc/sysctl.d/90-gpunode-tuning.conf")
+    with pytest.raises(tunables.TunableError, match="allowed is an absolute path"):
+        tunables.sysctl_file_problem(node, "/etc/sysctl.d/x\n.conf")
 
 
 def test_plan_same_key_twice(build_node):
