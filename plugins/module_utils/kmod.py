@@ -7,7 +7,8 @@ A module that does not load is reported with a reason class rather than failing 
 kernel log records written during the attempt:
 
 ``not_found``, ``invalid_argument``, ``dependency_missing``, ``symbol_mismatch``, ``denied``,
-``in_use`` (unload only), ``builtin`` (unload of a built-in module), ``unknown``.
+``in_use`` (unload only), ``builtin`` (unload of a built-in module), ``invalid_name`` (a journal
+entry that is not a module name: never passed to modprobe), ``unknown``.
 
 Loaded state is ``/sys/module/NAME`` (a built-in module with parameters has the directory but
 no ``initstate``). Everything here reads below a ``Node`` root; modprobe is whatever binary the
@@ -21,19 +22,24 @@ import os
 import re
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
+from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
+    KMOD_NAME_ALLOWED,
+    KMOD_NAME_RE,
+    ValidationError,
+    kmod_name,
+    kmod_param,
+    kmod_param_value,
+)
 
 FAMILY = "kmod"
 NOT_LOADED = "not_loaded"
 STATES = ("present", "absent")
 REASON_CLASSES = ("not_found", "invalid_argument", "dependency_missing", "symbol_mismatch", "denied",
-                  "in_use", "builtin", "unknown")
+                  "in_use", "builtin", "invalid_name", "unknown")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-PARAM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-PARAM_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/+@%=-]{1,256}$")
-NAME_ALLOWED = "letters, digits, '_' and '-', at most 64 characters"
-PARAM_NAME_ALLOWED = "a letter or '_' then letters, digits, '_', '.', '-', at most 64 characters"
-PARAM_VALUE_ALLOWED = "1 to 256 of letters, digits and , . _ : / + @ % = - (no whitespace, quotes or shell characters)"
+# Anchored forms of validate.py's grammar for callers that use ``.match`` (facts.py).
+NAME_RE = re.compile(r"\A%s\Z" % KMOD_NAME_RE.pattern)
+NAME_ALLOWED = KMOD_NAME_ALLOWED
 
 PEERMEM_NAMES = ("nvidia_peermem", "nv_peer_mem")
 PEERMEM_MESSAGE = (
@@ -51,17 +57,21 @@ def sysfs_name(name):
 
 def param_string(value):
     """Render a parameter value as modprobe takes it (booleans as 1/0)."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
+    return kmod_param_value(value)
 
 
 def validate_request(req):
-    """Return a list of error messages for one request ``{name, params, state, required}``."""
+    """Return a list of error messages for one request ``{name, params, state, required}``.
+
+    Names and parameters follow validate.py: nothing modprobe could read as an option, nothing
+    that splits its argument list or a modprobe.d line.
+    """
     errors = []
     name = req.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        errors.append("module name %r is invalid: allowed are %s" % (name, NAME_ALLOWED))
+    try:
+        kmod_name(name)
+    except ValidationError as exc:
+        errors.append(str(exc))
         name = "?"
     if req.get("state") not in STATES:
         errors.append("%s: state %r is invalid: allowed are %s" % (name, req.get("state"), ", ".join(STATES)))
@@ -72,11 +82,10 @@ def validate_request(req):
     if params and req.get("state") == "absent":
         errors.append("%s: params are only allowed with state=present" % name)
     for pname, pvalue in params.items():
-        if not isinstance(pname, str) or not PARAM_NAME_RE.match(pname):
-            errors.append("%s: parameter name %r is invalid: allowed are %s" % (name, pname, PARAM_NAME_ALLOWED))
-        if pvalue is None or isinstance(pvalue, (dict, list)) or not PARAM_VALUE_RE.match(param_string(pvalue)):
-            errors.append("%s: value %r of parameter %s is invalid: allowed are %s"
-                          % (name, pvalue, pname, PARAM_VALUE_ALLOWED))
+        try:
+            kmod_param(name, pname, pvalue)
+        except ValidationError as exc:
+            errors.append(str(exc))
     return errors
 
 
@@ -287,6 +296,7 @@ def new_result(req):
         "message": "",
         "param_drift": {},
         "persist_ok": False,
+        "modprobe_options": modprobe_options(req),
         "log": [],
     }
 
@@ -322,12 +332,27 @@ def plan(node, req):
     return res, action
 
 
-def modprobe_args(modprobe, req, action):
-    """The modprobe argument list for a load or unload (never a shell string)."""
-    if action == "unload":
-        return [modprobe, "-r", req["name"]]
+def param_words(req):
+    """``NAME=VALUE`` for each parameter of a validated request, sorted by name."""
     params = req.get("params") or {}
-    return [modprobe, req["name"]] + ["%s=%s" % (k, param_string(params[k])) for k in sorted(params)]
+    return [kmod_param(req["name"], k, params[k]) for k in sorted(params)]
+
+
+def modprobe_args(modprobe, req, action):
+    """The modprobe argument list for a load or unload (never a shell string).
+
+    Names are validated never to start with '-'; the ``--`` also stops GNU getopt (kmod's
+    modprobe permutes its arguments) from reading anything after it as an option.
+    """
+    if action == "unload":
+        return [modprobe, "-r", "--", req["name"]]
+    return [modprobe, "--", req["name"]] + param_words(req)
+
+
+def modprobe_options(req):
+    """The /etc/modprobe.d line that sets a request's parameters at boot, or None without parameters."""
+    words = param_words(req) if req["state"] == "present" else []
+    return "options %s %s" % (req["name"], " ".join(words)) if words else None
 
 
 def load(node, req, res, run, modprobe, dmesg=None):
@@ -413,6 +438,21 @@ def apply_requests(node, reqs, run, find_modprobe, journal=None, check_mode=Fals
     return results
 
 
+def plan_restore(node, req):
+    """Plan the unload of a journaled module; a name that fails validation is never passed on.
+
+    Such an entry was not written by this collection: it is reported (``invalid_name``) and
+    stays in the journal, and the other modules are still unloaded.
+    """
+    try:
+        kmod_name(req["name"])
+    except ValidationError as exc:
+        res = new_result(dict(req, name=str(req["name"])))
+        res.update(reason_class="invalid_name", message="journal entry not restored: %s" % exc)
+        return res, None
+    return plan(node, req)
+
+
 def restore(node, journal, run, find_modprobe, check_mode=False):
     """Unload the modules the journal records as loaded by this collection.
 
@@ -422,8 +462,7 @@ def restore(node, journal, run, find_modprobe, check_mode=False):
     planned = []
     for name in sorted(entries):
         req = {"name": name, "state": "absent", "params": {}, "required": True}
-        res, action = plan(node, req)
-        planned.append((req, res, action))
+        planned.append((req,) + plan_restore(node, req))
     if not check_mode and any(action for _req, _res, action in planned):
         modprobe = find_modprobe()
     results = []

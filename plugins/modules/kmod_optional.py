@@ -23,6 +23,8 @@ description:
     is run, never the controller's.
   - With O(journal), each module this task loads is recorded; O(restore=true) unloads those.
     Modules unloaded with O(state=absent) are not recorded.
+  - Every name and parameter is validated before modprobe runs; modprobe gets C(--) before the
+    module name, so nothing given here can be read as one of its options.
 author:
   - gpunode.tuning contributors (@gpunode)
 extends_documentation_fragment:
@@ -31,13 +33,16 @@ extends_documentation_fragment:
 options:
   name:
     description:
-      - Name of one module. Letters, digits, V(_) and V(-), at most 64 characters.
+      - Name of one module. Letters, digits, V(_) and V(-), not starting with V(-), at most 64 characters.
       - Mutually exclusive with O(modules).
     type: str
   params:
     description:
       - Module parameters for O(name), passed to modprobe as C(KEY=VALUE).
-      - "Values may contain letters, digits and C(, . _ : / + @ % = -); booleans become V(1)/V(0)."
+      - A C(KEY) starts with a letter or V(_), then letters, digits, V(_), V(.), V(-).
+      - "Values may contain letters, digits and C(, . _ : / + @ % = -) (no whitespace, quotes or control
+        characters, so a value can neither split modprobe's arguments nor a C(/etc/modprobe.d) line);
+        booleans become V(1)/V(0)."
     type: dict
   state:
     description:
@@ -82,6 +87,8 @@ options:
     description:
       - Ignore O(name) and O(modules); unload every module the journal records as loaded by this
         collection and drop those entries. Needs O(journal).
+      - A module that cannot be unloaded (or a journal entry that is not a module name) fails the task
+        and stays in the journal for the next attempt; the other modules are still unloaded.
     type: bool
     default: false
 notes:
@@ -153,7 +160,8 @@ modules:
       description:
         - Why the module did not reach its state; null when it did.
         - One of V(not_found), V(invalid_argument), V(dependency_missing), V(symbol_mismatch),
-          V(denied), V(in_use), V(builtin), V(unknown).
+          V(denied), V(in_use), V(builtin), V(invalid_name) (restore - a journal entry that is not a
+          module name, never passed to modprobe), V(unknown).
       type: str
       sample: invalid_argument
     message:
@@ -170,6 +178,13 @@ modules:
       description: True only when the module is loaded; the persistent role persists only those.
       type: bool
       sample: false
+    modprobe_options:
+      description:
+        - The validated C(/etc/modprobe.d) line that sets the requested parameters at boot
+          (C(options NAME KEY=VALUE ...)); null when no parameters were requested.
+        - The persistent role writes it as it is.
+      type: str
+      sample: options nvidia NVreg_EnableGpuFirmware=0
     log:
       description: Kernel log lines of a failed attempt that concern the module.
       type: list
@@ -225,6 +240,11 @@ persist_ok:
   returned: when O(name) is given
   type: bool
   sample: true
+modprobe_options:
+  description: With O(name), the C(/etc/modprobe.d) line for its parameters (null without parameters).
+  returned: when O(name) is given
+  type: str
+  sample: null
 log:
   description: With O(name), kernel log lines of a failed attempt.
   returned: when O(name) is given
@@ -331,7 +351,9 @@ def main():
         if r["reason_class"] and not r["required"]:
             module.warn("%s: %s (%s; not required)" % (r["name"], r["message"], r["reason_class"]))
     if failed:
-        module.fail_json(msg="required modules did not reach their state: " + "; ".join(
+        what = ("these modules were not unloaded and stay in the journal for the next rollback: " if p["restore"]
+                else "required modules did not reach their state: ")
+        module.fail_json(msg=what + "; ".join(
             "%s (%s): %s" % (r["name"], r["reason_class"], r["message"]) for r in failed), **out)
     module.exit_json(**out)
 

@@ -111,6 +111,17 @@ def test_relevant_log_lines_filters_noise():
     (dict(name="nvidia", state="present", params={"x": "$(id)"}), "no whitespace"),
     (dict(name="nvidia", state="present", params={"x": None}), "no whitespace"),
     (dict(name="nvidia", state="absent", params={"x": "1"}), "only allowed with state=present"),
+    # Anything modprobe could read as an option, or that splits its argv or a modprobe.d line.
+    (dict(name="-r", state="present"), "not starting with '-'"),
+    (dict(name="--remove", state="present"), "not starting with '-'"),
+    (dict(name="nvidia\n", state="present"), "letters, digits"),
+    (dict(name="nvidia\ninstall nvidia /bin/sh", state="present"), "letters, digits"),
+    (dict(name="nvidia", state="present", params={"-r": "1"}), "parameter name"),
+    (dict(name="nvidia", state="present", params={"x\n": "1"}), "parameter name"),
+    (dict(name="nvidia", state="present", params={"x": "1\n"}), "no whitespace"),
+    (dict(name="nvidia", state="present", params={"x": "1\ninstall nvidia /bin/sh"}), "no whitespace"),
+    (dict(name="nvidia", state="present", params={"x": "a\tb"}), "no whitespace"),
+    (dict(name="nvidia", state="present", params={"x": '"1"'}), "quotes"),
 ])
 def test_validate_request(req, fragment):
     errors = kmod.validate_request(req)
@@ -138,5 +149,17 @@ def test_same_param_value(requested, current, same):
 
 def test_modprobe_args_never_a_shell_string():
     args = kmod.modprobe_args("/usr/sbin/modprobe", dict(name="nvidia", params={"b": True, "a": "x"}), "load")
-    assert args == ["/usr/sbin/modprobe", "nvidia", "a=x", "b=1"]
-    assert kmod.modprobe_args("/m", dict(name="msr"), "unload") == ["/m", "-r", "msr"]
+    assert args == ["/usr/sbin/modprobe", "--", "nvidia", "a=x", "b=1"]
+    assert kmod.modprobe_args("/m", dict(name="msr"), "unload") == ["/m", "-r", "--", "msr"]
+
+
+def test_modprobe_options_line():
+    req = dict(name="snd-hda-intel", state="present", params={"model": "auto", "index": -2, "enable": True})
+    assert kmod.modprobe_options(req) == "options snd-hda-intel enable=1 index=-2 model=auto"
+    assert kmod.modprobe_options(dict(name="msr", state="present", params={})) is None
+
+
+def test_name_re_is_anchored_for_match_callers():
+    assert kmod.NAME_RE.match("nvidia_uvm")
+    for bad in ("nvidia\n", "-r", "nvidia;rm", ""):
+        assert not kmod.NAME_RE.match(bad), bad

@@ -165,7 +165,7 @@ def test_simulated_root_never_runs_host_modprobe(build_node, run_module, monkeyp
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", spy)
     run_module("kmod_optional", {"name": "msr", "root": root})
-    assert seen == [[os.path.join(root, "usr/sbin/modprobe"), "msr"]]
+    assert seen == [[os.path.join(root, "usr/sbin/modprobe"), "--", "msr"]]
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -184,6 +184,9 @@ def test_simulated_root_never_runs_host_modprobe(build_node, run_module, monkeyp
     ({"restore": True}, "journal"),
     ({}, "one of name or modules"),
     ({"name": "msr", "journal": "relative/journal.json"}, "absolute"),
+    ({"name": "-r"}, "not starting with '-'"),
+    ({"name": "msr\n"}, "letters, digits"),
+    ({"name": "msr", "params": {"allow_writes": "on\ninstall msr /bin/sh"}}, "no whitespace"),
 ])
 def test_bad_input_fails_and_writes_nothing(build_node, run_module, digest, args, fragment):
     root = build_node("tiny-vm")
@@ -204,3 +207,86 @@ def test_simulated_root_without_modprobe_fails_cleanly(build_node, run_module, d
     # Nothing to run: no modprobe needed.
     result, failed = run_module("kmod_optional", {"name": "virtio_net", "root": root})
     assert not failed and result["already_loaded"]
+
+
+def spy_commands(monkeypatch):
+    """Record every command the module runs (and still run it)."""
+    from ansible.module_utils import basic
+
+    seen = []
+    real = basic.AnsibleModule.run_command
+
+    def spy(self, args, **kwargs):
+        seen.append(list(args))
+        return real(self, args, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", spy)
+    return seen
+
+
+@pytest.mark.parametrize("modules", [
+    [{"name": "-r"}],
+    [{"name": "-r", "state": "absent"}],
+    [{"name": "tcp_bbr"}, {"name": "--remove"}],
+    [{"name": "tcp_bbr", "params": {"-r": "mlx5_core"}}],
+])
+def test_option_like_names_never_reach_modprobe(build_node, run_module, digest, monkeypatch, modules):
+    """`name: -r` used to run `modprobe -r` and unload a module with failed=false."""
+    root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    seen = spy_commands(monkeypatch)
+    before = digest(root)
+    result, failed = run_module("kmod_optional", {"modules": modules, "journal": JOURNAL, "root": root})
+    assert failed and "invalid input, nothing was run" in result["msg"]
+    assert "allowed are" in result["msg"]
+    assert seen == []
+    assert digest(root) == before
+    assert os.path.isdir(os.path.join(root, "sys/module/mlx5_core"))
+
+
+def test_params_come_back_as_the_modprobe_d_line(build_node, run_module):
+    root = build_node("tiny-vm")
+    result, failed = run_module("kmod_optional", {"name": "msr", "params": {"allow_writes": True}, "root": root})
+    assert not failed
+    assert result["modprobe_options"] == "options msr allow_writes=1"
+    result, failed = run_module("kmod_optional", {"modules": [{"name": "cpuid"}], "root": root}, check=True)
+    assert result["modules"][0]["modprobe_options"] is None
+
+
+def _modprobe_that_cannot_unload(root, module):
+    """Wrap the node's modprobe so that `modprobe -r -- MODULE` fails as for a module in use."""
+    path = os.path.join(root, "usr/sbin/modprobe")
+    os.rename(path, path + ".real")
+    with open(path, "w") as fh:
+        fh.write('#!/bin/sh\ncase " $* " in *" -r "*" %s "*) echo "modprobe: FATAL: Module %s is in use." >&2; '
+                 'exit 1 ;; esac\nexec "$0.real" "$@"\n' % (module, module))
+    os.chmod(path, 0o755)
+
+
+def test_restore_goes_on_past_a_module_it_cannot_unload(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    result, failed = run_module("kmod_optional", {"modules": [{"name": "msr"}, {"name": "tcp_bbr"}],
+                                                  "journal": JOURNAL, "root": root})
+    assert not failed and result["changed"]
+    _modprobe_that_cannot_unload(root, "msr")
+    result, failed = run_module("kmod_optional", {"restore": True, "journal": JOURNAL, "root": root})
+    assert failed
+    assert "msr (in_use)" in result["msg"] and "stay in the journal" in result["msg"]
+    by_name = {m["name"]: m for m in result["modules"]}
+    assert by_name["tcp_bbr"]["changed"] and not os.path.exists(os.path.join(root, "sys/module/tcp_bbr"))
+    assert os.path.isdir(os.path.join(root, "sys/module/msr"))
+    assert set(journal_of(root)["families"]["kmod"]) == {"msr"}
+
+
+def test_restore_never_passes_a_foreign_journal_name(build_node, run_module, monkeypatch):
+    root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    run_module("kmod_optional", {"name": "tcp_bbr", "journal": JOURNAL, "root": root})
+    data = journal_of(root)
+    data["families"]["kmod"]["-r"] = dict(data["families"]["kmod"]["tcp_bbr"])
+    with open(os.path.join(root, JOURNAL.lstrip("/")), "w") as fh:
+        json.dump(data, fh)
+    seen = spy_commands(monkeypatch)
+    result, failed = run_module("kmod_optional", {"restore": True, "journal": JOURNAL, "root": root})
+    assert failed and "-r (invalid_name)" in result["msg"]
+    assert seen == [[os.path.join(root, "usr/sbin/modprobe"), "-r", "--", "tcp_bbr"]]
+    assert os.path.isdir(os.path.join(root, "sys/module/mlx5_core"))
+    assert set(journal_of(root)["families"]["kmod"]) == {"-r"}
