@@ -18,15 +18,19 @@ import os
 import re
 import tempfile
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
+    KERNEL_ARG_ALLOWED,
+    ValidationError,
+    kernel_argument,
+    write_problem,
+)
+
 STATES = ("present", "absent")
 BOOTLOADERS = ("auto", "grub", "grubby")
 GRUB_DROPIN_DIR = "/etc/default/grub.d"
 DEFAULT_DROPIN = GRUB_DROPIN_DIR + "/60-gpunode-tuning.cfg"
 MANAGED_MARK = "Managed by gpunode.tuning"
-ARG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}$")
-KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-ARG_ALLOWED = ("KEY or KEY=VALUE; KEY of letters, digits, '_', '.', '-'; VALUE of letters, digits and "
-               ", . _ : / + @ % = ~ ^ - (no quotes, whitespace or shell characters such as $ ` ; |)")
+ARG_ALLOWED = KERNEL_ARG_ALLOWED
 DEBIAN_IDS = ("debian", "ubuntu", "linuxmint", "pop", "raspbian")
 RHEL_IDS = ("rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn")
 _VAR_RE = re.compile(r"\$\{?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}?")
@@ -49,8 +53,10 @@ def validate_arguments(arguments):
     if not arguments:
         errors.append("arguments must name at least one kernel argument")
     for arg in arguments or []:
-        if not isinstance(arg, str) or not ARG_RE.match(arg) or not KEY_RE.match(arg_key(arg)):
-            errors.append("argument %r is invalid: allowed is %s" % (arg, ARG_ALLOWED))
+        try:
+            kernel_argument(arg)
+        except ValidationError as exc:
+            errors.append(str(exc))
             continue
         key = arg_key(arg)
         if key in keys:
@@ -213,6 +219,12 @@ def plan_grub(node, dropin, arguments, state):
     return dict(before_text=before_text, after_text=after_text, before_args=before_args, after_args=after_args,
                 changed=after_text != before_text,
                 configured_args=grub_cmdline_args(grub_config_texts(node, dropin, after_text)))
+
+
+def dropin_problem(node, dropin):
+    """Why the drop-in could not be written or deleted (check mode predicts it), or None."""
+    problem = write_problem(node.path(dropin))
+    return None if problem is None else "%s cannot be written: %s" % (node.path(dropin), problem)
 
 
 def write_dropin(node, dropin, text, atomic_move):

@@ -30,7 +30,9 @@ options:
   arguments:
     description:
       - Kernel arguments, V(KEY) or V(KEY=VALUE), for example V(amd_pstate=active), V(iommu=pt).
-      - No quotes, whitespace or shell characters (such as C($), C(`), C(;), C(|)); a key at most once.
+      - No quotes, whitespace, control characters or shell characters (such as C($), C(`), C(;), C(|)),
+        and no leading C(-), so that an argument fits the GRUB drop-in's double quotes and grubby's
+        C(--args=); a key at most once. A bad argument fails the task naming it before anything is written.
     type: list
     elements: str
     required: true
@@ -59,6 +61,8 @@ options:
     default: true
 notes:
   - Diff mode shows the drop-in text before and after (grubby - the default kernel's arguments).
+  - A drop-in that cannot be written (its directory read-only or immutable, the file immutable or a
+    directory) fails the task naming it, in check mode too.
   - Files are written atomically (a temporary file in the target directory, then renamed).
 seealso:
   - module: gpunode.tuning.kernel_tunables
@@ -180,6 +184,9 @@ def apply_grub(module, node, p, out):
     if module._diff:
         out["diff"] = dict(before=plan["before_text"] or "", after=plan["after_text"] or "",
                            before_header=p["dropin"], after_header=p["dropin"])
+    problem = bootcmdline.dropin_problem(node, p["dropin"]) if plan["changed"] else None
+    if problem:  # in check mode too: the real run would fail here
+        module.fail_json(msg="%s; nothing was written" % problem, **out)
     if plan["changed"] and not module.check_mode:
         bootcmdline.write_dropin(node, p["dropin"], plan["after_text"], module.atomic_move)
         if node.is_live and p["update_bootloader"]:

@@ -59,6 +59,8 @@ def test_grub_cmdline_args_expands_in_order():
 @pytest.mark.parametrize("arg", [
     'amd_pstate="active"', "iommu=pt quiet", "memmap=2G$4G", "a=`id`", "a;reboot", "a|b", "a&b", "a>b",
     "=value", "", "a'b", "a\\b", "-rf", "a\nb",
+    # A trailing newline used to pass (re.match with '$'); it would break the drop-in's quotes.
+    "amd_pstate=active\n", "quiet\r", "a\x00", "a\tb", "a\u2028b", '"', "--args=x", "a=b\nGRUB_DISABLE_OS_PROBER=false",
 ])
 def test_bad_arguments(arg):
     with pytest.raises(bc.CmdlineError, match="allowed is"):

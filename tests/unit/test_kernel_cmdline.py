@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -153,6 +154,9 @@ def test_rhel_simulated_root_with_its_own_grubby(build_node, run_module):
     ({"arguments": ["iommu=pt"], "dropin": "/etc/default/grub"}, "NAME.cfg"),
     ({"arguments": ["iommu=pt"], "dropin": "/etc/default/grub.d/../../../etc/passwd.cfg"}, "NAME.cfg"),
     ({}, "arguments"),
+    ({"arguments": ["amd_pstate=active\n"]}, "'amd_pstate=active\\n' is invalid"),
+    ({"arguments": ['iommu=pt"\nGRUB_CMDLINE_LINUX="init=/bin/sh']}, "no quotes"),
+    ({"arguments": ["-rf"]}, "not starting with '-'"),
 ])
 def test_bad_input_fails_and_writes_nothing(debian, run_module, digest, args, fragment):
     before = digest(debian)
@@ -200,3 +204,33 @@ def test_update_grub_runs_only_on_live_root_and_only_when_changed(debian, run_mo
     result, failed = run_module("kernel_cmdline", {"arguments": ["nosmt"], "root": debian}, check=True)
     assert not failed and result["changed"] and result["bootloader_updated"] is False
     assert log.read_text() == "ran\n"
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_unwritable_dropin_is_reported_in_check_mode_too(debian, run_module, digest, check):
+    grub_d = os.path.join(debian, "etc/default/grub.d")
+    subprocess.run(["chattr", "+i", grub_d], check=True)
+    try:
+        before = digest(debian)
+        result, failed = run_module("kernel_cmdline", {"arguments": ["amd_pstate=active"], "root": debian},
+                                    check=check)
+    finally:
+        subprocess.run(["chattr", "-i", grub_d], check=True)
+    assert failed
+    assert "%s/%s cannot be written" % (debian, DROPIN) in result["msg"]
+    assert "does not accept new files" in result["msg"]
+    assert digest(debian) == before
+
+
+def test_dropin_that_is_a_directory_is_reported(debian, run_module):
+    os.mkdir(os.path.join(debian, DROPIN))
+    result, failed = run_module("kernel_cmdline", {"arguments": ["iommu=pt"], "root": debian}, check=True)
+    assert failed and "is a directory" in result["msg"]
+
+
+def test_missing_grub_d_is_created(debian, run_module):
+    os.rmdir(os.path.join(debian, "etc/default/grub.d"))
+    result, failed = run_module("kernel_cmdline", {"arguments": ["iommu=pt"], "root": debian}, check=True)
+    assert not failed, result
+    result, failed = run_module("kernel_cmdline", {"arguments": ["iommu=pt"], "root": debian})
+    assert not failed and "iommu=pt" in read(debian, DROPIN)
