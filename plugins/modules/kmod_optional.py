@@ -293,6 +293,34 @@ def requests_from(params):
             for m in params["modules"] or []]
 
 
+def finish(module, p, results):
+    """Exit with the per-module results: warnings for optional failures, a failure naming required ones."""
+    changed = any(r["changed"] for r in results)
+    if module.check_mode:
+        changed = any(r["message"] in ("would load", "would unload") for r in results)
+    out = dict(changed=changed, modules=results)
+    if p["name"] is not None and not p["restore"]:
+        out.update({k: v for k, v in results[0].items() if k != "changed"})
+    if module._diff:
+        def shown(r, after):
+            loaded = r["loaded"] if after else r["already_loaded"]
+            if module.check_mode and after and r["message"] in ("would load", "would unload"):
+                loaded = r["message"] == "would load"
+            return "loaded" if loaded else "not loaded"
+        out["diff"] = dict(before={r["name"]: shown(r, False) for r in results},
+                           after={r["name"]: shown(r, True) for r in results})
+    failed = [r for r in results if r["reason_class"] and r["required"]]
+    for r in results:
+        if r["reason_class"] and not r["required"]:
+            module.warn("%s: %s (%s; not required)" % (r["name"], r["message"], r["reason_class"]))
+    if failed:
+        what = ("these modules were not unloaded and stay in the journal for the next rollback: " if p["restore"]
+                else "required modules did not reach their state: ")
+        module.fail_json(msg=what + "; ".join(
+            "%s (%s): %s" % (r["name"], r["reason_class"], r["message"]) for r in failed), **out)
+    module.exit_json(**out)
+
+
 def main():
     module = build_module()
     p = module.params
@@ -332,30 +360,7 @@ def main():
     except NodeError as exc:
         module.fail_json(msg=str(exc))
 
-    changed = any(r["changed"] for r in results)
-    if module.check_mode:
-        changed = any(r["message"] in ("would load", "would unload") for r in results)
-    out = dict(changed=changed, modules=results)
-    if p["name"] is not None and not p["restore"]:
-        out.update({k: v for k, v in results[0].items() if k != "changed"})
-    if module._diff:
-        def shown(r, after):
-            loaded = r["loaded"] if after else r["already_loaded"]
-            if module.check_mode and after and r["message"] in ("would load", "would unload"):
-                loaded = r["message"] == "would load"
-            return "loaded" if loaded else "not loaded"
-        out["diff"] = dict(before={r["name"]: shown(r, False) for r in results},
-                           after={r["name"]: shown(r, True) for r in results})
-    failed = [r for r in results if r["reason_class"] and r["required"]]
-    for r in results:
-        if r["reason_class"] and not r["required"]:
-            module.warn("%s: %s (%s; not required)" % (r["name"], r["message"], r["reason_class"]))
-    if failed:
-        what = ("these modules were not unloaded and stay in the journal for the next rollback: " if p["restore"]
-                else "required modules did not reach their state: ")
-        module.fail_json(msg=what + "; ".join(
-            "%s (%s): %s" % (r["name"], r["reason_class"], r["message"]) for r in failed), **out)
-    module.exit_json(**out)
+    finish(module, p, results)
 
 
 if __name__ == "__main__":
