@@ -253,7 +253,7 @@ def test_bad_values_fail_validation_before_any_change(shared_node):
     )
     assert proc.returncode != 0
     out = proc.stdout
-    assert "Validating arguments against arg spec 'main'" in out
+    assert "Check the role variables before anything changes" in out
     assert "value of gpunode_tuning_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in out
     assert "value of gpunode_tuning_preset must be one of: inference-throughput, inference-latency, got: foo" in out
     assert re.search(
