@@ -9,6 +9,7 @@ Ansible: functions raise ``NodeError`` and modules turn that into ``fail_json``.
 
 from __future__ import annotations
 
+import errno
 import os
 
 NODE_ARGUMENT_SPEC = dict(root=dict(type="path", default="/"))
@@ -134,6 +135,22 @@ class Node:
         finally:
             os.close(fd)
 
+    def write_problem(self, *parts):
+        """Why ``Node.write`` of the attribute at ``parts`` would fail: a short reason, or None.
+
+        Check mode asks this of exactly the files a real run would write, so that it fails where
+        the real run would (``write_refusal`` is the probe). The reason reads after the path:
+        "does not exist", "is a directory", "is not writable (...)".
+        """
+        exc = write_refusal(self.path(*parts))
+        if exc is None:
+            return None
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "does not exist"
+        if exc.errno == errno.EISDIR:
+            return "is a directory"
+        return "is not writable (%s: %s)" % (exc.strerror or exc, _refusal_cause(exc.errno))
+
     def pciutils_args(self):
         """Extra arguments that make lspci/setpci operate on this node's sysfs tree."""
         if self.is_live:
@@ -155,6 +172,34 @@ class Node:
         if not path:
             module.fail_json(msg="%s not found: install the %s package on the node" % (name, package))
         return path
+
+
+def write_refusal(full):
+    """The OSError that opening the file ``full`` for writing raises, or None when it would open.
+
+    ``os.access`` asks the kernel without opening anything: False for an immutable file or a
+    read-only mount even for root, but True for a directory. Only then is the file opened
+    (nothing is written) to learn the errno. The one definition of "writable" that every check
+    mode uses (sysfs attributes and PCI config space alike).
+    """
+    if os.access(full, os.W_OK) and not os.path.isdir(full):
+        return None
+    try:
+        os.close(os.open(full, os.O_WRONLY))
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _refusal_cause(err):
+    """The likely cause of a refused open for writing, by errno."""
+    if err == errno.EPERM:
+        return "the file is immutable or the kernel forbids the write"
+    if err == errno.EROFS:
+        return "the file system is read-only"
+    if err == errno.EACCES:
+        return "run as root (become: true)" if os.geteuid() != 0 else "a read-only attribute"
+    return "refused by the kernel"
 
 
 def parse_cpulist(text):

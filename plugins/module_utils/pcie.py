@@ -27,6 +27,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NodeError,
     cmdline_args,
     lockdown_mode,
+    write_refusal,
 )
 
 PCI_CAP_ID_EXP = 0x10
@@ -467,17 +468,12 @@ def _access_fault(dev_path, exc):
 def write_fault(dev):
     """Why the config file of ``dev`` cannot be opened for writing; None when it can.
 
-    ``os.access`` is False for an immutable file even for root. Opening (without writing)
-    then names the errno; the root hint is given only to a process that is not root.
+    ``write_refusal`` (the probe every check mode shares) names the errno; the root hint is
+    given only to a process that is not root.
     """
     full = os.path.join(dev["path"], "config")
-    if os.access(full, os.W_OK):
-        return None
-    try:
-        os.close(os.open(full, os.O_WRONLY))
-    except OSError as exc:
-        cause = exc
-    else:
+    cause = write_refusal(full)
+    if cause is None:
         return None
     msg = "write refused: cannot open %s for writing (%s)" % (full, cause.strerror or cause)
     if _not_root():

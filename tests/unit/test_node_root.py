@@ -8,6 +8,7 @@ it (so verification passed it). Runs with the empty root use check mode: on code
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -122,3 +123,27 @@ def test_a_dangling_link_is_a_missing_root(tmp_path):
     link.symlink_to(tmp_path / "gone")
     with pytest.raises(NodeError, match="does not exist"):
         Node.open(str(link))
+
+
+def test_write_problem_names_why_a_write_would_fail_and_writes_nothing(tmp_path):
+    """What check mode asks before a real run would write: None, or the reason read after the path."""
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "ok").write_text("0\n")
+    (tmp_path / "sys" / "dir").mkdir()
+    (tmp_path / "sys" / "locked").write_text("0\n")
+    node = Node.open(str(tmp_path))
+    if subprocess.run(["chattr", "+i", node.path("sys/locked")], capture_output=True, check=False).returncode:
+        pytest.skip("chattr +i is not available here (needs root and a file system with attributes)")
+    try:
+        assert node.write_problem("sys/ok") is None
+        assert node.write_problem("sys/gone") == "does not exist"
+        assert node.write_problem("sys/ok/below") == "does not exist"
+        assert node.write_problem("sys/dir") == "is a directory"
+        assert node.write_problem("sys/locked") == ("is not writable (Operation not permitted: the file is "
+                                                    "immutable or the kernel forbids the write)")
+        with pytest.raises(NodeError, match="locked for writing: Operation not permitted"):
+            node.write("1", "sys/locked")  # the real write fails where the probe said it would
+    finally:
+        subprocess.run(["chattr", "-i", node.path("sys/locked")], check=False)
+    assert (tmp_path / "sys" / "ok").read_text() == "0\n" and (tmp_path / "sys" / "locked").read_text() == "0\n"
+    assert sorted(os.listdir(tmp_path / "sys")) == ["dir", "locked", "ok"]
