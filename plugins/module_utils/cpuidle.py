@@ -246,17 +246,40 @@ def apply_writes(node, writes):
     return failed
 
 
-def failure_message(failed, restore=False):
+def writable_writes(node, writes, failed):
+    """Check mode: the writes a real run could make; each refused one goes to ``failed`` with its cause.
+
+    Only the files about to change are probed (``Node.write_problem``), so a run that changes
+    nothing probes nothing.
+    """
+    kept = []
+    for st, value in writes:
+        problem = node.write_problem(st.path("disable"))
+        if problem is None:
+            kept.append((st, value))
+        else:
+            failed.setdefault(st.name, {})[st.cpu] = "%s %s" % (node.path(st.path("disable")), problem)
+    return kept
+
+
+def failure_message(failed, restore=False, check_mode=False):
     """``C2 on CPUs 3,7 (cause; cause)`` per state, at most three causes each."""
     parts = []
     for name, by_cpu in sorted(failed.items()):
         msgs = [by_cpu[cpu] for cpu in sorted(by_cpu)]
         more = "; and %d more" % (len(msgs) - 3) if len(msgs) > 3 else ""
         parts.append("%s on CPUs %s (%s%s)" % (name, format_cpulist(sorted(by_cpu)), "; ".join(msgs[:3]), more))
-    if restore:
-        return "idle states could not be restored (they stay in the journal; the others were restored): " + \
-            "; ".join(parts)
-    return "idle state writes did not take (the other CPUs and states were set): " + "; ".join(parts)
+    if check_mode and restore:
+        head = ("check mode: a real run would fail. idle states could not be restored (they would stay in the "
+                "journal; the others would be restored): ")
+    elif check_mode:
+        head = "check mode: a real run would fail. idle state writes would not take (the other CPUs and states " \
+               "would be set): "
+    elif restore:
+        head = "idle states could not be restored (they stay in the journal; the others were restored): "
+    else:
+        head = "idle state writes did not take (the other CPUs and states were set): "
+    return head + "; ".join(parts)
 
 
 def _check_params(module):
@@ -297,6 +320,8 @@ def run(module):
     else:
         plan, journaled, failed = _plan(module, states_by_cpu, result), states_by_cpu, {}
     writes = plan_writes(journaled, plan)
+    if writes and module.check_mode:
+        writes = writable_writes(node, writes, failed)
     if writes and not module.check_mode:
         if journal is not None and not restore:
             _journal_originals(journal, writes)
@@ -314,7 +339,7 @@ def run(module):
         result["diff"] = diff_text(summary, [n for n in summary if summary[n]["desired"] is not None])
     if failed:
         result["failed_states"] = sorted(failed)
-        module.fail_json(msg=failure_message(failed, restore), **result)
+        module.fail_json(msg=failure_message(failed, restore, module.check_mode), **result)
     module.exit_json(**result)
 
 

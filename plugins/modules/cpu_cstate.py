@@ -16,6 +16,9 @@ description:
     C(processor.max_cstate=N) (acpi_idle) or C(intel_idle.max_cstate=N), or run this module at boot.
   - On a node without a cpuidle driver (C(current_driver) is V(none), typical of VMs) the module returns
     RV(supported=false) and changes nothing; it fails there only with O(required=true).
+  - In check mode each C(disable) file that would change is checked for writability (it exists, is a file,
+    is not immutable or read-only); one that is not fails the task as the real run would, naming the CPUs,
+    states and causes, while the other planned changes are still reported. Nothing is written.
 author:
   - gpunode.tuning contributors (@gpunode)
 options:
@@ -177,7 +180,7 @@ failed_states:
   description:
     - State names whose write did not take on some CPU (the task fails naming the CPUs and causes; every other
       CPU and state was still written). With O(restore), the states whose originals could not be restored.
-  returned: on failure after writing
+  returned: on failure after writing, and in check mode when a write would fail
   type: list
   elements: str
   sample: [C2]

@@ -350,3 +350,68 @@ def test_restore_goes_on_past_what_it_cannot_restore_and_keeps_exactly_that(buil
     assert not failed, result
     assert not os.path.exists(os.path.join(root, JOURNAL.lstrip("/")))
     assert digest(root) == original
+
+
+# ---------------------------------------------------------------------------------------------
+# Check mode predicts the faults a real run would meet, and still writes nothing
+# ---------------------------------------------------------------------------------------------
+
+
+def make_faults(root):
+    """cpu1's C2 disable file immutable (returned for chattr), cpu2's a directory, cpu3's gone; cpu0 healthy."""
+    os.unlink(os.path.join(state_dir(root, 2, 2), "disable"))
+    os.mkdir(os.path.join(state_dir(root, 2, 2), "disable"))
+    os.unlink(os.path.join(state_dir(root, 3, 2), "disable"))
+    return os.path.join(state_dir(root, 1, 2), "disable")
+
+
+def test_check_mode_fails_where_the_real_run_would_and_writes_nothing(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    with immutable(make_faults(root)):
+        before = digest(root)
+        args = {"root": root, "disable": ["C1", "C2"], "journal": JOURNAL}
+        checked, failed = run_module("cpu_cstate", args, check=True, diff=True)
+        assert digest(root) == before
+        assert failed and checked["failed_states"] == ["C2"]
+        msg = checked["msg"]
+        assert msg.startswith("check mode: a real run would fail. idle state writes would not take (the other CPUs "
+                              "and states would be set): C2 on CPUs 1-3 (")
+        assert "cpu1/cpuidle/state2/disable is not writable (Operation not permitted: the file is immutable" in msg
+        assert "cpu2/cpuidle/state2/disable is a directory" in msg
+        assert "cpu3/cpuidle/state2/disable does not exist" in msg
+        # The healthy changes are still reported as planned.
+        assert checked["states"]["C1"]["disabled_after"] == 4 and checked["states"]["C1"]["cpus_changed"] == 4
+        assert checked["states"]["C2"]["disabled_cpus"] == "0" and checked["states"]["C2"]["cpus_changed"] == 1
+        assert checked["diff"]["after"] == "C1: disabled on 4/4 CPUs\nC2: disabled on 1/4 CPUs\n"
+        applied, failed = run_module("cpu_cstate", args)
+    assert failed and applied["failed_states"] == ["C2"] and "C2 on CPUs 1-3 (" in applied["msg"]
+    assert {k: applied["states"][n][k] for n in ("C1", "C2") for k in ("disabled_cpus", "cpus_changed")} == \
+        {k: checked["states"][n][k] for n in ("C1", "C2") for k in ("disabled_cpus", "cpus_changed")}
+
+
+def test_restore_in_check_mode_names_what_it_could_not_restore(build_node, run_module, digest):
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"], "journal": JOURNAL})
+    assert not failed, result
+    with immutable(os.path.join(state_dir(root, 1, 2), "disable")):
+        before = digest(root)
+        result, failed = run_module("cpu_cstate", {"root": root, "restore": True, "journal": JOURNAL}, check=True)
+        assert digest(root) == before  # the journal too
+    assert failed and result["failed_states"] == ["C2"]
+    assert result["msg"].startswith("check mode: a real run would fail. idle states could not be restored (they "
+                                    "would stay in the journal; the others would be restored): C2 on CPUs 1 (")
+    assert result["states"]["C2"]["disabled_cpus"] == "1"
+
+
+def test_check_mode_probes_only_the_files_that_change(build_node, run_module, monkeypatch):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import node as node_mod
+
+    root = build_node("audited-epyc-8gpu", cpus=8)
+    for cpu in range(5):
+        set_disable(root, cpu, 2, 1)
+    probed = []
+    real = node_mod.Node.write_problem
+    monkeypatch.setattr(node_mod.Node, "write_problem", lambda self, *p: probed.append(p) or real(self, *p))
+    result, failed = run_module("cpu_cstate", {"root": root, "disable": ["C2"]}, check=True)
+    assert not failed and result["states"]["C2"]["cpus_changed"] == 3
+    assert sorted(probed) == [(CPU + "/cpu%d/cpuidle/state2/disable" % c,) for c in (5, 6, 7)]
