@@ -325,8 +325,8 @@ PRESETS = {
         description="An arm64 GPU node: NVIDIA Grace (Neoverse V2, 72 cores), psci_idle WFI/cpu-sleep-0/"
         "cluster-sleep-0, cppc_cpufreq (schedutil, no EPP, no boost file, no amd_pstate/intel_pstate), "
         "4 NVIDIA H100 PCIe (class 0x0302) at MRRS 512, each in its own PCI segment, a ConnectX NIC, an NVMe drive.",
-        # arm64 /proc/cpuinfo has no vendor_id, model name, cpu family or physical id: what a reader
-        # of it finds is None. One socket: tuning_facts counts sockets by physical id.
+        # arm64 /proc/cpuinfo has no vendor_id, model name, cpu family or physical id: model and family
+        # read as None, the vendor as the CPU implementer. Sockets come from topology/physical_package_id.
         cpu_vendor=None,
         cpu_model=None,
         cpu_family=None,

@@ -21,6 +21,7 @@ import os
 import re
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.kmod import NAME_ALLOWED, NAME_RE, sysfs_name
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_CPU,
@@ -163,18 +164,21 @@ def kernel_facts(node):
 
 
 def cpu_facts(node, cpus):
-    """``cpu``: vendor, model, family, sockets, online CPUs and NUMA nodes."""
-    vendor = model = family = None
+    """``cpu``: vendor, model, family, sockets, online CPUs and NUMA nodes.
+
+    The vendor is what ``cpufreq.vendor_from_cpuinfo`` says (``arm64 (CPU implementer 0x41)`` on
+    arm64, whose cpuinfo has no vendor_id), so verification judges the driver as cpu_freq does.
+    """
+    model = family = None
     packages = set()
-    for line in (_read_all(node.path("proc/cpuinfo")) or "").splitlines():
+    lines = (_read_all(node.path("proc/cpuinfo")) or "").splitlines()
+    for line in lines:
         key, sep, value = line.partition(":")
         if not sep:
             continue
         key = key.strip()
         if key == "physical id":
             packages.add(value.strip())
-        elif vendor is None and key == "vendor_id":
-            vendor = value.strip()
         elif model is None and key == "model name":
             model = value.strip()
         elif family is None and key == "cpu family":
@@ -183,16 +187,30 @@ def cpu_facts(node, cpus):
     numa = [{"node": n, "cpus": _read(node.path("sys/devices/system/node/node%d/cpulist" % n)) or ""}
             for n in node_ids]
     return {
-        "vendor": vendor,
+        "vendor": vendor_from_cpuinfo(lines),
         "model": model,
         "family": family,
-        # A VM without "physical id" lines still has one socket.
-        "sockets": len(packages) or (1 if cpus else 0),
+        # A VM with neither topology nor "physical id" lines still has one socket.
+        "sockets": package_count(node, cpus) or len(packages) or (1 if cpus else 0),
         "online_count": len(cpus),
         "online": format_cpulist(cpus),
         "numa_nodes": len(node_ids),
         "numa": numa,
     }
+
+
+def package_count(node, cpus):
+    """Distinct ``topology/physical_package_id`` of ``cpus`` (0 when none is readable).
+
+    sysfs gives the package on every architecture; arm64 cpuinfo has no "physical id". -1 is
+    the kernel's "unknown".
+    """
+    packages = set()
+    for cpu in cpus:
+        package = _int_or_none(_read(node.path(SYSFS_CPU, "cpu%d/topology/physical_package_id" % cpu)))
+        if package is not None and package >= 0:
+            packages.add(package)
+    return len(packages)
 
 
 def cpuidle_facts(node, cpus, detail=False):

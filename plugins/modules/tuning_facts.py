@@ -219,12 +219,15 @@ tuning_facts:
           returned: always
           sample: none
     cpu:
-      description: CPU identity, from C(/proc/cpuinfo), and NUMA layout.
+      description: CPU identity, from C(/proc/cpuinfo) and the CPU topology in sysfs, and NUMA layout.
       returned: always
       type: dict
       contains:
         vendor:
-          description: C(vendor_id) of the first CPU.
+          description:
+            - C(vendor_id) of the first CPU; on arm64, which has none, V(arm64) with the C(CPU implementer),
+              for example V(arm64 (CPU implementer 0x41)). Null when cpuinfo has neither.
+            - The same value M(gpunode.tuning.cpu_freq) decides the driver by.
           type: str
           returned: always
           sample: AuthenticAMD
@@ -239,7 +242,9 @@ tuning_facts:
           returned: always
           sample: 25
         sockets:
-          description: Number of distinct C(physical id) values (1 when cpuinfo has none).
+          description:
+            - Number of distinct C(topology/physical_package_id) values of the online CPUs; without those files,
+              of C(physical id) values in C(/proc/cpuinfo); 1 when neither is there.
           type: int
           returned: always
           sample: 2

@@ -59,7 +59,9 @@ def test_every_preset_reads_back_what_simnode_wrote(build_node, run_module, dige
     assert f["kernel"]["release"] == spec["kmsg"][0][1].split()[2]
     assert f["kernel"]["lockdown"] == re.search(r"\[(\w+)\]", spec["lockdown"]).group(1)
 
-    assert f["cpu"]["vendor"] == spec["cpu_vendor"]
+    # arm64 cpuinfo has no vendor_id: the vendor is cpu_freq's, the CPU implementer.
+    assert f["cpu"]["vendor"] == (spec["cpu_vendor"] if spec.get("arch", "x86_64") == "x86_64"
+                                  else "arm64 (CPU implementer 0x41)")
     assert f["cpu"]["model"] == spec["cpu_model"]
     assert f["cpu"]["family"] == spec["cpu_family"]
     assert f["cpu"]["sockets"] == spec["sockets"]
@@ -444,3 +446,36 @@ def test_large_node_is_cheap(build_node, run_module):
     assert all(len(v) <= 5 for v in f["kernel_log"]["records"].values())
     # The target is 0.5 s; the bound leaves room for a loaded CI machine.
     assert elapsed < 2.0, "tuning_facts took %.2f s" % elapsed
+
+
+# ---------------------------------------------------------------------------------------------
+# arm64: no vendor_id, no physical id in /proc/cpuinfo
+# ---------------------------------------------------------------------------------------------
+
+
+def test_arm64_vendor_is_cpu_freqs_and_sockets_come_from_the_topology(build_node, run_module):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
+
+    root = build_node("grace-arm64-4gpu", cpus=8)
+    with open(os.path.join(root, "proc/cpuinfo")) as fh:
+        cpuinfo = fh.read()
+    assert "vendor_id" not in cpuinfo and "physical id" not in cpuinfo
+    # A two-socket Grace: CPUs 4-7 on package 1, as the kernel's topology shows it.
+    for cpu in range(4, 8):
+        write(root, CPU + "/cpu%d/topology/physical_package_id" % cpu, "1")
+    f = facts_of(run_module, root)
+    assert f["cpu"]["vendor"] == cpufreq.vendor_from_cpuinfo(cpuinfo.splitlines()) == "arm64 (CPU implementer 0x41)"
+    assert f["cpu"]["sockets"] == 2
+    # Offline CPUs do not count; a package the kernel does not know (-1) is no socket.
+    write(root, CPU + "/online", "0-3")
+    assert facts_of(run_module, root)["cpu"]["sockets"] == 1
+    for cpu in range(8):
+        write(root, CPU + "/cpu%d/topology/physical_package_id" % cpu, "-1")
+    assert facts_of(run_module, root)["cpu"]["sockets"] == 1
+
+
+def test_sockets_fall_back_to_cpuinfo_without_topology(build_node, run_module):
+    root = build_node("audited-epyc-8gpu", cpus=8)
+    for cpu in range(8):
+        os.unlink(os.path.join(root, CPU, "cpu%d/topology/physical_package_id" % cpu))
+    assert facts_of(run_module, root)["cpu"]["sockets"] == simnode.PRESETS["audited-epyc-8gpu"]["sockets"] == 2
