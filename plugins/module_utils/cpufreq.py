@@ -47,6 +47,8 @@ MODE_SETTINGS = {"amd_pstate_mode": "amd-pstate", "intel_pstate_status": "intel_
 ARM64_VENDOR = "arm64"
 # Drivers that refuse an EPP other than "performance" (EBUSY) while the governor is performance.
 EPP_LOCKED_UNDER_PERFORMANCE = ("amd-pstate-epp", "intel_pstate")
+# The policy file of each per-policy setting.
+POLICY_FILES = {"governor": "scaling_governor", "epp": "energy_performance_preference"}
 # Governors of the setpolicy drivers (active modes): known before the mode switch.
 SETPOLICY_GOVERNORS = ["performance", "powersave"]
 
@@ -584,10 +586,9 @@ def _journal_originals(journal, freq, plan, phases, boost):
 def _write_policies(node, phases, outcome):
     """Write every governor, then every EPP; each is read back. A failing policy does not stop the others."""
     for setting in ("governor", "epp"):
-        attr = "scaling_governor" if setting == "governor" else "energy_performance_preference"
         for p, value in phases[setting]:
             try:
-                _write(node, p.path(attr), value)
+                _write(node, p.path(POLICY_FILES[setting]), value)
             except NodeError as exc:
                 outcome.fail(setting, "CPUs %s: %s" % (format_cpulist(p.cpus), exc), p.cpus)
 
@@ -675,7 +676,7 @@ def _run_writes(module, node, journal, freq, plan, outcome):
     boost_changes = boost is not None and freq.boost != boost
     changed = switching or bool(phases["governor"] or phases["epp"]) or boost_changes
     if module.check_mode:
-        return _predicted_state(freq, plan, phases, governor, epp, boost if boost_changes else freq.boost), changed
+        return _check_run(node, freq, plan, phases, outcome, governor, epp, boost if boost_changes else None), changed
     if journal is not None and changed:
         _journal_originals(journal, freq, plan, phases, boost)
         journal.mark_applied(FAMILY)
@@ -705,6 +706,45 @@ def _switch_mode(node, freq, plan, outcome, governor, epp):
     phases, errors = _policy_writes(freq, governor, epp)
     _note_errors(outcome, errors)
     return phases
+
+
+def _check_run(node, freq, plan, phases, outcome, governor, epp, boost):
+    """Check mode: the state after the writes a real run could make; the others fail as they would then.
+
+    Exactly the files the run would write are probed. A mode file that cannot be written leaves
+    the driver as it is, so governor and EPP are planned on it, as the real run does after a
+    failed switch. After a switch that would take, the policy files are not probed: the
+    re-registering driver replaces them.
+    """
+    if plan["mode"] is not None and _refused(node, outcome, plan["mode"][1], plan["mode"][0]):
+        plan = dict(plan, mode=None, driver_after=freq.driver)
+        phases, errors = _policy_writes(freq, governor, epp)
+        _note_errors(outcome, errors)
+    if plan["mode"] is None:
+        phases = _writable_phases(node, phases, outcome)
+    if boost is not None and _refused(node, outcome, "boost", freq.boost_file):
+        boost = None
+    return _predicted_state(freq, plan, phases, governor, epp, freq.boost if boost is None else boost)
+
+
+def _refused(node, outcome, key, path, cpus=(), where=""):
+    """Check mode: True, failing ``key`` as a real run would, when ``path`` cannot be written."""
+    problem = node.write_problem(path)
+    if problem is None:
+        return False
+    outcome.fail(key, "%s%s %s" % (where, node.path(path), problem), cpus)
+    return True
+
+
+def _writable_phases(node, phases, outcome):
+    """Check mode: the policy writes a real run could make; a refused one fails its setting on its CPUs."""
+    kept = {"governor": [], "epp": []}
+    for setting, writes in phases.items():
+        for p, value in writes:
+            where = "CPUs %s: " % format_cpulist(p.cpus)
+            if not _refused(node, outcome, setting, p.path(POLICY_FILES[setting]), p.cpus, where):
+                kept[setting].append((p, value))
+    return kept
 
 
 def _predicted_state(freq, plan, phases, governor, epp, boost):
@@ -802,8 +842,14 @@ def _finish(module, result, outcome, changed, restore=False):
         result["diff"] = _diff({k: v for k, v in outcome.settings.items() if k != "driver"})
     if outcome.failed:
         result["failed_settings"] = sorted(outcome.failed)
-        what = ("cpufreq originals could not be restored (they stay in the journal; the others were restored): "
-                if restore else "cpufreq settings did not take (the others were applied): ")
+        if module.check_mode:
+            what = ("check mode: a real run would fail. cpufreq originals could not be restored (they would stay "
+                    "in the journal; the others would be restored): " if restore else
+                    "check mode: a real run would fail. cpufreq settings would not take (the others would be "
+                    "applied): ")
+        else:
+            what = ("cpufreq originals could not be restored (they stay in the journal; the others were restored): "
+                    if restore else "cpufreq settings did not take (the others were applied): ")
         module.fail_json(msg=what + outcome.message(), **result)
     module.exit_json(**result)
 
@@ -848,7 +894,7 @@ def _restore_mode(node, freq, key, original, outcome, check):
     if not node.exists(path):
         outcome.fail(key, "/%s is gone; cannot restore %s" % (path, original))
     elif check:
-        after = original
+        after = current if _refused(node, outcome, key, path) else original
     else:
         try:
             _write(node, path, original)
@@ -883,7 +929,7 @@ def _restore_policies(node, freq, entries, outcome, check):
     _note_errors(outcome, errors)
     changed = bool(phases["governor"] or phases["epp"])
     if changed and check:
-        predicted = _predict_writes(freq, phases)
+        predicted = _predict_writes(freq, _writable_phases(node, phases, outcome))
     else:
         if changed:
             _write_policies(node, phases, outcome)
@@ -902,7 +948,7 @@ def _restore_boost(node, freq, original, outcome, check):
     elif before != original:
         changed = True
         if check:
-            after = original
+            after = before if _refused(node, outcome, "boost", freq.boost_file) else original
         else:
             try:
                 _write(node, freq.boost_file, boost_value(freq.boost_file, original))

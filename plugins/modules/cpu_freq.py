@@ -23,6 +23,10 @@ description:
     persistent path (for example V(amd_pstate=active) on a node running acpi-cpufreq).
   - All changes last until reboot. On a node without cpufreq (typical of VMs) the module returns
     RV(supported=false) and changes nothing; it fails there only with O(required=true).
+  - In check mode each file that would be written (mode, governor, EPP, boost) is checked for writability (it
+    exists, is a file, is not immutable or read-only); one that is not fails the task as the real run would,
+    naming the setting, CPUs, file and cause, while the other planned changes are still reported. Nothing is
+    written.
 author:
   - gpunode.tuning contributors (@gpunode)
 options:
@@ -245,7 +249,7 @@ failed_settings:
   description:
     - Settings whose write did not take on some CPU (the task fails naming the CPUs and causes; the others were
       still applied). With O(restore), the settings whose originals could not be restored.
-  returned: on failure after writing
+  returned: on failure after writing, and in check mode when a write would fail
   type: list
   elements: str
   sample: [epp]
