@@ -3,8 +3,9 @@
 """Validators for every value that reaches a file or a command line on a node.
 
 One function per kind of value (sysctl key and value, kernel module name and parameter, kernel
-command-line argument, systemd unit name, absolute path), shared by the runtime modules and by
-the persistent flow, so that what is written to /proc/sys is checked exactly like what goes into
+command-line argument, systemd unit name, absolute path, and what the boot script renders: idle
+state names, PCI addresses, ids and class prefixes, cpulists, sysfs words), shared by the runtime
+modules and by the persistent flow, so that what is written to /proc/sys is checked exactly like what goes into
 /etc/sysctl.d, and what modprobe gets on its command line like what goes into /etc/modprobe.d.
 
 Each validator returns the value it accepted (normalized where it says so) or raises
@@ -23,6 +24,14 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+
+# The PCI selector rules are setpci_mrrs's own (one definition each); here they only get this
+# module's error type.
+from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import (
+    normalize_bdf,
+    normalize_class_prefix,
+    normalize_hex_id,
+)
 
 # Unicode categories never allowed: controls (C0, DEL, C1: newline, tab, escape ...), invisible
 # format characters (bidi overrides, zero-width), and the line/paragraph separators that
@@ -70,6 +79,23 @@ UNIT_NAME_ALLOWED = (
 PATH_RE = re.compile(r"/[A-Za-z0-9_.+@:/-]*")
 PATH_ALLOWED = ("an absolute path of letters, digits and _ . + @ : - / (no whitespace, quotes, '%', control "
                 "characters or '..')")
+
+# The names the kernel shows in cpuidle/stateN/name: POLL, C1E, C6_ACPI (intel_idle), WFI,
+# cpu-sleep-0 (psci_idle, from the device tree).
+CSTATE_NAME_RE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
+CSTATE_NAME_ALLOWED = ("an idle state name as cpuidle/stateN/name shows it (POLL, C1E, C6_ACPI, WFI, cpu-sleep-0): "
+                       "1 to 64 letters, digits, '_', '.', '-', not starting with '-'")
+
+# The largest CONFIG_NR_CPUS the kernel offers is 8192; the bound also keeps a range such as
+# 0-99999999 from being expanded into a list of that size.
+CPU_MAX = 8191
+_CPU_RANGE_RE = re.compile(r" *([0-9]{1,5}) *(?:- *([0-9]{1,5}) *)?")
+CPULIST_ALLOWED = ("a kernel cpulist such as 0-3,8,10-11: CPU numbers 0-%d and ascending ranges LOW-HIGH, "
+                   "separated by commas" % CPU_MAX)
+
+SYSFS_WORD_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
+SYSFS_WORD_ALLOWED = ("one word as a sysfs attribute takes it (performance, defer+madvise): 1 to 64 letters, digits "
+                      "and _ . + -, not starting with '-' or '.'")
 
 
 class ValidationError(ValueError):
@@ -196,17 +222,101 @@ def systemd_unit_name(name: object) -> str:
 
 def systemd_unit_names(names: object) -> list[str]:
     """Validate a list of unit names; the error lists every invalid one."""
-    if not isinstance(names, (list, tuple)):
-        raise ValidationError("%r is not a list of unit names: allowed is a list, each %s" % (names, UNIT_NAME_ALLOWED))
-    errors = []
-    for name in names:
+    return each(names, systemd_unit_name, "unit names", UNIT_NAME_ALLOWED)
+
+
+def each(values: object, validator, noun: str, allowed: str) -> list:
+    """Apply ``validator`` to every element of the list ``values``; the error lists every refused one."""
+    if not isinstance(values, (list, tuple)):
+        raise ValidationError("%r is not a list of %s: allowed is a list, each %s" % (values, noun, allowed))
+    out, errors = [], []
+    for value in values:
         try:
-            systemd_unit_name(name)
+            out.append(validator(value))
         except ValidationError as exc:
             errors.append(str(exc))
     if errors:
         raise ValidationError("; ".join(errors))
-    return list(names)
+    return out
+
+
+# --- CPU idle states and CPU lists ------------------------------------------------------------
+
+
+def cstate_name(name: object) -> str:
+    """An idle state name, as the boot script compares it with cpuidle/stateN/name."""
+    if not isinstance(name, str) or not CSTATE_NAME_RE.fullmatch(name):
+        raise ValidationError("idle state name %r is invalid: allowed is %s" % (name, CSTATE_NAME_ALLOWED))
+    return name
+
+
+def cstate_names(names: object) -> list[str]:
+    """Validate a list of idle state names; the error lists every invalid one."""
+    return each(names, cstate_name, "idle state names", CSTATE_NAME_ALLOWED)
+
+
+def cpulist(text: object) -> list[int]:
+    """The sorted CPU numbers of a kernel cpulist (``0-3,8``); spaces around numbers are allowed."""
+    bad = ValidationError("cpulist %r is invalid: allowed is %s" % (text, CPULIST_ALLOWED))
+    if not isinstance(text, str) or not text.strip():
+        raise bad
+    cpus: set[int] = set()
+    for part in text.split(","):
+        m = _CPU_RANGE_RE.fullmatch(part)
+        if not m:
+            raise bad
+        low = int(m.group(1))
+        high = int(m.group(2)) if m.group(2) is not None else low
+        if high < low or high > CPU_MAX:
+            raise bad
+        cpus.update(range(low, high + 1))
+    return sorted(cpus)
+
+
+# --- PCI selectors ------------------------------------------------------------------------------
+
+
+def pci_address(text: object) -> str:
+    """``DDDD:BB:DD.F`` (lower case, as sysfs names the device) for ``DDDD:BB:DD.F`` or ``BB:DD.F``."""
+    try:
+        return normalize_bdf(text)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def pci_addresses(values: object) -> list[str]:
+    """Validate a list of PCI addresses; return them as sysfs names them."""
+    return each(values, pci_address, "PCI addresses", "DDDD:BB:DD.F or BB:DD.F in hex")
+
+
+def pci_id(value: object) -> str:
+    """A vendor or device id as sysfs shows it (``0x10de``), from hex text with or without ``0x``."""
+    try:
+        return normalize_hex_id(value, "value")
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def _pci_class_prefix(value: object) -> str:
+    try:
+        return normalize_class_prefix(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def pci_class_prefixes(values: object) -> list[str]:
+    """Class prefixes as 2, 4 or 6 lower-case hex digits without ``0x``."""
+    return each(values, _pci_class_prefix, "PCI class prefixes", "2, 4 or 6 hex digits")
+
+
+# --- sysfs values -------------------------------------------------------------------------------
+
+
+def sysfs_word(value: object) -> str:
+    """One word for a sysfs attribute (a governor, an EPP or THP mode) that a shell line can hold."""
+    if not isinstance(value, str) or not SYSFS_WORD_RE.fullmatch(value):
+        raise ValidationError("value %r is invalid: allowed is %s" % (value, SYSFS_WORD_ALLOWED))
+    return value
 
 
 # --- paths --------------------------------------------------------------------------------------

@@ -161,5 +161,122 @@ def test_validation_error_filter_names_the_variable():
     msg = check(["a\nb.service"], "systemd_unit_names", "gpunode_tuning_boot_unit_before")
     assert msg.startswith("gpunode_tuning_boot_unit_before: unit name 'a\\nb.service' is invalid: allowed is")
     assert "allowed is an absolute path" in check("x y", "absolute_path", "gpunode_tuning_boot_script")
-    with pytest.raises(AnsibleFilterError, match="kind must be one of: absolute_path, systemd_unit_names"):
+    with pytest.raises(AnsibleFilterError, match="kind must be one of: absolute_path, cpulist, "):
         check("x", "nope", "v")
+
+
+# --- what the boot script renders (issue 12, class 2: the boot script and the udev rule) ---------
+
+SHELL_BREAKERS = ['x"; touch /tmp/x', "C2\ntouch /tmp/x", "C2 C6", "$(id)", "`id`", "C2;id", "C2|id", "'C2'",
+                  "C2\u2028", "*", "C[12]"]
+
+
+@pytest.mark.parametrize("name", SHELL_BREAKERS + ["-C2", "", None, 2, "x" * 65])
+def test_cstate_name_refuses(name):
+    with pytest.raises(v.ValidationError, match="allowed is an idle state name as cpuidle/stateN/name shows it"):
+        v.cstate_name(name)
+
+
+@pytest.mark.parametrize("name", ["POLL", "C1", "C1E", "C6_ACPI", "C1-SKX", "WFI", "cpu-sleep-0", "c.1", "_x"])
+def test_cstate_name_accepts_kernel_names(name):
+    assert v.cstate_name(name) == name
+
+
+def test_cstate_names_lists_every_bad_one():
+    with pytest.raises(v.ValidationError) as exc:
+        v.cstate_names(["C2", 'x"; touch /tmp/x', "C6\n"])
+    msg = str(exc.value)
+    assert "'x\"; touch /tmp/x'" in msg and "'C6\\n'" in msg and "'C2'" not in msg
+    assert v.cstate_names([]) == [] and v.cstate_names(["C2", "C6"]) == ["C2", "C6"]
+    with pytest.raises(v.ValidationError, match="not a list of idle state names"):
+        v.cstate_names("C2")
+
+
+@pytest.mark.parametrize("text,cpus", [
+    ("0", [0]), ("0-3,8", [0, 1, 2, 3, 8]), (" 2 - 3 , 0 ", [0, 2, 3]), ("3,1,1", [1, 3]), ("8191", [8191]),
+])
+def test_cpulist_expands(text, cpus):
+    assert v.cpulist(text) == cpus
+
+
+@pytest.mark.parametrize("text", ["", " ", "0-3\n8", "0-3,\n", "3-1", "0-8192", "1-", "-1", "0,,1", "0;id", "0-3 8",
+                                  "²", "9" * 6000, None, 3, ["0"]])
+def test_cpulist_refuses(text):
+    with pytest.raises(v.ValidationError, match="allowed is a kernel cpulist such as 0-3,8,10-11"):
+        v.cpulist(text)
+
+
+def test_pci_selectors_are_the_modules_rules_normalized_as_sysfs_shows_them():
+    from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import DeviceSelector
+
+    assert v.pci_addresses(["41:00.0", "0000:C1:00.1"]) == ["0000:41:00.0", "0000:c1:00.1"]
+    assert v.pci_id("10DE") == "0x10de" and v.pci_id("0x2330") == "0x2330" and v.pci_id("de") == "0x00de"
+    assert v.pci_class_prefixes(["0302", "0x03", "030200"]) == ["0302", "03", "030200"]
+    # The same values setpci_mrrs selects with.
+    sel = DeviceSelector(vendor="10DE", device="0x2330", class_prefixes=["0302"], bdfs=["41:00.0"])
+    assert (sel.vendor, sel.device, sel.class_prefixes, sel.bdfs) == (
+        v.pci_id("10DE"), v.pci_id("0x2330"), v.pci_class_prefixes(["0302"]), v.pci_addresses(["41:00.0"]))
+
+
+@pytest.mark.parametrize("call,value,fragment", [
+    (v.pci_addresses, ["41:00.0", "41:00.0; reboot"], "'41:00.0; reboot' is not a PCI address: use DDDD:BB:DD.F"),
+    (v.pci_addresses, ["41:00.0\n*"], "is not a PCI address"),
+    (v.pci_addresses, ["0000:41:20.0"], "device 00-1f"),
+    (v.pci_addresses, "41:00.0", "is not a list of PCI addresses"),
+    (v.pci_id, '10de" RUN+="/bin/x', "must be a 4-digit hex PCI id such as 10de or 0x10de"),
+    (v.pci_id, "10de0", "must be a 4-digit hex PCI id"),
+    (v.pci_id, "10de\nx", "must be a 4-digit hex PCI id"),
+    (v.pci_class_prefixes, ["03", "0x3*"], "class prefix '0x3*' is not 2, 4 or 6 hex digits"),
+    (v.pci_class_prefixes, ["030"], "is not 2, 4 or 6 hex digits"),
+])
+def test_pci_selectors_refuse(call, value, fragment):
+    with pytest.raises(v.ValidationError) as exc:
+        call(value)
+    assert fragment in str(exc.value)
+
+
+@pytest.mark.parametrize("word", ["performance", "balance_performance", "defer+madvise", "schedutil"])
+def test_sysfs_word_accepts(word):
+    assert v.sysfs_word(word) == word
+
+
+@pytest.mark.parametrize("word", ["performance\n", "a b", "-x", ".x", "$(id)", "x;y", "", None, "x" * 65])
+def test_sysfs_word_refuses(word):
+    with pytest.raises(v.ValidationError, match="allowed is one word as a sysfs attribute takes it"):
+        v.sysfs_word(word)
+
+
+def test_validated_filter_normalizes_and_fails_naming_the_variable():
+    from ansible.errors import AnsibleFilterError
+
+    from ansible_collections.gpunode.tuning.plugins.filter.validation_error import FilterModule
+
+    filters = FilterModule().filters()
+    check, validated = filters["validation_error"], filters["validated"]
+    assert validated("0-2,5", "cpulist", "gpunode_tuning_cstate_cpus") == [0, 1, 2, 5]
+    assert validated(["41:00.0"], "pci_addresses", "gpunode_tuning_mrrs_bdfs") == ["0000:41:00.0"]
+    # optional: "" and null are the variables' "not set", returned as they are.
+    assert validated("", "pci_id", "gpunode_tuning_mrrs_device", optional=True) == ""
+    assert check(None, "sysfs_word", "gpunode_tuning_cpufreq_epp", optional=True) == ""
+    assert "gpunode_tuning_mrrs_device: value must be" in check("", "pci_id", "gpunode_tuning_mrrs_device")
+    msg = check(["C2", 'x"; touch /tmp/x'], "cstate_names", "gpunode_tuning_cstate_disable")
+    assert msg.startswith("gpunode_tuning_cstate_disable: idle state name 'x\"; touch /tmp/x' is invalid: "
+                          "allowed is an idle state name")
+    with pytest.raises(AnsibleFilterError, match="gpunode_tuning_cstate_cpus: cpulist '0-3\\\\n8' is invalid"):
+        validated("0-3\n8", "cpulist", "gpunode_tuning_cstate_cpus")
+    with pytest.raises(AnsibleFilterError, match="kind must be one of: absolute_path, cpulist, cstate_names"):
+        validated("x", "nope", "v")
+
+
+def test_every_kind_is_documented():
+    import yaml
+
+    from ansible_collections.gpunode.tuning.plugins.filter.validation_error import KINDS, FilterModule
+
+    here = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
+    for name in FilterModule().filters():
+        with open(os.path.join(here, name + ".yml"), encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)["DOCUMENTATION"]
+        assert doc["name"] == name
+        assert sorted(doc["options"]["kind"]["choices"]) == sorted(KINDS)
+        assert doc["options"]["optional"]["default"] is False
