@@ -16,9 +16,13 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from test_family_isolation import failure_summary  # noqa: E402
 from test_playbooks import (  # noqa: E402  (this directory is put on sys.path above)
     assert_host_untouched,
+    assert_ok,
     build_node,
+    cstate_disabled,
+    read_mrrs,
     run_playbook,
     snapshot,
     tree_changes,
@@ -26,6 +30,14 @@ from test_playbooks import (  # noqa: E402  (this directory is put on sys.path a
 )
 
 SYSCTL_DROPIN = "etc/sysctl.d/90-gpunode-tuning.conf"
+BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
+# What the boot unit and the udev rule concerns write (relative to the node root).
+BOOT_FILES = (
+    BOOT_SCRIPT,
+    "etc/systemd/system/gpunode-tuning-boot.service",
+    "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
+    "etc/udev/rules.d/70-gpunode-tuning.rules",
+)
 INJECTED_SYSCTL = "x\nkernel.modprobe = /x"
 
 
@@ -153,3 +165,98 @@ def test_module_options_are_persisted_as_kmod_optional_validated_them(tmp_path):
         assert fh.read().splitlines()[1:] == ["options msr allow_writes=1"]
     with open(os.path.join(root, "etc/modules-load.d/gpunode-tuning-msr.conf"), encoding="utf-8") as fh:
         assert fh.read().splitlines()[1:] == ["msr"]
+
+
+# --- the boot script and the udev rule: every value they render is validated first -------------
+
+# Each case: (variable, hostile value, what the message says about it). The script runs as root at
+# every boot; the udev rule runs it on every hot-add.
+BOOT_INJECTIONS = [
+    ("gpunode_tuning_cstate_disable", ['C2"; touch /tmp/gpunode-injected; "'],
+     "gpunode_tuning_cstate_disable: idle state name 'C2\"; touch /tmp/gpunode-injected; \"' is invalid: "
+     "allowed is an idle state name as cpuidle/stateN/name shows it"),
+    ("gpunode_tuning_cstate_disable", ["C2\ntouch /tmp/gpunode-injected"],
+     "gpunode_tuning_cstate_disable: idle state name 'C2\\ntouch /tmp/gpunode-injected' is invalid"),
+    ("gpunode_tuning_mrrs_bdfs", ["41:00.0) reboot ;; *)"],
+     "gpunode_tuning_mrrs_bdfs: '41:00.0) reboot ;; *)' is not a PCI address: use DDDD:BB:DD.F or BB:DD.F"),
+    ("gpunode_tuning_mrrs_vendor", '10de", RUN+="/bin/sh -c id',
+     "gpunode_tuning_mrrs_vendor: value must be a 4-digit hex PCI id such as 10de or 0x10de"),
+]
+
+
+@pytest.mark.parametrize("variable,value,message", BOOT_INJECTIONS,
+                         ids=["cstate-quote", "cstate-newline", "bdf", "vendor-udev"])
+def test_hostile_boot_values_never_reach_the_boot_files_and_the_host_is_not_rebooted(
+        tmp_path, variable, value, message):
+    """A C-state name with `"; touch` or a newline used to be written into the root-run boot script."""
+    root = build_node(tmp_path / "node", cpus=4, gpus=1)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-boot": root}, gpunode_tuning_reboot_ok=True,
+                                **{variable: value})
+    proc = run_playbook("tune.yml", inventory, "--tags", "persistent")
+    assert proc.returncode != 0, proc.stdout[-4000:]
+    summary = failure_summary(proc, "sim-boot")
+    # Both concerns refuse it, each in its own block; the message names variable, value and rule.
+    assert "persistent boot_unit: " + message in summary, summary
+    assert "persistent udev: " + message in summary, summary
+    assert "; nothing was written" in summary
+    for rel in BOOT_FILES:
+        assert not os.path.lexists(os.path.join(root, rel)), rel
+    assert not os.path.exists("/tmp/gpunode-injected")
+    # The other concerns ran: the sysctl drop-in and the kernel argument are written ...
+    assert os.path.exists(os.path.join(root, SYSCTL_DROPIN))
+    with open(os.path.join(root, "etc/default/grub.d/60-gpunode-tuning.cfg"), encoding="utf-8") as fh:
+        assert "amd_pstate=active" in fh.read()
+    # ... but a host whose tuning partly failed is not rebooted for that argument, and says why.
+    assert "A reboot applies the pending kernel arguments (amd_pstate=active)" in proc.stdout
+    assert "Not rebooting: tuning failed on this host in this run (persistent boot_unit: " in proc.stdout
+    assert "Simulated root: never rebooted" not in proc.stdout
+    assert_host_untouched()
+
+
+def test_boot_script_of_valid_values_is_sound_shell_and_selects_like_the_modules(tmp_path):
+    """Short and upper-case BDFs, names, a cpulist, EPP: quoted, normalized as sysfs shows them."""
+    tuned = build_node(tmp_path / "tuned", cpus=4, gpus=2)
+    inventory = write_inventory(
+        tmp_path / "hosts.yml", {"sim-ok": tuned},
+        # 61:00.0 as setpci_mrrs takes it; the script used to compare the short form with sysfs's
+        # 0000:61:00.0 and never set it.
+        gpunode_tuning_mrrs_bdfs=["61:00.0"], gpunode_tuning_mrrs_vendor="0x10DE",
+        gpunode_tuning_cstate_disable=["C2", "C1E"], gpunode_tuning_cstate_cpus="0-1,3",
+        gpunode_tuning_cpufreq_epp="performance", gpunode_tuning_boot_unit_before=["vllm.service"])
+    proc = run_playbook("tune.yml", inventory, "--tags", "persistent")
+    assert_ok(proc)
+    assert "Simulated root: never rebooted." in proc.stdout
+    script = os.path.join(tuned, BOOT_SCRIPT)
+    for shell in ("bash", "sh"):
+        check = subprocess.run([shell, "-n", script], capture_output=True, text=True, check=False)
+        assert check.returncode == 0, check.stderr
+    with open(script, encoding="utf-8") as fh:
+        text = fh.read()
+    assert 'case "$1" in 0000:61:00.0) ;;' in text and '[ "$vendor" = 0x10de ]' in text
+    assert 'cstate_cpus=" 0 1 3 "' in text
+    with open(os.path.join(tuned, "etc/udev/rules.d/70-gpunode-tuning.rules"), encoding="utf-8") as fh:
+        assert 'ATTR{vendor}=="0x10de", RUN+="/%s pci %%k"' % BOOT_SCRIPT in fh.read()
+
+    fresh = build_node(tmp_path / "fresh", cpus=4, gpus=2)
+    run = subprocess.run(["sh", script], env=dict(os.environ, SYSFS=os.path.join(fresh, "sys")),
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert [read_mrrs(fresh, bdf) for bdf in ("0000:41:00.0", "0000:61:00.0")] == [512, 4096]
+    assert cstate_disabled(fresh, "C2") == {0, 1, 3}
+    assert cstate_disabled(fresh, "C1") == set()
+
+
+def test_a_null_latency_bound_leaves_the_idle_states_alone_at_boot_too(tmp_path):
+    """No names and max_latency_us null is a no-op at runtime; the script used to disable every
+    state with an exit latency above 0 (null rendered as 0)."""
+    tuned = build_node(tmp_path / "tuned", cpus=2, gpus=1)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-null": tuned},
+                                gpunode_tuning_cstate_max_latency_us=None)
+    assert_ok(run_playbook("tune.yml", inventory, "--tags", "boot_unit"))
+    script = os.path.join(tuned, BOOT_SCRIPT)
+    fresh = build_node(tmp_path / "fresh", cpus=2, gpus=1)
+    run = subprocess.run(["sh", script], env=dict(os.environ, SYSFS=os.path.join(fresh, "sys")),
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    for name in ("C1", "C2"):
+        assert cstate_disabled(fresh, name) == set(), name
