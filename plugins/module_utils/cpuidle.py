@@ -10,6 +10,7 @@ between CPUs). Planning is pure (``plan_by_names``, ``plan_by_latency``, ``plan_
 
 from __future__ import annotations
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -78,15 +79,11 @@ def select_cpus(node, text):
     if text is None or not str(text).strip():
         return online
     text = str(text).strip()
-    bad = PlanError("cpus=%r is not a cpulist such as '0-3,8'; this node's online CPUs are %s"
-                    % (text, format_cpulist(online)))
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        if not lo.strip().isdigit() or (sep and not hi.strip().isdigit()):
-            raise bad
-        if sep and int(hi) < int(lo):
-            raise bad
-    cpus = parse_cpulist(text)
+    try:
+        cpus = validate.cpulist(text)
+    except validate.ValidationError:
+        raise PlanError("cpus=%r is not a cpulist such as '0-3,8'; this node's online CPUs are %s"
+                        % (text, format_cpulist(online))) from None
     missing = sorted(set(cpus) - set(online))
     if missing:
         raise PlanError("cpus=%r names CPUs this node does not have online (%s); online CPUs are %s"

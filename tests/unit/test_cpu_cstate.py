@@ -228,6 +228,9 @@ BAD_INPUTS = [
     ({"disable": ["C2"], "state": "off"}, "disabled, enabled"),
     ({"disable": ["C2"], "cpus": "0-"}, "online CPUs are 0-7"),
     ({"disable": ["C2"], "cpus": "abc"}, "not a cpulist"),
+    # A digit str.isdigit accepts but int() refuses: a clear error, not a traceback.
+    ({"disable": ["C2"], "cpus": "\u00b2"}, "not a cpulist"),
+    ({"disable": ["C2"], "cpus": "1\n2"}, "not a cpulist"),
     ({"disable": ["C2"], "cpus": "4-64"}, "(8-64); online CPUs are 0-7"),
     ({"restore": True}, "restore=true needs the journal option"),
     ({}, "one of disable (state names), max_latency_us or restore=true is required"),
