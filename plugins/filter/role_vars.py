@@ -103,6 +103,10 @@ def check_role_vars(values, spec_path, entry_point="main"):
         problem = role_vars.root_problem(provided["gpunode_tuning_root"])
         if problem and not any(e.startswith("value of gpunode_tuning_root ") for e in errors):
             errors.append(problem)
+    for name in role_vars.NODE_PATH_VARIABLES:
+        problem = role_vars.node_path_problem(name, provided.get(name))
+        if problem and not any(e.startswith("value of %s " % name) for e in errors):
+            errors.append(problem)
     try:
         strict = boolean(_plain(values.get("gpunode_tuning_strict_vars", False)), strict=True)
     except TypeError:

@@ -131,6 +131,30 @@ def root_problem(value):
     return None
 
 
+# Files of ours on the node, absolute below gpunode_tuning_root. The modules refuse a path that
+# leaves the root; tasks that read or write them directly (slurp, template) rely on this check.
+NODE_PATH_VARIABLES = (
+    "gpunode_tuning_journal",
+    "gpunode_tuning_sysctl_file",
+    "gpunode_tuning_cmdline_dropin",
+    "gpunode_tuning_boot_script",
+    "gpunode_tuning_udev_rule",
+)
+NODE_PATH_ALLOWED = "an absolute path on the node without '..' components, spaces or control characters"
+
+
+def node_path_problem(name, value):
+    """Why ``value`` cannot be the node path ``name`` (below the node root), or None."""
+    if not isinstance(value, str):
+        return None  # the argument spec reports the type
+    parts = value.split("/")
+    bad = (not value.startswith("/") or ".." in parts
+           or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value))
+    if bad:
+        return "value of %s must be %s, got: %s" % (name, NODE_PATH_ALLOWED, show_value(value))
+    return None
+
+
 def report(errors, unknown, strict=False):
     """``{errors, warnings, msg}``: the lines to fail with, the lines to warn about, one message."""
     unknown_lines = [unknown_message(n, s, strict) for n, s in unknown]

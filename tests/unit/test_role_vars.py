@@ -84,6 +84,19 @@ def test_the_root_must_be_an_absolute_path(warnings, root):
     assert check({"gpunode_tuning_root": "/srv/nodes/n1"}, SPEC, "main")["errors"] == []
 
 
+@pytest.mark.parametrize("name", ["gpunode_tuning_journal", "gpunode_tuning_sysctl_file",
+                                  "gpunode_tuning_cmdline_dropin", "gpunode_tuning_boot_script",
+                                  "gpunode_tuning_udev_rule"])
+@pytest.mark.parametrize("value", ["/var/lib/../../../tmp/j.json", "relative/path", "/etc/x\n/etc/y", "/etc/a b"])
+def test_node_paths_stay_below_the_root(warnings, name, value):
+    # verify slurps the journal and the persistent flow templates these files with the root as a
+    # plain prefix: a '..' would read or write outside a simulated node's root.
+    got = check({name: value}, SPEC, "main")
+    assert got["errors"] == ["value of %s must be an absolute path on the node without '..' components, "
+                             "spaces or control characters, got: %s" % (name, role_vars.show_value(value))], got
+    assert check({name: "/var/lib/gpunode-tuning/x.json"}, SPEC, "main")["errors"] == []
+
+
 def test_unknown_names_warn_with_the_nearest_known_name(warnings):
     values = {"gpunode_tuning_mrs": 4096, "gpunode_tuning_verificaton": 1, "gpunode_tuning_zzzz": 1,
               "gpunode_tuning_rollout_batch": "10%", "gpunode_tuning_pending_kernel_args": []}
