@@ -15,13 +15,13 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
 
 
 def cpufreq_driver_args(driver, amd_pstate_mode=None):
-    """Every kernel argument the persistent flow may configure for the desired ``driver``."""
+    """Every kernel argument the persistent flow may configure for the desired ``driver`` (``removable``)."""
     if driver in (None, ""):
         return []
     if driver not in cpufreq.DRIVER_FAMILIES:  # the choices of cpu_freq's driver option
         raise AnsibleFilterError("gpunode.tuning.cpufreq_driver_args: driver must be one of: %s (got %r)"
                                  % (", ".join(cpufreq.DRIVER_FAMILIES), driver))
-    return cpufreq.driver_kernel_args(driver, amd_pstate_mode)
+    return cpufreq.driver_kernel_args(driver, amd_pstate_mode).removable
 
 
 class FilterModule:

@@ -6,14 +6,16 @@ Per-policy files live in ``/sys/devices/system/cpu/cpufreq/policyN`` (``cpuN/cpu
 there); one policy may cover several CPUs (``affected_cpus``), so writes go once per policy.
 Node-wide files: ``cpufreq/boost``, ``amd_pstate/status``, ``intel_pstate/{status,no_turbo}``.
 
-Pure planning: ``driver_family``, ``driver_for_mode``, ``driver_change`` (and the argument
-mapping it shares with the rollback, ``driver_kernel_args``), ``order_governor_epp``,
+Pure planning: ``driver_family``, ``driver_for_mode``, ``driver_kernel_args`` (the one driver ->
+kernel argument mapping: cpu_freq's plan, verification, tuning_info and the rollback filter
+use it), ``driver_change``, ``order_governor_epp``,
 ``group_by_value``. ``run`` is the module's whole flow.
 """
 
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
     JOURNAL_ARGUMENT_SPEC,
@@ -182,45 +184,68 @@ def disabling_args(family):
     return []
 
 
-def driver_kernel_args(wanted, amd_pstate_mode=None):
-    """Every kernel argument ``driver_change`` can plan for the desired ``wanted`` driver, on any node.
+class DriverArgs(NamedTuple):
+    """The answer of ``driver_kernel_args``: what one node needs, and what any node may have got."""
 
-    What the persistent flow may have configured for this desired state, whatever the CPU
-    vendor and the driver the node ran then; the rollback removes exactly these (an
-    administrator's argument with another value is left alone). ``native`` stands for both
-    vendors' drivers, ``acpi-cpufreq`` for switching either pstate driver off.
+    needed: list[str]
+    """Arguments that make this node boot into the desired driver; empty when it already runs that family."""
+    removable: list[str]
+    """Every argument the persistent flow may configure for this desired driver, on a node of either
+    vendor running any driver (the rollback removes exactly these)."""
+
+
+def driver_kernel_args(wanted: str | None, amd_pstate_mode: str | None = None, cpu_vendor: str | None = None,
+                       running_driver: str | None = None) -> DriverArgs:
+    """The one mapping of a desired cpufreq driver to kernel arguments.
+
+    ``wanted``: a ``driver`` choice (``native``, ``amd-pstate``, ``acpi-cpufreq``, ``intel_pstate``) or
+    None; ``amd_pstate_mode`` the desired amd_pstate mode (None: active); ``cpu_vendor`` as
+    ``cpu_vendor()`` says it (None: unknown, not checked); ``running_driver`` the scaling driver
+    the node runs now. amd-pstate and intel_pstate are chosen with ``amd_pstate=MODE`` and
+    ``intel_pstate=active``; acpi-cpufreq by switching the running pstate driver off
+    (``amd_pstate=disable``, ``intel_pstate=disable``). Used by cpu_freq's plan, verification,
+    tuning_info and the rollback filter, so they cannot disagree.
+
+    Raises PlanError when the CPU cannot run the desired driver (amd-pstate on Intel,
+    intel_pstate on AMD, any of them on arm64) and the node would have to switch to it.
     """
     family = driver_family(wanted)
     if family == "native":
-        return selecting_args("amd-pstate", amd_pstate_mode) + selecting_args("intel_pstate")
-    if family == "acpi-cpufreq":
-        return disabling_args("amd-pstate") + disabling_args("intel_pstate")
-    return selecting_args(family, amd_pstate_mode)
+        removable = selecting_args("amd-pstate", amd_pstate_mode) + selecting_args("intel_pstate")
+    elif family == "acpi-cpufreq":
+        removable = disabling_args("amd-pstate") + disabling_args("intel_pstate")
+    else:
+        removable = selecting_args(family, amd_pstate_mode)
+    target = resolve_driver(family, cpu_vendor) if family == "native" else family
+    if not target or driver_family(running_driver) == target:
+        return DriverArgs([], removable)
+    _check_vendor(target, cpu_vendor, running_driver)
+    if target == "acpi-cpufreq":
+        return DriverArgs(disabling_args(driver_family(running_driver)), removable)
+    return DriverArgs(selecting_args(target, amd_pstate_mode), removable)
 
 
-def driver_change(current_driver, wanted_family, cpu_vendor, amd_pstate_mode=None):
-    """Plan a driver change, which only a reboot can make.
-
-    Returns ``(reboot_required, kernel_args)``. Raises PlanError when the CPU cannot run the
-    wanted driver (amd-pstate on Intel, intel_pstate on AMD, either or acpi-cpufreq on arm64).
-    """
-    if not wanted_family or driver_family(current_driver) == wanted_family:
-        return False, []
+def _check_vendor(family, cpu_vendor, running_driver):
+    """Raise PlanError when a CPU of ``cpu_vendor`` cannot run the driver ``family``."""
     if cpu_vendor and cpu_vendor.startswith(ARM64_VENDOR):
         raise PlanError("driver=%s exists on x86 CPUs only; this node's CPU is %s, running %s: use driver=native "
-                        "to keep the running driver" % (wanted_family, cpu_vendor, current_driver))
-    if wanted_family == "amd-pstate":
-        if cpu_vendor and cpu_vendor != "AuthenticAMD":
-            raise PlanError("driver=amd-pstate needs an AMD CPU; this node's CPU vendor is %s "
-                            "(possible drivers: intel_pstate, acpi-cpufreq)" % cpu_vendor)
-    elif wanted_family == "intel_pstate":
-        if cpu_vendor and cpu_vendor != "GenuineIntel":
-            raise PlanError("driver=intel_pstate needs an Intel CPU; this node's CPU vendor is %s "
-                            "(possible drivers: amd-pstate, acpi-cpufreq)" % cpu_vendor)
-    else:
-        # acpi-cpufreq: switch the running pstate driver off.
-        return True, disabling_args(driver_family(current_driver))
-    return True, selecting_args(wanted_family, amd_pstate_mode)
+                        "to keep the running driver" % (family, cpu_vendor, running_driver))
+    if family == "amd-pstate" and cpu_vendor and cpu_vendor != "AuthenticAMD":
+        raise PlanError("driver=amd-pstate needs an AMD CPU; this node's CPU vendor is %s "
+                        "(possible drivers: intel_pstate, acpi-cpufreq)" % cpu_vendor)
+    if family == "intel_pstate" and cpu_vendor and cpu_vendor != "GenuineIntel":
+        raise PlanError("driver=intel_pstate needs an Intel CPU; this node's CPU vendor is %s "
+                        "(possible drivers: amd-pstate, acpi-cpufreq)" % cpu_vendor)
+
+
+def driver_change(current_driver: str | None, wanted_family: str | None, cpu_vendor: str | None,
+                  amd_pstate_mode: str | None = None) -> tuple[bool, list[str]]:
+    """Plan a driver change, which only a reboot can make: ``(reboot_required, kernel_args)``.
+
+    ``driver_kernel_args``' ``needed`` for cpu_freq's plan; raises PlanError as it does.
+    """
+    needed = driver_kernel_args(wanted_family, amd_pstate_mode, cpu_vendor, current_driver).needed
+    return bool(needed), needed
 
 
 def order_governor_epp(driver, current_governor, governor=None, epp=None):
@@ -645,6 +670,34 @@ def run(module):
     result["driver"] = after["driver"]
     _report(outcome, params, plan, before, after, freq)
     _finish(module, result, outcome, changed)
+
+
+class _Call:
+    """What ``_run_writes`` reads of a module (``params``, ``check_mode``), for ``reapply``."""
+
+    check_mode = False
+
+    def __init__(self, params):
+        self.params = params
+
+
+def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
+    """Boot re-apply (``boot.py``): the module's validation and writes for ``desired``, without a journal.
+
+    ``desired`` has the module's options (governor, epp, boost, driver, amd_pstate_mode,
+    intel_pstate_status; missing ones are None). Returns ``(changed, failure message or None,
+    {setting: why it does not apply})``; a node without cpufreq policies gives
+    ``{"cpufreq": why}`` there. Raises PlanError where the module fails before writing.
+    """
+    params = dict.fromkeys(("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status"))
+    params.update((k, v) for k, v in desired.items() if k in params)
+    freq = NodeFreq(node)
+    if not freq.policies:
+        return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ}
+    plan = validate(params, freq, cpu_vendor(node))
+    outcome = Outcome()
+    _after, changed = _run_writes(_Call(params), node, None, freq, plan, outcome)
+    return changed, outcome.message() or None, plan["skip"]
 
 
 def _cmdline_warnings(node, plan, freq):

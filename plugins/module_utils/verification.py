@@ -34,6 +34,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import (
     ARM64_VENDOR,
     applicability,
     driver_family,
+    driver_kernel_args,
     resolve_driver,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import format_cpulist, parse_cpulist
@@ -457,43 +458,55 @@ def _cpufreq_driver(cf, family, mode, vendor, ctx):
     want_text = "%s (%s)" % (family, mode) if mode else family
     running_mode = _pstate_mode(family, cf)
     running_text = "%s (%s)" % (running_driver, running_mode) if running_mode else running_driver
+    row = (want_text, running_text)
     need_vendor = PSTATE_VENDOR.get(family)
-    # As cpu_freq plans the switch: amd_pstate=<mode>, intel_pstate=active.
-    arg = None
-    if family == "amd-pstate":
-        arg = "amd_pstate=%s" % (mode or "active")
-    elif family == "intel_pstate":
-        arg = "intel_pstate=active"
-    arg_view = ctx.arg(arg) if arg else None
-    persisted = arg if arg_view and arg_view.get("configured") else None
     if vendor and vendor.startswith(ARM64_VENDOR) and driver_family(running_driver) != family:
-        return setting("cpufreq", "driver", want_text, running_text, "not_applicable",
+        return setting("cpufreq", "driver", *row, "not_applicable",
                        "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
     if need_vendor and vendor and vendor != need_vendor:
-        return setting("cpufreq", "driver", want_text, running_text, "not_applicable",
+        return setting("cpufreq", "driver", *row, "not_applicable",
                        "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
-    if driver_family(running_driver) == family and (not mode or not running_mode or running_mode == mode):
-        return setting("cpufreq", "driver", want_text, running_text, "applied", "", persisted)
     if driver_family(running_driver) == family:
-        return setting("cpufreq", "driver", want_text, running_text, "drifted",
+        # What the next boot keeps: this driver's arguments that are configured.
+        args = driver_kernel_args(family, mode, vendor, running_driver).removable
+        persisted = " ".join(a for a in args if ctx.arg(a)["configured"]) or None
+        if not mode or not running_mode or running_mode == mode:
+            return setting("cpufreq", "driver", *row, "applied", "", persisted)
+        return setting("cpufreq", "driver", *row, "drifted",
                        "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
                        % (family, running_mode), persisted)
-    if arg_view and arg_view.get("configured") and not arg_view.get("running"):
-        return setting("cpufreq", "driver", want_text, running_text, "pending_reboot",
-                       "%s is configured for the next boot; %s runs until the reboot" % (arg, running_driver),
+    return _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
+
+
+def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):
+    """The driver row when another driver family runs: pending_reboot when the switch's arguments are configured."""
+    args = driver_kernel_args(family, mode, vendor, running_driver).needed
+    views = [ctx.arg(a) for a in args]
+    persisted = " ".join(args) if args and all(v["configured"] for v in views) else None
+    text = " ".join(args)
+    if args and persisted and not all(v["running"] for v in views):
+        return setting("cpufreq", "driver", *row, "pending_reboot",
+                       "%s is configured for the next boot; %s runs until the reboot" % (text, running_driver),
                        persisted)
-    if arg_view and arg_view.get("running"):
-        return setting("cpufreq", "driver", want_text, running_text, "drifted",
-                       "%s is on the running command line but %s serves the CPUs: CPPC is off in the "
-                       "BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
-                       % (arg, running_driver), persisted)
+    if args and all(v["running"] for v in views):
+        return setting("cpufreq", "driver", *row, "drifted",
+                       "%s is on the running command line but %s serves the CPUs: %s" % (
+                           text, running_driver, _switch_failed_hint(family)), persisted)
     why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
-           "reboot switches the driver)" % (running_driver, arg)) if arg else \
+           "reboot switches the driver)" % (running_driver, text)) if args else \
         "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
             running_driver, family)
     if ctx.cmdline_error:
         why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
-    return setting("cpufreq", "driver", want_text, running_text, "drifted", why, persisted)
+    return setting("cpufreq", "driver", *row, "drifted", why, persisted)
+
+
+def _switch_failed_hint(family):
+    """Why a driver argument on the running command line did not bring the driver."""
+    if family == "acpi-cpufreq":
+        return "the kernel has no acpi-cpufreq, or the platform offers no ACPI P-states (_PSS)"
+    return ("CPPC is off in the BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
+            if family == "amd-pstate" else "the kernel lacks the driver or the CPU has no HWP/P-state support")
 
 
 def _cpufreq_setting(cf, key, want, driver_state, family, ctx):

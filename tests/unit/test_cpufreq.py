@@ -82,12 +82,12 @@ def test_driver_change_to_a_driver_of_the_other_vendor_is_refused():
 
 
 def test_driver_kernel_args_lists_what_each_desired_driver_can_add():
-    assert cpufreq.driver_kernel_args("native") == ["amd_pstate=active", "intel_pstate=active"]
-    assert cpufreq.driver_kernel_args("native", "guided") == ["amd_pstate=guided", "intel_pstate=active"]
-    assert cpufreq.driver_kernel_args("amd-pstate", "passive") == ["amd_pstate=passive"]
-    assert cpufreq.driver_kernel_args("intel_pstate") == ["intel_pstate=active"]
-    assert cpufreq.driver_kernel_args("acpi-cpufreq") == ["amd_pstate=disable", "intel_pstate=disable"]
-    assert cpufreq.driver_kernel_args(None) == []
+    assert cpufreq.driver_kernel_args("native").removable == ["amd_pstate=active", "intel_pstate=active"]
+    assert cpufreq.driver_kernel_args("native", "guided").removable == ["amd_pstate=guided", "intel_pstate=active"]
+    assert cpufreq.driver_kernel_args("amd-pstate", "passive").removable == ["amd_pstate=passive"]
+    assert cpufreq.driver_kernel_args("intel_pstate").removable == ["intel_pstate=active"]
+    assert cpufreq.driver_kernel_args("acpi-cpufreq").removable == ["amd_pstate=disable", "intel_pstate=disable"]
+    assert cpufreq.driver_kernel_args(None).removable == []
 
 
 @pytest.mark.parametrize("wanted", ["native", "amd-pstate", "intel_pstate", "acpi-cpufreq"])
@@ -106,7 +106,35 @@ def test_driver_kernel_args_is_exactly_what_driver_change_can_plan(wanted, mode)
                 planned.update(cpufreq.driver_change(current, family, vendor, mode)[1])
             except cpufreq.PlanError:
                 continue
-    assert planned == set(cpufreq.driver_kernel_args(wanted, mode))
+    assert planned == set(cpufreq.driver_kernel_args(wanted, mode).removable)
+
+
+@pytest.mark.parametrize("wanted,mode,vendor,running,needed", [
+    ("acpi-cpufreq", None, "AuthenticAMD", "amd-pstate-epp", ["amd_pstate=disable"]),
+    ("acpi-cpufreq", None, "AuthenticAMD", "amd-pstate", ["amd_pstate=disable"]),
+    ("acpi-cpufreq", None, "GenuineIntel", "intel_pstate", ["intel_pstate=disable"]),
+    ("acpi-cpufreq", None, "GenuineIntel", "intel_cpufreq", ["intel_pstate=disable"]),
+    ("acpi-cpufreq", None, "AuthenticAMD", "acpi-cpufreq", []),
+    ("amd-pstate", "guided", "AuthenticAMD", "acpi-cpufreq", ["amd_pstate=guided"]),
+    ("amd-pstate", None, "AuthenticAMD", "acpi-cpufreq", ["amd_pstate=active"]),
+    ("amd-pstate", "passive", "AuthenticAMD", "amd-pstate-epp", []),
+    ("native", "passive", "AuthenticAMD", "acpi-cpufreq", ["amd_pstate=passive"]),
+    ("native", None, "GenuineIntel", "acpi-cpufreq", ["intel_pstate=active"]),
+    ("native", None, "arm64 (CPU implementer 0x41)", "cppc_cpufreq", []),
+    ("intel_pstate", None, "GenuineIntel", "acpi-cpufreq", ["intel_pstate=active"]),
+    (None, None, "GenuineIntel", "acpi-cpufreq", []),
+])
+def test_driver_kernel_args_needed_on_one_node(wanted, mode, vendor, running, needed):
+    args = cpufreq.driver_kernel_args(wanted, mode, vendor, running)
+    assert args.needed == needed
+    assert set(needed) <= set(args.removable)  # the rollback removes what was configured
+
+
+def test_driver_kernel_args_refuses_a_driver_the_cpu_cannot_run():
+    with pytest.raises(cpufreq.PlanError, match="needs an AMD CPU"):
+        cpufreq.driver_kernel_args("amd-pstate", None, "GenuineIntel", "intel_pstate")
+    with pytest.raises(cpufreq.PlanError, match="x86 CPUs only"):
+        cpufreq.driver_kernel_args("acpi-cpufreq", None, "arm64 (CPU implementer 0x41)", "cppc_cpufreq")
 
 
 def test_group_by_value_aggregates_cpus():

@@ -1,0 +1,203 @@
+"""Every cpufreq driver transition the persistent flow can plan, through a simulated reboot.
+
+For each transition (amd-pstate <-> acpi-cpufreq, intel_pstate <-> acpi-cpufreq, in active and
+passive/guided modes, on AMD and Intel, with GRUB and with grubby): cpu_freq plans the kernel
+arguments as persistent_cmdline.yml does (check mode), kernel_cmdline configures them, and
+verification must report the driver ``pending_reboot``; after a simulated reboot (the arguments
+on /proc/cmdline, the new driver in sysfs) it must report ``applied``, cpu_freq plans nothing
+more, and the rollback filter removes what was configured.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import simnode
+
+from ansible_collections.gpunode.tuning.plugins.filter.cpufreq_driver_args import cpufreq_driver_args
+from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
+from ansible_collections.gpunode.tuning.plugins.module_utils import verification as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+
+CPUS = 4
+CPU = "sys/devices/system/cpu"
+# The preset whose cpufreq layout each driver family has.
+LAYOUT = {"acpi-cpufreq": "audited-epyc-8gpu", "amd-pstate": "epyc-pstate-epp", "intel_pstate": "xeon-4gpu-switch"}
+DROPIN = bootcmdline.DEFAULT_DROPIN.lstrip("/")
+
+# A stateful grubby stand-in: the default entry's arguments in <root>/grubby.args.
+GRUBBY = '''#!%s
+import sys
+state = %r
+args = open(state).read().split()
+op = sys.argv[-1]
+if op == "--info=DEFAULT":
+    print('args="%%s"' %% " ".join(args))
+    sys.exit(0)
+flag, _, value = op.partition("=")
+for a in value.split():
+    args = [x for x in args if x.split("=", 1)[0] != a.split("=", 1)[0]] if flag == "--args" or "=" not in a \\
+        else [x for x in args if x != a]
+    if flag == "--args":
+        args.append(a)
+open(state, "w").write(" ".join(args))
+'''
+
+# (start preset, start driver, start mode, desired driver options, driver and mode after the reboot)
+TRANSITIONS = {
+    "amd:acpi->amd-pstate-active": ("audited-epyc-8gpu", None, None,
+                                    {"driver": "amd-pstate", "amd_pstate_mode": "active"},
+                                    ("amd-pstate-epp", "active")),
+    "amd:acpi->amd-pstate-passive": ("audited-epyc-8gpu", None, None,
+                                     {"driver": "amd-pstate", "amd_pstate_mode": "passive"}, ("amd-pstate", "passive")),
+    "amd:acpi->amd-pstate-guided": ("audited-epyc-8gpu", None, None,
+                                    {"driver": "amd-pstate", "amd_pstate_mode": "guided"}, ("amd-pstate", "guided")),
+    "amd:acpi->native": ("audited-epyc-8gpu", None, None, {"driver": "native"}, ("amd-pstate-epp", "active")),
+    "amd:amd-pstate-epp->acpi": ("epyc-pstate-epp", None, None, {"driver": "acpi-cpufreq"}, ("acpi-cpufreq", None)),
+    "amd:amd-pstate-passive->acpi": ("epyc-pstate-epp", "amd-pstate", "passive", {"driver": "acpi-cpufreq"},
+                                     ("acpi-cpufreq", None)),
+    "amd:amd-pstate-guided->acpi": ("epyc-pstate-epp", "amd-pstate", "guided", {"driver": "acpi-cpufreq"},
+                                    ("acpi-cpufreq", None)),
+    "intel:acpi->intel_pstate-active": ("xeon-4gpu-switch", "acpi-cpufreq", None,
+                                        {"driver": "intel_pstate", "intel_pstate_status": "active"},
+                                        ("intel_pstate", "active")),
+    "intel:acpi->intel_pstate-passive": ("xeon-4gpu-switch", "acpi-cpufreq", None,
+                                         {"driver": "intel_pstate", "intel_pstate_status": "passive"},
+                                         ("intel_cpufreq", "passive")),
+    "intel:acpi->native": ("xeon-4gpu-switch", "acpi-cpufreq", None, {"driver": "native"}, ("intel_pstate", "active")),
+    "intel:intel_pstate->acpi": ("xeon-4gpu-switch", None, None, {"driver": "acpi-cpufreq"}, ("acpi-cpufreq", None)),
+    "intel:intel_cpufreq-passive->acpi": ("xeon-4gpu-switch", "intel_cpufreq", "passive", {"driver": "acpi-cpufreq"},
+                                          ("acpi-cpufreq", None)),
+}
+
+
+def write(root, rel, text):
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def read(root, rel, default=None):
+    path = os.path.join(root, rel)
+    if not os.path.exists(path):
+        return default
+    with open(path) as fh:
+        return fh.read()
+
+
+def set_driver(root, tmp_path, driver, mode):
+    """Give the node the cpufreq layout of ``driver`` in ``mode`` (what the kernel shows after a boot into it)."""
+    family = "amd-pstate" if driver.startswith("amd-pstate") else \
+        "intel_pstate" if driver in ("intel_pstate", "intel_cpufreq") else "acpi-cpufreq"
+    donor = str(tmp_path / ("layout-%s-%d" % (driver, len(os.listdir(tmp_path)))))
+    simnode.build(donor, LAYOUT[family], cpus=CPUS, gpus=0)
+    for part in ("cpufreq", "amd_pstate", "intel_pstate"):
+        shutil.rmtree(os.path.join(root, CPU, part), ignore_errors=True)
+        if os.path.isdir(os.path.join(donor, CPU, part)):
+            shutil.copytree(os.path.join(donor, CPU, part), os.path.join(root, CPU, part), symlinks=True)
+    status = {"amd-pstate": "amd_pstate/status", "intel_pstate": "intel_pstate/status"}.get(family)
+    if status:
+        write(root, "%s/%s" % (CPU, status), mode)
+    for cpu in range(CPUS):
+        policy = "%s/cpufreq/policy%d" % (CPU, cpu)
+        write(root, policy + "/scaling_driver", driver)
+        if driver in ("amd-pstate", "intel_cpufreq"):  # passive and guided modes have no EPP
+            for name in ("energy_performance_preference", "energy_performance_available_preferences"):
+                os.unlink(os.path.join(root, policy, name))
+            write(root, policy + "/scaling_available_governors", "conservative ondemand userspace powersave "
+                                                                 "performance schedutil")
+    shutil.rmtree(donor)
+
+
+def make_node(build_node, tmp_path, preset, driver, mode, loader):
+    """The start node: ``preset`` (or its CPU vendor with another driver), booting through ``loader``."""
+    root = build_node(preset, cpus=CPUS, gpus=0)
+    if driver:
+        set_driver(root, tmp_path, driver, mode)
+    if loader == "grub":
+        write(root, "etc/os-release", 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n')
+        write(root, "etc/default/grub", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
+        os.makedirs(os.path.join(root, "etc/default/grub.d"), exist_ok=True)
+    else:
+        write(root, "etc/os-release", 'ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.5"\n')
+        for rel in ("etc/default/grub", DROPIN):
+            if os.path.exists(os.path.join(root, rel)):
+                os.unlink(os.path.join(root, rel))
+        write(root, "grubby.args", read(root, "proc/cmdline"))
+        write(root, "usr/sbin/grubby", GRUBBY % (sys.executable, os.path.join(root, "grubby.args")))
+        os.chmod(os.path.join(root, "usr/sbin/grubby"), 0o755)
+    return root
+
+
+def boot_config(root, loader):
+    """The ``cmdline`` context verification gets from the role (the drop-in slurp, or grubby's answer)."""
+    if loader == "grub":
+        text = read(root, DROPIN)
+        if text is None:
+            return {"bootloader": "grub", "dropin_slurp": {"failed": True, "msg": "file not found: " + DROPIN}}
+        return {"bootloader": "grub", "dropin_slurp": {"content": base64.b64encode(text.encode()).decode()}}
+    res = subprocess.run([os.path.join(root, "usr/sbin/grubby"), "--info=DEFAULT"], capture_output=True, text=True)
+    return {"bootloader": "grubby", "grubby": {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr}}
+
+
+def driver_row(root, loader, desired):
+    facts = facts_mod.gather(Node(root), sysctls=[], modules=[])
+    result = v.evaluate_host(facts, {"cpufreq": desired}, {"root": root, "cmdline": boot_config(root, loader)})
+    return {s["id"]: s for s in result["settings"]}["cpufreq.driver"]
+
+
+def plan(run_module, root, desired):
+    """cpu_freq's plan as persistent_cmdline.yml asks for it (check mode)."""
+    result, failed = run_module("cpu_freq", dict(desired, root=root), check=True)
+    assert not failed, result
+    return result
+
+
+@pytest.mark.parametrize("loader", ["grub", "grubby"])
+@pytest.mark.parametrize("name", sorted(TRANSITIONS))
+def test_transition_is_pending_then_applied_after_the_reboot(build_node, tmp_path, run_module, name, loader):
+    preset, driver, mode, desired, (new_driver, new_mode) = TRANSITIONS[name]
+    root = make_node(build_node, tmp_path, preset, driver, mode, loader)
+
+    planned = plan(run_module, root, desired)
+    assert planned["reboot_required"] is True and planned["kernel_args"], planned
+    args = planned["kernel_args"]
+    result, failed = run_module("kernel_cmdline", {"arguments": args, "root": root})
+    assert not failed and result["changed"] and result["bootloader"] == loader, result
+
+    row = driver_row(root, loader, desired)
+    assert row["state"] == "pending_reboot", (row["reason"], row)
+    assert row["persisted"] == " ".join(args) and " ".join(args) in row["reason"]
+
+    # The reboot: the configured arguments reach /proc/cmdline, the kernel loads the new driver.
+    running = bootcmdline.add_arguments(read(root, "proc/cmdline").split(), args)
+    write(root, "proc/cmdline", " ".join(running))
+    set_driver(root, tmp_path, new_driver, new_mode)
+
+    row = driver_row(root, loader, desired)
+    assert row["state"] == "applied", row
+    assert plan(run_module, root, desired)["reboot_required"] is False
+    # The rollback removes every argument the flow configured.
+    assert set(args) <= set(cpufreq_driver_args(desired["driver"], desired.get("amd_pstate_mode")))
+
+
+def test_acpi_cpufreq_on_an_amd_pstate_epp_node_is_pending_not_drifted(build_node, tmp_path, run_module):
+    # The issue's case: amd_pstate=disable in the GRUB drop-in is the configured switch to acpi-cpufreq.
+    root = make_node(build_node, tmp_path, "epyc-pstate-epp", None, None, "grub")
+    run_module("kernel_cmdline", {"arguments": ["amd_pstate=disable"], "root": root})
+    row = driver_row(root, "grub", {"driver": "acpi-cpufreq"})
+    assert row["state"] == "pending_reboot", (row["reason"], row)
+    assert "could not be read" not in row["reason"]
+
+
+def test_acpi_cpufreq_not_configured_is_drifted_and_names_the_argument(build_node, tmp_path):
+    root = make_node(build_node, tmp_path, "xeon-4gpu-switch", None, None, "grubby")
+    row = driver_row(root, "grubby", {"driver": "acpi-cpufreq"})
+    assert row["state"] == "drifted" and "intel_pstate=disable is not configured" in row["reason"], row
