@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from typing import Any, Callable, NamedTuple
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import BinaryNotFound, Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     KERNEL_ARG_ALLOWED,
     ValidationError,
@@ -38,7 +40,14 @@ _ASSIGN_RE = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.
 
 
 class CmdlineError(ValueError):
-    """An input that cannot be applied; the message names what is allowed."""
+    """An input that cannot be applied, or a failed write; the message names what is allowed.
+
+    ``result``: the module's result so far (returned with the failure).
+    """
+
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = result or {}
 
 
 def arg_key(arg):
@@ -302,3 +311,133 @@ def report(arguments, state, configured_args, running_args):
         out[arg] = dict(configured=configured, running=running,
                         pending_reboot=None if configured is None else configured != running)
     return out
+
+
+# --- the kernel_cmdline flow -------------------------------------------------------------------------
+
+
+class Tools(NamedTuple):
+    """What ``configure`` needs from its caller (the kernel_cmdline module)."""
+
+    lookup: Any
+    """Has ``get_bin_path(name)``: the live system's PATH lookup, for ``Node.bin_path``."""
+    run: Callable[[list], tuple]
+    """``run(argv) -> (rc, stdout, stderr)``."""
+    atomic_move: Callable[[str, str], None]
+    """Moves a written temp file onto its destination."""
+    warn: Callable[[str], None]
+    """Reports a warning."""
+
+
+def find_tool(node: Node, tools: Tools, name: str, package: str) -> str | None:
+    """A boot tool of this node (``Node.bin_path``; a simulated root's own copy only), None when absent."""
+    try:
+        return node.bin_path(tools.lookup, name, package, host=False)
+    except BinaryNotFound:
+        return None
+
+
+def configure(node: Node, tools: Tools, arguments: list[str], state: str = "present", bootloader: str = "auto",
+              dropin: str = DEFAULT_DROPIN, update_bootloader: bool = True, check_mode: bool = False,
+              diff: bool = False) -> dict:
+    """The kernel_cmdline module: validate, configure ``arguments`` through GRUB or grubby, report.
+
+    Returns the module's result. Raises ``CmdlineError`` (with the result so far in ``result``)
+    on bad input, before anything is written, and when a write or a boot tool fails.
+    """
+    try:
+        validate_arguments(arguments)
+    except CmdlineError as exc:
+        raise CmdlineError("invalid input, nothing was written: %s" % exc) from None
+    bootloader = resolve_bootloader(node, tools, bootloader, dropin)
+    out = dict(changed=False, bootloader=bootloader, supported=True, bootloader_updated=False,
+               dropin=dropin if bootloader == "grub" else None, configured_cmdline=None)
+    try:
+        if bootloader == "grub":
+            configured = _apply_grub(node, tools, out, arguments, state, dropin, update_bootloader, check_mode, diff)
+        else:
+            configured = _apply_grubby(node, tools, out, arguments, state, check_mode, diff)
+    except OSError as exc:
+        raise CmdlineError(str(exc), out) from None
+    except CmdlineError as exc:
+        raise CmdlineError(str(exc), exc.result or out) from None
+    out["arguments"] = report(arguments, state, configured, node.read("proc/cmdline", default="").split())
+    out["reboot_required"] = any(a["pending_reboot"] for a in out["arguments"].values())
+    return out
+
+
+def resolve_bootloader(node: Node, tools: Tools, bootloader: str, dropin: str) -> str:
+    """``grub`` or ``grubby``: the one asked for, or with ``auto`` the detected one; checks GRUB's inputs."""
+    if bootloader == "auto":
+        have_grubby = node.is_live and find_tool(node, tools, "grubby", "grubby") is not None
+        bootloader = detect_bootloader(node, have_grubby=have_grubby)
+        if bootloader is None:
+            raise CmdlineError("cannot tell the bootloader of this node from /etc/os-release; set bootloader "
+                               "to one of: grub, grubby")
+    if bootloader == "grub":
+        try:
+            validate_dropin(dropin)
+        except CmdlineError as exc:
+            raise CmdlineError("invalid input, nothing was written: %s" % exc) from None
+        if not node.exists("etc/default/grub"):
+            raise CmdlineError("%s does not exist: this node does not use GRUB configured through /etc/default/grub; "
+                               "set bootloader to one of: grub, grubby" % node.path("etc/default/grub"))
+    return bootloader
+
+
+def _apply_grub(node, tools, out, arguments, state, dropin, update_bootloader, check_mode, diff):
+    """Write the drop-in (and run update-grub on a live node); return the configured arguments."""
+    plan = plan_grub(node, dropin, arguments, state)
+    out.update(changed=plan["changed"], configured_cmdline=plan["configured_args"])
+    if diff:
+        out["diff"] = dict(before=plan["before_text"] or "", after=plan["after_text"] or "",
+                           before_header=dropin, after_header=dropin)
+    problem = dropin_problem(node, dropin) if plan["changed"] else None
+    if problem:  # in check mode too: the real run would fail here
+        raise CmdlineError("%s; nothing was written" % problem, out)
+    if plan["changed"] and not check_mode:
+        write_dropin(node, dropin, plan["after_text"], tools.atomic_move)
+        if node.is_live and update_bootloader:
+            _update_grub(node, tools, out)
+    for arg in arguments:
+        if state == "absent" and is_configured(plan["configured_args"], arg, "absent"):
+            tools.warn("%s is still configured outside %s (e.g. /etc/default/grub), which this module does "
+                       "not edit" % (arg, dropin))
+    return plan["configured_args"]
+
+
+def _update_grub(node, tools, out):
+    update_grub = find_tool(node, tools, "update-grub", "grub2-common")
+    if not update_grub:
+        tools.warn("update-grub not found: run your distribution's grub-mkconfig before rebooting")
+        return
+    rc, stdout, stderr = tools.run([update_grub])
+    if rc != 0:
+        raise CmdlineError("update-grub failed (rc %d): %s" % (rc, (stderr or stdout).strip()), out)
+    out["bootloader_updated"] = True
+
+
+def _apply_grubby(node, tools, out, arguments, state, check_mode, diff):
+    """Change every kernel entry with grubby; return the default entry's arguments (None when unknown)."""
+    grubby = find_tool(node, tools, "grubby", "grubby")
+    out["dropin"] = None
+    if not grubby:
+        where = "this node" if node.is_live else "a simulated root (%s)" % node.root
+        out["supported"] = False
+        tools.warn("grubby is not available on %s: the boot configuration was neither read nor changed" % where)
+        return None
+    rc, stdout, stderr = tools.run([grubby, "--info=DEFAULT"])
+    if rc != 0:
+        raise CmdlineError("grubby --info=DEFAULT failed (rc %d): %s" % (rc, (stderr or stdout).strip()), out)
+    before = parse_grubby_info(stdout)
+    after = add_arguments(before, arguments) if state == "present" else remove_arguments(before, arguments)
+    out["changed"] = after != before
+    out["configured_cmdline"] = after
+    if diff:
+        out["diff"] = dict(before="args: %s\n" % " ".join(before), after="args: %s\n" % " ".join(after))
+    if out["changed"] and not check_mode:
+        rc, stdout, stderr = tools.run(grubby_commands(grubby, arguments, state))
+        if rc != 0:
+            raise CmdlineError("grubby failed (rc %d): %s" % (rc, (stderr or stdout).strip()), out)
+        out["bootloader_updated"] = True
+    return after

@@ -22,6 +22,13 @@ class NodeError(Exception):
     """A node could not be read or written as asked; the message names the path."""
 
 
+class BinaryNotFound(NodeError, LookupError):
+    """A command the node lacks (``Node.bin_path``); the message names the package that provides it.
+
+    A LookupError too, so that a caller for which "not found" is an answer can catch just that.
+    """
+
+
 ROOT_ALLOWED = "'/' for the running system, or the directory of a simulated node (tools/simnode.py)"
 
 
@@ -157,20 +164,25 @@ class Node:
             return []
         return ["-O", "sysfs.path=%s" % self.path(SYSFS_PCI_DEVICES.rsplit("/", 1)[0])]
 
-    def bin_path(self, module, name, package):
-        """Find a system command for this node, failing with the package that provides it.
+    def bin_path(self, module, name, package, host=True):
+        """Find a system command for this node; ``BinaryNotFound`` names the package that provides it.
 
-        On a simulated node, a command the node ships (``<root>/usr/sbin/NAME``) is preferred
-        so that no real system command acts on the controller's host.
+        ``module`` only needs ``get_bin_path(name)`` (the PATH lookup of the live system). On a
+        simulated node, a command the node ships (``<root>/usr/sbin/NAME``) is preferred so that
+        no real system command acts on the controller's host; with ``host=False`` it is the only
+        one (a boot configuration tool must never change the controller's boot entries).
         """
         if not self.is_live:
             for d in ("usr/sbin", "sbin", "usr/bin", "bin"):
                 candidate = self.path(d, name)
                 if os.access(candidate, os.X_OK):
                     return candidate
+            if not host:
+                raise BinaryNotFound("the simulated node %s has no %s; the controller's is never run against it"
+                                     % (self.root, name))
         path = module.get_bin_path(name)
         if not path:
-            module.fail_json(msg="%s not found: install the %s package on the node" % (name, package))
+            raise BinaryNotFound("%s not found: install the %s package on the node" % (name, package))
         return path
 
 

@@ -153,12 +153,10 @@ changed:
   sample: true
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, cmdline_args
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node
 
 ARGUMENT_SPEC = dict(
     arguments=dict(type="list", elements="str", required=True),
@@ -174,109 +172,20 @@ def build_module():
     return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
-def run(module, args):
-    return module.run_command(args, environ_update={"LC_ALL": "C"})
-
-
-def apply_grub(module, node, p, out):
-    plan = bootcmdline.plan_grub(node, p["dropin"], p["arguments"], p["state"])
-    out.update(changed=plan["changed"], configured_cmdline=plan["configured_args"])
-    if module._diff:
-        out["diff"] = dict(before=plan["before_text"] or "", after=plan["after_text"] or "",
-                           before_header=p["dropin"], after_header=p["dropin"])
-    problem = bootcmdline.dropin_problem(node, p["dropin"]) if plan["changed"] else None
-    if problem:  # in check mode too: the real run would fail here
-        module.fail_json(msg="%s; nothing was written" % problem, **out)
-    if plan["changed"] and not module.check_mode:
-        bootcmdline.write_dropin(node, p["dropin"], plan["after_text"], module.atomic_move)
-        if node.is_live and p["update_bootloader"]:
-            update_grub = module.get_bin_path("update-grub")
-            if not update_grub:
-                module.warn("update-grub not found: run your distribution's grub-mkconfig before rebooting")
-            else:
-                rc, stdout, stderr = run(module, [update_grub])
-                if rc != 0:
-                    module.fail_json(msg="update-grub failed (rc %d): %s" % (rc, (stderr or stdout).strip()), **out)
-                out["bootloader_updated"] = True
-    for arg in p["arguments"]:
-        if p["state"] == "absent" and bootcmdline.is_configured(plan["configured_args"], arg, "absent"):
-            module.warn("%s is still configured outside %s (e.g. /etc/default/grub), which this module does "
-                        "not edit" % (arg, p["dropin"]))
-    return plan["configured_args"]
-
-
-def grubby_path(module, node):
-    """grubby of this node: on a simulated root only the node's own copy, never the controller's."""
-    if node.is_live:
-        return module.get_bin_path("grubby")
-    candidate = node.path("usr/sbin/grubby")
-    return candidate if os.access(candidate, os.X_OK) else None
-
-
-def apply_grubby(module, node, p, out):
-    grubby = grubby_path(module, node)
-    out["dropin"] = None
-    if not grubby:
-        where = "this node" if node.is_live else "a simulated root (%s)" % node.root
-        out["supported"] = False
-        module.warn("grubby is not available on %s: the boot configuration was neither read nor changed"
-                    % where)
-        return None
-    rc, stdout, stderr = run(module, [grubby, "--info=DEFAULT"])
-    if rc != 0:
-        module.fail_json(msg="grubby --info=DEFAULT failed (rc %d): %s" % (rc, (stderr or stdout).strip()), **out)
-    before = bootcmdline.parse_grubby_info(stdout)
-    if p["state"] == "present":
-        after = bootcmdline.add_arguments(before, p["arguments"])
-    else:
-        after = bootcmdline.remove_arguments(before, p["arguments"])
-    out["changed"] = after != before
-    out["configured_cmdline"] = after
-    if module._diff:
-        out["diff"] = dict(before="args: %s\n" % " ".join(before), after="args: %s\n" % " ".join(after))
-    if out["changed"] and not module.check_mode:
-        rc, stdout, stderr = run(module, bootcmdline.grubby_commands(grubby, p["arguments"], p["state"]))
-        if rc != 0:
-            module.fail_json(msg="grubby failed (rc %d): %s" % (rc, (stderr or stdout).strip()), **out)
-        out["bootloader_updated"] = True
-    return after
-
-
 def main():
+    """Options in, one bootcmdline.configure call, its result (or its error) out."""
     module = build_module()
     p = module.params
     node = Node.open(p["root"], module)
+    tools = bootcmdline.Tools(
+        lookup=module, run=lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}),
+        atomic_move=module.atomic_move, warn=module.warn)
     try:
-        bootcmdline.validate_arguments(p["arguments"])
+        out = bootcmdline.configure(node, tools, p["arguments"], state=p["state"], bootloader=p["bootloader"],
+                                    dropin=p["dropin"], update_bootloader=p["update_bootloader"],
+                                    check_mode=module.check_mode, diff=module._diff)
     except bootcmdline.CmdlineError as exc:
-        module.fail_json(msg="invalid input, nothing was written: %s" % exc)
-    bootloader = p["bootloader"]
-    if bootloader == "auto":
-        have_grubby = node.is_live and bool(module.get_bin_path("grubby"))
-        bootloader = bootcmdline.detect_bootloader(node, have_grubby=have_grubby)
-        if bootloader is None:
-            module.fail_json(msg="cannot tell the bootloader of this node from /etc/os-release; set bootloader "
-                                 "to one of: grub, grubby")
-    if bootloader == "grub":
-        try:
-            bootcmdline.validate_dropin(p["dropin"])
-        except bootcmdline.CmdlineError as exc:
-            module.fail_json(msg="invalid input, nothing was written: %s" % exc)
-        if not node.exists("etc/default/grub"):
-            module.fail_json(msg="%s does not exist: this node does not use GRUB configured through /etc/default/grub; "
-                                 "set bootloader to one of: grub, grubby" % node.path("etc/default/grub"))
-
-    out = dict(changed=False, bootloader=bootloader, supported=True, bootloader_updated=False,
-               dropin=p["dropin"] if bootloader == "grub" else None, configured_cmdline=None)
-    try:
-        if bootloader == "grub":
-            configured = apply_grub(module, node, p, out)
-        else:
-            configured = apply_grubby(module, node, p, out)
-    except (bootcmdline.CmdlineError, OSError) as exc:
-        module.fail_json(msg=str(exc), **out)
-    out["arguments"] = bootcmdline.report(p["arguments"], p["state"], configured, cmdline_args(node))
-    out["reboot_required"] = any(a["pending_reboot"] for a in out["arguments"].values())
+        module.fail_json(msg=str(exc), **exc.result)
     module.exit_json(**out)
 
 

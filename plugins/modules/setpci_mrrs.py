@@ -243,7 +243,10 @@ def main():
         module.fail_json(msg=str(exc))
     node = Node.open(p["root"], module)
     journal = open_journal(module, node)
-    setpci_bin = node.bin_path(module, "setpci", "pciutils")
+    try:
+        setpci_bin = node.bin_path(module, "setpci", "pciutils")
+    except NodeError as exc:
+        module.fail_json(msg=str(exc))
 
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"})

@@ -1,10 +1,13 @@
-"""Pure functions of module_utils/bootcmdline.py: arguments, drop-in render/parse, GRUB config parsing."""
+"""module_utils/bootcmdline.py: arguments, drop-in render/parse, GRUB config parsing, the configure flow."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline as bc
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 DEBIAN_GRUB = ('GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
                'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n')
@@ -108,3 +111,68 @@ def test_report():
     assert rep["quiet"] == {"configured": True, "running": True, "pending_reboot": False}
     rep = bc.report(["x"], "present", None, [])
     assert rep["x"] == {"configured": None, "running": False, "pending_reboot": None}
+
+
+# --- configure: the kernel_cmdline flow without Ansible ------------------------------------------
+
+
+class _Lookup:
+    """The live system's PATH lookup as Node.bin_path takes it; here it always finds one."""
+
+    @staticmethod
+    def get_bin_path(name):
+        return "/usr/sbin/" + name
+
+
+def _tools(warnings, calls):
+    def run(argv):
+        calls.append(argv)
+        return 0, 'args="ro quiet"\n', ""
+
+    return bc.Tools(lookup=_Lookup(), run=run, atomic_move=os.replace, warn=warnings.append)
+
+
+def test_configure_writes_the_dropin_and_reports(build_node):
+    root = build_node("tiny-vm")
+    warnings, calls = [], []
+    out = bc.configure(Node(root), _tools(warnings, calls), ["iommu=pt"])
+    assert out["changed"] and out["bootloader"] == "grub" and out["reboot_required"]
+    assert out["arguments"]["iommu=pt"] == {"configured": True, "running": False, "pending_reboot": True}
+    with open(os.path.join(root, bc.DEFAULT_DROPIN.lstrip("/"))) as fh:
+        assert "iommu=pt" in fh.read()
+    assert calls == [] and warnings == []  # a simulated root: update-grub is not run
+
+
+def test_configure_raises_with_the_result_so_far_and_writes_nothing(build_node, digest):
+    root = build_node("tiny-vm")
+    before = digest(root)
+    with pytest.raises(bc.CmdlineError, match="invalid input, nothing was written: .*given twice"):
+        bc.configure(Node(root), _tools([], []), ["a=1", "a=2"])
+    os.makedirs(os.path.join(root, "etc/default/grub.d"), exist_ok=True)
+    with open(os.path.join(root, bc.DEFAULT_DROPIN.lstrip("/")), "w") as fh:
+        fh.write('GRUB_CMDLINE_LINUX_DEFAULT="mine"\n')
+    before = digest(root)
+    with pytest.raises(bc.CmdlineError, match="not managed by gpunode.tuning") as exc:
+        bc.configure(Node(root), _tools([], []), ["iommu=pt"])
+    assert exc.value.result["bootloader"] == "grub"
+    assert digest(root) == before
+
+
+def test_a_simulated_root_never_runs_the_controllers_grubby(build_node):
+    # The lookup finds a grubby on the controller's PATH; a simulated root without its own must not use it.
+    root = build_node("xeon-4gpu-switch", cpus=2, gpus=1)
+    warnings, calls = [], []
+    out = bc.configure(Node(root), _tools(warnings, calls), ["iommu=pt"])
+    assert out["supported"] is False and calls == []
+    assert "grubby is not available on a simulated root" in warnings[0]
+    assert bc.find_tool(Node(root), _tools([], []), "grubby", "grubby") is None
+
+
+def test_bin_path_raises_naming_the_package():
+    class NoneFound:
+        @staticmethod
+        def get_bin_path(name):
+            return None
+
+    with pytest.raises(NodeError, match="^setpci not found: install the pciutils package on the node$"):
+        Node("/").bin_path(NoneFound(), "setpci", "pciutils")
