@@ -302,6 +302,18 @@ def detect_bootloader(node, have_grubby=False):
     return None
 
 
+def choose_bootloader(node: Node, requested: str, find: Callable[[str, str], str | None]) -> str | None:
+    """The bootloader to use: ``requested`` unless it is ``auto``, else ``detect_bootloader``'s (None: unknown).
+
+    The one detection, for kernel_cmdline and for verification. ``find(name, package)`` gives a
+    command's path or None (``Node.bin_path``); grubby on the PATH counts on a live node only.
+    """
+    if requested != "auto":
+        return requested
+    have_grubby = node.is_live and bool(find("grubby", "grubby"))
+    return detect_bootloader(node, have_grubby=have_grubby)
+
+
 def report(arguments, state, configured_args, running_args):
     """Per argument: configured, running, pending_reboot. ``configured_args`` None means unknown."""
     out = {}
@@ -369,8 +381,7 @@ def configure(node: Node, tools: Tools, arguments: list[str], state: str = "pres
 def resolve_bootloader(node: Node, tools: Tools, bootloader: str, dropin: str) -> str:
     """``grub`` or ``grubby``: the one asked for, or with ``auto`` the detected one; checks GRUB's inputs."""
     if bootloader == "auto":
-        have_grubby = node.is_live and find_tool(node, tools, "grubby", "grubby") is not None
-        bootloader = detect_bootloader(node, have_grubby=have_grubby)
+        bootloader = choose_bootloader(node, bootloader, lambda name, package: find_tool(node, tools, name, package))
         if bootloader is None:
             raise CmdlineError("cannot tell the bootloader of this node from /etc/os-release; set bootloader "
                                "to one of: grub, grubby")

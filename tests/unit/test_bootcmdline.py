@@ -176,3 +176,21 @@ def test_bin_path_raises_naming_the_package():
 
     with pytest.raises(NodeError, match="^setpci not found: install the pciutils package on the node$"):
         Node("/").bin_path(NoneFound(), "setpci", "pciutils")
+
+
+def test_choose_bootloader_reads_id_like_and_asks_for_grubby_on_a_live_node_only(build_node):
+    root = build_node("tiny-vm")
+    asked = []
+
+    def find(name, package):
+        asked.append(name)
+        return "/usr/sbin/grubby"
+
+    with open(os.path.join(root, "etc/os-release"), "w") as fh:
+        fh.write('ID="rocky"\nID_LIKE="rhel centos fedora"\n')
+    assert bc.choose_bootloader(Node(root), "auto", find) == "grubby"
+    with open(os.path.join(root, "etc/os-release"), "w") as fh:
+        fh.write('ID=neon\nID_LIKE="ubuntu debian"\n')
+    assert bc.choose_bootloader(Node(root), "auto", find) == "grub"
+    assert bc.choose_bootloader(Node(root), "grubby", find) == "grubby"
+    assert asked == []  # a simulated root never asks the controller's PATH
