@@ -50,12 +50,12 @@ class CmdlineError(ValueError):
         self.result = result or {}
 
 
-def arg_key(arg):
+def arg_key(arg: str) -> str:
     """The key of an argument (``amd_pstate`` for ``amd_pstate=active``)."""
     return arg.split("=", 1)[0]
 
 
-def validate_arguments(arguments):
+def validate_arguments(arguments: list[str]) -> None:
     """Raise ``CmdlineError`` listing every invalid argument (and keys given twice)."""
     errors = []
     keys = {}
@@ -75,7 +75,7 @@ def validate_arguments(arguments):
         raise CmdlineError("; ".join(errors))
 
 
-def validate_dropin(path):
+def validate_dropin(path: str) -> None:
     """A GRUB drop-in must be a ``*.cfg`` file directly in /etc/default/grub.d (update-grub reads only those)."""
     if (not isinstance(path, str) or os.path.dirname(path) != GRUB_DROPIN_DIR or not path.endswith(".cfg")
             or not re.match(r"^[A-Za-z0-9_.-]+\.cfg$", os.path.basename(path)) or ".." in path):
@@ -83,7 +83,7 @@ def validate_dropin(path):
                            "digits, '_', '.', '-'), e.g. %s" % (path, GRUB_DROPIN_DIR, DEFAULT_DROPIN))
 
 
-def has_arg(args, arg):
+def has_arg(args: list[str], arg: str) -> bool:
     """Whether ``arg`` is in effect in the list ``args`` (for key=value: the last value of the key)."""
     key = arg_key(arg)
     last = None
@@ -93,18 +93,18 @@ def has_arg(args, arg):
     return last == arg if last is not None else False
 
 
-def has_key(args, key):
+def has_key(args: list[str], key: str) -> bool:
     return any(arg_key(a) == key for a in args)
 
 
-def is_configured(args, arg, state):
+def is_configured(args: list[str], arg: str, state: str) -> bool:
     """Whether ``arg`` is present in ``args``; for removal of a bare key, any value of the key counts."""
     if state == "absent" and "=" not in arg:
         return has_key(args, arg)
     return has_arg(args, arg)
 
 
-def add_arguments(current, wanted):
+def add_arguments(current: list[str], wanted: list[str]) -> list[str]:
     """Return ``current`` with every argument of ``wanted`` present, replacing values of the same key in place."""
     out = list(current)
     for arg in wanted:
@@ -119,7 +119,7 @@ def add_arguments(current, wanted):
     return out
 
 
-def remove_arguments(current, unwanted):
+def remove_arguments(current: list[str], unwanted: list[str]) -> list[str]:
     """Return ``current`` without ``unwanted`` (a bare key removes every value of that key)."""
     out = list(current)
     for arg in unwanted:
@@ -133,7 +133,7 @@ def remove_arguments(current, unwanted):
 # --- GRUB drop-in ----------------------------------------------------------------------------------
 
 
-def render_dropin(args):
+def render_dropin(args: list[str]) -> str | None:
     """The drop-in text for ``args`` (None when there is nothing to configure: the file goes away)."""
     if not args:
         return None
@@ -159,7 +159,7 @@ def _shell_value(raw, env):
     return _VAR_RE.sub(lambda m: env.get(m.group(1), ""), word)
 
 
-def grub_cmdline_args(texts):
+def grub_cmdline_args(texts: list[str | None]) -> list[str]:
     """Arguments update-grub would put on the kernel line, from config texts in the order sourced.
 
     Returns ``GRUB_CMDLINE_LINUX`` followed by ``GRUB_CMDLINE_LINUX_DEFAULT``, split into words.
@@ -173,7 +173,7 @@ def grub_cmdline_args(texts):
     return env["GRUB_CMDLINE_LINUX"].split() + env["GRUB_CMDLINE_LINUX_DEFAULT"].split()
 
 
-def parse_dropin(text):
+def parse_dropin(text: str | None) -> tuple[bool, list[str]]:
     """Return ``(managed, args)`` of a drop-in: whether it carries our header, and the arguments it adds."""
     if text is None:
         return True, []
@@ -186,7 +186,7 @@ def parse_dropin(text):
     return managed, args
 
 
-def grub_config_texts(node, dropin, dropin_text):
+def grub_config_texts(node: Node, dropin: str, dropin_text: str | None) -> list[str | None]:
     """Texts update-grub would source, with ``dropin`` replaced by ``dropin_text`` (None: absent)."""
     texts = [read_text(node, "/etc/default/grub")]
     names = [n for n in node.listdir(GRUB_DROPIN_DIR) if n.endswith(".cfg")]
@@ -199,7 +199,7 @@ def grub_config_texts(node, dropin, dropin_text):
     return texts
 
 
-def read_text(node, path):
+def read_text(node: Node, path: str) -> str | None:
     """Content of a file below the node root, or None when it does not exist."""
     full = node.path(path)
     if not os.path.isfile(full):
@@ -208,7 +208,7 @@ def read_text(node, path):
         return fh.read()
 
 
-def plan_grub(node, dropin, arguments, state):
+def plan_grub(node: Node, dropin: str, arguments: list[str], state: str) -> dict:
     """Plan the drop-in change. Returns a dict with before/after text and args, and ``changed``.
 
     Raises ``CmdlineError`` when the drop-in exists but is not ours (it is never overwritten).
@@ -230,13 +230,13 @@ def plan_grub(node, dropin, arguments, state):
                 configured_args=grub_cmdline_args(grub_config_texts(node, dropin, after_text)))
 
 
-def dropin_problem(node, dropin):
+def dropin_problem(node: Node, dropin: str) -> str | None:
     """Why the drop-in could not be written or deleted (check mode predicts it), or None."""
     problem = write_problem(node.path(dropin))
     return None if problem is None else "%s cannot be written: %s" % (node.path(dropin), problem)
 
 
-def write_dropin(node, dropin, text, atomic_move):
+def write_dropin(node: Node, dropin: str, text: str | None, atomic_move: Callable[[str, str], None]) -> None:
     """Write (or with ``text`` None delete) the drop-in atomically: temp file in the target directory, then move."""
     full = node.path(dropin)
     directory = os.path.dirname(full)
@@ -260,7 +260,7 @@ def write_dropin(node, dropin, text, atomic_move):
 # --- grubby ------------------------------------------------------------------------------------------
 
 
-def parse_grubby_info(text):
+def parse_grubby_info(text: str | None) -> list[str]:
     """Arguments of the first ``args="..."`` line of ``grubby --info`` output."""
     for line in (text or "").splitlines():
         m = re.match(r'^\s*args="?(.*?)"?\s*$', line)
@@ -269,7 +269,7 @@ def parse_grubby_info(text):
     return []
 
 
-def grubby_commands(grubby, arguments, state):
+def grubby_commands(grubby: str, arguments: list[str], state: str) -> list[str]:
     """The grubby argument list that adds or removes ``arguments`` on every kernel entry."""
     flag = "--args=" if state == "present" else "--remove-args="
     return [grubby, "--update-kernel=ALL", flag + " ".join(arguments)]
@@ -278,7 +278,7 @@ def grubby_commands(grubby, arguments, state):
 # --- detection and per-argument report ---------------------------------------------------------------------
 
 
-def os_ids(node):
+def os_ids(node: Node) -> list[str]:
     """ID and ID_LIKE words of /etc/os-release below the root."""
     ids = []
     for line in (read_text(node, "/etc/os-release") or "").splitlines():
@@ -288,7 +288,7 @@ def os_ids(node):
     return ids
 
 
-def detect_bootloader(node, have_grubby=False):
+def detect_bootloader(node: Node, have_grubby: bool = False) -> str | None:
     """``grub`` or ``grubby`` for this node, from os-release, else from what exists; None if unknown."""
     ids = os_ids(node)
     if any(i in DEBIAN_IDS for i in ids):
@@ -314,7 +314,8 @@ def choose_bootloader(node: Node, requested: str, find: Callable[[str, str], str
     return detect_bootloader(node, have_grubby=have_grubby)
 
 
-def report(arguments, state, configured_args, running_args):
+def report(arguments: list[str], state: str, configured_args: list[str] | None,
+           running_args: list[str]) -> dict:
     """Per argument: configured, running, pending_reboot. ``configured_args`` None means unknown."""
     out = {}
     for arg in arguments:
