@@ -8,7 +8,9 @@ The helpers are those of test_playbooks.py.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -30,10 +32,13 @@ from test_playbooks import (  # noqa: E402  (this directory is put on sys.path a
 )
 
 SYSCTL_DROPIN = "etc/sysctl.d/90-gpunode-tuning.conf"
-BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
+BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"  # the runner (Python, name kept)
+BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
 # What the boot unit and the udev rule concerns write (relative to the node root).
 BOOT_FILES = (
     BOOT_SCRIPT,
+    BOOT_DESIRED.lstrip("/"),
+    "usr/local/lib/gpunode-tuning/module_utils/boot.py",
     "etc/systemd/system/gpunode-tuning-boot.service",
     "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
     "etc/udev/rules.d/70-gpunode-tuning.rules",
@@ -213,50 +218,54 @@ def test_hostile_boot_values_never_reach_the_boot_files_and_the_host_is_not_rebo
     assert_host_untouched()
 
 
-def test_boot_script_of_valid_values_is_sound_shell_and_selects_like_the_modules(tmp_path):
-    """Short and upper-case BDFs, names, a cpulist, EPP: quoted, normalized as sysfs shows them."""
+def run_runner(tuned, fresh):
+    """The runner installed on ``tuned`` (the venv's python3 standing for the node's) with
+    ``tuned``'s desired state, against the node ``fresh``, as the boot unit starts it."""
+    desired = os.path.join(fresh, BOOT_DESIRED.lstrip("/"))
+    os.makedirs(os.path.dirname(desired), exist_ok=True)
+    shutil.copy(os.path.join(tuned, BOOT_DESIRED.lstrip("/")), desired)
+    return subprocess.run([sys.executable, "-I", "-B", os.path.join(tuned, BOOT_SCRIPT), "--desired", BOOT_DESIRED,
+                           "--root", fresh], capture_output=True, text=True, check=False, cwd="/")
+
+
+def test_boot_runner_of_valid_values_selects_like_the_modules(tmp_path):
+    """Short BDFs, an upper-case vendor, a name, a cpulist, EPP: the desired state holds them as given and
+    the runner selects with the modules' own code (short BDFs match, the vendor's case does not matter)."""
     tuned = build_node(tmp_path / "tuned", cpus=4, gpus=2)
     inventory = write_inventory(
         tmp_path / "hosts.yml", {"sim-ok": tuned},
-        # 61:00.0 as setpci_mrrs takes it; the script used to compare the short form with sysfs's
-        # 0000:61:00.0 and never set it.
         gpunode_tuning_mrrs_bdfs=["61:00.0"], gpunode_tuning_mrrs_vendor="0x10DE",
-        gpunode_tuning_cstate_disable=["C2", "C1E"], gpunode_tuning_cstate_cpus="0-1,3",
+        gpunode_tuning_cstate_disable=["C2"], gpunode_tuning_cstate_cpus="0-1,3",
         gpunode_tuning_cpufreq_epp="performance", gpunode_tuning_boot_unit_before=["vllm.service"])
     proc = run_playbook("tune.yml", inventory, "--tags", "persistent")
     assert_ok(proc)
     assert "Simulated root: never rebooted." in proc.stdout
-    script = os.path.join(tuned, BOOT_SCRIPT)
-    for shell in ("bash", "sh"):
-        check = subprocess.run([shell, "-n", script], capture_output=True, text=True, check=False)
-        assert check.returncode == 0, check.stderr
-    with open(script, encoding="utf-8") as fh:
-        text = fh.read()
-    assert 'case "$1" in 0000:61:00.0) ;;' in text and '[ "$vendor" = 0x10de ]' in text
-    assert 'cstate_cpus=" 0 1 3 "' in text
+    with open(os.path.join(tuned, BOOT_DESIRED.lstrip("/")), encoding="utf-8") as fh:
+        desired = json.load(fh)
+    assert desired["pcie_mrrs"]["bdfs"] == ["61:00.0"] and desired["cpuidle"]["cpus"] == "0-1,3"
+    with open(os.path.join(tuned, "etc/systemd/system/gpunode-tuning-boot.service"), encoding="utf-8") as fh:
+        assert "Before=vllm.service" in fh.read().splitlines()
     with open(os.path.join(tuned, "etc/udev/rules.d/70-gpunode-tuning.rules"), encoding="utf-8") as fh:
-        assert 'ATTR{vendor}=="0x10de", RUN+="/%s pci %%k"' % BOOT_SCRIPT in fh.read()
+        assert ('RUN+="/usr/bin/python3 -I -B /%s --desired %s --only-mrrs --bdf %%k"' % (BOOT_SCRIPT, BOOT_DESIRED)
+                in fh.read())
 
     fresh = build_node(tmp_path / "fresh", cpus=4, gpus=2)
-    run = subprocess.run(["sh", script], env=dict(os.environ, SYSFS=os.path.join(fresh, "sys")),
-                         capture_output=True, text=True, check=False)
-    assert run.returncode == 0, run.stderr
+    run = run_runner(tuned, fresh)
+    assert run.returncode == 0, run.stdout + run.stderr
     assert [read_mrrs(fresh, bdf) for bdf in ("0000:41:00.0", "0000:61:00.0")] == [512, 4096]
     assert cstate_disabled(fresh, "C2") == {0, 1, 3}
     assert cstate_disabled(fresh, "C1") == set()
 
 
 def test_a_null_latency_bound_leaves_the_idle_states_alone_at_boot_too(tmp_path):
-    """No names and max_latency_us null is a no-op at runtime; the script used to disable every
-    state with an exit latency above 0 (null rendered as 0)."""
+    """No names and max_latency_us null is a no-op at runtime, and so at boot (the same rule)."""
     tuned = build_node(tmp_path / "tuned", cpus=2, gpus=1)
     inventory = write_inventory(tmp_path / "hosts.yml", {"sim-null": tuned},
                                 gpunode_tuning_cstate_max_latency_us=None)
     assert_ok(run_playbook("tune.yml", inventory, "--tags", "boot_unit"))
-    script = os.path.join(tuned, BOOT_SCRIPT)
     fresh = build_node(tmp_path / "fresh", cpus=2, gpus=1)
-    run = subprocess.run(["sh", script], env=dict(os.environ, SYSFS=os.path.join(fresh, "sys")),
-                         capture_output=True, text=True, check=False)
-    assert run.returncode == 0, run.stderr
+    run = run_runner(tuned, fresh)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "cpuidle: no state names and no latency bound: idle states left alone" in run.stdout
     for name in ("C1", "C2"):
         assert cstate_disabled(fresh, name) == set(), name

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -41,9 +42,14 @@ PERSISTENT_FILES = {
     "etc/systemd/system/gpunode-tuning-boot.service",
     "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
     "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh",
+    "usr/local/lib/gpunode-tuning/module_utils/boot.py",
+    "etc/gpunode-tuning/desired.json",
     "etc/udev/rules.d/70-gpunode-tuning.rules",
     "etc/default/grub.d/60-gpunode-tuning.cfg",
 }
+# The boot runner (gpunode_tuning_boot_script) and the desired state it re-applies.
+BOOT_RUNNER = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
+BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
 # Paths on the controller that must never appear: the runs target simulated roots only.
 HOST_PATHS = [
     "/etc/sysctl.d/90-gpunode-tuning.conf",
@@ -51,6 +57,7 @@ HOST_PATHS = [
     "/etc/udev/rules.d/70-gpunode-tuning.rules",
     "/etc/default/grub.d/60-gpunode-tuning.cfg",
     "/usr/local/lib/gpunode-tuning",
+    "/etc/gpunode-tuning",
     "/var/lib/gpunode-tuning",
 ]
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
@@ -313,15 +320,19 @@ def test_persistent_then_rollback_removes_every_file(tmp_path):
         assert line in sysctl.splitlines()
     unit = (tmp_path / "node/etc/systemd/system/gpunode-tuning-boot.service").read_text()
     assert "Before=nvidia-persistenced.service" in unit
-    assert "ExecStart=/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh" in unit
+    assert "ExecStart=/usr/bin/python3 -I -B /%s --desired %s" % (BOOT_RUNNER, BOOT_DESIRED) in unit.splitlines()
     assert (
         os.readlink(os.path.join(root, "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service"))
         == "/etc/systemd/system/gpunode-tuning-boot.service"
     )
-    script = os.path.join(root, "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
-    assert os.access(script, os.X_OK)
-    with open(script) as fh:
-        assert "CAP_EXP+08.w=5000:7000" in fh.read()
+    # The runner runs the collection's own code, copied as it is, with the desired state of the run.
+    with open(os.path.join(REPO, "plugins/module_utils/pcie.py"), "rb") as fh, \
+            open(os.path.join(root, "usr/local/lib/gpunode-tuning/module_utils/pcie.py"), "rb") as installed:
+        assert fh.read() == installed.read()
+    with open(os.path.join(root, BOOT_DESIRED.lstrip("/")), encoding="utf-8") as fh:
+        desired = json.load(fh)
+    assert desired["pcie_mrrs"]["mrrs"] == 4096 and desired["cpuidle"]["max_latency_us"] == 100
+    assert desired["thp"] == {"enabled": "madvise", "defrag": "defer+madvise"}
 
     # The untagged run ended with verification: the boot unit counts as what persists MRRS.
     with open(os.path.join(REPORT_DIR, "sim-p.json"), encoding="utf-8") as fh:
@@ -367,18 +378,28 @@ def test_rollback_removes_the_intel_pstate_argument_persistent_added(tmp_path):
     assert left == [], left
 
 
+def run_boot_runner(tuned, fresh, *extra):
+    """The runner installed on ``tuned`` as the unit starts it (the venv's python3 for the node's),
+    with ``tuned``'s desired state, against the node ``fresh``."""
+    desired = os.path.join(fresh, BOOT_DESIRED.lstrip("/"))
+    if tuned != fresh:
+        os.makedirs(os.path.dirname(desired), exist_ok=True)
+        shutil.copy(os.path.join(tuned, BOOT_DESIRED.lstrip("/")), desired)
+    cmd = [os.path.join(VENV_BIN, "python"), "-I", "-B", os.path.join(tuned, BOOT_RUNNER), "--desired", BOOT_DESIRED,
+           "--root", fresh, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, cwd="/")
+
+
 def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
-    """The generated script (sh + setpci only) tunes an untouched node as the unit would at boot."""
+    """The installed runner (the collection's Python) tunes an untouched node as the unit would at boot."""
     tuned = build_node(tmp_path / "tuned")
     inventory = write_inventory(tmp_path / "hosts.yml", {"sim-boot": tuned})
     proc = run_playbook("tune.yml", inventory, "--tags", "boot_unit", "-e", "gpunode_tuning_preset=inference-latency")
     assert_ok(proc)
-    script = os.path.join(tuned, "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
 
     fresh = build_node(tmp_path / "fresh", cpus=8, gpus=2)
-    env = dict(os.environ, SYSFS=os.path.join(fresh, "sys"))
-    run = subprocess.run(["sh", script], env=env, capture_output=True, text=True, check=False)
-    assert run.returncode == 0, run.stderr
+    run = run_boot_runner(tuned, fresh)
+    assert run.returncode == 0, run.stdout + run.stderr
     info_gpus = ["0000:41:00.0", "0000:61:00.0"]
     assert [read_mrrs(fresh, bdf) for bdf in info_gpus] == [4096, 4096]
     assert cstate_disabled(fresh, "C2") == set(range(8))
@@ -386,16 +407,12 @@ def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
     with open(os.path.join(fresh, "sys/devices/system/cpu/cpufreq/policy0/scaling_governor")) as fh:
         assert fh.read().strip() == "performance"
     with open(os.path.join(fresh, "sys/kernel/mm/transparent_hugepage/enabled")) as fh:
-        assert fh.read().strip() == "madvise"
+        assert "[madvise]" in fh.read()
+    # One line per family for journald.
+    assert [ln.split(":")[1].strip() for ln in run.stdout.splitlines()] == ["pcie_mrrs", "cpuidle", "cpufreq", "thp"]
     # The udev form touches one device only.
     fresh2 = build_node(tmp_path / "fresh2", cpus=2, gpus=2)
-    run = subprocess.run(
-        ["sh", script, "pci", "0000:61:00.0"],
-        env=dict(os.environ, SYSFS=os.path.join(fresh2, "sys")),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
+    run = run_boot_runner(tuned, fresh2, "--only-mrrs", "--bdf", "0000:61:00.0")
+    assert run.returncode == 0, run.stdout + run.stderr
     assert [read_mrrs(fresh2, bdf) for bdf in info_gpus] == [512, 4096]
     assert cstate_disabled(fresh2, "C2") == set()
