@@ -4,11 +4,13 @@
 
 Where a real tool can judge a file without a booted kernel, it does: kmod parses the modprobe.d
 file, systemctl --root reports the unit's enabled state, the shell evaluates the grub drop-in the
-way grub-mkconfig does, and the boot script runs against a scratch copy of the node.
+way grub-mkconfig does, and the boot runner (the collection's Python, with the container's python3)
+runs against a scratch copy of the node.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 from conftest import CPUS, GPU_BDFS, PRISTINE
@@ -21,7 +23,9 @@ SYSCTLS = {
     "kernel.numa_balancing": "0",
 }
 UNIT = "gpunode-tuning-boot.service"
-BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
+BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"  # the runner: Python, 0.1 name kept
+BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
+FAMILIES = ["pcie_mrrs", "cpuidle", "cpufreq", "thp"]
 
 
 def _conf_lines(text):
@@ -59,32 +63,42 @@ def test_grub_dropin_as_grub_mkconfig_reads_it(node):
 
 def test_boot_unit_installed_and_enabled(node):
     unit = node.read("etc/systemd/system/" + UNIT)
-    assert "ExecStart=/" + BOOT_SCRIPT in unit.splitlines()
+    assert "ExecStart=/usr/bin/python3 -I -B /%s --desired %s" % (BOOT_SCRIPT, BOOT_DESIRED) in unit.splitlines()
     assert "WantedBy=multi-user.target" in unit.splitlines()
     state = node.host.run("systemctl --root=%s is-enabled %s", node.root, UNIT)
     assert state.stdout.strip() == "enabled", state.stderr
     script = node.host.file(node.path(BOOT_SCRIPT))
     assert script.is_file and script.mode == 0o755
-    assert node.host.run("sh -n %s", node.path(BOOT_SCRIPT)).rc == 0
+    # Valid Python for the node's python3 (compiled in memory: no __pycache__ left on the node).
+    compiles = "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')"
+    assert node.host.run("python3 -I -c %s %s", compiles, node.path(BOOT_SCRIPT)).rc == 0
+    desired = json.loads(node.read(BOOT_DESIRED))
+    assert sorted(k for k in desired if k != "version") == sorted(FAMILIES)
+    assert desired["pcie_mrrs"]["mrrs"] == 4096
 
 
 def test_boot_script_tunes_a_fresh_node(node):
-    """What the unit does at boot, on a scratch copy of the untuned node (SYSFS points at it)."""
+    """What the unit does at boot, on a scratch copy of the untuned node (--root points at it)."""
     scratch = "/var/tmp/simnode-boot"
-    node.host.check_output("rm -rf %s && cp -a %s %s", scratch, PRISTINE, scratch)
-    run = node.host.run("SYSFS=%s/sys %s", scratch, node.path(BOOT_SCRIPT))
-    assert run.rc == 0, run.stderr
+    node.host.check_output("rm -rf %s && cp -a %s %s && mkdir -p %s/etc/gpunode-tuning && cp %s %s%s",
+                           scratch, PRISTINE, scratch, scratch, node.path(BOOT_DESIRED), scratch, BOOT_DESIRED)
+    run = node.host.run("python3 -I -B %s --desired %s --root %s", node.path(BOOT_SCRIPT), BOOT_DESIRED, scratch)
+    assert run.rc == 0, run.stdout + run.stderr
+    assert [line.split(":")[1].strip() for line in run.stdout.splitlines()] == FAMILIES
     mrrs = node.lspci_mrrs(scratch)
     assert {bdf: mrrs[bdf] for bdf in GPU_BDFS} == {bdf: 4096 for bdf in GPU_BDFS}
     disabled = node.read_glob("sys/devices/system/cpu/cpu[0-9]*/cpuidle/state2/disable", base=scratch)
     assert sorted(v.strip() for v in disabled.values()) == ["1"] * CPUS
+    again = node.host.run("python3 -I -B %s --desired %s --root %s", node.path(BOOT_SCRIPT), BOOT_DESIRED, scratch)
+    assert again.rc == 0 and "(changed)" not in again.stdout and "set on 0 device(s)" in again.stdout, again.stdout
 
 
 def test_udev_rule(node):
     rule = _conf_lines(node.read("etc/udev/rules.d/70-gpunode-tuning.rules"))
     assert len(rule) == 1
     assert 'ATTR{vendor}=="0x10de"' in rule[0]
-    assert 'RUN+="/%s pci %%k"' % BOOT_SCRIPT in rule[0]
+    run = 'RUN+="/usr/bin/python3 -I -B /%s --desired %s --only-mrrs --bdf %%k"' % (BOOT_SCRIPT, BOOT_DESIRED)
+    assert run in rule[0]
 
 
 def test_runtime_state_untouched(node):
