@@ -292,6 +292,19 @@ scenario_patched() {
     [[ $(grep -c '^mrrs .* 4096 ' "$VDIR/snapshot-reboot.txt") -eq 3 ]] ||
         fail "MRRS not re-applied at boot" || soft
     gssh systemctl is-active gpunode-tuning-boot.service >&2 || fail "boot unit not active" || soft
+    # The unit ran the collection's Python runner (module_utils/boot.py) with the guest's python3:
+    # one journald line per family, none failed, and the C-states are back as the runtime set them.
+    gssh 'journalctl -b -o cat -u gpunode-tuning-boot.service' >"$VDIR/boot-unit.log" 2>&1 || true
+    sed 's/^/    boot unit: /' "$VDIR/boot-unit.log" >&2
+    for family in pcie_mrrs cpuidle cpufreq thp; do
+        grep -q "^gpunode-tuning-boot: $family: " "$VDIR/boot-unit.log" ||
+            fail "the boot unit logged no line for $family" || soft
+    done
+    ! grep -q '^gpunode-tuning-boot: .*FAILED' "$VDIR/boot-unit.log" || fail "a family failed at boot" || soft
+    gssh 'grep -q "^ExecStart=/usr/bin/python3 -I -B " /etc/systemd/system/gpunode-tuning-boot.service' ||
+        fail "the boot unit does not run python3" || soft
+    diff <(grep '^cstate' "$VDIR/snapshot-runtime.txt") <(grep '^cstate' "$VDIR/snapshot-reboot.txt") >&2 ||
+        fail "C-states not re-applied at boot" || soft
     step "verify.yml after reboot: applied" verify reboot ok || soft
     check_report reboot 'r["status"] == "pass"' \
         'all(s["state"] in ("applied", "not_applicable") for s in r["settings"])' \
