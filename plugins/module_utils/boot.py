@@ -113,8 +113,7 @@ def apply_mrrs(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, st
     pcie.encode_mrrs(size)
     selector = mrrs_selector(want, bdf)
     if selector is None:
-        return True, "%s is not selected (%s): nothing to do" % (bdf, pcie.DeviceSelector(
-            bdfs=want.get("bdfs")).describe())
+        return True, "%s is not one of the selected bdfs (%s): nothing to do" % (bdf, ", ".join(want["bdfs"]))
     holder = {}
 
     def setpci_factory():
@@ -161,7 +160,7 @@ def apply_cstates(node: Node, want: dict) -> tuple[bool, str]:
 
 def _settle_udev(node):
     """On a live node without a cpufreq policy yet, wait (bounded) for udev to load the driver."""
-    if not node.is_live or node.listdir(cpufreq.CPUFREQ):
+    if not node.is_live or any(n.startswith("policy") for n in node.listdir(cpufreq.CPUFREQ)):
         return
     udevadm = shutil.which("udevadm", path=SYSTEM_PATH)
     if udevadm:

@@ -217,3 +217,13 @@ def test_an_unreadable_desired_state_is_exit_2_naming_it(build_node):
     proc = boot(node)
     assert proc.returncode == 2
     assert "has unknown families pcie_mrr; known are pcie_mrrs, cpuidle, cpufreq, thp" in proc.stdout
+
+
+def test_udev_form_leaves_a_device_outside_the_selected_bdfs_alone(build_node):
+    node = build_node("audited-epyc-8gpu", cpus=2, gpus=2)
+    install(node, dict(STATE, pcie_mrrs=dict(STATE["pcie_mrrs"], bdfs=["41:00.0"])))
+    before = tuned_files(node)
+    proc = boot(node, "--only-mrrs", "--bdf", "0000:61:00.0")
+    assert proc.returncode == 0, proc.stdout
+    assert "0000:61:00.0 is not one of the selected bdfs (41:00.0): nothing to do" in proc.stdout
+    assert tuned_files(node) == before
