@@ -201,3 +201,27 @@ def test_acpi_cpufreq_not_configured_is_drifted_and_names_the_argument(build_nod
     root = make_node(build_node, tmp_path, "xeon-4gpu-switch", None, None, "grubby")
     row = driver_row(root, "grubby", {"driver": "acpi-cpufreq"})
     assert row["state"] == "drifted" and "intel_pstate=disable is not configured" in row["reason"], row
+
+
+# Mode switches inside one pstate driver family need no kernel argument: cpu_freq writes the
+# status file at runtime (and the boot unit re-applies it), so the persistent flow plans nothing.
+MODE_SWITCHES = {
+    "amd:active->passive": ("epyc-pstate-epp", None, None, {"driver": "amd-pstate", "amd_pstate_mode": "passive"}),
+    "amd:active->guided": ("epyc-pstate-epp", None, None, {"driver": "amd-pstate", "amd_pstate_mode": "guided"}),
+    "amd:passive->active": ("epyc-pstate-epp", "amd-pstate", "passive",
+                            {"driver": "amd-pstate", "amd_pstate_mode": "active"}),
+    "intel:active->passive": ("xeon-4gpu-switch", None, None,
+                              {"driver": "intel_pstate", "intel_pstate_status": "passive"}),
+    "intel:passive->active": ("xeon-4gpu-switch", "intel_cpufreq", "passive",
+                              {"driver": "intel_pstate", "intel_pstate_status": "active"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODE_SWITCHES))
+def test_mode_switch_needs_no_kernel_argument(build_node, tmp_path, run_module, name):
+    preset, driver, mode, desired = MODE_SWITCHES[name]
+    root = make_node(build_node, tmp_path, preset, driver, mode, "grub")
+    planned = plan(run_module, root, desired)
+    assert planned["reboot_required"] is False and planned["kernel_args"] == [], planned
+    row = driver_row(root, "grub", desired)
+    assert row["state"] == "drifted" and "switched at runtime" in row["reason"], row
