@@ -2,10 +2,11 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Verification: compare a node's facts with the desired state, setting by setting.
 
-Pure functions, no I/O: the verify entry point of the role gathers ``tuning_facts`` (one call),
-the kernel command line as configured for the next boot (``kernel_cmdline`` in check mode), the
-sysctl drop-in, the boot unit and the journal marker, and hands them to the controller-side filters
-(plugins/filter/verification.py), which call ``evaluate_host`` and ``fleet_summary`` here.
+Pure functions, no I/O: the tuning_info module reads the node (module_utils/verify_node.py: the
+facts, the kernel arguments configured for the next boot, the sysctl drop-in, the boot unit, the
+journal marker, nvidia-smi) and calls ``evaluate_host`` here; the role renders the reports from its
+result, and the controller-side filters (plugins/filter/verification.py) call ``fleet_summary`` and
+``error_result``.
 
 Every setting gets one state:
 
@@ -283,11 +284,15 @@ class Context:
 def configured_arguments(cmdline):
     """Kernel arguments configured for the next boot: ``(args or None, why unknown)``.
 
-    ``cmdline``: ``bootloader`` (grub or grubby), ``dropin_slurp`` (the slurp result of the
-    GRUB drop-in; "not found" means no drop-in, so no argument of ours), ``grubby`` (the result
-    of ``grubby --info=DEFAULT``). Only this collection's drop-in is read on GRUB nodes.
+    ``cmdline``: ``bootloader`` (grub or grubby), ``dropin_text`` (the GRUB drop-in as read on the
+    node by tuning_info, None when it does not exist, so no argument of ours; ``dropin_error`` says
+    why it could not be read) or ``dropin_slurp`` (the slurp result of the GRUB drop-in; "not
+    found" means no drop-in), ``grubby`` (the result of ``grubby --info=DEFAULT``). Only this
+    collection's drop-in is read on GRUB nodes.
     """
     cmdline = cmdline or {}
+    if cmdline.get("bootloader") != "grubby" and "dropin_text" in cmdline:
+        return _dropin_arguments(cmdline)
     if cmdline.get("bootloader") == "grubby":
         res = cmdline.get("grubby") or {}
         if res.get("skipped") or not res:
@@ -308,6 +313,14 @@ def configured_arguments(cmdline):
     if "not found" in str(res.get("msg", "")).lower():
         return [], None
     return None, str(res.get("msg") or "the drop-in could not be read")
+
+
+def _dropin_arguments(cmdline):
+    """``configured_arguments`` of a drop-in text read on the node (None: no drop-in, so none of ours)."""
+    if cmdline.get("dropin_error"):
+        return None, "the drop-in could not be read: %s" % cmdline["dropin_error"]
+    text = cmdline.get("dropin_text")
+    return ([], None) if text is None else (parse_dropin(text)[1], None)
 
 
 def mrrs_settings(facts, desired, ctx):
@@ -831,7 +844,7 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
     pending = [s for s in settings if s["state"] == "pending_reboot"]
     kernel = facts.get("kernel") or {}
     cpu = facts.get("cpu") or {}
-    return {
+    result = {
         "host": host,
         "verified_at": verified_at,
         "status": "fail" if failures else "pass",
@@ -857,7 +870,58 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
         "settings": settings,
         "kernel_log": klog,
         "gpu": gpu_info,
+        "pending": [s["id"] for s in pending],
     }
+    result["junit"] = junit_section(result, fail_on_pending)
+    return result
+
+
+def _junit_setting_case(host, s, fail_on_pending):
+    """One JUnit test case of a setting: drifted fails, not applicable/unsupported skip, pending passes with a note."""
+    if s["state"] == "drifted" or (s["state"] == "pending_reboot" and fail_on_pending):
+        kind = "failure"
+    elif s["state"] in ("not_applicable", "unsupported"):
+        kind = "skipped"
+    else:
+        kind = "pass"
+    detail = "desired: %s\nrunning: %s\npersisted: %s" % (
+        json.dumps(s["desired"]), json.dumps(s["running"]), json.dumps(s["persisted"]))
+    return {"classname": "%s.%s" % (host, s["family"]), "name": s["id"], "kind": kind, "type": s["state"],
+            "message": s["state"] + (": %s" % s["reason"] if s["reason"] else ""),
+            "detail": detail + ("\nreason: %s" % s["reason"] if s["reason"] else "")}
+
+
+def _junit_kernel_log_case(host, klog, cls):
+    """One JUnit test case per kernel-log class that fails verification (skipped when the log is unreadable)."""
+    n = int((klog.get("counts") or {}).get(cls, 0))
+    if not klog.get("available"):
+        kind, message = "skipped", "kernel log unavailable: %s" % klog.get("reason")
+    else:
+        kind = "failure" if n else "pass"
+        message = "%d new %s record(s) %s" % (n, cls, klog.get("since_detail") or "")
+    samples = (klog.get("samples") or {}).get(cls) or []
+    return {"classname": "%s.kernel_log" % host, "name": "kernel_log.%s" % cls, "kind": kind, "type": "kernel_log",
+            "message": message, "detail": "\n".join(r.get("message", "") for r in samples)}
+
+
+def junit_section(result, fail_on_pending=False):
+    """The JUnit classification of a host's result, which verify_junit.xml.j2 only renders.
+
+    ``cases``: one per setting, one per failing kernel-log class, one error case for an error
+    result; each ``{classname, name, kind (pass, failure, skipped, error), type, message, detail}``;
+    with the ``tests``, ``failures``, ``errors`` and ``skipped`` totals.
+    """
+    host = result.get("host") or "host"
+    cases = [_junit_setting_case(host, s, fail_on_pending) for s in result.get("settings") or []]
+    klog = result.get("kernel_log") or {}
+    cases += [_junit_kernel_log_case(host, klog, cls) for cls in klog.get("fail_classes") or []]
+    if result.get("status") == "error":
+        failures = result.get("failures") or []
+        cases.append({"classname": "%s.verification" % host, "name": "verification", "kind": "error",
+                      "type": "error", "message": "; ".join(failures), "detail": "\n".join(failures)})
+    totals = {kind: sum(1 for c in cases if c["kind"] == kind) for kind in ("failure", "error", "skipped")}
+    return {"cases": cases, "tests": len(cases), "failures": totals["failure"], "errors": totals["error"],
+            "skipped": totals["skipped"]}
 
 
 def host_failures(settings, klog, fail_on_pending=False):
@@ -949,7 +1013,7 @@ def _by_family(settings, most=3):
 def error_result(host, message, verified_at=None, gate="full"):
     """The result of a host whose facts could not be gathered (the verify tasks rescued the error)."""
     failures = ["verification could not run: %s" % message]
-    return {
+    result = {
         "host": host,
         "verified_at": verified_at,
         "status": "error",
@@ -964,7 +1028,10 @@ def error_result(host, message, verified_at=None, gate="full"):
         "settings": [],
         "kernel_log": kernel_log_section({}, {}, ()),
         "gpu": {"state": "error", "reason": message},
+        "pending": [],
     }
+    result["junit"] = junit_section(result)
+    return result
 
 
 def fleet_summary(results, hosts=None, generated_at=None):

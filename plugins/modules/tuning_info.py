@@ -5,15 +5,26 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: tuning_facts
-short_description: Gather the facts that verify the tuning of a GPU node
-version_added: 1.0.0
+module: tuning_info
+short_description: Read the tuning state of a GPU node and, given a desired state, verify it
+version_added: 0.2.0
 description:
   - Reads, in one call and without writing anything, what the verification of a tuned GPU node needs,
     namely the kernel release and command line, kernel lockdown, CPU identity and NUMA layout, C-states, cpufreq,
     NUMA balancing and transparent hugepages, selected sysctls, the PCI Express settings of selected devices,
     kernel modules, the NVIDIA persistence daemon, the OS release and the classified kernel log.
-  - Every value is read directly from sysfs, procfs and C(/dev/kmsg) below O(root); no command runs.
+  - Every value is read directly from sysfs, procfs and C(/dev/kmsg) below O(root); without O(desired) no command
+    runs.
+  - With O(desired) the module also verifies the node against that desired state, in the same call and still
+    read-only (also outside check mode). It reads the tuning journal and the boot id (from when the kernel log
+    counts), the kernel arguments configured for the next boot (this collection's GRUB drop-in, or
+    C(grubby --info=DEFAULT) on a live node that uses grubby), the sysctl drop-in, the boot unit link and the
+    C(modules-load.d) files of this collection, and on a live node the GPUs through C(nvidia-smi); it returns
+    RV(verification), every setting's state (applied, pending_reboot, drifted, not_applicable, unsupported) with
+    the reason, the counts, the verdict and its JUnit classification. The O(verify) option gives the paths and
+    verdict switches.
+  - This module was called C(tuning_facts); that name still works, redirected here, and is deprecated. It never
+    returned C(ansible_facts); its data is RV(tuning_facts), which keeps its name.
   - Per-CPU values are aggregated (counts, cpulists, most common value and the number of CPUs that differ),
     so the result does not grow with the number of CPUs unless O(detail=true).
   - The kernel log is read without blocking from C(/dev/kmsg), filtered by level (O(kmsg_levels)) and time
@@ -21,6 +32,8 @@ description:
     C(noise) and C(other). When C(/dev/kmsg) cannot be read (a container, C(kernel.dmesg_restrict) without
     C(CAP_SYSLOG)) the section says so with RV(tuning_facts.kernel_log.available=false) and a reason instead of
     failing.
+  - The verification runs C(grubby) and C(nvidia-smi) only on the running system (O(root=/)); a simulated node's
+    GPU section is not applicable and its grubby configuration unknown.
 author:
   - gpunode.tuning contributors (@gpunode)
 requirements:
@@ -106,6 +119,87 @@ options:
         with the number of CPUs.
     type: bool
     default: false
+  desired:
+    description:
+      - The desired state to verify the node against; without it the module only reads.
+      - "Keys, each optional (absent or null: not part of the desired state): C(pcie_mrrs) (C({mrrs})),
+        C(cpuidle) (C({disable, max_latency_us, cpus})), C(cpufreq) (C({driver, amd_pstate_mode, intel_pstate_status,
+        governor, epp, boost})), C(numa_balancing) (int), C(thp) (C({enabled, defrag})), C(sysctl) (key -> value),
+        C(kmod) (C({modules: [{name, params, required, state}]})), C(cmdline) (list of kernel arguments)."
+      - The kernel arguments a desired cpufreq driver needs are worked out from C(cpufreq.driver) as
+        M(gpunode.tuning.cpu_freq) plans them; C(cmdline) lists only the other arguments.
+      - With it O(kmsg_since) is not used; see O(verify.kmsg_since).
+    type: dict
+  verify:
+    description:
+      - Where the files of this collection are on the node and how the verdict is reached; used with O(desired).
+      - Paths are on the node, below O(root).
+    type: dict
+    suboptions:
+      bootloader:
+        description:
+          - How the kernel arguments for the next boot are configured. V(auto) decides from C(/etc/os-release)
+            (C(ID) and C(ID_LIKE)) as M(gpunode.tuning.kernel_cmdline) does, V(grub) when that does not tell.
+        type: str
+        choices: [auto, grub, grubby]
+        default: auto
+      cmdline_dropin:
+        description: The GRUB drop-in that holds this collection's kernel arguments.
+        type: str
+        default: /etc/default/grub.d/60-gpunode-tuning.cfg
+      sysctl_file:
+        description: The sysctl drop-in of this collection; its values are reported as persisted.
+        type: str
+        default: /etc/sysctl.d/90-gpunode-tuning.conf
+      journal:
+        description:
+          - The tuning journal. Its C(last_applied) marker, when written in the current boot (C(boot_id)), is
+            from when the kernel log counts; a missing journal counts from boot.
+        type: str
+        default: /var/lib/gpunode-tuning/journal.json
+      kmsg_since:
+        description: Count the kernel log from this many seconds after boot instead (the journal is not read).
+        type: float
+      boot_unit_link:
+        description:
+          - The link that enables the boot unit; when it exists, the runtime settings it re-applies are persisted.
+        type: str
+        default: /etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service
+      modules_load_dir:
+        description: Where this collection's C(modules-load.d) files are.
+        type: str
+        default: /etc/modules-load.d
+      file_prefix:
+        description: The name prefix of this collection's files in O(verify.modules_load_dir).
+        type: str
+        default: gpunode-tuning-
+      gpu:
+        description: Probe the GPUs with C(nvidia-smi) (on a live node where it is installed).
+        type: bool
+        default: true
+      fail_on_pending:
+        description: Settings pending a reboot fail the verification too.
+        type: bool
+        default: false
+      fail_classes:
+        description: Kernel-log classes whose new records fail the verification.
+        type: list
+        elements: str
+        choices: [aer, xid, fallen_off_bus, lockdown, module_failure, noise, other]
+        default: [aer, xid, fallen_off_bus]
+      gate:
+        description:
+          - The verdict of RV(verification.gate). V(full) is the host's own; V(runtime) judges what runtime tuning can
+            apply (settings only the persistent flow and a reboot bring do not fail it).
+        type: str
+        choices: [full, runtime]
+        default: full
+      host:
+        description: The host name the result carries (reports, JUnit class names).
+        type: str
+      verified_at:
+        description: The time the result carries, for example V(2026-01-31T12:00:00Z).
+        type: str
 extends_documentation_fragment:
   - gpunode.tuning.node
   - gpunode.tuning.node.attributes_read_only
@@ -116,13 +210,15 @@ notes:
     Without it C(mps), C(mrrs) and the link values are null and C(error) says why.
   - GPUs lower their link speed when idle, so C(link_speed) below C(link_speed_capable) is expected on an idle GPU.
 seealso:
+  - module: gpunode.tuning.cpu_freq
+  - module: gpunode.tuning.kernel_cmdline
   - module: gpunode.tuning.setpci_mrrs
   - module: gpunode.tuning.cpu_cstate
 """
 
 EXAMPLES = r"""
 - name: Gather tuning facts
-  gpunode.tuning.tuning_facts:
+  gpunode.tuning.tuning_info:
     sysctls: [kernel.numa_balancing, vm.swappiness, net.core.somaxconn]
     modules: [nvidia, nvidia_peermem]
   register: facts
@@ -132,7 +228,7 @@ EXAMPLES = r"""
     that: facts.tuning_facts.pci.devices | map(attribute='mrrs') | unique == [4096]
 
 - name: Gather the kernel log since a change, ignoring VXLAN noise from the overlay network only
-  gpunode.tuning.tuning_facts:
+  gpunode.tuning.tuning_info:
     kmsg_since: "{{ change_uptime }}"
     kmsg_levels: [err, warn]
     kmsg_ignore:
@@ -145,8 +241,24 @@ EXAMPLES = r"""
     that: after.tuning_facts.kernel_log.trouble == 0
     fail_msg: "{{ after.tuning_facts.kernel_log.records }}"
 
+- name: Verify the node against a desired state, one call
+  gpunode.tuning.tuning_info:
+    sysctls: [vm.swappiness]
+    desired:
+      pcie_mrrs: {mrrs: 4096}
+      cpufreq: {driver: native, amd_pstate_mode: active, governor: performance}
+      sysctl: {vm.swappiness: 10}
+    verify:
+      host: "{{ inventory_hostname }}"
+  register: info
+
+- name: Fail when a setting drifted
+  ansible.builtin.assert:
+    that: info.verification.ok
+    fail_msg: "{{ info.verification.failures | join('; ') }}"
+
 - name: Gather facts of a simulated node
-  gpunode.tuning.tuning_facts:
+  gpunode.tuning.tuning_info:
     root: /tmp/simnode
     pci_selector:
       vendor: "15b3"
@@ -750,13 +862,78 @@ tuning_facts:
           type: dict
           returned: always
           sample: {Corrected: 3}
+verification:
+  description:
+    - The node against O(desired), as C(roles/tuning) writes its JSON, JUnit and Markdown reports from it; see
+      C(docs/verify.md) for every key.
+  returned: when O(desired) is given
+  type: dict
+  contains:
+    status:
+      description: V(pass) or V(fail).
+      type: str
+      returned: always
+      sample: fail
+    ok:
+      description:
+        - True when nothing fails the host (no drifted setting, no new kernel error, no pending one with
+          O(verify.fail_on_pending=true)).
+      type: bool
+      returned: always
+      sample: false
+    failures:
+      description: Why the host fails, one line per reason.
+      type: list
+      elements: str
+      returned: always
+      sample: ["1 drifted: cpufreq driver"]
+    gate:
+      description: The verdict of O(verify.gate), C({name, status, ok, failures}).
+      type: dict
+      returned: always
+      sample: {name: full, status: fail, ok: false, failures: ["1 drifted: cpufreq driver"]}
+    settings:
+      description:
+        - One entry per setting, C({id, family, name, desired, running, persisted, state, reason, runtime}); C(state)
+          is V(applied), V(pending_reboot), V(drifted), V(not_applicable) or V(unsupported).
+      type: list
+      elements: dict
+      returned: always
+    counts:
+      description: Number of settings per state.
+      type: dict
+      returned: always
+      sample: {applied: 20, pending_reboot: 1, drifted: 0, not_applicable: 3, unsupported: 0}
+    pending:
+      description: Ids of the settings pending a reboot.
+      type: list
+      elements: str
+      returned: always
+      sample: [cpufreq.driver]
+    junit:
+      description:
+        - The JUnit classification, C({cases, tests, failures, errors, skipped}); each case is C({classname, name,
+          kind, type, message, detail}), kind V(pass), V(failure), V(skipped) or V(error).
+      type: dict
+      returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import FactsError, gather
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    NODE_ARGUMENT_SPEC,
+    BinaryNotFound,
+    Node,
+    NodeError,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.verification import (
+    DEFAULT_FAIL_CLASSES,
+    GATES,
+    KMSG_CLASSES,
+    VerificationError,
+)
 
 ARGUMENT_SPEC = dict(
     pci_selector=dict(
@@ -779,6 +956,27 @@ ARGUMENT_SPEC = dict(
     ),
     modules=dict(type="list", elements="str", default=[]),
     detail=dict(type="bool", default=False),
+    desired=dict(type="dict"),
+    verify=dict(
+        type="dict",
+        options=dict(
+            bootloader=dict(type="str", choices=["auto", "grub", "grubby"], default="auto"),
+            cmdline_dropin=dict(type="str", default=verify_node.VERIFY_DEFAULTS["cmdline_dropin"]),
+            sysctl_file=dict(type="str", default=verify_node.VERIFY_DEFAULTS["sysctl_file"]),
+            journal=dict(type="str", default=verify_node.VERIFY_DEFAULTS["journal"]),
+            kmsg_since=dict(type="float"),
+            boot_unit_link=dict(type="str", default=verify_node.VERIFY_DEFAULTS["boot_unit_link"]),
+            modules_load_dir=dict(type="str", default=verify_node.VERIFY_DEFAULTS["modules_load_dir"]),
+            file_prefix=dict(type="str", default=verify_node.VERIFY_DEFAULTS["file_prefix"]),
+            gpu=dict(type="bool", default=True),
+            fail_on_pending=dict(type="bool", default=False),
+            fail_classes=dict(type="list", elements="str", choices=list(KMSG_CLASSES),
+                              default=list(DEFAULT_FAIL_CLASSES)),
+            gate=dict(type="str", choices=list(GATES), default="full"),
+            host=dict(type="str"),
+            verified_at=dict(type="str"),
+        ),
+    ),
     **NODE_ARGUMENT_SPEC,
 )
 
@@ -787,25 +985,37 @@ def build_module():
     return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
+def tools(module, node):
+    """Commands on the node for the verification: found through Node.bin_path, run as an argument list."""
+
+    def find(name, package):
+        try:
+            # host=False: on a simulated root only a command the node ships, never the controller's.
+            return node.bin_path(module, name, package, host=False)
+        except BinaryNotFound:
+            return None
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    return verify_node.Tools(find, run)
+
+
 def main():
     module = build_module()
     p = module.params
     if not kernel_log.HAS_NETADDR and any((r or {}).get("cidr") for r in (p["kmsg_ignore"] or [])):
         module.fail_json(msg=missing_required_lib("netaddr", reason="for kmsg_ignore rules with a cidr"))
+    node = Node.open(p["root"], module)
+    options = dict(pci_selector=p["pci_selector"], sysctls=p["sysctls"], kmsg_levels=p["kmsg_levels"],
+                   kmsg_ignore=p["kmsg_ignore"], modules=p["modules"], detail=p["detail"])
     try:
-        facts = gather(
-            Node.open(p["root"], module),
-            pci_selector=p["pci_selector"],
-            sysctls=p["sysctls"],
-            kmsg_since=p["kmsg_since"],
-            kmsg_levels=p["kmsg_levels"],
-            kmsg_ignore=p["kmsg_ignore"],
-            modules=p["modules"],
-            detail=p["detail"],
-        )
-    except (FactsError, NodeError) as exc:
+        if p["desired"] is None:
+            module.exit_json(changed=False, tuning_facts=gather(node, kmsg_since=p["kmsg_since"], **options))
+        facts, result = verify_node.verify(node, p["desired"], p["verify"], tools(module, node), options)
+    except (FactsError, NodeError, VerificationError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, tuning_facts=facts)
+    module.exit_json(changed=False, tuning_facts=facts, verification=result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,174 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verification on the node: read what it needs besides the facts, then evaluate, in one module call.
+
+``verify(node, desired, options, tools, facts_options)`` is what tuning_info does with its
+``desired`` option: it reads the journal marker and boot id (from when the kernel log counts), the
+facts, the boot configuration (this collection's GRUB drop-in, or ``grubby --info=DEFAULT`` on a live
+grubby node), the sysctl drop-in, the boot unit link and modules-load.d files, and probes the GPUs
+with nvidia-smi on a live node; then ``verification.evaluate_host`` states every setting. All of it
+is read-only, so it runs the same in and out of check mode.
+
+Commands are found and run through ``tools`` (the module's ``Node.bin_path`` and ``run_command``),
+so this file has no Ansible import.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, NamedTuple
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import DEFAULT_DROPIN, choose_bootloader
+from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+
+# The ``verify`` option's defaults: the role's defaults for the same paths and switches.
+VERIFY_DEFAULTS = {
+    "bootloader": "auto",
+    "cmdline_dropin": DEFAULT_DROPIN,
+    "sysctl_file": "/etc/sysctl.d/90-gpunode-tuning.conf",
+    "journal": "/var/lib/gpunode-tuning/journal.json",
+    "kmsg_since": None,
+    "boot_unit_link": "/etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
+    "modules_load_dir": "/etc/modules-load.d",
+    "file_prefix": "gpunode-tuning-",
+    "gpu": True,
+    "fail_on_pending": False,
+    "fail_classes": list(verification.DEFAULT_FAIL_CLASSES),
+    "gate": "full",
+    "host": None,
+    "verified_at": None,
+}
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+# nvidia-smi calls of the GPU section, keyed as verification.gpu_section reads them.
+GPU_COMMANDS = (
+    ("query", ["--query-gpu=index,pci.bus_id,persistence_mode", "--format=csv,noheader"]),
+    ("topology", ["topo", "-m"]),
+    ("p2p_read", ["topo", "-p2p", "r"]),
+    ("p2p_write", ["topo", "-p2p", "w"]),
+)
+
+
+class Tools(NamedTuple):
+    """How commands are found and run on the node.
+
+    ``find(name, package)``: the command's path or None; ``run(argv)``: ``(rc, stdout, stderr)``.
+    """
+
+    find: Callable[[str, str], str | None]
+    run: Callable[[list[str]], tuple[int, str, str]]
+
+
+def read_optional(node: Node, path: str) -> str | None:
+    """A file's text below the node root; None when it does not exist. Other read errors raise."""
+    full = node.path(path)
+    try:
+        with open(full, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise verification.VerificationError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
+
+
+def kmsg_window(node: Node, options: dict[str, Any]) -> dict[str, Any]:
+    """From when the kernel log counts: the override, else the journal marker of this boot, else boot."""
+    override = options.get("kmsg_since")
+    journal = boot_id = None
+    if override is None:
+        journal = read_optional(node, options["journal"])
+        # The journal's uptime refers to the boot it was written in; only the boot id tells.
+        if journal is not None:
+            boot_id = read_optional(node, BOOT_ID)
+    return verification.kmsg_since(journal, boot_id, override)
+
+
+def boot_configuration(node: Node, desired: dict[str, Any], options: dict[str, Any], tools: Tools) -> dict[str, Any]:
+    """The ``cmdline`` context of ``evaluate_host``: the kernel arguments configured for the next boot.
+
+    Read only when the desired state has kernel arguments or a cpufreq driver (whose arguments
+    verification looks for); the GRUB drop-in of this collection, or grubby on a live node (a
+    simulated root has no grubby to ask). An unreadable drop-in or a failing grubby leaves the
+    configuration unknown, which the report says per setting.
+    """
+    # Unknown (no os-release, neither bootloader's files): GRUB, whose drop-in can be read anywhere.
+    bootloader = choose_bootloader(node, options["bootloader"], tools.find) or "grub"
+    out = {"bootloader": bootloader, "dropin": options["cmdline_dropin"]}
+    if not desired.get("cmdline") and not (desired.get("cpufreq") or {}).get("driver"):
+        return out
+    if bootloader == "grubby":
+        out["grubby"] = _grubby_info(node, tools)
+        return out
+    try:
+        out["dropin_text"] = read_optional(node, options["cmdline_dropin"])
+    except verification.VerificationError as exc:
+        out["dropin_error"] = str(exc)
+    return out
+
+
+def _grubby_info(node, tools):
+    if not node.is_live:
+        return {"skipped": True}
+    grubby = tools.find("grubby", "grubby")
+    if not grubby:
+        return {"rc": 127, "stdout": "", "stderr": "grubby not found on the node (install the grubby package)"}
+    rc, stdout, stderr = tools.run([grubby, "--info=DEFAULT"])
+    return {"rc": rc, "stdout": stdout, "stderr": stderr}
+
+
+def persisted_files(node: Node, options: dict[str, Any]) -> tuple[bool, list[str]]:
+    """``(boot unit enabled, modules loaded at boot)``: the wants link and our modules-load.d files."""
+    boot_unit = os.path.lexists(node.path(options["boot_unit_link"]))
+    prefix = options["file_prefix"]
+    modules = [name[len(prefix):-len(".conf")] for name in node.listdir(options["modules_load_dir"])
+               if name.startswith(prefix) and name.endswith(".conf") and len(name) > len(prefix) + 5]
+    return boot_unit, modules
+
+
+def gpu_probe(node: Node, options: dict[str, Any], tools: Tools) -> dict[str, Any]:
+    """The ``gpu`` input of ``evaluate_host``: nvidia-smi's answers on a live node that has it.
+
+    Exit codes are kept, not failed on: a driver that does not answer is a finding per GPU setting.
+    """
+    if not options["gpu"]:
+        return {"probe": "disabled"}
+    if not node.is_live:
+        return {"probe": "simulated"}
+    smi = tools.find("nvidia-smi", "nvidia-utils")
+    if not smi:
+        return {"probe": "absent"}
+    out = {"probe": "present"}
+    for key, args in GPU_COMMANDS:
+        rc, stdout, stderr = tools.run([smi, *args])
+        out[key] = {"rc": rc, "stdout": stdout, "stderr": stderr}
+    return out
+
+
+def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,
+           facts_options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(facts, verification)`` of the node against ``desired`` (``evaluate_host``'s desired state).
+
+    ``options``: the ``verify`` option (``VERIFY_DEFAULTS`` for what is not given);
+    ``facts_options``: ``facts.gather``'s keyword arguments but ``kmsg_since``, which the journal
+    marker decides. Raises ``VerificationError``, ``FactsError`` or ``NodeError``.
+    """
+    opts = dict(VERIFY_DEFAULTS)
+    opts.update({k: v for k, v in (options or {}).items() if v is not None})
+    desired = desired or {}
+    since = kmsg_window(node, opts)
+    facts = gather(node, kmsg_since=since["since"], **facts_options)
+    boot_unit, modules = persisted_files(node, opts)
+    sysctl_wanted = desired.get("sysctl") or desired.get("numa_balancing") is not None
+    context = {
+        "root": node.root,
+        "cmdline": boot_configuration(node, desired, opts, tools),
+        "sysctl_persisted": read_optional(node, opts["sysctl_file"]) if sysctl_wanted else None,
+        "boot_unit": boot_unit,
+        "modules_persisted": modules,
+    }
+    result = verification.evaluate_host(
+        facts, desired, context, kernel_log_since=since, gpu=gpu_probe(node, opts, tools),
+        fail_on_pending=opts["fail_on_pending"], fail_classes=opts["fail_classes"], host=opts["host"],
+        verified_at=opts["verified_at"], gate=opts["gate"])
+    return facts, result
