@@ -9,7 +9,7 @@ P3  runtime tuning at 384 CPUs / 16 GPUs vs the naive baseline role (benchmarks/
     one task execution per CPU, idle state and device): ratio at 384 CPUs (target <= 0.05). The
     baseline is timed at several CPU counts; unless --naive-full times it at 384 directly, the
     384-CPU figure is a least-squares line through those points, shown with its fit.
-P4  tuning_facts (the module, in-process, as bench_modules.py times it) on 384 CPUs / 16 GPUs
+P4  tuning_info (the module, in-process, as bench_modules.py times it) on 384 CPUs / 16 GPUs
     with a 100,000-record kernel log (target <= 0.5 s).
 P5  playbooks/rollout.yml (runtime tuning, then verification) over 1, 100 (and with --full
     1,000) simulated hosts (tools/simfleet.py), forks 16: wall and CPU time, hosts per minute,
@@ -315,17 +315,17 @@ def bench_naive(workdir, cpu_counts, gpus):
 
 
 # --------------------------------------------------------------------------------------------
-# P4: tuning_facts on the large node
+# P4: tuning_info on the large node
 # --------------------------------------------------------------------------------------------
 
 
 def bench_facts(workdir, repeat):
-    """Best-of-``repeat`` in-process time of tuning_facts on 384 CPUs / 16 GPUs / 100k kmsg records."""
+    """Best-of-``repeat`` in-process time of tuning_info on 384 CPUs / 16 GPUs / 100k kmsg records."""
     root = fresh_node(workdir, "facts", kmsg_records=KMSG_RECORDS, **BIG)
-    args = dict(next(a for name, a in bench_modules.CALLS if name == "tuning_facts"), root=root)
-    seconds, result = bench_modules.best_of(repeat, lambda: bench_modules.run_main("tuning_facts", args))
+    args = dict(next(a for name, a in bench_modules.CALLS if name == "tuning_info"), root=root)
+    seconds, result = bench_modules.best_of(repeat, lambda: bench_modules.run_main("tuning_info", args))
     facts = result.get("tuning_facts", {})
-    log("P4 tuning_facts: %.3f s" % seconds)
+    log("P4 tuning_info: %.3f s" % seconds)
     return {"seconds": seconds, "failed": bool(result.get("failed")),
             "kmsg_records_read": facts.get("kernel_log", {}).get("records_total")}
 
@@ -520,7 +520,7 @@ def table(res):
     if res.get("facts"):
         seconds = res["facts"]["seconds"]
         res["ratios"]["P4"] = seconds
-        lines.append(row("P4", "tuning_facts, 384 CPUs/16 GPUs, 100,000-record kernel log "
+        lines.append(row("P4", "tuning_info, 384 CPUs/16 GPUs, 100,000-record kernel log "
                          "(module in-process, best of 3)",
                          "%.3f s" % seconds, "<= %.1f s" % TARGETS["P4"], seconds))
     if res.get("rollout"):

@@ -8,7 +8,7 @@ work without Ansible's start-up. The large node is the audited preset scaled to 
     .venv/bin/python benchmarks/bench_modules.py            # Markdown table on stdout
     .venv/bin/python benchmarks/bench_modules.py --json     # one JSON row per measurement
 
-Targets (issues 2 and 3): every module call well under 1 s on the large node; tuning_facts
+Targets (issues 2 and 3): every module call well under 1 s on the large node; tuning_info
 under 0.5 s there. The script reports, it asserts nothing about time.
 """
 
@@ -32,7 +32,7 @@ from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
-# (module, arguments) in the order the runtime role calls them; tuning_facts last.
+# (module, arguments) in the order the runtime role calls them; tuning_info last.
 CALLS = [
     ("setpci_mrrs", {"mrrs": 4096, "journal": JOURNAL}),
     ("cpu_cstate", {"disable": ["C2"], "journal": JOURNAL}),
@@ -44,7 +44,7 @@ CALLS = [
         "journal": JOURNAL}),
     ("kmod_optional", {"modules": [{"name": "nvidia_peermem"}], "journal": JOURNAL}),
     ("kernel_cmdline", {"arguments": ["amd_pstate=active"]}),
-    ("tuning_facts", {"sysctls": ["kernel.numa_balancing", "vm.swappiness"], "modules": ["nvidia", "nvidia_peermem"]}),
+    ("tuning_info", {"sysctls": ["kernel.numa_balancing", "vm.swappiness"], "modules": ["nvidia", "nvidia_peermem"]}),
 ]
 
 NODES = [

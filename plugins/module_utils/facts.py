@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read-only facts for verification: one cheap pass over a node's sysfs, procfs and kernel log.
 
-``gather(node, ...)`` returns the ``tuning_facts`` dict documented in the tuning_facts module.
+``gather(node, ...)`` returns the ``tuning_facts`` dict documented in the tuning_info module.
 Everything is read directly from files below the node root (no lspci/setpci or other process),
 and per-CPU data is aggregated: a state's disabled CPUs are a count plus a cpulist, a cpufreq
 setting is its most common value plus the number of CPUs that differ. Per-CPU entries appear only

@@ -431,7 +431,7 @@ def test_verification_agrees_with_the_module(build_node, run_module, preset, arg
     desired = dict(args, governor="performance")
     result, failed = run_module("cpu_freq", dict(desired, root=root), check=True)
     assert not failed, result
-    facts, failed = run_module("tuning_facts", {"root": root})
+    facts, failed = run_module("tuning_info", {"root": root})
     assert not failed, facts
     rows = verification.evaluate_host(facts["tuning_facts"], {"cpufreq": desired})["settings"]
     not_applicable = {s["name"]: s["reason"] for s in rows
@@ -439,7 +439,7 @@ def test_verification_agrees_with_the_module(build_node, run_module, preset, arg
     # Modes are part of the driver row in verification; the other settings have a row each.
     expected = {k: result["settings"][k]["reason"] for k in reasons if k not in ("amd_pstate_mode",
                                                                                "intel_pstate_status")}
-    # On arm64 too: tuning_facts takes the vendor from cpu_freq's own function, so the reasons are the same.
+    # On arm64 too: tuning_info takes the vendor from cpu_freq's own function, so the reasons are the same.
     assert not_applicable == expected
 
 

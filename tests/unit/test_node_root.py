@@ -18,7 +18,7 @@ JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
 # One call per module that would read the node and, without check mode, write to it.
 MODULE_ARGS = {
-    "tuning_facts": {"sysctls": ["vm.swappiness"]},
+    "tuning_info": {"sysctls": ["vm.swappiness"]},
     "setpci_mrrs": {"mrrs": 4096, "journal": JOURNAL},
     "kernel_tunables": {"sysctl": {"vm.swappiness": 10}, "journal": JOURNAL},
     "cpu_cstate": {"disable": ["C2"], "journal": JOURNAL},
@@ -73,14 +73,14 @@ def test_an_empty_root_is_refused_never_the_controller(tmp_path, run_module, mod
 
 def test_facts_of_an_empty_root_are_not_the_controllers(run_module):
     # Before: root "" described the machine running Ansible.
-    result, failed = run_module("tuning_facts", {"root": ""})
+    result, failed = run_module("tuning_info", {"root": ""})
     assert failed and "tuning_facts" not in result
 
 
 def test_a_root_whose_sys_has_no_cpu_cannot_be_verified(tmp_path, run_module):
     # sys/ exists but holds nothing readable: facts full of nulls would let verification pass.
     (tmp_path / "bare" / "sys").mkdir(parents=True)
-    result, failed = run_module("tuning_facts", {"root": str(tmp_path / "bare")})
+    result, failed = run_module("tuning_info", {"root": str(tmp_path / "bare")})
     assert failed
     assert "no CPU found below %s" % (tmp_path / "bare") in result["msg"]
 
@@ -92,7 +92,7 @@ def test_a_simulated_node_and_a_link_to_it_open(build_node, tmp_path, run_module
     for r in (root, str(link), root + "/"):
         node = Node.open(r)
         assert not node.is_live and node.isdir("sys")
-        result, failed = run_module("tuning_facts", {"root": r})
+        result, failed = run_module("tuning_info", {"root": r})
         assert not failed, result["msg"]
 
 

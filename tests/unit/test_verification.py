@@ -365,3 +365,51 @@ def test_runtime_gate_lists_a_configured_driver_as_pending_and_keeps_kernel_erro
         v.evaluate_host(facts, {}, gate="canary")
     assert v.error_result("h", "boom", gate="runtime")["gate"] == {
         "name": "runtime", "status": "error", "ok": False, "failures": ["verification could not run: boom"]}
+
+
+# --- JUnit classification (rendered as is by verify_junit.xml.j2) ----------------------------------
+
+
+def test_junit_classification_is_computed_in_python(build_node):
+    root = build_node("audited-epyc-8gpu")
+    dropin = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n'
+    ctx = {"root": root, "cmdline": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
+    res = v.evaluate_host(gather(root), DESIRED, ctx, host="n1")
+    cases = {c["name"]: c for c in res["junit"]["cases"]}
+    assert cases["cpufreq.driver"]["kind"] == "pass" and cases["cpufreq.driver"]["type"] == "pending_reboot"
+    assert cases["pcie_mrrs.0000:41:00.0"]["kind"] == "failure"
+    assert cases["pcie_mrrs.0000:41:00.0"]["classname"] == "n1.pcie_mrrs"
+    assert cases["pcie_mrrs.0000:41:00.0"]["detail"].startswith("desired: 4096\nrunning: 512\npersisted: null")
+    assert cases["kmod.nvidia_peermem"]["kind"] == "skipped"
+    assert cases["kernel_log.xid"] == {"classname": "n1.kernel_log", "name": "kernel_log.xid", "kind": "pass",
+                                       "type": "kernel_log", "detail": "",
+                                       "message": "0 new xid record(s) %s" % res["kernel_log"]["since_detail"]}
+    kinds = [c["kind"] for c in res["junit"]["cases"]]
+    assert res["junit"]["tests"] == len(res["settings"]) + 3
+    assert (res["junit"]["failures"], res["junit"]["skipped"], res["junit"]["errors"]) == (
+        kinds.count("failure"), kinds.count("skipped"), 0)
+    assert res["pending"] == ["cpufreq.driver"]
+    # With fail_on_pending the pending setting is a failure too.
+    strict = v.evaluate_host(gather(root), DESIRED, ctx, host="n1", fail_on_pending=True)
+    assert {c["name"]: c["kind"] for c in strict["junit"]["cases"]}["cpufreq.driver"] == "failure"
+    # An unverifiable host: one erroring case.
+    err = v.error_result("n2", "boom")
+    assert err["junit"]["cases"] == [{"classname": "n2.verification", "name": "verification", "kind": "error",
+                                      "type": "error", "message": "verification could not run: boom",
+                                      "detail": "verification could not run: boom"}]
+    assert (err["junit"]["tests"], err["junit"]["errors"], err["pending"]) == (1, 1, [])
+
+
+def test_junit_kernel_log_unavailable_is_skipped():
+    facts = {"kernel": {}, "kernel_log": {"available": False, "reason": "no /dev/kmsg"}}
+    res = v.evaluate_host(facts, {}, {"root": "/x"}, gpu={"probe": "disabled"}, host="h")
+    assert [(c["name"], c["kind"], c["message"]) for c in res["junit"]["cases"]] == [
+        ("kernel_log.%s" % c, "skipped", "kernel log unavailable: no /dev/kmsg") for c in v.DEFAULT_FAIL_CLASSES]
+
+
+def test_configured_arguments_from_text_read_on_the_node():
+    text = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=disable"\n'
+    assert v.configured_arguments({"bootloader": "grub", "dropin_text": text}) == (["amd_pstate=disable"], None)
+    assert v.configured_arguments({"bootloader": "grub", "dropin_text": None}) == ([], None)
+    args, why = v.configured_arguments({"bootloader": "grub", "dropin_text": None, "dropin_error": "EACCES"})
+    assert args is None and "could not be read: EACCES" in why

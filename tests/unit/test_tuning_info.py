@@ -1,7 +1,8 @@
-"""The tuning_facts module on simulated nodes: values equal what simnode wrote, nothing written."""
+"""The tuning_info module (was tuning_facts) on simulated nodes: values equal what simnode wrote, nothing written."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ import simnode
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
 from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SECTIONS = ["cpu", "cpufreq", "cpuidle", "kernel", "kernel_log", "memory", "modules", "nvidia", "os", "pci",
             "sysctl"]
@@ -20,14 +22,14 @@ CPU = "sys/devices/system/cpu"
 
 
 def facts_of(run_module, root, **args):
-    result, failed = run_module("tuning_facts", dict(root=root, **args))
+    result, failed = run_module("tuning_info", dict(root=root, **args))
     assert not failed, result.get("msg")
     assert result["changed"] is False
     return result["tuning_facts"]
 
 
 def fail_msg(run_module, root, **args):
-    result, failed = run_module("tuning_facts", dict(root=root, **args))
+    result, failed = run_module("tuning_info", dict(root=root, **args))
     assert failed, "expected a failure"
     return result["msg"]
 
@@ -200,8 +202,8 @@ def test_check_mode_same_result_and_tree_untouched(build_node, run_module, diges
     before = digest(root)
     args = dict(root=root, sysctls=["vm.swappiness"], modules=["nvidia"], detail=True,
                 kmsg_levels=["err", "warn", "notice", "info"])
-    normal, failed = run_module("tuning_facts", args)
-    checked, failed_check = run_module("tuning_facts", args, check=True, diff=True)
+    normal, failed = run_module("tuning_info", args)
+    checked, failed_check = run_module("tuning_info", args, check=True, diff=True)
     assert not failed and not failed_check
     assert normal == checked
     assert "diff" not in checked
@@ -435,7 +437,7 @@ def test_cidr_rule_without_netaddr_names_the_library(build_node, run_module, mon
 
 def test_large_node_is_cheap(build_node, run_module):
     root = build_node("audited-epyc-8gpu", cpus=384, gpus=16, kmsg_records=100000)
-    run_module("tuning_facts", dict(root=root))  # warm the page cache and imports
+    run_module("tuning_info", dict(root=root))  # warm the page cache and imports
     start = time.perf_counter()
     f = facts_of(run_module, root, sysctls=["vm.swappiness"], modules=["nvidia"])
     elapsed = time.perf_counter() - start
@@ -445,7 +447,7 @@ def test_large_node_is_cheap(build_node, run_module):
     assert f["kernel_log"]["counts"]["noise"] == 2002
     assert all(len(v) <= 5 for v in f["kernel_log"]["records"].values())
     # The target is 0.5 s; the bound leaves room for a loaded CI machine.
-    assert elapsed < 2.0, "tuning_facts took %.2f s" % elapsed
+    assert elapsed < 2.0, "tuning_info took %.2f s" % elapsed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,3 +481,143 @@ def test_sockets_fall_back_to_cpuinfo_without_topology(build_node, run_module):
     for cpu in range(8):
         os.unlink(os.path.join(root, CPU, "cpu%d/topology/physical_package_id" % cpu))
     assert facts_of(run_module, root)["cpu"]["sockets"] == simnode.PRESETS["audited-epyc-8gpu"]["sockets"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# desired: the verification in the same call (module_utils/verify_node.py)
+# ---------------------------------------------------------------------------------------------
+
+DESIRED = {
+    "pcie_mrrs": {"mrrs": 4096},
+    "cpuidle": {"disable": [], "max_latency_us": 100, "cpus": ""},
+    "cpufreq": {"driver": "native", "amd_pstate_mode": "active", "governor": "performance"},
+    "numa_balancing": 0,
+    "sysctl": {"vm.swappiness": 10, "kernel.numa_balancing": 0},
+    "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]},
+    "cmdline": ["iommu=pt"],
+}
+DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
+MANAGED = "# Managed by gpunode.tuning (kernel_cmdline module). Do not edit: changes are overwritten.\n"
+
+
+def verify_of(run_module, root, desired=DESIRED, check=False, **verify):
+    args = dict(root=root, sysctls=["vm.swappiness", "kernel.numa_balancing"], modules=["nvidia_peermem"],
+                desired=desired, verify=dict(verify, host="node1"))
+    result, failed = run_module("tuning_info", args, check=check)
+    assert not failed, result.get("msg")
+    assert result["changed"] is False
+    return result
+
+
+def states(result):
+    return {s["id"]: s["state"] for s in result["verification"]["settings"]}
+
+
+def test_desired_verifies_in_the_same_call_as_the_filter_did(build_node, run_module, digest):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+
+    root = build_node("audited-epyc-8gpu")
+    write(root, DROPIN, MANAGED + 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active iommu=pt"')
+    before = digest(root)
+    result = verify_of(run_module, root)
+    res = result["verification"]
+    # What the role computed before from its slurps, find and the verify_host filter.
+    context = {"root": root, "cmdline": {"bootloader": "grub", "dropin_text": open(os.path.join(root, DROPIN)).read()}}
+    expected = verification.evaluate_host(result["tuning_facts"], DESIRED, context, host="node1",
+                                          kernel_log_since=verification.kmsg_since())
+    assert res == expected
+    s = states(result)
+    assert s["cpufreq.driver"] == "pending_reboot" and s["cmdline.iommu=pt"] == "pending_reboot"
+    assert s["pcie_mrrs.0000:41:00.0"] == "drifted" and s["gpu.count"] == "not_applicable"
+    assert res["pending"] == ["cpufreq.driver", "cmdline.iommu=pt"]
+    assert res["status"] == "fail" and res["ok"] is False and res["gate"]["name"] == "full"
+    assert res["junit"]["tests"] == len(res["settings"]) + 3  # + aer, xid, fallen_off_bus
+    assert digest(root) == before
+    # Check mode reads the same and writes nothing either.
+    assert verify_of(run_module, root, check=True)["verification"] == res
+    assert digest(root) == before
+
+
+def test_the_driver_arguments_are_looked_for_also_for_acpi_cpufreq(build_node, run_module):
+    # Before, the role looked for no argument when acpi-cpufreq was wanted and did not read the drop-in.
+    root = build_node("epyc-pstate-epp")
+    desired = {"cpufreq": {"driver": "acpi-cpufreq", "amd_pstate_mode": "active", "governor": "performance"}}
+    write(root, DROPIN, MANAGED + 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=disable"')
+    row = next(s for s in verify_of(run_module, root, desired)["verification"]["settings"] if s["name"] == "driver")
+    assert "could not be read" not in row["reason"]
+    assert row["state"] == "pending_reboot", row
+
+
+def test_the_kernel_log_counts_from_the_journal_marker_of_this_boot(build_node, run_module):
+    root = build_node("audited-epyc-8gpu")
+    boot_id = open(os.path.join(root, "proc/sys/kernel/random/boot_id")).read().strip()
+    journal = os.path.join(root, "var/lib/gpunode-tuning/journal.json")
+    os.makedirs(os.path.dirname(journal), exist_ok=True)
+    marker = {"boot_id": boot_id, "uptime": 123.5, "time": "2026-01-01T00:00:00Z", "family": "cpufreq"}
+    with open(journal, "w") as fh:
+        fh.write('{"version": 1, "families": {}, "last_applied": %s}' % json.dumps(marker))
+    klog = verify_of(run_module, root, {"numa_balancing": 0})["verification"]["kernel_log"]
+    assert (klog["since"], klog["since_source"]) == (123.5, "journal")
+    # An earlier boot's marker counts from boot; an override wins over both.
+    marker["boot_id"] = "another-boot"
+    with open(journal, "w") as fh:
+        fh.write('{"version": 1, "families": {}, "last_applied": %s}' % json.dumps(marker))
+    assert verify_of(run_module, root, {"numa_balancing": 0})["verification"]["kernel_log"]["since_source"] == "boot"
+    klog = verify_of(run_module, root, {"numa_balancing": 0}, kmsg_since=7.0)["verification"]["kernel_log"]
+    assert (klog["since"], klog["since_source"]) == (7.0, "override")
+
+
+def test_persisted_files_and_an_unreadable_input(build_node, run_module):
+    root = build_node("audited-epyc-8gpu")
+    os.makedirs(os.path.join(root, "etc/modules-load.d"), exist_ok=True)
+    write(root, "etc/modules-load.d/gpunode-tuning-nvidia_peermem.conf", "nvidia_peermem")
+    write(root, "etc/sysctl.d/90-gpunode-tuning.conf", "vm.swappiness = 10")
+    wants = os.path.join(root, "etc/systemd/system/multi-user.target.wants")
+    os.makedirs(wants, exist_ok=True)
+    os.symlink("/etc/systemd/system/gpunode-tuning-boot.service", os.path.join(wants, "gpunode-tuning-boot.service"))
+    res = verify_of(run_module, root)["verification"]
+    rows = {s["id"]: s for s in res["settings"]}
+    assert rows["kmod.nvidia_peermem"]["persisted"] == "loaded at boot"
+    assert rows["sysctl.vm.swappiness"]["persisted"] == "10"
+    assert res["node"]["boot_unit"] is True and rows["cpuidle.C2"]["persisted"] == "disabled"
+    # A journal that cannot be read fails the call, naming it; a missing one is no error.
+    os.makedirs(os.path.join(root, "var/lib/gpunode-tuning/journal.json"))
+    result, failed = run_module("tuning_info", dict(root=root, desired=DESIRED))
+    assert failed and "cannot read %s/var/lib/gpunode-tuning/journal.json" % root in result["msg"]
+    assert "verification" not in result
+
+
+class LiveNode(Node):
+    """A simulated node that claims to be the running system, so that grubby and nvidia-smi are asked."""
+
+    is_live = property(lambda self: True)
+
+
+def test_grubby_and_nvidia_smi_on_a_live_node(build_node):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import verify_node
+
+    root = build_node("xeon-4gpu-switch", cpus=4, gpus=2)
+    write(root, "etc/os-release", 'ID="rocky"\nID_LIKE="rhel centos fedora"')
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        if argv[0] == "/usr/sbin/grubby":
+            return 0, 'index=0\nargs="ro intel_pstate=active"\n', ""
+        return (0, "0, 00000000:41:00.0, Enabled\n", "") if "--format=csv,noheader" in argv else (9, "", "no")
+
+    tools = verify_node.Tools(lambda name, package: "/usr/sbin/" + name, run)
+    node = LiveNode(root)
+    opts = dict(verify_node.VERIFY_DEFAULTS)
+    cmdline = verify_node.boot_configuration(node, {"cpufreq": {"driver": "native"}}, opts, tools)
+    assert cmdline["bootloader"] == "grubby" and cmdline["grubby"]["rc"] == 0
+    assert calls == [["/usr/sbin/grubby", "--info=DEFAULT"]]
+    gpu = verify_node.gpu_probe(node, opts, tools)
+    assert gpu["probe"] == "present" and gpu["query"]["rc"] == 0 and gpu["p2p_read"]["rc"] == 9
+    assert [c[1:] for c in calls[1:]] == [list(a) for _k, a in verify_node.GPU_COMMANDS]
+    # Without grubby the configuration is unknown, with the reason; without nvidia-smi the GPUs are absent.
+    none = verify_node.Tools(lambda name, package: None, run)
+    assert "grubby not found" in verify_node.boot_configuration(node, {"cmdline": ["x=1"]}, opts, none)["grubby"][
+        "stderr"]
+    assert verify_node.gpu_probe(node, opts, none) == {"probe": "absent"}
+    assert verify_node.gpu_probe(node, dict(opts, gpu=False), tools) == {"probe": "disabled"}
