@@ -349,8 +349,10 @@ def main():
 
     dmesg = None
     if node.is_live:
-        dmesg_bin = module.get_bin_path("dmesg")
-        dmesg = [dmesg_bin] if dmesg_bin else None
+        try:  # optional: without dmesg a failed load is reported without the kernel's words
+            dmesg = [node.bin_path(module, "dmesg", "util-linux")]
+        except NodeError:
+            dmesg = None
     try:
         if p["restore"]:
             results = kmod.restore(node, journal, run, find_modprobe, check_mode=module.check_mode)
