@@ -700,34 +700,6 @@ def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
     return changed, outcome.message() or None, plan["skip"]
 
 
-class _Call:
-    """What ``_run_writes`` reads of a module (``params``, ``check_mode``), for ``reapply``."""
-
-    check_mode = False
-
-    def __init__(self, params):
-        self.params = params
-
-
-def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
-    """Boot re-apply (``boot.py``): the module's validation and writes for ``desired``, without a journal.
-
-    ``desired`` has the module's options (governor, epp, boost, driver, amd_pstate_mode,
-    intel_pstate_status; missing ones are None). Returns ``(changed, failure message or None,
-    {setting: why it does not apply})``; a node without cpufreq policies gives
-    ``{"cpufreq": why}`` there. Raises PlanError where the module fails before writing.
-    """
-    params = dict.fromkeys(("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status"))
-    params.update((k, v) for k, v in desired.items() if k in params)
-    freq = NodeFreq(node)
-    if not freq.policies:
-        return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ}
-    plan = validate(params, freq, cpu_vendor(node))
-    outcome = Outcome()
-    _after, changed = _run_writes(_Call(params), node, None, freq, plan, outcome)
-    return changed, outcome.message() or None, plan["skip"]
-
-
 def _cmdline_warnings(node, plan, freq):
     """amd-pstate wanted, its argument already on the command line, yet not running: say why that happens."""
     if not (plan["reboot_required"] and plan["driver_wanted"] == "amd-pstate"):
