@@ -15,12 +15,11 @@ use it), ``driver_change``, ``order_governor_epp``,
 from __future__ import annotations
 
 import itertools
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
-    open_journal,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NODE_ARGUMENT_SPEC,
@@ -624,61 +623,71 @@ def _note_errors(outcome, errors):
                      cpus)
 
 
-def _check_params(module):
-    """Fail on a call that asks for nothing, or for an empty governor or EPP."""
-    params = module.params
+class CpufreqError(Exception):
+    """The cpu_freq call fails; ``result`` is what the module returns with the message."""
+
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+class Call(NamedTuple):
+    """One cpu_freq call: its options and how it runs (what ``run`` needs of the module)."""
+
+    params: dict
+    check_mode: bool = False
+    diff: bool = False
+    warn: Callable[[str], None] = lambda _msg: None
+
+
+def check_params(params: dict) -> None:
+    """Raise CpufreqError on a call that asks for nothing, or for an empty governor or EPP."""
     if not params["restore"] and all(params[k] is None for k in ("governor", "epp", "boost", "amd_pstate_mode",
                                                                  "intel_pstate_status", "driver")):
-        module.fail_json(msg="nothing to do: give at least one of governor, epp, boost, amd_pstate_mode, "
-                             "intel_pstate_status, driver, or restore=true")
+        raise CpufreqError("nothing to do: give at least one of governor, epp, boost, amd_pstate_mode, "
+                           "intel_pstate_status, driver, or restore=true")
     for key in ("governor", "epp"):
         if params[key] is not None and not params[key].strip():
-            module.fail_json(msg="%s must not be empty" % key)
+            raise CpufreqError("%s must not be empty" % key)
 
 
-def run(module):
-    """The cpu_freq module: validate, plan, journal, write in a valid order, read back, report."""
-    params = module.params
-    _check_params(module)
-    node = Node.open(params["root"], module)
-    journal = open_journal(module, node)
+def run(call: Call, open_node: Callable[[], tuple]) -> dict:
+    """The cpu_freq module: validate, plan, journal, write in a valid order, read back; returns the result.
+
+    ``open_node()`` gives ``(node, journal)`` once the options are known to be usable. Raises
+    CpufreqError (with the result so far) where the module fails.
+    """
+    params = call.params
+    check_params(params)
+    node, journal = open_node()
     freq = NodeFreq(node)
     result = dict(changed=False, supported=bool(freq.policies), driver=freq.driver, reboot_required=False,
                   kernel_args=[], settings={})
     if not freq.policies:
         why = "this node has no cpufreq policies (%s is empty or missing; typical of VMs)" % ("/" + CPUFREQ)
         if params["required"]:
-            module.fail_json(msg="CPU frequency scaling cannot be controlled: " + why, **result)
+            raise CpufreqError("CPU frequency scaling cannot be controlled: " + why, result)
         result["reason"] = why
-        module.exit_json(**result)
+        return result
 
     if params["restore"]:
-        outcome, changed = _restore(module, node, journal, freq)
+        outcome, changed = _restore(call, node, journal, freq)
         result["driver"] = freq.driver
-        _finish(module, result, outcome, changed, restore=True)
+        return _finish(call, result, outcome, changed, restore=True)
 
     try:
         plan = validate(params, freq, cpu_vendor(node))
     except PlanError as exc:
-        module.fail_json(msg=str(exc), **result)
+        raise CpufreqError(str(exc), result) from None
     for warning in plan["warnings"] + _cmdline_warnings(node, plan, freq):
-        module.warn(warning)
+        call.warn(warning)
     result["reboot_required"], result["kernel_args"] = plan["reboot_required"], plan["kernel_args"]
     before = _state(freq)
     outcome = Outcome()
-    after, changed = _run_writes(module, node, journal, freq, plan, outcome)
+    after, changed = _run_writes(call, node, journal, freq, plan, outcome)
     result["driver"] = after["driver"]
     _report(outcome, params, plan, before, after, freq)
-    _finish(module, result, outcome, changed)
-
-
-class _Call:
-    """What ``_run_writes`` reads of a module (``params``, ``check_mode``), for ``reapply``."""
-
-    check_mode = False
-
-    def __init__(self, params):
-        self.params = params
+    return _finish(call, result, outcome, changed)
 
 
 def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
@@ -696,7 +705,7 @@ def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
         return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ}
     plan = validate(params, freq, cpu_vendor(node))
     outcome = Outcome()
-    _after, changed = _run_writes(_Call(params), node, None, freq, plan, outcome)
+    _after, changed = _run_writes(Call(params), node, None, freq, plan, outcome)
     return changed, outcome.message() or None, plan["skip"]
 
 
@@ -717,9 +726,9 @@ def _state(freq):
                 boost=freq.boost, amd=freq.amd_status, intel=freq.intel_status)
 
 
-def _run_writes(module, node, journal, freq, plan, outcome):
+def _run_writes(call, node, journal, freq, plan, outcome):
     """Journal the originals, then write (check mode: predict); returns ``(after, changed)``."""
-    params = module.params
+    params = call.params
     governor = params["governor"]
     epp = None if "epp" in plan["skip"] else params["epp"]
     boost = None if "boost" in plan["skip"] else params["boost"]
@@ -728,7 +737,7 @@ def _run_writes(module, node, journal, freq, plan, outcome):
     _note_errors(outcome, errors)  # empty after validate(); kept for mixed-policy nodes
     boost_changes = boost is not None and freq.boost != boost
     changed = switching or bool(phases["governor"] or phases["epp"]) or boost_changes
-    if module.check_mode:
+    if call.check_mode:
         return _check_run(node, freq, plan, phases, outcome, governor, epp, boost if boost_changes else None), changed
     if journal is not None and changed:
         _journal_originals(journal, freq, plan, phases, boost)
@@ -888,14 +897,15 @@ def _diff(settings):
     return dict(before="".join(before), after="".join(after))
 
 
-def _finish(module, result, outcome, changed, restore=False):
+def _finish(call, result, outcome, changed, restore=False):
+    """The result, or CpufreqError naming what did not take."""
     result["changed"] = changed
     result["settings"] = outcome.settings
-    if module._diff:
+    if call.diff:
         result["diff"] = _diff({k: v for k, v in outcome.settings.items() if k != "driver"})
     if outcome.failed:
         result["failed_settings"] = sorted(outcome.failed)
-        if module.check_mode:
+        if call.check_mode:
             what = ("check mode: a real run would fail. cpufreq originals could not be restored (they would stay "
                     "in the journal; the others would be restored): " if restore else
                     "check mode: a real run would fail. cpufreq settings would not take (the others would be "
@@ -903,8 +913,8 @@ def _finish(module, result, outcome, changed, restore=False):
         else:
             what = ("cpufreq originals could not be restored (they stay in the journal; the others were restored): "
                     if restore else "cpufreq settings did not take (the others were applied): ")
-        module.fail_json(msg=what + outcome.message(), **result)
-    module.exit_json(**result)
+        raise CpufreqError(what + outcome.message(), result)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -912,7 +922,7 @@ def _finish(module, result, outcome, changed, restore=False):
 # ---------------------------------------------------------------------------------------------
 
 
-def _restore(module, node, journal, freq):
+def _restore(call, node, journal, freq):
     """Write back the journaled originals: driver mode first, then governor, EPP, boost.
 
     Goes on past what cannot be restored (a vanished or immutable file, a CPU without its
@@ -921,7 +931,7 @@ def _restore(module, node, journal, freq):
     """
     entries = journal.entries(FAMILY)
     outcome = Outcome()
-    check = module.check_mode
+    check = call.check_mode
     changed = False
     for key in MODE_SETTINGS:
         if key in entries:

@@ -252,3 +252,26 @@ PASSIVE = dict(driver="amd-pstate", amd_status="passive", intel_status=None, epp
 def test_applicability_of_the_preset_knobs(desired, running, wanted, keys):
     got_wanted, reasons = cpufreq.applicability(desired, "AuthenticAMD", running)
     assert got_wanted == wanted and set(reasons) == keys, reasons
+
+
+def _params(**kw):
+    params = {k: None for k in ("governor", "epp", "boost", "amd_pstate_mode", "intel_pstate_status", "driver")}
+    params.update(required=False, restore=False, journal=None)
+    params.update(kw)
+    return params
+
+
+def test_run_is_plain_python_returning_the_result_or_raising(build_node, digest):
+    # The module is a thin adapter: run() needs no AnsibleModule and never exits the process.
+    root = build_node("audited-epyc-8gpu", cpus=2, gpus=1)
+    warnings = []
+    call = cpufreq.Call(_params(governor="performance", driver="amd-pstate"), check_mode=True, warn=warnings.append)
+    result = cpufreq.run(call, lambda: (Node(root), None))
+    assert result["changed"] and result["reboot_required"] and result["kernel_args"] == ["amd_pstate=active"]
+    before = digest(root)
+    with pytest.raises(cpufreq.CpufreqError, match="nothing to do"):
+        cpufreq.run(cpufreq.Call(_params()), lambda: pytest.fail("the node is opened after the options check"))
+    with pytest.raises(cpufreq.CpufreqError, match="not offer|available") as exc:
+        cpufreq.run(cpufreq.Call(_params(governor="turbo")), lambda: (Node(root), None))
+    assert exc.value.result["supported"] is True
+    assert digest(root) == before
