@@ -463,12 +463,14 @@ def _segment_topology(p: Preset) -> list:
                                           mrrs=p.gpu_mrrs, subsystem_vendor=0x10DE, subsystem_device=0x1839)))
     last = sockets - 1
     if "nic" in p.extra_devices:
-        ports.append((0x10 * last + 0xE, last, dict(vendor=0x15B3, device=0x1021, class_code=0x020000, mrrs=512,
-                                               subsystem_vendor=0x15B3, subsystem_device=0x0023)))
+        nic = dict(vendor=0x15B3, device=0x1021, class_code=0x020000, mrrs=512,
+                   subsystem_vendor=0x15B3, subsystem_device=0x0023)
+        ports.append((0x10 * last + 0xE, last, nic))
     if "nvme" in p.extra_devices:
-        ports.append((0x10 * last + 0xF, last, dict(vendor=0x144D, device=0xA80A, class_code=0x010802, mrrs=512,
-                                               link_speed_cap=4, link_width_cap=4, link_speed=4, link_width=4,
-                                               subsystem_vendor=0x144D, subsystem_device=0xA801)))
+        nvme = dict(vendor=0x144D, device=0xA80A, class_code=0x010802, mrrs=512,
+                    link_speed_cap=4, link_width_cap=4, link_speed=4, link_width=4,
+                    subsystem_vendor=0x144D, subsystem_device=0xA801)
+        ports.append((0x10 * last + 0xF, last, nvme))
     for segment, node, endpoint in ports:
         rp = f"{segment:04x}:00:00.0"
         funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=node,

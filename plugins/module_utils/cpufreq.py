@@ -131,8 +131,10 @@ def applicability(desired, cpu_vendor, running):
         reasons["driver"] = keep_driver_reason(cpu_vendor, running_driver)
     target = wanted or driver_family(running_driver)
     pending = wanted is not None and wanted != driver_family(running_driver)
-    where = ("the desired driver is %s" % wanted) if wanted else ("this node keeps its running driver %s"
-                                                                   % running_driver)
+    if wanted:
+        where = "the desired driver is %s" % wanted
+    else:
+        where = "this node keeps its running driver %s" % running_driver
     for key, family in MODE_SETTINGS.items():
         if desired.get(key) is not None and target != family:
             reasons[key] = "%s applies to the %s driver only; %s" % (key, family, where)

@@ -71,8 +71,8 @@ class Journal:
                             "not lost: %s" % (self.path, exc, WHAT_TO_DO)) from exc
         if isinstance(data, dict) and "version" in data and data["version"] != VERSION:
             raise NodeError("journal %s has version %r; this collection reads version %d: roll back with the "
-                            "collection version that wrote it, or %s" % (self.path, data["version"], VERSION,
-                                                                        WHAT_TO_DO))
+                            "collection version that wrote it, or %s"
+                            % (self.path, data["version"], VERSION, WHAT_TO_DO))
         problem = shape_problem(data)
         if problem:
             raise NodeError("journal %s is valid JSON but not a gpunode.tuning journal (%s); refusing to continue "

@@ -942,7 +942,7 @@ def host_failures(settings, klog, fail_on_pending=False):
 
 def _driver_switch(s, cf):
     """Whether a cpufreq driver setting wants another driver family than the running one."""
-    wanted = str(s.get("desired") or "").split(" ")[0]  # "amd-pstate (active)" -> amd-pstate
+    wanted = str(s.get("desired") or "").split(" ", maxsplit=1)[0]  # "amd-pstate (active)" -> amd-pstate
     return bool(wanted) and wanted != driver_family(cf.get("driver"))
 
 

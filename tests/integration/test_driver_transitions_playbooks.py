@@ -18,7 +18,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 
-import conftest  # noqa: E402,F401  (puts the collection and tools/ on sys.path)
+# Imported for its side effect: it puts the collection and tools/ on sys.path.
+import conftest  # noqa: E402,F401  # pylint: disable=unused-import
 import simnode  # noqa: E402
 
 # The unit test's node helpers (the same file name in both directories cannot be imported by name).

@@ -41,8 +41,9 @@ STATE = {
 }
 
 
-def install(root, state=STATE):
+def install(root, state=None):
     """What the persistent flow puts on the node for the boot unit, below ``root``."""
+    state = STATE if state is None else state
     lib = os.path.join(root, LIB.lstrip("/"))
     os.makedirs(lib, exist_ok=True)
     for name in ROLE_VARS["__gpunode_tuning_boot_code"]:

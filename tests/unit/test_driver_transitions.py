@@ -143,7 +143,8 @@ def boot_config(root, loader):
         if text is None:
             return {"bootloader": "grub", "dropin_slurp": {"failed": True, "msg": "file not found: " + DROPIN}}
         return {"bootloader": "grub", "dropin_slurp": {"content": base64.b64encode(text.encode()).decode()}}
-    res = subprocess.run([os.path.join(root, "usr/sbin/grubby"), "--info=DEFAULT"], capture_output=True, text=True)
+    res = subprocess.run([os.path.join(root, "usr/sbin/grubby"), "--info=DEFAULT"], capture_output=True, text=True,
+                         check=False)
     return {"bootloader": "grubby", "grubby": {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr}}
 
 

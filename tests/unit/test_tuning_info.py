@@ -500,7 +500,8 @@ DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
 MANAGED = "# Managed by gpunode.tuning (kernel_cmdline module). Do not edit: changes are overwritten.\n"
 
 
-def verify_of(run_module, root, desired=DESIRED, check=False, **verify):
+def verify_of(run_module, root, desired=None, check=False, **verify):
+    desired = DESIRED if desired is None else desired
     args = dict(root=root, sysctls=["vm.swappiness", "kernel.numa_balancing"], modules=["nvidia_peermem"],
                 desired=desired, verify=dict(verify, host="node1"))
     result, failed = run_module("tuning_info", args, check=check)
