@@ -59,9 +59,11 @@ unit: $(SETUP_TESTS)
 	if (( rc == 5 )); then echo "unit: no tests collected"; rc=0; fi; \
 	exit $$rc
 
-# The playbooks end to end against simulated nodes (ansible-playbook subprocesses).
+# The playbooks end to end against simulated nodes (ansible-playbook subprocesses), in two
+# pytest-xdist workers: each test builds its own nodes under its own tmp_path.
+INTEGRATION_WORKERS ?= 2
 integration: $(SETUP_TESTS)
-	@$(PY) -m pytest -q -p no:cacheprovider tests/integration
+	@$(PY) -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) tests/integration
 
 sanity: $(SETUP_TESTS)
 	@scripts/sanity.sh $(SANITY_ARGS)
