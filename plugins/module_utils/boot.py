@@ -51,15 +51,11 @@ class BootError(Exception):
 
 
 class _Finder:
-    """What ``Node.bin_path`` asks of a module: a PATH lookup, and a failure that raises."""
+    """What ``Node.bin_path`` asks of a module: a PATH lookup (a missing binary raises BinaryNotFound)."""
 
     @staticmethod
     def get_bin_path(name):
         return shutil.which(name, path=SYSTEM_PATH)
-
-    @staticmethod
-    def fail_json(msg, **_kwargs):
-        raise BootError(msg)
 
 
 def _say(line):
