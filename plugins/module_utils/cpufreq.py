@@ -15,11 +15,13 @@ use it), ``driver_change``, ``order_governor_epp``,
 from __future__ import annotations
 
 import itertools
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
+    open_node,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NODE_ARGUMENT_SPEC,
@@ -625,21 +627,12 @@ def _note_errors(outcome, errors):
                      cpus)
 
 
-class CpufreqError(Exception):
+class CpufreqError(contract.FamilyError):
     """The cpu_freq call fails; ``result`` is what the module returns with the message."""
 
-    def __init__(self, msg, result=None):
-        super().__init__(msg)
-        self.result = result or {}
 
-
-class Call(NamedTuple):
-    """One cpu_freq call: its options and how it runs (what ``run`` needs of the module)."""
-
-    params: dict
-    check_mode: bool = False
-    diff: bool = False
-    warn: Callable[[str], None] = lambda _msg: None
+# One cpu_freq call: its options and how it runs (the family contract's Call).
+Call = contract.Call
 
 
 def check_params(params: dict) -> None:
@@ -653,15 +646,15 @@ def check_params(params: dict) -> None:
             raise CpufreqError("%s must not be empty" % key)
 
 
-def run(call: Call, open_node: Callable[[], tuple]) -> dict:
+def run(call: contract.Call) -> dict:
     """The cpu_freq module: validate, plan, journal, write in a valid order, read back; returns the result.
 
-    ``open_node()`` gives ``(node, journal)`` once the options are known to be usable. Raises
-    CpufreqError (with the result so far) where the module fails.
+    The node (``root``) and the journal are opened once the options are known to be usable. Raises
+    CpufreqError (a FamilyError, with the result so far) where the module fails.
     """
     params = call.params
     check_params(params)
-    node, journal = open_node()
+    node, journal = open_node(params)
     freq = NodeFreq(node)
     result = dict(changed=False, supported=bool(freq.policies), driver=freq.driver, reboot_required=False,
                   kernel_args=[], settings={})

@@ -25,7 +25,9 @@ import os
 import tempfile
 import time
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    Node,
     NodeError,
     format_cpulist,
     parse_cpulist,
@@ -257,24 +259,38 @@ def _entry_problem(family, key, entry):
     return None
 
 
-def open_journal(module, node):
-    """Open the journal named by the module's ``journal`` option, or return None when unset.
+def journal_for(node: Node, params: dict) -> Journal | None:
+    """Open the journal named by the ``journal`` option in ``params``, or return None when unset.
 
-    Fails the module (before any write) when the node root is not a node's root, when the journal
+    Raises NodeError (before any write) when the node root is not a node's root, when the journal
     cannot be read, or when ``restore`` is asked without a journal.
     """
-    try:
-        # Modules build their node with Node.open; checking here too keeps a journaling module that
-        # built it with plain Node() from reading or writing below a root that is not a node.
-        node.check_root()
-    except NodeError as exc:
-        module.fail_json(msg=str(exc))
-    path = module.params.get("journal")
+    # Families build their node with Node.open; checking here too keeps a caller that built it
+    # with plain Node() from reading or writing below a root that is not a node.
+    node.check_root()
+    path = params.get("journal")
     if not path:
-        if module.params.get("restore"):
-            module.fail_json(msg="restore=true needs the journal option (the path of the journal on the node)")
+        if params.get("restore"):
+            raise NodeError("restore=true needs the journal option (the path of the journal on the node)")
         return None
+    return Journal(node, path)
+
+
+def open_node(params: dict) -> tuple[Node, Journal | None]:
+    """A family run's node (``Node.open(params["root"])``) and journal, before anything is read or written.
+
+    Raises FamilyError naming the bad root or journal, so that the module fails with that message.
+    """
     try:
-        return Journal(node, path)
+        node = Node.open(params["root"])
+        return node, journal_for(node, params)
+    except NodeError as exc:
+        raise FamilyError(str(exc)) from None
+
+
+def open_journal(module, node):
+    """The journal of a module's options; fails the module on NodeError (until every module runs a family)."""
+    try:
+        return journal_for(node, module.params)
     except NodeError as exc:
         module.fail_json(msg=str(exc))

@@ -257,9 +257,7 @@ failed_settings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_journal
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, family
 
 
 def build_module():
@@ -268,19 +266,7 @@ def build_module():
 
 
 def main():
-    """Options in, one cpufreq.run call, its result (or its error) out."""
-    module = build_module()
-
-    def open_node():
-        node = Node.open(module.params["root"], module)
-        return node, open_journal(module, node)
-
-    call = cpufreq.Call(module.params, check_mode=module.check_mode, diff=module._diff, warn=module.warn)
-    try:
-        result = cpufreq.run(call, open_node)
-    except cpufreq.CpufreqError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**result)
+    family.run_module(build_module(), cpufreq.run)
 
 
 if __name__ == "__main__":

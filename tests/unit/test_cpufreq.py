@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 
@@ -261,17 +261,21 @@ def _params(**kw):
     return params
 
 
-def test_run_is_plain_python_returning_the_result_or_raising(build_node, digest):
+def test_run_is_plain_python_returning_the_result_or_raising(build_node, digest, tmp_path):
     # The module is a thin adapter: run() needs no AnsibleModule and never exits the process.
     root = build_node("audited-epyc-8gpu", cpus=2, gpus=1)
     warnings = []
-    call = cpufreq.Call(_params(governor="performance", driver="amd-pstate"), check_mode=True, warn=warnings.append)
-    result = cpufreq.run(call, lambda: (Node(root), None))
+    call = cpufreq.Call(_params(governor="performance", driver="amd-pstate", root=root), check_mode=True,
+                        warn=warnings.append)
+    result = cpufreq.run(call)
     assert result["changed"] and result["reboot_required"] and result["kernel_args"] == ["amd_pstate=active"]
     before = digest(root)
-    with pytest.raises(cpufreq.CpufreqError, match="nothing to do"):
-        cpufreq.run(cpufreq.Call(_params()), lambda: pytest.fail("the node is opened after the options check"))
+    # The options are checked before the node is opened: a bad root is not what this call reports.
+    with pytest.raises(family.FamilyError, match="nothing to do"):
+        cpufreq.run(cpufreq.Call(_params(root=str(tmp_path / "gone"))))
+    with pytest.raises(family.FamilyError, match="root .*gone does not exist"):
+        cpufreq.run(cpufreq.Call(_params(governor="performance", root=str(tmp_path / "gone"))))
     with pytest.raises(cpufreq.CpufreqError, match="not offer|available") as exc:
-        cpufreq.run(cpufreq.Call(_params(governor="turbo")), lambda: (Node(root), None))
+        cpufreq.run(cpufreq.Call(_params(governor="turbo", root=root)))
     assert exc.value.result["supported"] is True
     assert digest(root) == before

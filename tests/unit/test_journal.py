@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_journal
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, journal_for
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
@@ -215,18 +215,8 @@ def test_an_entry_without_a_recorded_time_is_still_read(node_root):
     assert j.data["families"]["cpuidle"]["C2"]["original"] == {"0": "0-1", "1": "2"}
 
 
-class _Module:
-    """The little of AnsibleModule that open_journal uses."""
-
-    def __init__(self, **params):
-        self.params = params
-
-    def fail_json(self, msg, **_kw):
-        raise AssertionError("fail_json: " + msg)
-
-
 def test_open_journal_refuses_a_bad_root_even_from_a_plain_node(tmp_path):
-    # A module that built its node with Node(root) instead of Node.open still stops here.
-    with pytest.raises(AssertionError, match="fail_json: root %s does not exist" % (tmp_path / "gone")):
-        open_journal(_Module(journal=JOURNAL, restore=False), Node(str(tmp_path / "gone")))
+    # A caller that built its node with Node(root) instead of Node.open still stops here.
+    with pytest.raises(NodeError, match="root %s does not exist" % (tmp_path / "gone")):
+        journal_for(Node(str(tmp_path / "gone")), {"journal": JOURNAL, "restore": False})
     assert not os.path.exists(tmp_path / "gone")
