@@ -5,21 +5,22 @@
 Layout: ``/sys/devices/system/cpu/cpuN/cpuidle/stateM/{name,latency,disable}``. States are
 matched by name on every CPU, never by index (indexes differ between platforms and can differ
 between CPUs). Planning is pure (``plan_by_names``, ``plan_by_latency``, ``plan_writes``,
-``summarize``); ``run`` is the module's whole flow and the only part that touches Ansible.
+``summarize``); ``run`` is the module's whole flow (the family contract: options in, result or
+FamilyError out).
 """
 
 from __future__ import annotations
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils import validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
-    open_journal,
+    open_node,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_CPU,
-    Node,
     NodeError,
     format_cpulist,
     online_cpus,
@@ -279,47 +280,69 @@ def failure_message(failed, restore=False, check_mode=False):
     return head + "; ".join(parts)
 
 
-def _check_params(module):
-    """Fail on option combinations that cannot be planned, before the node is read."""
-    params = module.params
+def _check_params(params):
+    """FamilyError on option combinations that cannot be planned, before the node is read."""
     names, max_latency = params["disable"], params["max_latency_us"]
+    problem = None
     if max_latency is not None and max_latency < 0:
-        module.fail_json(msg="max_latency_us must be an integer >= 0 (microseconds), got %d" % max_latency)
-    if max_latency is not None and params["state"] == ENABLED:
-        module.fail_json(msg="state=enabled cannot be combined with max_latency_us: a latency bound both disables "
-                             "(exit latency above it) and enables (the others); use disable=[names] with state=enabled")
-    if not params["restore"] and names is None and max_latency is None:
-        module.fail_json(msg="one of disable (state names), max_latency_us or restore=true is required")
-    if names is not None and any(not n or not n.strip() for n in names):
-        module.fail_json(msg="disable contains an empty state name; give names such as POLL, C1, C2")
+        problem = "max_latency_us must be an integer >= 0 (microseconds), got %d" % max_latency
+    elif max_latency is not None and params["state"] == ENABLED:
+        problem = ("state=enabled cannot be combined with max_latency_us: a latency bound both disables (exit "
+                   "latency above it) and enables (the others); use disable=[names] with state=enabled")
+    elif not params["restore"] and names is None and max_latency is None:
+        problem = "one of disable (state names), max_latency_us or restore=true is required"
+    elif names is not None and any(not n or not n.strip() for n in names):
+        problem = "disable contains an empty state name; give names such as POLL, C1, C2"
+    if problem:
+        raise contract.FamilyError(problem)
 
 
-def run(module):
-    """The cpu_cstate module: validate, plan, journal, write, read back, report."""
-    params = module.params
-    _check_params(module)
+def run(call: contract.Call) -> dict:
+    """The cpu_cstate module: validate, plan, journal, write, read back; returns the result.
+
+    Raises FamilyError (with the result so far) where the module fails.
+    """
+    params = call.params
+    _check_params(params)
     restore = params["restore"]
-    node = Node.open(params["root"], module)
-    journal = open_journal(module, node)
+    node, journal = open_node(params)
     try:
         cpus = select_cpus(node, params["cpus"])
     except PlanError as exc:
-        module.fail_json(msg=str(exc))
+        raise contract.FamilyError(str(exc)) from None
 
     driver = idle_driver(node)
     result = dict(changed=False, supported=driver is not None, driver=driver, states={})
     states_by_cpu = read_states(node, cpus) if driver else {}
     if not driver or not any(states_by_cpu.values()):
-        _unsupported(module, node, result, driver, cpus)
+        return _unsupported(params, node, result, driver, cpus)
 
     if restore:
         plan, journaled, failed = _restore_plan(node, journal, states_by_cpu)
     else:
-        plan, journaled, failed = _plan(module, states_by_cpu, result), states_by_cpu, {}
-    writes = plan_writes(journaled, plan)
-    if writes and module.check_mode:
+        plan, journaled, failed = _plan(params, states_by_cpu, result), states_by_cpu, {}
+    writes, after = _apply(call, node, journal, journaled, plan_writes(journaled, plan), failed)
+
+    summary = summarize(journaled, after, plan)
+    result.update(changed=bool(writes), states=summary, cpus=format_cpulist(cpus if not restore else sorted(journaled)))
+    if call.diff:
+        result["diff"] = diff_text(summary, [n for n in summary if summary[n]["desired"] is not None])
+    if failed:
+        result["failed_states"] = sorted(failed)
+        raise contract.FamilyError(failure_message(failed, restore, call.check_mode), result)
+    return result
+
+
+def _apply(call, node, journal, journaled, writes, failed):
+    """Journal and write ``writes``, or in check mode probe them; returns ``(writes, disabled states after)``.
+
+    What does not take (or would not) is added to ``failed`` (``{name: {cpu: cause}}``). With
+    restore the journal then keeps exactly the originals that could not be written back.
+    """
+    restore = call.params["restore"]
+    if writes and call.check_mode:
         writes = writable_writes(node, writes, failed)
-    if writes and not module.check_mode:
+    if writes and not call.check_mode:
         if journal is not None and not restore:
             _journal_originals(journal, writes)
         for name, by_cpu in apply_writes(node, writes).items():
@@ -327,40 +350,31 @@ def run(module):
         after = reread_disabled(node, journaled)
     else:
         after = _after_states(journaled, writes)
-    if restore and not module.check_mode:
+    if restore and not call.check_mode:
         _keep_failed(journal, failed, bool(writes))
-
-    summary = summarize(journaled, after, plan)
-    result.update(changed=bool(writes), states=summary, cpus=format_cpulist(cpus if not restore else sorted(journaled)))
-    if module._diff:
-        result["diff"] = diff_text(summary, [n for n in summary if summary[n]["desired"] is not None])
-    if failed:
-        result["failed_states"] = sorted(failed)
-        module.fail_json(msg=failure_message(failed, restore, module.check_mode), **result)
-    module.exit_json(**result)
+    return writes, after
 
 
-def _unsupported(module, node, result, driver, cpus):
-    """Exit (or fail with required=true): no cpuidle driver, or no states on the selected CPUs."""
+def _unsupported(params, node, result, driver, cpus):
+    """The result (FamilyError with required=true): no cpuidle driver, or no states on the selected CPUs."""
     result["supported"] = False
     why = "this node has no cpuidle driver (/%s is %r)" % (CURRENT_DRIVER, node.read(CURRENT_DRIVER, default=""))
     if driver:
         why = "cpuidle driver %s exposes no idle states on CPUs %s" % (driver, format_cpulist(cpus))
-    if module.params["required"]:
-        module.fail_json(msg="C-states cannot be controlled: " + why, **result)
+    if params["required"]:
+        raise contract.FamilyError("C-states cannot be controlled: " + why, result)
     result["reason"] = why
-    module.exit_json(**result)
+    return result
 
 
-def _plan(module, states_by_cpu, result):
-    """The plan of the desired states (latency bound or names); fails the module naming what is allowed."""
-    params = module.params
+def _plan(params, states_by_cpu, result):
+    """The plan of the desired states (latency bound or names); FamilyError naming what is allowed."""
     try:
         if params["max_latency_us"] is not None:
             return plan_by_latency(states_by_cpu, params["max_latency_us"])
         return plan_by_names(states_by_cpu, params["disable"], params["state"])
     except PlanError as exc:
-        module.fail_json(msg=str(exc), **result)
+        raise contract.FamilyError(str(exc), result) from None
 
 
 def _journal_originals(journal, writes):

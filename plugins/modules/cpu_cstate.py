@@ -188,7 +188,7 @@ failed_states:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpuidle
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpuidle, family
 
 
 def build_module():
@@ -198,7 +198,7 @@ def build_module():
 
 
 def main():
-    cpuidle.run(build_module())
+    family.run_module(build_module(), cpuidle.run)
 
 
 if __name__ == "__main__":
