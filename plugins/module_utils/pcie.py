@@ -22,6 +22,8 @@ import os
 import re
 import struct
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_PCI_DEVICES,
     NodeError,
@@ -754,3 +756,64 @@ def failure_message(result, restore, check_mode, journal_path=None):
     if restore and journal_path:
         tail += "; the failed entries stay in the journal %s for the next attempt" % journal_path
     return msg + ". " + tail
+
+
+def run(call: contract.Call) -> dict:
+    """The setpci_mrrs module: check the options, open the node, ``run_mrrs``; returns the module's result.
+
+    Raises FamilyError (with the result so far) where the module fails: a bad option or root
+    before anything is read, a selection or lockdown that stops the task before any write, and
+    at the end every device that could not be set (``failure_message``).
+    """
+    params = call.params
+    if params["mrrs"] is None and not params["restore"]:
+        raise contract.FamilyError("mrrs is required (one of %s bytes) unless restore=true"
+                                   % ", ".join(str(c) for c in MRRS_CHOICES))
+    try:
+        selector = DeviceSelector(vendor=params["vendor"], device=params["device"],
+                                  class_prefixes=params["class_prefixes"], bdfs=params["bdfs"])
+    except ValueError as exc:
+        raise contract.FamilyError(str(exc)) from None
+    node, journal = open_node(params)
+    try:
+        setpci_bin = node.bin_path(call.lookup, "setpci", "pciutils")
+    except NodeError as exc:
+        raise contract.FamilyError(str(exc)) from None
+
+    def setpci_factory():
+        return Setpci(call.run_command, setpci_bin, node.pciutils_args())
+
+    try:
+        result = run_mrrs(node, setpci_factory, journal, call.check_mode, mrrs=params["mrrs"], selector=selector,
+                          restore=params["restore"], allow_empty=params["allow_empty"])
+    except MrrsError as exc:
+        _warn(call, exc.result)
+        raise contract.FamilyError(str(exc), _public(call, exc.result, changed=False)) from None
+    except NodeError as exc:
+        raise contract.FamilyError(str(exc), {"changed": False}) from None
+    _warn(call, result)
+    if result["failed_devices"]:
+        raise contract.FamilyError(failure_message(result, params["restore"], call.check_mode,
+                                                   journal.path if journal else None), _public(call, result))
+    return _public(call, result)
+
+
+def _warn(call, result):
+    for warning in result.get("warnings", []):
+        call.warn(warning)
+
+
+def _public(call, result, **overrides):
+    """The module's result keys (``warnings`` go through ``call.warn``, the diff only when asked)."""
+    out = dict(
+        changed=result.get("changed", False),
+        devices=result.get("devices", []),
+        failed_devices=result.get("failed_devices", []),
+        lockdown=result.get("lockdown"),
+        pcie_bus_perf=result.get("pcie_bus_perf", False),
+        setpci_calls=result.get("setpci_calls", 0),
+    )
+    out.update(overrides)
+    if call.diff and "diff" in result:
+        out["diff"] = result["diff"]
+    return out

@@ -208,9 +208,9 @@ setpci_calls:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import pcie
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_journal
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 
 def build_module():
@@ -231,62 +231,7 @@ def build_module():
 
 
 def main():
-    module = build_module()
-    p = module.params
-    if p["mrrs"] is None and not p["restore"]:
-        module.fail_json(msg="mrrs is required (one of %s bytes) unless restore=true"
-                         % ", ".join(str(c) for c in pcie.MRRS_CHOICES))
-    try:
-        selector = pcie.DeviceSelector(vendor=p["vendor"], device=p["device"],
-                                       class_prefixes=p["class_prefixes"], bdfs=p["bdfs"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    node = Node.open(p["root"], module)
-    journal = open_journal(module, node)
-    try:
-        setpci_bin = node.bin_path(module, "setpci", "pciutils")
-    except NodeError as exc:
-        module.fail_json(msg=str(exc))
-
-    def run(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C"})
-
-    def setpci_factory():
-        return pcie.Setpci(run, setpci_bin, node.pciutils_args())
-
-    try:
-        result = pcie.run_mrrs(node, setpci_factory, journal, module.check_mode, mrrs=p["mrrs"],
-                               selector=selector, restore=p["restore"], allow_empty=p["allow_empty"])
-    except pcie.MrrsError as exc:
-        _finish(module, exc.result)
-        module.fail_json(msg=str(exc), **_public(module, exc.result, changed=False))
-    except NodeError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    _finish(module, result)
-    if result["failed_devices"]:
-        msg = pcie.failure_message(result, p["restore"], module.check_mode, journal.path if journal else None)
-        module.fail_json(msg=msg, **_public(module, result))
-    module.exit_json(**_public(module, result))
-
-
-def _finish(module, result):
-    for warning in result.get("warnings", []):
-        module.warn(warning)
-
-
-def _public(module, result, **overrides):
-    out = dict(
-        changed=result.get("changed", False),
-        devices=result.get("devices", []),
-        failed_devices=result.get("failed_devices", []),
-        lockdown=result.get("lockdown"),
-        pcie_bus_perf=result.get("pcie_bus_perf", False),
-        setpci_calls=result.get("setpci_calls", 0),
-    )
-    out.update(overrides)
-    if module._diff and "diff" in result:
-        out["diff"] = result["diff"]
-    return out
+    family.run_module(build_module(), pcie.run)
 
 
 if __name__ == "__main__":
