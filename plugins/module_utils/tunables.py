@@ -10,7 +10,7 @@ hugepage settings are the multiple-choice files ``enabled`` and ``defrag`` under
 results and in the journal.
 
 The flow is validate (every key and value, nothing written) -> plan -> journal -> write ->
-read back. Nothing here knows about Ansible.
+read back; ``run`` is the kernel_tunables module's whole flow. Nothing here knows about Ansible.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import errno
 import os
 import re
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NodeError,
     bracket_choices,
@@ -421,3 +423,48 @@ def _restore_one(node, journal, item, res):
         journal.drop(FAMILY, item["key"])
     else:
         res.update(failed=True, reason="wrote %r but read back %r" % (item["desired"], after))
+
+
+def run(call: contract.Call) -> dict:
+    """The kernel_tunables module: validate every key and value, journal, write, read back; returns the result.
+
+    Raises FamilyError on bad input (nothing written) and, after every other key was applied or
+    restored, naming each key that was not with its reason (the full result goes with it).
+    """
+    params = call.params
+    node, journal = open_node(params)
+    items = None
+    try:
+        if not params["restore"]:
+            items = plan_items(node, params["sysctl"], params["transparent_hugepage"])
+        problem = sysctl_file_problem(node, params["sysctl_file"]) if params["sysctl_file"] else None
+    except TunableError as exc:
+        raise contract.FamilyError("invalid input, nothing was written: %s" % exc) from None
+    if problem:
+        raise contract.FamilyError("%s; nothing was written" % problem)
+    try:
+        if params["restore"]:
+            results, failed = restore(node, journal, check_mode=call.check_mode, skip_readonly=params["skip_readonly"])
+        else:
+            results, failed = apply(node, items, journal=journal, check_mode=call.check_mode,
+                                    skip_readonly=params["skip_readonly"])
+    except NodeError as exc:
+        raise contract.FamilyError(str(exc)) from None
+    applied = applied_keys(results)
+    out = dict(changed=any(r["changed"] for r in results.values()), settings=results, failed_keys=failed,
+               applied_keys=applied)
+    if call.diff:
+        out["diff"] = dict(before={k: r["before"] for k, r in results.items()},
+                           after={k: r["after"] for k, r in results.items()})
+    if failed:
+        raise contract.FamilyError(failure_message(results, failed, applied, restore=params["restore"]), out)
+    return out
+
+
+def failure_message(results: dict, failed: list, applied: list, restore: bool = False) -> str:
+    """One message that names every failed key with its reason and says what was applied (or restored)."""
+    causes = "; ".join("%s (%s)" % (k, results[k]["reason"]) for k in failed)
+    if restore:
+        return "these keys were not restored and stay in the journal for the next rollback: %s. Restored or " \
+               "already original: %s" % (causes, ", ".join(applied) or "none")
+    return "these keys were not applied: %s. Applied: %s" % (causes, ", ".join(applied) or "none")

@@ -195,9 +195,9 @@ applied_keys:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import tunables
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_journal
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, tunables
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 ARGUMENT_SPEC = dict(
     sysctl=dict(type="dict", default={}),
@@ -216,49 +216,8 @@ def build_module():
     return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
-def failure_message(results, failed, applied, restore=False):
-    """One message that names every failed key with its reason and says what was applied."""
-    if restore:
-        return "these keys were not restored and stay in the journal for the next rollback: %s. Restored or " \
-               "already original: %s" % ("; ".join("%s (%s)" % (k, results[k]["reason"]) for k in failed),
-                                         ", ".join(applied) or "none")
-    return "these keys were not applied: %s. Applied: %s" % (
-        "; ".join("%s (%s)" % (k, results[k]["reason"]) for k in failed), ", ".join(applied) or "none")
-
-
 def main():
-    module = build_module()
-    p = module.params
-    node = Node.open(p["root"], module)
-    items = None
-    try:
-        if not p["restore"]:
-            items = tunables.plan_items(node, p["sysctl"], p["transparent_hugepage"])
-        problem = tunables.sysctl_file_problem(node, p["sysctl_file"]) if p["sysctl_file"] else None
-    except tunables.TunableError as exc:
-        module.fail_json(msg="invalid input, nothing was written: %s" % exc)
-    if problem:
-        module.fail_json(msg="%s; nothing was written" % problem)
-    journal = open_journal(module, node)
-    try:
-        if p["restore"]:
-            results, failed = tunables.restore(node, journal, check_mode=module.check_mode,
-                                               skip_readonly=p["skip_readonly"])
-        else:
-            results, failed = tunables.apply(node, items, journal=journal, check_mode=module.check_mode,
-                                             skip_readonly=p["skip_readonly"])
-    except NodeError as exc:
-        module.fail_json(msg=str(exc))
-
-    applied = tunables.applied_keys(results)
-    out = dict(changed=any(r["changed"] for r in results.values()), settings=results, failed_keys=failed,
-               applied_keys=applied)
-    if module._diff:
-        out["diff"] = dict(before={k: r["before"] for k, r in results.items()},
-                           after={k: r["after"] for k, r in results.items()})
-    if failed:
-        module.fail_json(msg=failure_message(results, failed, applied, restore=p["restore"]), **out)
-    module.exit_json(**out)
+    family.run_module(build_module(), tunables.run)
 
 
 if __name__ == "__main__":
