@@ -1,0 +1,649 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""PCIe ACS on the GPU-to-GPU path: facts, the ``pcie_acs`` module's run, verification, boot re-apply.
+
+ACS (Access Control Services, PCIe extended capability 0x000D) lives on bridges. With P2P Request
+Redirect / Completion Redirect set on a bridge between two GPUs, their peer-to-peer traffic is
+sent up to the root complex: slow or hung tensor parallelism (NCCL's troubleshooting guide).
+Firmware and the kernel set these bits at every boot, so the family re-applies them at boot.
+
+Only the bridges on the sysfs path of a selected GPU are touched, only bits 2, 3 and 5 of ACS
+Control, with a setpci mask write; a bridge with a device bound to ``vfio-pci`` below it is
+refused (ACS is what isolates passthrough devices). Reading is pure Python over the sysfs
+``config`` files; no Ansible import (the boot runner loads this on the node).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    SYSFS_PCI_DEVICES,
+    Node,
+    NodeError,
+    cmdline_args,
+    lockdown_mode,
+)
+
+NAME = "pcie_acs"
+PCI_EXT_CAP_ID_ACS = 0x000D
+EXT_CAP_START = 0x100
+ACS_CAP = 0x04
+ACS_CTRL = 0x06
+# Bit names as lspci prints them (pciutils ls-ecaps.c), bit numbers from pci_regs.h PCI_ACS_*.
+ACS_BITS = (("SrcValid", 0), ("TransBlk", 1), ("ReqRedir", 2), ("CmpltRedir", 3), ("UpstreamFwd", 4),
+            ("EgressCtrl", 5), ("DirectTrans", 6))
+# ReqRedir, CmpltRedir, EgressCtrl: what pci=disable_acs_redir= clears too. Nothing else is written.
+REDIRECT_MASK = 0x002C
+SETPCI_ACS_CTRL = "ECAP_ACS+6.w"
+MODES = ("disable_redirect", "unmanaged")
+PERSIST = ("boot_unit", "kernel_arg")
+NO_ACS = "no ACS capability"
+IOMMU_ARG_PREFIXES = ("iommu=", "iommu.", "amd_iommu=", "intel_iommu=")
+_BDF_COMPONENT = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+ARGUMENT_SPEC = dict(
+    mode=dict(type="str", default="disable_redirect", choices=list(MODES)),
+    vendor=dict(type="str"),
+    device=dict(type="str"),
+    class_prefixes=dict(type="list", elements="str"),
+    bdfs=dict(type="list", elements="str"),
+    allow_empty=dict(type="bool", default=False),
+    journal=dict(type="str"),
+    restore=dict(type="bool", default=False),
+    root=dict(type="path", default="/"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------------------------
+
+
+def find_ext_capability(cfg: bytes, cap_id: int) -> int | None:
+    """Offset of the first extended capability ``cap_id`` (walked from 0x100), None when absent.
+
+    A 256-byte config (no root, or a conventional PCI device) has no extended space. Pointers
+    below 0x100 end the walk and a step limit guards against loops, as pci_find_ext_capability.
+    """
+    pos = EXT_CAP_START
+    for _step in range((len(cfg) - EXT_CAP_START) // 8 + 1):
+        if pos < EXT_CAP_START or pos + 4 > len(cfg):
+            return None
+        header = struct.unpack_from("<I", cfg, pos)[0]
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == cap_id:
+            return pos
+        pos = (header >> 20) & 0xFFC
+    return None
+
+
+def bits(value: int) -> dict:
+    """``{SrcValid: bool, ...}`` of an ACSCap or ACSCtl value."""
+    return {name: bool(value >> bit & 1) for name, bit in ACS_BITS}
+
+
+def describe(value: int) -> str:
+    """``SrcValid+ TransBlk- ...`` as ``lspci -vvv`` prints an ACS register."""
+    return " ".join("%s%s" % (name, "+" if value >> bit & 1 else "-") for name, bit in ACS_BITS)
+
+
+def decode_acs(cfg: bytes) -> dict | None:
+    """The ACS capability of a config space: offset, ACSCap and ACSCtl (raw and decoded); None if absent."""
+    pos = find_ext_capability(bytes(cfg), PCI_EXT_CAP_ID_ACS)
+    if pos is None or pos + ACS_CTRL + 2 > len(cfg):
+        return None
+    cap, ctl = struct.unpack_from("<HH", cfg, pos + ACS_CAP)
+    return {"offset": pos, "cap": cap, "ctl": ctl, "cap_bits": bits(cap), "ctl_bits": bits(ctl),
+            "redirect": bool(ctl & REDIRECT_MASK)}
+
+
+def kernel_arg(bridges: list) -> str:
+    """``pci=disable_acs_redir=BDF;BDF`` for the bridges (the kernel clears the same three bits at boot).
+
+    GRUB's drop-in must quote it (``;`` separates shell commands in /etc/default/grub).
+    """
+    return "pci=disable_acs_redir=" + ";".join(sorted(bridges))
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU paths
+# ---------------------------------------------------------------------------------------------
+
+
+def device_dir(node: Node, bdf: str) -> str:
+    """The real sysfs directory of a PCI function (its /sys/bus/pci/devices link resolved)."""
+    return os.path.realpath(node.path(SYSFS_PCI_DEVICES, bdf))
+
+
+def bridge_chain(node: Node, bdf: str) -> list:
+    """``[(bridge bdf, its sysfs dir)]`` from the root port down to the device's parent.
+
+    The kernel nests a function's directory below every bridge on its path
+    (``/sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0``), so the BDF components
+    before the device's own are its bridges. Components that are not a BDF (``pci0000:00``) are skipped.
+    """
+    path = device_dir(node, bdf)
+    base = os.path.realpath(node.path("sys/devices"))
+    rel = os.path.relpath(path, base) if path.startswith(base + os.sep) else path
+    chain, prefix = [], base if path.startswith(base + os.sep) else ""
+    for part in rel.split(os.sep):
+        prefix = os.path.join(prefix, part) if prefix else part
+        if _BDF_COMPONENT.match(part.lower()):
+            chain.append((part.lower(), prefix))
+    return chain[:-1] if chain and chain[-1][0] == bdf else chain
+
+
+def driver_of(path: str) -> str | None:
+    """The driver a function's directory is bound to (its ``driver`` link's name), None when unbound."""
+    try:
+        return os.path.basename(os.readlink(os.path.join(path, "driver")))
+    except OSError:
+        return None
+
+
+def vfio_below(devices: list, bridge_path: str) -> list:
+    """BDFs bound to vfio-pci whose directory is below ``bridge_path``."""
+    return sorted(d["bdf"] for d in devices if d["driver"] == "vfio-pci" and d["dir"].startswith(bridge_path + os.sep))
+
+
+def _all_devices(node: Node) -> list:
+    out = []
+    for dev in pcie.list_devices(node):
+        path = device_dir(node, dev["bdf"])
+        out.append(dict(dev, dir=path, driver=driver_of(path)))
+    return out
+
+
+def _read_bridge(bridge: str, path: str) -> dict:
+    """One bridge: its port type and ACS, or the error that hides them."""
+    entry = {"bdf": bridge, "port_type": None, "acs": None, "acs_state": NO_ACS, "error": None}
+    try:
+        with open(os.path.join(path, "config"), "rb") as fh:
+            cfg = fh.read()
+    except OSError as exc:
+        entry.update(acs_state="unreadable", error="cannot read %s/config: %s" % (path, exc.strerror or exc))
+        return entry
+    decoded = pcie.decode_pcie(cfg)
+    entry["port_type"] = decoded["port_type"] if decoded else None
+    acs = decode_acs(cfg)
+    if acs is None and len(cfg) <= EXT_CAP_START:
+        entry.update(acs_state="unreadable", error="only %d bytes of config space are readable: the extended "
+                     "capabilities (ACS) need root and a 4096-byte config" % len(cfg))
+    elif acs is not None:
+        entry.update(acs=acs, acs_state="redirect" if acs["redirect"] else "direct")
+    return entry
+
+
+def gpu_paths(node: Node, selector: pcie.DeviceSelector) -> dict:
+    """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those.
+
+    ``{"gpus": [{bdf, bridges: [bdf, ...root port first], iommu_group, iommu_group_type}],
+    "bridges": {bdf: {bdf, port_type, acs, acs_state, error, gpus, vfio}}, "vfio_devices": [...]}``.
+    """
+    devices = _all_devices(node)
+    gpus, bridges = [], {}
+    for dev in devices:
+        if not selector.matches(dev):
+            continue
+        chain = bridge_chain(node, dev["bdf"])
+        group = _iommu_group(node, dev["dir"])
+        group_type = node.read("sys/kernel/iommu_groups", group, "type", default="") if group else ""
+        gpus.append({"bdf": dev["bdf"], "driver": dev["driver"], "bridges": [b for b, _p in chain],
+                     "iommu_group": group, "iommu_group_type": group_type or None})
+        for bdf, path in chain:
+            if bdf not in bridges:
+                bridges[bdf] = dict(_read_bridge(bdf, path), path=path, gpus=[], vfio=vfio_below(devices, path))
+            bridges[bdf]["gpus"].append(dev["bdf"])
+    vfio = sorted({b for entry in bridges.values() for b in entry["vfio"]})
+    return {"gpus": gpus, "bridges": bridges, "vfio_devices": vfio}
+
+
+def _iommu_group(node: Node, path: str) -> str | None:
+    try:
+        return os.path.basename(os.readlink(os.path.join(path, "iommu_group")))
+    except OSError:
+        return None
+
+
+def iommu_facts(node: Node) -> dict:
+    """Whether an IOMMU is active (/sys/class/iommu), and the IOMMU arguments of the running kernel."""
+    units = node.listdir("sys/class/iommu")
+    args = [a for a in cmdline_args(node) if a.startswith(IOMMU_ARG_PREFIXES)]
+    return {"active": bool(units), "units": units, "kernel_args": args,
+            "acs_kernel_args": [a for a in cmdline_args(node) if "disable_acs_redir=" in a]}
+
+
+def read(node: Node, selector: pcie.DeviceSelector | None = None) -> dict:
+    """``p2p`` facts: GPU paths with their bridges' ACS, vfio-pci devices below them, IOMMU state."""
+    paths = gpu_paths(node, selector or pcie.DeviceSelector())
+    for entry in paths["bridges"].values():
+        entry.pop("path", None)
+        if entry["acs"]:  # registers in hex, as lspci and the module's result show them
+            entry["acs"] = dict(entry["acs"], cap="0x%04x" % entry["acs"]["cap"], ctl="0x%04x" % entry["acs"]["ctl"])
+    paths["iommu"] = iommu_facts(node)
+    paths["lockdown"] = lockdown_mode(node)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# The module's run: validate, plan, journal, write with a mask, read back
+# ---------------------------------------------------------------------------------------------
+
+
+def _selector(params: dict) -> pcie.DeviceSelector:
+    try:
+        return pcie.DeviceSelector(vendor=params.get("vendor"), device=params.get("device"),
+                                   class_prefixes=params.get("class_prefixes"), bdfs=params.get("bdfs"))
+    except ValueError as exc:
+        raise family.FamilyError(str(exc), {"changed": False}) from None
+
+
+def check_params(params: dict) -> pcie.DeviceSelector:
+    """Validate the options before anything is read; FamilyError naming what is allowed."""
+    mode = params.get("mode") or "disable_redirect"
+    if mode not in MODES:
+        raise family.FamilyError("mode must be one of %s, got %r" % (", ".join(MODES), mode), {"changed": False})
+    if params.get("restore") and not params.get("journal"):
+        raise family.FamilyError("restore=true needs the journal option (the path of the journal on the node)",
+                                 {"changed": False})
+    return _selector(params)
+
+
+def _bridge_result(entry: dict) -> dict:
+    ctl = entry["acs"]["ctl"] if entry["acs"] else None
+    return {"bdf": entry["bdf"], "port_type": entry["port_type"], "gpus": sorted(entry["gpus"]),
+            "acs": entry["acs"] is not None, "acs_cap": entry["acs"]["cap"] if entry["acs"] else None,
+            "acs_ctl_before": ctl, "acs_ctl_after": ctl, "vfio_devices": entry["vfio"], "changed": False,
+            "skipped": False, "failed": False, "refused": False, "reason": ""}
+
+
+def _target(before: int, original: int | None) -> int:
+    """ACSCtl after the write: redirect bits cleared, or (restore) the original's redirect bits back."""
+    if original is None:
+        return before & ~REDIRECT_MASK & 0xFFFF
+    return (before & ~REDIRECT_MASK) | (original & REDIRECT_MASK)
+
+
+def _plan(paths: dict, originals: dict | None) -> tuple:
+    """One result per bridge on a GPU path (per journaled bridge with ``originals``) and the writes.
+
+    Returns ``(results, targets {bdf: (path, before, after)})``. A bridge with a vfio-pci device below
+    it is refused; one whose config cannot be read or written is failed, here, before any write.
+    """
+    results, targets = [], {}
+    for bdf, entry in sorted(paths["bridges"].items()):
+        if originals is not None and bdf not in originals:
+            continue
+        r = _bridge_result(entry)
+        results.append(r)
+        if entry["error"]:
+            r["failed"], r["reason"] = True, entry["error"]
+            continue
+        if entry["acs"] is None:
+            r["skipped"], r["reason"] = True, NO_ACS
+            continue
+        before = entry["acs"]["ctl"]
+        after = _target(before, originals.get(bdf) if originals is not None else None)
+        if after == before:
+            r["reason"] = "already at the recorded original" if originals is not None else "redirect already off"
+            continue
+        if entry["vfio"] and originals is None:
+            r["failed"], r["refused"] = True, True
+            r["reason"] = ("refused: %s below this bridge is bound to vfio-pci, and ACS redirect is what isolates a "
+                           "passthrough device; unbind it or set mode=unmanaged" % ", ".join(entry["vfio"]))
+            continue
+        fault = pcie.write_fault({"path": entry["path"]})
+        if fault:
+            r["failed"], r["reason"] = True, fault
+            continue
+        targets[bdf] = (entry["path"], before, after)
+        r["acs_ctl_after"], r["changed"] = after, True
+    return results, targets
+
+
+def _journal_bridges(node: Node, originals: dict) -> tuple:
+    """The journaled bridges as ``gpu_paths`` entries (restore needs no GPU selection), and the absent ones."""
+    bridges, absent = {}, []
+    for bdf in sorted(originals):
+        if not os.path.isdir(node.path(SYSFS_PCI_DEVICES, bdf)):
+            absent.append(bdf)
+            continue
+        path = device_dir(node, bdf)
+        bridges[bdf] = dict(_read_bridge(bdf, path), path=path, gpus=[], vfio=[])
+    return {"bridges": bridges}, absent
+
+
+def _assignment(after: int) -> str:
+    """``ECAP_ACS+6.w=VVVV:002c``: the mask keeps setpci from writing any other ACSCtl bit."""
+    return "%s=%04x:%04x" % (SETPCI_ACS_CTRL, after & REDIRECT_MASK, REDIRECT_MASK)
+
+
+def _read_ctl(path: str) -> int | None:
+    try:
+        with open(os.path.join(path, "config"), "rb") as fh:
+            acs = decode_acs(fh.read())
+    except OSError:
+        return None
+    return acs["ctl"] if acs else None
+
+
+def _setpci(call: family.Call, node: Node, targets: dict) -> tuple:
+    """One setpci process writes every target; after a failed batch each one not yet written is written alone.
+
+    setpci stops at the first device it cannot write. Returns ``({bdf: ctl read back}, {bdf: error}, calls)``.
+    """
+    binary = node.bin_path(call.lookup, "setpci", "pciutils")
+    base = [binary] + node.pciutils_args()
+
+    def write(items):
+        argv = list(base)
+        for bdf, (_path, _before, after) in items:
+            argv += ["-s", bdf, _assignment(after)]
+        rc, _out, err = call.run_command(argv)
+        return rc, (err or "").strip()
+
+    calls, errors = 1, {}
+    rc, err = write(sorted(targets.items()))
+    after = {b: _read_ctl(t[0]) for b, t in targets.items()}
+    if rc or err:
+        for bdf, target in sorted(targets.items()):
+            if after[bdf] == target[2]:
+                continue
+            calls += 1
+            rc1, err1 = write([(bdf, target)])
+            if rc1 or err1:
+                errors[bdf] = "setpci rc %s: %s" % (rc1, err1 or "no message")
+            after[bdf] = _read_ctl(target[0])
+    return after, errors, calls
+
+
+def _judge(results: list, targets: dict, after: dict, errors: dict, warnings: list) -> None:
+    """Each written bridge by its read-back; a cause for each one that did not take."""
+    by_bdf = {r["bdf"]: r for r in results}
+    for bdf, (path, before, want) in sorted(targets.items()):
+        r, got = by_bdf[bdf], after.get(bdf)
+        r["acs_ctl_after"] = got
+        r["changed"] = got is not None and got != before
+        if got == want:
+            r["reason"] = "set"
+            continue
+        if got is not None and (got ^ want) & REDIRECT_MASK == 0:
+            r["reason"] = "set"
+            warnings.append("%s: ACSCtl bits outside ReqRedir/CmpltRedir/EgressCtrl changed meanwhile "
+                            "(0x%04x -> 0x%04x); not by this module, which writes with mask 0x%04x"
+                            % (bdf, before, got, REDIRECT_MASK))
+            continue
+        r["failed"] = True
+        if got is None:
+            r["reason"] = "read-back failed: %s/config is gone or has no ACS capability any more" % path
+        elif bdf in errors:
+            r["reason"] = "write refused: %s" % errors[bdf]
+        else:
+            r["reason"] = ("wrote ACSCtl 0x%04x but it reads back 0x%04x (%s): the write did not take"
+                           % (want, got, describe(got)))
+
+
+def _hex(value: int | None) -> str | None:
+    return None if value is None else "0x%04x" % value
+
+
+def _public(results: list) -> list:
+    """Bridge results as returned: ACS registers in hex with their lspci decoding."""
+    out = []
+    for r in results:
+        r = dict(r)
+        for key in ("acs_ctl_before", "acs_ctl_after"):
+            r[key.replace("acs_ctl", "acs_ctl_decoded")] = describe(r[key]) if r[key] is not None else None
+            r[key] = _hex(r[key])
+        out.append(r)
+    return out
+
+
+def _diff(results: list) -> dict:
+    diff = {"before": {}, "after": {}}
+    for r in results:
+        if r["acs"] and r["acs_ctl_before"] is not None:
+            diff["before"][r["bdf"]] = {"ACSCtl": describe(r["acs_ctl_before"])}
+            after = r["acs_ctl_after"] if r["acs_ctl_after"] is not None else r["acs_ctl_before"]
+            diff["after"][r["bdf"]] = {"ACSCtl": describe(after)}
+    return diff
+
+
+def failure_message(result: dict, restore: bool, check_mode: bool) -> str:
+    """Every failed bridge with its cause, and what happened to the others."""
+    failed = [r for r in result["bridges"] if r["failed"]]
+    done = [r for r in result["bridges"] if r["changed"]]
+    verb = "restored" if restore else "set"
+    causes = "; ".join("%s: %s" % (r["bdf"], r["reason"]) for r in failed)
+    msg = "ACS redirect could not be %s on %d bridge(s): %s" % ("restored" if restore else "disabled", len(failed),
+                                                                 causes)
+    if check_mode:
+        return "check mode: a real run would fail. %s. %d other bridge(s) would be %s" % (msg, len(done), verb)
+    return "%s. %d other bridge(s) were %s" % (msg, len(done), verb)
+
+
+def _record(journal, results, targets, restore, check_mode) -> None:
+    """Originals of what will change, saved before the first write; restore drops entries already back."""
+    if journal is None or check_mode:
+        return
+    for r in results:
+        if restore and not r["failed"] and not r["skipped"] and r["bdf"] not in targets:
+            journal.drop(NAME, r["bdf"])
+        elif not restore and r["bdf"] in targets:
+            journal.record(NAME, r["bdf"], r["acs_ctl_before"])
+    try:
+        journal.save()
+    except OSError as exc:
+        raise family.FamilyError("cannot save the journal %s (%s); nothing was written" % (journal.path, exc),
+                                 {"changed": False}) from exc
+
+
+def _originals(journal) -> dict:
+    originals = journal.entries(NAME)
+    bad = {b: v for b, v in originals.items() if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFF}
+    if bad:
+        raise family.FamilyError("journal %s holds invalid ACSCtl originals %s (a 16-bit integer each); fix or remove "
+                                 "those entries" % (journal.path, bad), {"changed": False})
+    return originals
+
+
+def _select_paths(node: Node, selector: pcie.DeviceSelector, allow_empty: bool) -> dict:
+    """The GPU paths of the selection; FamilyError (nothing written) for absent BDFs or an empty selection."""
+    if selector.bdfs:
+        present = set(node.listdir(SYSFS_PCI_DEVICES))
+        missing = [b for b in selector.bdfs if b not in present]
+        if missing:
+            raise family.FamilyError("bdfs not present on the node: %s (present: %s)"
+                                     % (", ".join(missing), ", ".join(sorted(present)) or "none"), {"changed": False})
+    paths = gpu_paths(node, selector)
+    if not paths["gpus"] and not allow_empty:
+        raise family.FamilyError("no PCI device matches the selection (%s); set allow_empty: true to accept a node "
+                                 "without such devices" % selector.describe(), {"changed": False})
+    return paths
+
+
+def _absent(bdf: str) -> dict:
+    return {"bdf": bdf, "port_type": None, "gpus": [], "acs": False, "acs_cap": None, "acs_ctl_before": None,
+            "acs_ctl_after": None, "vfio_devices": [], "changed": False, "skipped": True, "failed": False,
+            "refused": False, "reason": "recorded in the journal but not present on the node; journal entry kept"}
+
+
+def execute(call: family.Call, node: Node, selector: pcie.DeviceSelector | None, journal, restore: bool) -> dict:
+    """Plan, journal, write and read back (or restore the journal's originals); the result dict.
+
+    Raises FamilyError before any write (lockdown, bad selection, journal) and after the writes when a
+    bridge failed, with every other bridge written and reported.
+    """
+    warnings = []
+    if restore:
+        originals = _originals(journal)
+        paths, absent = _journal_bridges(node, originals)
+        gpus = []
+    else:
+        originals, absent = None, []
+        paths = _select_paths(node, selector, bool(call.params.get("allow_empty")))
+        gpus = [{"bdf": g["bdf"], "bridges": g["bridges"]} for g in paths["gpus"]]
+    results, targets = _plan(paths, originals)
+    results += [_absent(b) for b in absent]
+    warnings += ["%s: %s" % (b, _absent(b)["reason"]) for b in absent]
+    with_acs = sorted(r["bdf"] for r in results if r["acs"])
+    result = {"changed": bool(targets), "gpus": gpus, "lockdown": lockdown_mode(node), "setpci_calls": 0,
+              "not_applicable": not restore and not with_acs, "kernel_arg": kernel_arg(with_acs) if with_acs else None}
+    if targets and result["lockdown"] in ("integrity", "confidentiality"):
+        result.update(changed=False, bridges=_public(results), failed_bridges=sorted(targets))
+        raise family.FamilyError("kernel lockdown is in %s mode: the kernel refuses PCI config-space writes from user "
+                                 "space, so ACS redirect cannot be changed at runtime on %s; nothing was written. Use "
+                                 "the kernel argument (gpunode_tuning_acs_persist: kernel_arg) or boot without lockdown"
+                                 % (result["lockdown"], ", ".join(sorted(targets))), result)
+    _record(journal, results, targets, restore, call.check_mode)
+    result["diff_data"] = _diff(results)
+    if targets and not call.check_mode:
+        after, errors, result["setpci_calls"] = _setpci(call, node, targets)
+        _judge(results, targets, after, errors, warnings)
+        _after_write(journal, results, targets, restore)
+        result["diff_data"]["after"].update(_diff(results)["after"])
+        result["changed"] = any(r["changed"] for r in results)
+    for warning in warnings:
+        call.warn(warning)
+    result.update(bridges=_public(results), failed_bridges=sorted(r["bdf"] for r in results if r["failed"]))
+    diff = result.pop("diff_data")
+    if call.diff:
+        result["diff"] = diff
+    if result["failed_bridges"]:
+        raise family.FamilyError(failure_message(result, restore, call.check_mode), result)
+    return result
+
+
+def _after_write(journal, results: list, targets: dict, restore: bool) -> None:
+    """Restored entries leave the journal; a runtime change is stamped (verification reads the log from it)."""
+    if journal is None:
+        return
+    for r in results:
+        if restore and r["bdf"] in targets and not r["failed"]:
+            journal.drop(NAME, r["bdf"])
+    if not restore:
+        journal.mark_applied(NAME)
+    journal.save()
+
+
+def run(call: family.Call) -> dict:
+    """The pcie_acs module: options in, the bridges' results out; FamilyError with what was done."""
+    params = call.params
+    selector = check_params(params)
+    try:
+        node = Node.open(params.get("root") or "/")
+        journal = Journal(node, params["journal"]) if params.get("journal") else None
+    except NodeError as exc:
+        raise family.FamilyError(str(exc), {"changed": False}) from None
+    if (params.get("mode") or "disable_redirect") == "unmanaged" and not params.get("restore"):
+        return {"changed": False, "gpus": [], "bridges": [], "failed_bridges": [], "lockdown": lockdown_mode(node),
+                "setpci_calls": 0, "not_applicable": False, "kernel_arg": None,
+                "msg": "mode=unmanaged: ACS is left as it is"}
+    try:
+        return execute(call, node, selector, journal, bool(params.get("restore")))
+    except NodeError as exc:  # setpci missing, a sysfs directory unreadable
+        raise family.FamilyError(str(exc), {"changed": False}) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Boot re-apply and verification
+# ---------------------------------------------------------------------------------------------
+
+
+class _Finder:
+    """What Node.bin_path asks of a module at boot: a PATH lookup in systemd's minimal environment."""
+
+    @staticmethod
+    def get_bin_path(name):
+        return shutil.which(name, path=_SYSTEM_PATH)
+
+
+def _run(argv: list) -> tuple:
+    env = dict(os.environ, LC_ALL="C", PATH=_SYSTEM_PATH)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def boot(node: Node, want: dict) -> tuple:
+    """Re-apply ``desired["pcie_acs"]`` at boot (firmware and the kernel set redirect again): ``(ok, message)``."""
+    if (want.get("mode") or "disable_redirect") != "disable_redirect":
+        return True, "mode %s: ACS is left as it is" % want.get("mode")
+    call = family.Call(params=dict(want, restore=False, journal=None), run_command=_run, lookup=_Finder())
+    try:
+        result = execute(call, node, check_params(call.params), None, False)
+    except family.FamilyError as exc:
+        return False, str(exc)
+    except NodeError as exc:
+        return False, str(exc)
+    if result["not_applicable"]:
+        return True, "no bridge on a GPU path has ACS: nothing to do"
+    done = [r["bdf"] for r in result["bridges"] if r["changed"]]
+    return True, "ACS redirect disabled on %s" % (", ".join(done) if done else "no bridge (already off)")
+
+
+def _redirect_text(ctl_bits: dict) -> str:
+    return " ".join("%s%s" % (n, "+" if ctl_bits.get(n) else "-") for n in ("ReqRedir", "CmpltRedir", "EgressCtrl"))
+
+
+DESIRED_TEXT = "ReqRedir- CmpltRedir- EgressCtrl-"
+
+
+def _persisted(want: dict, ctx, arg: str | None):
+    if want.get("persist") == "kernel_arg":
+        return arg if arg and ctx.arg(arg)["configured"] else None
+    return ctx.boot_persisted(DESIRED_TEXT)
+
+
+def _bridge_row(entry: dict, want: dict, ctx, arg: str | None, lockdown: str | None) -> dict:
+    bdf = entry["bdf"]
+    if entry.get("error"):
+        return family.setting(NAME, bdf, DESIRED_TEXT, None, "unsupported", entry["error"])
+    if not entry.get("acs"):
+        return family.setting(NAME, bdf, DESIRED_TEXT, None, "not_applicable", NO_ACS)
+    running = _redirect_text(entry["acs"]["ctl_bits"])
+    persisted = _persisted(want, ctx, arg)
+    if running == DESIRED_TEXT:
+        return family.setting(NAME, bdf, DESIRED_TEXT, running, "applied", "", persisted)
+    if entry.get("vfio"):
+        return family.setting(NAME, bdf, DESIRED_TEXT, running, "drifted", "refused: %s below it is bound to "
+                              "vfio-pci (ACS isolates passthrough devices)" % ", ".join(entry["vfio"]), persisted)
+    if want.get("persist") == "kernel_arg" and arg and ctx.arg(arg)["configured"] and not ctx.arg(arg)["running"]:
+        return family.setting(NAME, bdf, DESIRED_TEXT, running, "pending_reboot",
+                              "%s is configured for the next boot, not running" % arg, persisted)
+    why = ["%s: peer-to-peer requests of GPUs %s go up to the root complex" % (running, ", ".join(entry["gpus"]))]
+    if lockdown in ("integrity", "confidentiality"):
+        why.append("kernel lockdown (%s) refuses config-space writes from user space" % lockdown)
+    return family.setting(NAME, bdf, DESIRED_TEXT, running, "drifted", "; ".join(why), persisted)
+
+
+def evaluate(facts: dict, desired: dict, ctx) -> list:
+    """One row per bridge on a GPU path: redirect off is ``applied``; nothing when the mode is unmanaged."""
+    want = desired.get(NAME) or {}
+    if want.get("mode") != "disable_redirect":
+        return []
+    p2p = facts.get("p2p")
+    if not isinstance(p2p, dict):
+        return [family.setting(NAME, "bridges", DESIRED_TEXT, None, "unsupported",
+                               "the facts have no p2p section (ACS was not read)")]
+    if not p2p.get("gpus"):
+        return [family.setting(NAME, "bridges", DESIRED_TEXT, None, "not_applicable", "no GPU is selected")]
+    bridges = [p2p["bridges"][b] for b in sorted(p2p.get("bridges") or {})]
+    with_acs = [e["bdf"] for e in bridges if e.get("acs")]
+    if not with_acs and not any(e.get("error") for e in bridges):
+        return [family.setting(NAME, "bridges", DESIRED_TEXT, None, "not_applicable",
+                               "no bridge on a GPU path has an ACS capability")]
+    arg = kernel_arg(with_acs) if with_acs else None
+    return [_bridge_row(e, want, ctx, arg, p2p.get("lockdown")) for e in bridges]
+
+
+FAMILY = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", run=run,
+                       evaluate=evaluate, boot=boot)
