@@ -21,7 +21,10 @@ import errno
 import os
 import re
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     KMOD_NAME_ALLOWED,
     KMOD_NAME_RE,
@@ -479,3 +482,97 @@ def restore(node, journal, run, find_modprobe, check_mode=False):
         results.append(res)
     journal.save(check_mode=check_mode)
     return results
+
+
+def requests_from(params: dict) -> list:
+    """The list of requests ``{name, params, state, required}`` from the module options."""
+    if params["name"] is not None:
+        return [dict(name=params["name"], params=params["params"] or {}, state=params["state"],
+                     required=params["required"])]
+    return [dict(name=m["name"], params=m.get("params") or {},
+                 state=m.get("state") or params["state"],
+                 required=params["required"] if m.get("required") is None else m["required"])
+            for m in params["modules"] or []]
+
+
+def run(call: contract.Call) -> dict:
+    """The kmod_optional module: validate every request, then load or unload (or restore); returns the result.
+
+    An optional module that does not reach its state is a warning; FamilyError names the required
+    ones (and, with restore, the modules that stay in the journal), with the full result.
+    """
+    params = call.params
+    reqs = [] if params["restore"] else requests_from(params)
+    if not params["restore"] and not reqs:
+        raise contract.FamilyError("one of name or modules is required (or restore=true with journal)")
+    errors = validate_requests(reqs)
+    if errors:
+        raise contract.FamilyError("invalid input, nothing was run: " + "; ".join(errors))
+    node, journal = open_node(params)
+
+    def find_modprobe():
+        return _find_modprobe(node, call.lookup)
+
+    try:
+        if params["restore"]:
+            results = restore(node, journal, call.run_command, find_modprobe, check_mode=call.check_mode)
+        else:
+            results = apply_requests(node, reqs, call.run_command, find_modprobe, journal=journal,
+                                     check_mode=call.check_mode, dmesg=_dmesg(node, call.lookup))
+    except NodeError as exc:
+        raise contract.FamilyError(str(exc)) from None
+    return _finish(call, results)
+
+
+def _find_modprobe(node: Node, lookup) -> str:
+    """modprobe of the node; on a simulated root only the node's own, never the controller's."""
+    if node.is_live:
+        return node.bin_path(lookup, "modprobe", "kmod")
+    for rel in ("usr/sbin/modprobe", "sbin/modprobe"):
+        if os.access(node.path(rel), os.X_OK):
+            return node.path(rel)
+    raise contract.FamilyError("the simulated node %s has no usr/sbin/modprobe; the controller's modprobe is never "
+                               "run against a simulated root" % node.root)
+
+
+def _dmesg(node, lookup):
+    """dmesg's argv on a live node, else None: optional, without it a failed load lacks the kernel's words."""
+    if not node.is_live:
+        return None
+    try:
+        return [node.bin_path(lookup, "dmesg", "util-linux")]
+    except NodeError:
+        return None
+
+
+def _finish(call, results):
+    """The result: warnings for optional failures, FamilyError naming the required ones."""
+    params = call.params
+    changed = any(r["changed"] for r in results)
+    if call.check_mode:
+        changed = any(r["message"] in ("would load", "would unload") for r in results)
+    out = dict(changed=changed, modules=results)
+    if params["name"] is not None and not params["restore"]:
+        out.update({k: v for k, v in results[0].items() if k != "changed"})
+    if call.diff:
+        out["diff"] = _diff(results, call.check_mode)
+    for r in results:
+        if r["reason_class"] and not r["required"]:
+            call.warn("%s: %s (%s; not required)" % (r["name"], r["message"], r["reason_class"]))
+    failed = [r for r in results if r["reason_class"] and r["required"]]
+    if failed:
+        what = ("these modules were not unloaded and stay in the journal for the next rollback: "
+                if params["restore"] else "required modules did not reach their state: ")
+        raise contract.FamilyError(what + "; ".join("%s (%s): %s" % (r["name"], r["reason_class"], r["message"])
+                                                    for r in failed), out)
+    return out
+
+
+def _diff(results, check_mode):
+    def shown(r, after):
+        loaded = r["loaded"] if after else r["already_loaded"]
+        if check_mode and after and r["message"] in ("would load", "would unload"):
+            loaded = r["message"] == "would load"
+        return "loaded" if loaded else "not loaded"
+    return dict(before={r["name"]: shown(r, False) for r in results},
+                after={r["name"]: shown(r, True) for r in results})

@@ -253,13 +253,11 @@ log:
   sample: []
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kmod
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_journal
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, kmod
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str"),
@@ -282,87 +280,8 @@ def build_module():
                          mutually_exclusive=[("name", "modules"), ("params", "modules")])
 
 
-def requests_from(params):
-    """The list of requests ``{name, params, state, required}`` from the module options."""
-    if params["name"] is not None:
-        return [dict(name=params["name"], params=params["params"] or {}, state=params["state"],
-                     required=params["required"])]
-    return [dict(name=m["name"], params=m.get("params") or {},
-                 state=m.get("state") or params["state"],
-                 required=params["required"] if m.get("required") is None else m["required"])
-            for m in params["modules"] or []]
-
-
-def finish(module, p, results):
-    """Exit with the per-module results: warnings for optional failures, a failure naming required ones."""
-    changed = any(r["changed"] for r in results)
-    if module.check_mode:
-        changed = any(r["message"] in ("would load", "would unload") for r in results)
-    out = dict(changed=changed, modules=results)
-    if p["name"] is not None and not p["restore"]:
-        out.update({k: v for k, v in results[0].items() if k != "changed"})
-    if module._diff:
-        def shown(r, after):
-            loaded = r["loaded"] if after else r["already_loaded"]
-            if module.check_mode and after and r["message"] in ("would load", "would unload"):
-                loaded = r["message"] == "would load"
-            return "loaded" if loaded else "not loaded"
-        out["diff"] = dict(before={r["name"]: shown(r, False) for r in results},
-                           after={r["name"]: shown(r, True) for r in results})
-    failed = [r for r in results if r["reason_class"] and r["required"]]
-    for r in results:
-        if r["reason_class"] and not r["required"]:
-            module.warn("%s: %s (%s; not required)" % (r["name"], r["message"], r["reason_class"]))
-    if failed:
-        what = ("these modules were not unloaded and stay in the journal for the next rollback: " if p["restore"]
-                else "required modules did not reach their state: ")
-        module.fail_json(msg=what + "; ".join(
-            "%s (%s): %s" % (r["name"], r["reason_class"], r["message"]) for r in failed), **out)
-    module.exit_json(**out)
-
-
 def main():
-    module = build_module()
-    p = module.params
-    node = Node.open(p["root"], module)
-    reqs = [] if p["restore"] else requests_from(p)
-    if not p["restore"] and not reqs:
-        module.fail_json(msg="one of name or modules is required (or restore=true with journal)")
-    errors = kmod.validate_requests(reqs)
-    if errors:
-        module.fail_json(msg="invalid input, nothing was run: " + "; ".join(errors))
-    journal = open_journal(module, node)
-
-    def run(args):
-        return module.run_command(args, environ_update={"LC_ALL": "C"})
-
-    def find_modprobe():
-        if node.is_live:
-            return node.bin_path(module, "modprobe", "kmod")
-        # On a simulated root only the node's own modprobe may run, never the controller's.
-        for rel in ("usr/sbin/modprobe", "sbin/modprobe"):
-            if os.access(node.path(rel), os.X_OK):
-                return node.path(rel)
-        module.fail_json(msg="the simulated node %s has no usr/sbin/modprobe; the controller's modprobe is never "
-                             "run against a simulated root" % node.root)
-        return None
-
-    dmesg = None
-    if node.is_live:
-        try:  # optional: without dmesg a failed load is reported without the kernel's words
-            dmesg = [node.bin_path(module, "dmesg", "util-linux")]
-        except NodeError:
-            dmesg = None
-    try:
-        if p["restore"]:
-            results = kmod.restore(node, journal, run, find_modprobe, check_mode=module.check_mode)
-        else:
-            results = kmod.apply_requests(node, reqs, run, find_modprobe, journal=journal,
-                                          check_mode=module.check_mode, dmesg=dmesg)
-    except NodeError as exc:
-        module.fail_json(msg=str(exc))
-
-    finish(module, p, results)
+    family.run_module(build_module(), kmod.run)
 
 
 if __name__ == "__main__":
