@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import struct
 import sys
@@ -653,10 +654,12 @@ def write_kmsg(tree: _Tree, messages, extra_records: int = 0) -> None:
 
 
 def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = None,
-          kmsg_records: int = 0) -> dict:
+          kmsg_records: int = 0, nvidia_smi: bool = False, gpu_faults: dict | None = None) -> dict:
     """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
 
-    Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
+    ``nvidia_smi``: ship a node-local nvidia-smi stand-in (``usr/bin``) answering from its own
+    table; ``gpu_faults``: ``{kind: [GPU index, ...]}`` with the kinds of ``GPU_FAULTS`` (implies
+    ``nvidia_smi``). Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; available: {', '.join(sorted(PRESETS))}")
@@ -671,17 +674,21 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
         raise ValueError("cpus must be >= 1")
     if os.path.exists(root) and os.listdir(root):
         raise ValueError(f"{root} is not empty")
+    funcs = build_pci_topology(p)
+    faults = {k: list(v) for k, v in (gpu_faults or {}).items()}
+    missing = apply_gpu_faults(p, funcs, faults)  # before the first write: a bad fault writes nothing
     t = _Tree(root)
     _write_identity(t, p)
     _write_cpus(t, p)
     _write_numa(t, p)
-    funcs = build_pci_topology(p)
     _write_pci(t, funcs)
     _write_modules(t, p)
     _write_processes(t, p)
     write_kmsg(t, p.kmsg, extra_records=kmsg_records)
     _write_standard_dirs(t, p)
     write_modprobe(t, p)
+    if nvidia_smi or faults:
+        write_nvidia_smi(t, p, funcs, faults, missing)
     gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
@@ -910,6 +917,197 @@ def write_modprobe(t: _Tree, p: Preset) -> None:
     t.write("usr/sbin/modprobe", script.encode(), mode=0o755)
 
 
+# ---------------------------------------------------------------------------------------------
+# GPU faults and the node-local nvidia-smi
+# ---------------------------------------------------------------------------------------------
+
+# build(gpu_faults={kind: [GPU index, ...]}): what a sick GPU looks like on this node.
+GPU_FAULTS = {
+    "x8": "the GPU's link trained at x8 of its x16 capability (Link Status width 8)",
+    "row_remap_pending": "nvidia-smi reports a remapped row pending (a GPU reset activates it)",
+    "xid79": "the kernel log has Xid 79 (GPU has fallen off the bus) for the GPU",
+    "driver_missing": "the GPU is on the PCI bus but nvidia-smi does not list it",
+}
+SMI_STATE = "var/lib/simnode/nvidia-smi.json"
+
+# Stand-in for nvidia-smi on a simulated node (written by tools/simnode.py): the subset the
+# collection uses, answered from and written to the node's own table (SMI_STATE), never a GPU.
+NVIDIA_SMI_SCRIPT = r'''#!/usr/bin/env python3
+import json, os, sys
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STATE = os.path.join(ROOT, "@STATE@")
+UNITS = {"power.limit": " W", "power.default_limit": " W", "power.max_limit": " W", "power.min_limit": " W",
+         "utilization.gpu": " %"}
+
+
+def fail(msg, rc=2):
+    sys.stderr.write(msg + "\n")
+    sys.exit(rc)
+
+
+def save(table):
+    with open(STATE + ".tmp", "w") as fh:
+        json.dump(table, fh, indent=1)
+    os.replace(STATE + ".tmp", STATE)
+
+
+def selected(gpus, ids):
+    if ids is None:
+        return gpus
+    want = ids.split(",")
+    chosen = [g for g in gpus if g["index"] in want or g["pci.bus_id"].lower() in [w.lower() for w in want]]
+    if len(chosen) != len(want):
+        fail("No devices were found matching the ID %s" % ids, 6)
+    return chosen
+
+
+def query(gpus, fields, fmt):
+    names = fields.split(",")
+    for name in names:
+        if gpus and name not in gpus[0]:
+            fail('Field "%s" is not a valid field to query.' % name)
+    for g in gpus:
+        vals = [g[n] + ("" if "nounits" in fmt else UNITS.get(n, "")) for n in names]
+        print(", ".join(vals))
+
+
+def topo(gpus, args):
+    n = len(gpus)
+    cell = "X" if "-m" in args else "OK"
+    print("\t" + "\t".join("GPU%d" % i for i in range(n)))
+    for i in range(n):
+        print("GPU%d\t" % i + "\t".join("X" if i == j else ("NODE" if "-m" in args else cell) for j in range(n)))
+    print("\nLegend:\n\n  X    = Self")
+
+
+def main(argv):
+    with open(STATE) as fh:
+        table = json.load(fh)
+    gpus = table["gpus"]
+    ids = fields = fmt = None
+    action = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-i", "--id"):
+            i += 1
+            ids = argv[i]
+        elif a.startswith("--id="):
+            ids = a.split("=", 1)[1]
+        elif a.startswith("--query-gpu="):
+            fields = a.split("=", 1)[1]
+        elif a.startswith("--format="):
+            fmt = a.split("=", 1)[1]
+        elif a in ("-pm", "-pl"):
+            i += 1
+            action = (a, argv[i] if i < len(argv) else "")
+        elif a == "topo":
+            return topo(gpus, argv[i + 1:])
+        else:
+            fail("Invalid combination of input arguments: %s" % a)
+        i += 1
+    if fields:
+        return query(selected(gpus, ids), fields, fmt or "csv")
+    if action is None:
+        fail("this stand-in answers --query-gpu, topo, -pm and -pl only")
+    key, value = action
+    for g in selected(gpus, ids):
+        if key == "-pm":
+            if value not in ("0", "1"):
+                fail('Invalid value "%s" for persistence mode' % value)
+            g["persistence_mode"] = "Enabled" if value == "1" else "Disabled"
+            print("%s persistence mode for GPU %s." % (g["persistence_mode"], g["pci.bus_id"]))
+        else:
+            watts = float(value) if value.replace(".", "", 1).isdigit() else -1
+            low, high = float(g["power.min_limit"]), float(g["power.max_limit"])
+            if not low <= watts <= high:
+                fail("Provided power limit %s W is not a valid power limit which should be between %.2f W and "
+                     "%.2f W for GPU %s" % (value, low, high, g["pci.bus_id"]))
+            print("Power limit for GPU %s was set to %.2f W from %s W." % (g["pci.bus_id"], watts, g["power.limit"]))
+            g["power.limit"] = "%.2f" % watts
+    save(table)
+    return 0
+
+
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def _driver_version(p: Preset) -> str:
+    for _level, msg in p.kmsg:
+        if msg.startswith("NVRM: loading NVIDIA"):
+            return msg.split()[-1]
+    return "570.124.06"
+
+
+def gpu_table_entry(index: int, bdf: str, p: Preset) -> dict:
+    """One GPU of the nvidia-smi stand-in's table: a healthy, idle RTX PRO 6000 Blackwell."""
+    return {
+        "index": str(index), "pci.bus_id": "0000" + bdf.upper(), "name": "NVIDIA RTX PRO 6000 Blackwell",
+        "persistence_mode": "Enabled" if p.persistenced else "Disabled",
+        "ecc.mode.current": "Enabled", "ecc.mode.pending": "Enabled",
+        "ecc.errors.uncorrected.volatile.total": "0", "ecc.errors.uncorrected.aggregate.total": "0",
+        "retired_pages.pending": "No", "remapped_rows.pending": "No", "remapped_rows.failure": "No",
+        "power.limit": "600.00", "power.default_limit": "600.00", "power.max_limit": "600.00",
+        "power.min_limit": "150.00", "clocks_event_reasons.active": "0x0000000000000001",
+        "utilization.gpu": "0", "driver_version": _driver_version(p),
+    }
+
+
+def apply_gpu_faults(p: Preset, funcs: list, faults: dict) -> set:
+    """Change ``funcs`` and ``p.kmsg`` for ``faults``; return the GPU indices the driver does not list."""
+    unknown = sorted(set(faults) - set(GPU_FAULTS))
+    if unknown:
+        raise ValueError(f"unknown GPU fault(s) {', '.join(unknown)}; available: {', '.join(GPU_FAULTS)}")
+    gpus = [f for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
+    by_bdf = {f.bdf: f for f in funcs}
+    for kind, indices in faults.items():
+        for i in indices:
+            if not isinstance(i, int) or not 0 <= i < len(gpus):
+                raise ValueError(f"GPU fault {kind}: GPU index {i!r} is not one of 0..{len(gpus) - 1}")
+    p.kmsg = list(p.kmsg)  # the preset's list is shared by every build
+    for i in faults.get("x8", ()):
+        for f in (gpus[i], by_bdf.get(gpus[i].parent)):
+            if f is not None:
+                f.link_width = 8
+    for i in faults.get("xid79", ()):
+        p.kmsg.append((3, f"NVRM: Xid (PCI:{gpus[i].bdf[:-2]}): 79, pid='<unknown>', name=<unknown>, "
+                          "GPU has fallen off the bus."))
+    return set(faults.get("driver_missing", ()))
+
+
+def write_nvidia_smi(t: _Tree, p: Preset, funcs: list, faults: dict, missing: set) -> None:
+    """The node-local nvidia-smi (<root>/usr/bin) and its table, with the faults' fields set."""
+    gpus = [f for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
+    table = []
+    # nvidia-smi numbers GPUs in PCI bus order; fault indices follow build()'s gpu_bdfs.
+    for i, f in sorted(enumerate(gpus), key=lambda item: item[1].bdf):
+        if i in missing:
+            continue
+        entry = gpu_table_entry(len(table), f.bdf, p)
+        if i in faults.get("row_remap_pending", ()):
+            entry["remapped_rows.pending"] = "Yes"
+        table.append(entry)
+    t.write(SMI_STATE, json.dumps({"gpus": table}, indent=1))
+    if "nvidia" in p.modules:  # the loaded kernel module's version, which nvidia-smi's must match
+        t.write("sys/module/nvidia/version", _driver_version(p))
+    t.write("usr/bin/nvidia-smi", NVIDIA_SMI_SCRIPT.replace("@STATE@", SMI_STATE).encode(), mode=0o755)
+
+
+def _parse_faults(specs: list) -> dict:
+    """``["x8=3", "xid79=3,5"]`` -> ``{"x8": [3], "xid79": [3, 5]}``; ValueError names the form."""
+    faults: dict = {}
+    for spec in specs:
+        kind, sep, indices = spec.partition("=")
+        try:
+            faults.setdefault(kind, []).extend(int(i) for i in indices.split(","))
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"--gpu-fault {spec!r}: expected KIND=INDEX[,INDEX...] (kinds: {', '.join(GPU_FAULTS)})")
+    return faults
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -918,6 +1116,9 @@ def main(argv=None) -> int:
     b.add_argument("--cpus", type=int)
     b.add_argument("--gpus", type=int)
     b.add_argument("--kmsg-records", type=int, default=0, help="extra kernel log records (benchmarks)")
+    b.add_argument("--nvidia-smi", action="store_true", help="ship a node-local nvidia-smi stand-in")
+    b.add_argument("--gpu-fault", action="append", default=[], metavar="KIND=I[,J]",
+                   help="a sick GPU (implies --nvidia-smi); kinds: " + ", ".join(GPU_FAULTS))
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     args = ap.parse_args(argv)
@@ -926,7 +1127,9 @@ def main(argv=None) -> int:
             print(f"{name}: {spec['description']}")
         return 0
     try:
-        info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records)
+        faults = _parse_faults(args.gpu_fault)
+        info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records,
+                     nvidia_smi=args.nvidia_smi, gpu_faults=faults)
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2

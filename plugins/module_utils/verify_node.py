@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils import gpu_health, verification
 from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
@@ -41,12 +41,14 @@ VERIFY_DEFAULTS = {
     "verified_at": None,
 }
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-# nvidia-smi calls of the GPU section, keyed as verification.gpu_section reads them.
+# nvidia-smi calls of the GPU section, keyed as verification.gpu_section reads them; ``health``
+# is gpu_health's query (its own call: a field an older driver lacks must not cost the others).
 GPU_COMMANDS = (
     ("query", ["--query-gpu=index,pci.bus_id,persistence_mode", "--format=csv,noheader"]),
     ("topology", ["topo", "-m"]),
     ("p2p_read", ["topo", "-p2p", "r"]),
     ("p2p_write", ["topo", "-p2p", "w"]),
+    ("health", gpu_health.HEALTH_ARGS),
 )
 
 
@@ -126,22 +128,32 @@ def persisted_files(node: Node, options: dict[str, Any]) -> tuple[bool, list[str
     return boot_unit, modules
 
 
-def gpu_probe(node: Node, options: dict[str, Any], tools: Tools) -> dict[str, Any]:
-    """The ``gpu`` input of ``evaluate_host``: nvidia-smi's answers on a live node that has it.
+def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
+              desired: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``gpu`` input of ``evaluate_host``: nvidia-smi's answers on a node that has it.
 
+    A simulated node is probed only through the nvidia-smi it ships (``<root>/usr/bin``, a
+    stand-in answering from its own table; ``tools.find`` never returns the controller's there).
+    ``dcgm``: ``dcgmi diag -r 1`` when ``desired["gpu_health"]["dcgm_diag"]`` asks for it.
     Exit codes are kept, not failed on: a driver that does not answer is a finding per GPU setting.
     """
     if not options["gpu"]:
         return {"probe": "disabled"}
-    if not node.is_live:
-        return {"probe": "simulated"}
     smi = tools.find("nvidia-smi", "nvidia-utils")
     if not smi:
-        return {"probe": "absent"}
-    out = {"probe": "present"}
+        return {"probe": "absent" if node.is_live else "simulated"}
+    out: dict[str, Any] = {"probe": "present"}
     for key, args in GPU_COMMANDS:
         rc, stdout, stderr = tools.run([smi, *args])
         out[key] = {"rc": rc, "stdout": stdout, "stderr": stderr}
+    if ((desired or {}).get(gpu_health.NAME) or {}).get("dcgm_diag"):
+        dcgmi = tools.find("dcgmi", "datacenter-gpu-manager")
+        if not dcgmi:
+            out["dcgm"] = {"rc": 127, "stdout": "", "stderr": "dcgmi not found: install DCGM "
+                                                             "(datacenter-gpu-manager) on the node"}
+        else:
+            rc, stdout, stderr = tools.run([dcgmi, *gpu_health.DCGM_ARGS])
+            out["dcgm"] = {"rc": rc, "stdout": stdout, "stderr": stderr}
     return out
 
 

@@ -1,0 +1,398 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU health findings for verification: a read-only family (``gpu_health``), evaluate only.
+
+A sick GPU makes every tuning result meaningless, so verification judges what the collection
+already reads: the PCIe link of each selected GPU (Link Capabilities against Link Status, from
+config space), the expected GPU count, nvidia-smi's health fields on a node that has nvidia-smi,
+the Xid codes of the kernel log and, when asked, ``dcgmi diag -r 1``.
+
+Severities (the state of each row; ``drifted`` fails verification):
+
+- ``link_width``: a GPU trained below its capable width fails (width does not drop at idle: a
+  bad riser, slot or seating). ``link_speed``: below capability is informational (idle GPUs lower
+  their link speed to save power) unless the GPU is busy (utilization >= ``BUSY_UTILIZATION``).
+- ``gpu_count``: fewer GPUs on the PCI bus than ``gpu_count``, or a GPU on the bus that the driver
+  does not list (nvidia-smi), fails.
+- ``ecc_mode``: current differs from pending = ``pending_reboot`` (a reboot or GPU reset brings it).
+- ``ecc_uncorrected``: volatile uncorrectable errors (since the driver loaded) fail; aggregate
+  (lifetime) ones only are reported.
+- ``memory_remap``: a remapping failure fails; a retired page or remapped row pending is
+  ``pending_reboot`` (a GPU reset activates it).
+- ``power_limit``: reported (a limit below the default may be deliberate). ``clocks_event``:
+  hardware slowdown, hardware thermal slowdown and power brake fail; others are reported.
+  ``driver_version``: reported. Persistence mode: the ``gpu.persistence_mode`` row.
+- ``xid``: the codes in ``SERIOUS_XIDS`` fail, the others are reported.
+- ``dcgm_diag``: a failing ``dcgmi diag -r 1`` fails; dcgmi missing is ``unsupported``.
+
+Plain Python (3.8+), no Ansible import.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+
+NAME = "gpu_health"
+# Xid codes that fail verification. Source: NVIDIA's Xid catalog ("Xid Errors", Analyzing Xid
+# Errors with the Xid Catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), whose
+# resolution buckets for these are a GPU reset, a node reboot or a service call, not an app restart.
+SERIOUS_XIDS = {
+    48: "double-bit ECC error",
+    63: "row remapping / page retirement pending (reset the GPU)",
+    64: "row remapping / page retirement failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+# nvidia-smi --query-gpu fields of the health check, in the order of the CSV columns.
+HEALTH_FIELDS = (
+    "index", "pci.bus_id", "persistence_mode", "ecc.mode.current", "ecc.mode.pending",
+    "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure",
+    "power.limit", "power.default_limit", "power.max_limit", "clocks_event_reasons.active",
+    "utilization.gpu", "driver_version",
+)
+HEALTH_ARGS = ["--query-gpu=" + ",".join(HEALTH_FIELDS), "--format=csv,noheader,nounits"]
+DCGM_ARGS = ["diag", "-r", "1"]
+BUSY_UTILIZATION = 10  # percent: a GPU this busy keeps its link at full speed
+# clocks_event_reasons bits (nvml.h nvmlClocksEventReason*): which fail, which are reported.
+CLOCK_EVENTS_FAILING = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
+CLOCK_EVENTS_REPORTED = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x4: "SW power cap",
+                         0x10: "sync boost", 0x20: "SW thermal slowdown", 0x100: "display clock setting"}
+_BDF = re.compile(r"^0*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$")
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """nvidia-smi's 8-digit domain (00000000:41:00.0) as sysfs writes it (0000:41:00.0)."""
+    text = (bus_id or "").strip().lower()
+    m = _BDF.match(text)
+    return m.group(1) if m else text
+
+
+def parse_health(text: str | None) -> list:
+    """The CSV of ``HEALTH_ARGS``: one dict per GPU keyed by field name, plus ``bdf``."""
+    gpus = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(HEALTH_FIELDS) or not parts[0].isdigit():
+            continue
+        gpu = dict(zip(HEALTH_FIELDS, parts))
+        gpu["bdf"] = normalize_bus_id(gpu["pci.bus_id"])
+        gpus.append(gpu)
+    return gpus
+
+
+def _number(value: Any) -> float | None:
+    """A CSV number; None for ``[N/A]``, ``[Not Supported]`` and the like."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _row(name: str, desired: Any, running: Any, state: str, reason: str = "") -> dict:
+    return family.setting(NAME, name, desired, running, state, reason)
+
+
+def _gpus(facts: dict) -> list:
+    """The selected PCI devices that are NVIDIA GPUs (display or 3D controller)."""
+    devices = (facts.get("pci") or {}).get("devices") or []
+    return [d for d in devices if str(d.get("vendor")).lower().replace("0x", "") == "10de"
+            and str(d.get("class")).lower().replace("0x", "")[:4] in ("0300", "0302")]
+
+
+def _speed(text: Any) -> float | None:
+    m = re.match(r"^\s*([0-9.]+)", str(text or ""))
+    return float(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+# PCIe link and count (facts; simulated nodes too)
+# ---------------------------------------------------------------------------------------------
+
+
+def link_rows(facts: dict, busy: dict) -> list:
+    """``link_width`` and ``link_speed`` over the selected GPUs; ``busy``: bdf -> utilization %."""
+    gpus = [g for g in _gpus(facts) if g.get("pcie") and g.get("link_width_capable")]
+    if not gpus:
+        why = "no selected NVIDIA GPU with a readable PCI Express capability"
+        return [_row("link_width", None, None, "not_applicable", why),
+                _row("link_speed", None, None, "not_applicable", why)]
+    narrow = ["%s link x%s of x%s" % (g["bdf"], g["link_width"], g["link_width_capable"])
+              for g in gpus if (g.get("link_width") or 0) < g["link_width_capable"]]
+    widths = sorted({"x%s" % g["link_width_capable"] for g in gpus})
+    if narrow:
+        rows = [_row("link_width", "/".join(widths), "; ".join(narrow), "drifted",
+                     "%s: trained below the capable width (width does not drop at idle: check the riser, "
+                     "slot and seating)" % "; ".join(narrow))]
+    else:
+        rows = [_row("link_width", "/".join(widths), "/".join(widths), "applied",
+                     "%d GPU link(s) at their capable width" % len(gpus))]
+    return rows + [_speed_row(gpus, busy)]
+
+
+def _speed_row(gpus: list, busy: dict) -> dict:
+    slow, hot = [], []
+    for g in gpus:
+        cur, cap = _speed(g.get("link_speed")), _speed(g.get("link_speed_capable"))
+        if cur is None or cap is None or cur >= cap:
+            continue
+        util = busy.get(g["bdf"])
+        text = "%s link %s of %s" % (g["bdf"], g.get("link_speed"), g.get("link_speed_capable"))
+        if util is not None and util >= BUSY_UTILIZATION:
+            hot.append("%s while %d%% busy" % (text, util))
+        else:
+            slow.append(text + (" at %d%% utilization" % util if util is not None else ""))
+    caps = "/".join(sorted({str(g.get("link_speed_capable")) for g in gpus}))
+    if hot:
+        return _row("link_speed", caps, "; ".join(hot), "drifted",
+                    "%s: a busy GPU keeps its link at full speed; trained down (signal integrity?)" % "; ".join(hot))
+    if slow:
+        return _row("link_speed", caps, "; ".join(slow), "applied",
+                    "informational: %s; idle GPUs lower their link speed to save power (a finding only "
+                    "when the GPU is busy)" % "; ".join(slow))
+    return _row("link_speed", caps, caps, "applied", "%d GPU link(s) at their capable speed" % len(gpus))
+
+
+def count_row(facts: dict, want: int | None, smi: list | None) -> dict | None:
+    """``gpu_count``: expected count against the PCI bus and, when nvidia-smi answered, the driver.
+
+    None when neither a count is wanted nor nvidia-smi's list is known (nothing to compare).
+    """
+    on_bus = [g["bdf"] for g in _gpus(facts)]
+    problems = []
+    if want is not None and len(on_bus) < want:
+        problems.append("%d of %d expected GPUs on the PCI bus" % (len(on_bus), want))
+    if smi is not None:
+        listed = {g["bdf"] for g in smi}
+        missing = [b for b in on_bus if b not in listed]
+        if missing:
+            problems.append("on the bus but not listed by the driver (nvidia-smi): %s" % ", ".join(missing))
+    if want is None and smi is None:
+        return None
+    running = "%d on the PCI bus%s" % (len(on_bus), "" if smi is None else ", %d listed by nvidia-smi" % len(smi))
+    desired = want if want is not None else len(on_bus)
+    if problems:
+        return _row("gpu_count", desired, running, "drifted", "; ".join(problems))
+    return _row("gpu_count", desired, running, "applied", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia-smi health fields (a node with nvidia-smi)
+# ---------------------------------------------------------------------------------------------
+
+
+def _each(gpus: list, test) -> list:
+    """``"<bdf> <text>"`` for each GPU where ``test(gpu)`` returns text."""
+    out = []
+    for g in gpus:
+        text = test(g)
+        if text:
+            out.append("%s %s" % (g["bdf"], text))
+    return out
+
+
+def ecc_rows(gpus: list) -> list:
+    """``ecc_mode`` (pending change = pending_reboot) and ``ecc_uncorrected`` (volatile fails)."""
+    modes = sorted({g["ecc.mode.current"] for g in gpus})
+    changing = _each(gpus, lambda g: "ECC %s, %s pending" % (g["ecc.mode.current"], g["ecc.mode.pending"])
+                     if g["ecc.mode.pending"] != g["ecc.mode.current"] and not g["ecc.mode.pending"].startswith("[")
+                     else "")
+    if changing:
+        mode = _row("ecc_mode", "unchanged", "; ".join(changing), "pending_reboot",
+                    "%s: a reboot (or GPU reset) applies the pending ECC mode" % "; ".join(changing))
+    else:
+        mode = _row("ecc_mode", None, "/".join(modes), "applied", "ECC mode %s" % "/".join(modes))
+    volatile = _each(gpus, lambda g: "%d uncorrectable ECC error(s) since the driver loaded"
+                     % _number(g["ecc.errors.uncorrected.volatile.total"])
+                     if (_number(g["ecc.errors.uncorrected.volatile.total"]) or 0) > 0 else "")
+    aggregate = _each(gpus, lambda g: "%d uncorrectable ECC error(s) in its lifetime"
+                      % _number(g["ecc.errors.uncorrected.aggregate.total"])
+                      if (_number(g["ecc.errors.uncorrected.aggregate.total"]) or 0) > 0 else "")
+    if volatile:
+        unc = _row("ecc_uncorrected", 0, "; ".join(volatile), "drifted", "; ".join(volatile + aggregate))
+    else:
+        unc = _row("ecc_uncorrected", 0, 0, "applied",
+                   ("reported: " + "; ".join(aggregate)) if aggregate else "no uncorrectable ECC error")
+    return [mode, unc]
+
+
+def _yes(value: str) -> bool:
+    return str(value).strip().lower() in ("yes", "1", "true")
+
+
+def remap_row(gpus: list) -> dict:
+    """``memory_remap``: remapping failure fails; a pending retired page or row remap needs a reset."""
+    failed = _each(gpus, lambda g: "row remapping failed" if _yes(g["remapped_rows.failure"]) else "")
+    kinds = (("retired page pending", "retired_pages.pending"), ("row remap pending", "remapped_rows.pending"))
+    pending = _each(gpus, lambda g: ", ".join(t for t, f in kinds if _yes(g[f])))
+    if failed:
+        return _row("memory_remap", "none pending", "; ".join(failed + pending), "drifted",
+                    "%s: the GPU cannot repair its memory (replace it)" % "; ".join(failed))
+    if pending:
+        return _row("memory_remap", "none pending", "; ".join(pending), "pending_reboot",
+                    "%s: a GPU reset or reboot activates the remap" % "; ".join(pending))
+    return _row("memory_remap", "none pending", "none pending", "applied", "")
+
+
+def power_row(gpus: list) -> dict:
+    """``power_limit``: reported; a limit below the default may be deliberate (the settings family)."""
+    capped = _each(gpus, lambda g: "%s W of default %s W (max %s W)" % (
+        g["power.limit"], g["power.default_limit"], g["power.max_limit"])
+        if None not in (_number(g["power.limit"]), _number(g["power.default_limit"]))
+        and _number(g["power.limit"]) < _number(g["power.default_limit"]) else "")
+    limits = "/".join(sorted({g["power.limit"] for g in gpus}))
+    reason = ("reported: capped below the default: " + "; ".join(capped)) if capped else "at the default limit"
+    return _row("power_limit", None, limits + (" W" if _number(limits) is not None else ""), "applied", reason)
+
+
+def _events(value: str) -> int:
+    try:
+        return int(str(value).strip(), 16)
+    except ValueError:
+        return 0
+
+
+def clocks_row(gpus: list) -> dict:
+    """``clocks_event``: hardware slowdowns fail, software reasons and idle are reported."""
+    def names(g, table):
+        bits = _events(g["clocks_event_reasons.active"])
+        return ", ".join(n for b, n in table.items() if bits & b)
+    failing = _each(gpus, lambda g: names(g, CLOCK_EVENTS_FAILING))
+    reported = _each(gpus, lambda g: names(g, CLOCK_EVENTS_REPORTED))
+    if failing:
+        return _row("clocks_event", "no HW slowdown", "; ".join(failing), "drifted",
+                    "%s: the GPU throttles in hardware (cooling or power delivery)" % "; ".join(failing))
+    return _row("clocks_event", "no HW slowdown", "none" if not reported else "; ".join(reported), "applied",
+                ("reported: " + "; ".join(reported)) if reported else "")
+
+
+def driver_row(gpus: list, facts: dict) -> dict:
+    """``driver_version``: reported; a user space that differs from the loaded module is a finding."""
+    versions = sorted({g["driver_version"] for g in gpus})
+    module = (facts.get("nvidia") or {}).get("driver_version")
+    if module and versions and versions != [module]:
+        return _row("driver_version", module, "/".join(versions), "drifted",
+                    "nvidia-smi reports %s, the loaded kernel module %s (reboot after a driver upgrade)"
+                    % ("/".join(versions), module))
+    return _row("driver_version", None, "/".join(versions), "applied", "")
+
+
+def smi_rows(facts: dict, health: dict | None) -> tuple:
+    """``(rows, gpus)`` from the health query's ``{rc, stdout, stderr}``; gpus None when not run."""
+    if health is None:
+        return [], None
+    if health.get("rc", 0) != 0:
+        why = "nvidia-smi --query-gpu failed (rc %s): %s" % (
+            health.get("rc"), (health.get("stderr") or health.get("stdout") or "").strip()[:300])
+        return [_row("nvidia_smi", "answers", None, "unsupported", why)], None
+    gpus = parse_health(health.get("stdout"))
+    if not gpus:
+        return [_row("nvidia_smi", "answers", None, "not_applicable", "nvidia-smi lists no GPU")], gpus
+    rows = ecc_rows(gpus) + [remap_row(gpus), power_row(gpus), clocks_row(gpus), driver_row(gpus, facts)]
+    return rows, gpus
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel log Xid codes, DCGM
+# ---------------------------------------------------------------------------------------------
+
+
+def _xid_devices(kernel_log: dict, facts: dict) -> dict:
+    """code -> sorted GPU addresses, from the kernel log's Xid samples (``0000:41:00`` -> ``.0``)."""
+    bdfs = [g["bdf"] for g in _gpus(facts)]
+    out = {}
+    for rec in (kernel_log.get("records") or {}).get("xid") or []:
+        dev = str(rec.get("device") or "")
+        full = next((b for b in bdfs if b == dev or b.startswith(dev + ".")), dev if "." in dev else dev + ".0")
+        out.setdefault(str(rec.get("code")), set()).add(full)
+    return {code: sorted(devs) for code, devs in out.items()}
+
+
+def xid_row(facts: dict) -> dict:
+    """``xid``: serious codes (``SERIOUS_XIDS``) fail, the others are reported, naming the GPUs."""
+    kl = facts.get("kernel_log") or {}
+    if not kl.get("available"):
+        return _row("xid", "no serious Xid", None, "unsupported",
+                    "kernel log unavailable: %s" % (kl.get("reason") or "not read"))
+    codes = kl.get("xid_codes") or {}
+    devices = _xid_devices(kl, facts)
+
+    def describe(code):
+        where = devices.get(code)
+        what = SERIOUS_XIDS.get(int(code), "")
+        return "Xid %s%s (%dx%s)" % (code, " " + what if what else "", codes[code],
+                                     " on " + ", ".join(where) if where else "")
+    serious = [describe(c) for c in sorted(codes, key=int) if int(c) in SERIOUS_XIDS]
+    other = [describe(c) for c in sorted(codes, key=int) if int(c) not in SERIOUS_XIDS]
+    running = ", ".join("Xid %s" % c for c in sorted(codes, key=int)) or "none"
+    if serious:
+        return _row("xid", "no serious Xid", running, "drifted", "; ".join(serious + other))
+    return _row("xid", "no serious Xid", running, "applied", ("reported: " + "; ".join(other)) if other else "")
+
+
+def dcgm_row(dcgm: dict | None) -> dict:
+    """``dcgm_diag``: ``dcgmi diag -r 1``'s verdict (missing dcgmi: unsupported)."""
+    if not dcgm or dcgm.get("skipped"):
+        why = (dcgm or {}).get("reason") or "dcgmi diag was not run (a simulated node without dcgmi?)"
+        return _row("dcgm_diag", "pass", None, "unsupported", why)
+    if dcgm.get("rc") == 127:
+        return _row("dcgm_diag", "pass", None, "unsupported", dcgm.get("stderr") or "dcgmi is not installed")
+    out = dcgm.get("stdout") or ""
+    failed = [" ".join(line.replace("|", " ").split()) for line in out.splitlines() if "fail" in line.lower()]
+    if dcgm.get("rc", 0) != 0 or failed:
+        detail = "; ".join(failed[:5]) or (dcgm.get("stderr") or out).strip()[:300]
+        return _row("dcgm_diag", "pass", "fail", "drifted", "dcgmi diag -r 1 (rc %s): %s" % (dcgm.get("rc"), detail))
+    return _row("dcgm_diag", "pass", "pass", "applied", "dcgmi diag -r 1 passed")
+
+
+# ---------------------------------------------------------------------------------------------
+# The family
+# ---------------------------------------------------------------------------------------------
+
+
+def validate(want: Any) -> dict:
+    """``desired["gpu_health"]``: ``{gpu_count: int >= 1 or None, dcgm_diag: bool}``."""
+    want = dict(want or {})
+    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag"})
+    if unknown:
+        raise family.EvaluationError("gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag"
+                                     % ", ".join(unknown))
+    count = want.get("gpu_count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise family.EvaluationError("gpu_health.gpu_count must be an integer >= 1 or null, got %r" % (count,))
+    if not isinstance(want.get("dcgm_diag", False), bool):
+        raise family.EvaluationError("gpu_health.dcgm_diag must be true or false, got %r" % (want["dcgm_diag"],))
+    return {"gpu_count": count, "dcgm_diag": bool(want.get("dcgm_diag"))}
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
+    """The health rows of a host (the contract's evaluate; ``desired`` is the whole desired state).
+
+    The nvidia-smi and DCGM answers are ``verify_node.gpu_probe``'s result, taken from ``ctx.gpu``
+    or else ``facts["gpu_probe"]`` (absent: the rows that need them are left out): ``health``
+    ({rc, stdout, stderr} of ``HEALTH_ARGS``) and ``dcgm`` when they ran.
+    """
+    want = validate((desired or {}).get(NAME))
+    probe = getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {}
+    health = probe.get("health") if probe.get("probe") == "present" else None
+    rows, smi = smi_rows(facts, health)
+    busy = {g["bdf"]: _number(g["utilization.gpu"]) for g in smi or [] if _number(g["utilization.gpu"]) is not None}
+    out = link_rows(facts, busy)
+    count = count_row(facts, want["gpu_count"], smi)
+    out += [count] if count else []
+    out += rows + [xid_row(facts)]
+    if want["dcgm_diag"]:
+        out.append(dcgm_row(probe.get("dcgm")))
+    return out
+
+
+# Read-only: no module, nothing to re-apply at boot.
+DEFINITION = family.Family(name=NAME, titles={NAME: "GPU health"}, evaluate=evaluate)
