@@ -9,7 +9,7 @@ argument set elsewhere in that chain is seen too.
 
 Arguments are compared by key: ``key=value`` replaces any other value of ``key`` (and a bare
 ``key``); removing a bare ``key`` removes ``key=anything``. Pure functions parse and render;
-``write_dropin`` is the one writer.
+``write_dropin`` is the one writer; ``run`` is the kernel_cmdline module's whole flow.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import re
 import tempfile
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import BinaryNotFound, Node
+from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import BinaryNotFound, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     KERNEL_ARG_ALLOWED,
     ValidationError,
@@ -453,3 +454,23 @@ def _apply_grubby(node, tools, out, arguments, state, check_mode, diff):
             raise CmdlineError("grubby failed (rc %d): %s" % (rc, (stderr or stdout).strip()), out)
         out["bootloader_updated"] = True
     return after
+
+
+def run(call: contract.Call) -> dict:
+    """The kernel_cmdline module: ``configure`` with the call's options and tools; returns the result.
+
+    Raises FamilyError naming a bad root before anything is read, and for every ``CmdlineError``
+    (with the result so far).
+    """
+    params = call.params
+    try:
+        node = Node.open(params["root"])
+    except NodeError as exc:
+        raise contract.FamilyError(str(exc)) from None
+    tools = Tools(lookup=call.lookup, run=call.run_command, atomic_move=call.atomic_move, warn=call.warn)
+    try:
+        return configure(node, tools, params["arguments"], state=params["state"], bootloader=params["bootloader"],
+                         dropin=params["dropin"], update_bootloader=params["update_bootloader"],
+                         check_mode=call.check_mode, diff=call.diff)
+    except CmdlineError as exc:
+        raise contract.FamilyError(str(exc), exc.result) from None

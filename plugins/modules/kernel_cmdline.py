@@ -155,8 +155,8 @@ changed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node
+from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 ARGUMENT_SPEC = dict(
     arguments=dict(type="list", elements="str", required=True),
@@ -173,20 +173,7 @@ def build_module():
 
 
 def main():
-    """Options in, one bootcmdline.configure call, its result (or its error) out."""
-    module = build_module()
-    p = module.params
-    node = Node.open(p["root"], module)
-    tools = bootcmdline.Tools(
-        lookup=module, run=lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}),
-        atomic_move=module.atomic_move, warn=module.warn)
-    try:
-        out = bootcmdline.configure(node, tools, p["arguments"], state=p["state"], bootloader=p["bootloader"],
-                                    dropin=p["dropin"], update_bootloader=p["update_bootloader"],
-                                    check_mode=module.check_mode, diff=module._diff)
-    except bootcmdline.CmdlineError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**out)
+    family.run_module(build_module(), bootcmdline.run)
 
 
 if __name__ == "__main__":
