@@ -259,7 +259,7 @@ def _entry_problem(family, key, entry):
     return None
 
 
-def journal_for(node: Node, params: dict) -> Journal | None:
+def open_journal(node: Node, params: dict) -> Journal | None:
     """Open the journal named by the ``journal`` option in ``params``, or return None when unset.
 
     Raises NodeError (before any write) when the node root is not a node's root, when the journal
@@ -283,14 +283,6 @@ def open_node(params: dict) -> tuple[Node, Journal | None]:
     """
     try:
         node = Node.open(params["root"])
-        return node, journal_for(node, params)
+        return node, open_journal(node, params)
     except NodeError as exc:
         raise FamilyError(str(exc)) from None
-
-
-def open_journal(module, node):
-    """The journal of a module's options; fails the module on NodeError (until every module runs a family)."""
-    try:
-        return journal_for(node, module.params)
-    except NodeError as exc:
-        module.fail_json(msg=str(exc))

@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, journal_for
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
@@ -218,5 +219,16 @@ def test_an_entry_without_a_recorded_time_is_still_read(node_root):
 def test_open_journal_refuses_a_bad_root_even_from_a_plain_node(tmp_path):
     # A caller that built its node with Node(root) instead of Node.open still stops here.
     with pytest.raises(NodeError, match="root %s does not exist" % (tmp_path / "gone")):
-        journal_for(Node(str(tmp_path / "gone")), {"journal": JOURNAL, "restore": False})
+        open_journal(Node(str(tmp_path / "gone")), {"journal": JOURNAL, "restore": False})
     assert not os.path.exists(tmp_path / "gone")
+
+
+def test_open_node_gives_the_node_and_journal_or_a_family_error(node_root, tmp_path):
+    # A family's run opens both before anything is read; a bad root or journal becomes the module's message.
+    node, journal = open_node({"root": node_root, "journal": JOURNAL, "restore": False})
+    assert node.root == node_root and journal.path == os.path.join(node_root, JOURNAL.lstrip("/"))
+    assert open_node({"root": node_root})[1] is None
+    with pytest.raises(FamilyError, match="restore=true needs the journal option"):
+        open_node({"root": node_root, "journal": None, "restore": True})
+    with pytest.raises(FamilyError, match="root %s does not exist" % (tmp_path / "gone")):
+        open_node({"root": str(tmp_path / "gone"), "journal": JOURNAL, "restore": False})
