@@ -20,6 +20,7 @@ import tempfile
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import BinaryNotFound, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     KERNEL_ARG_ALLOWED,
@@ -38,6 +39,9 @@ DEBIAN_IDS = ("debian", "ubuntu", "linuxmint", "pop", "raspbian")
 RHEL_IDS = ("rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn")
 _VAR_RE = re.compile(r"\$\{?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}?")
 _ASSIGN_RE = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.*)$")
+
+# Report family of the kernel arguments (verification) and the key of the desired state.
+FAMILY = "cmdline"
 
 
 class CmdlineError(ValueError):
@@ -474,3 +478,34 @@ def run(call: contract.Call) -> dict:
                          check_mode=call.check_mode, diff=call.diff)
     except CmdlineError as exc:
         raise contract.FamilyError(str(exc), exc.result) from None
+
+# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """One setting per argument of ``desired['cmdline']``: running, configured for the next boot, or neither."""
+    out = []
+    for arg in desired.get("cmdline") or []:
+        view = ctx.arg(arg)
+        configured = view["configured"]
+        running = view["running"]
+        persisted = arg if configured else None
+        if running:
+            why = "" if configured or configured is None else "not configured for the next boot: a reboot drops it"
+            out.append(setting(FAMILY, arg, arg, arg, "applied", why, persisted))
+        elif configured:
+            out.append(setting(FAMILY, arg, arg, None, "pending_reboot",
+                               "configured for the next boot; not on /proc/cmdline yet", persisted))
+        elif configured is None:
+            out.append(setting(FAMILY, arg, arg, None, "drifted",
+                               "not on /proc/cmdline; the boot configuration is unknown (%s)" % ctx.cmdline_error,
+                               persisted))
+        else:
+            out.append(setting(FAMILY, arg, arg, None, "drifted",
+                               "neither on /proc/cmdline nor configured for the next boot", persisted))
+    return out
+
+
+# The kernel command line has nothing to re-apply at boot: the bootloader passes it.
+DEFINITION = Family(name=FAMILY, titles={"cmdline": "kernel cmdline"}, module="kernel_cmdline", evaluate=evaluate,
+                    reboot_only=("cmdline",))

@@ -15,9 +15,11 @@ use it), ``driver_change``, ``order_governor_epp``,
 from __future__ import annotations
 
 import itertools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import setting as setting_row
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -33,6 +35,10 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
 )
 
 FAMILY = "cpufreq"
+# CPU vendor a pstate driver family needs.
+PSTATE_VENDOR = {"amd-pstate": "AuthenticAMD", "intel_pstate": "GenuineIntel"}
+# The cpufreq driver is a module udev's coldplug loads, possibly after the boot unit started.
+UDEV_SETTLE_TIMEOUT = 30
 CPUFREQ = SYSFS_CPU + "/cpufreq"
 BOOST = CPUFREQ + "/boost"
 AMD_PSTATE_STATUS = SYSFS_CPU + "/amd_pstate/status"
@@ -1029,3 +1035,182 @@ def _keep_failed(journal, entries, outcome):
             kept = {cpu: v for cpu, v in Journal.per_cpu(original).items() if cpu in outcome.failed_cpus[key]}
             journal.drop(FAMILY, key)
             journal.record_per_cpu(FAMILY, key, kept)
+
+# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
+
+
+def _pstate_mode(family, cf):
+    if family == "amd-pstate":
+        return (cf.get("amd_pstate") or {}).get("status")
+    if family == "intel_pstate":
+        return (cf.get("intel_pstate") or {}).get("status")
+    return None
+
+
+def _cpufreq_running(cf):
+    """The running cpufreq state of the facts, as ``applicability`` takes it."""
+    amd, intel = cf.get("amd_pstate") or {}, cf.get("intel_pstate") or {}
+    return dict(driver=cf.get("driver"), amd_status=amd.get("status"), intel_status=intel.get("status"),
+                epp=(cf.get("epp") or {}).get("value") is not None or bool(cf.get("available_epp")),
+                boost=cf.get("boost") is not None or intel.get("no_turbo") is not None)
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """Driver (and pstate mode), governor, EPP and boost of ``desired['cpufreq']``.
+
+    Which settings apply is decided as cpu_freq decides it (``applicability``): driver=native
+    on a CPU without a vendor pstate driver keeps the running driver, and a knob for another driver
+    (amd_pstate_mode with acpi-cpufreq wanted, EPP or boost without the files) is not_applicable
+    with the module's reason.
+    """
+    desired = desired.get(FAMILY) or {}
+    cf = facts.get("cpufreq") or {}
+    vendor = (facts.get("cpu") or {}).get("vendor")
+    wanted = [(k, desired.get(k)) for k in ("governor", "epp", "boost") if desired.get(k) is not None]
+    if not desired.get("driver") and not wanted:
+        return []
+    if not cf.get("supported"):
+        why = "no cpufreq driver: the CPUs have no frequency scaling (virtual machine, or disabled in the BIOS)"
+        family = resolve_driver(desired.get("driver"), vendor) or desired.get("driver")
+        out = [setting_row(FAMILY, "driver", family, None, "not_applicable", why)] if family else []
+        return out + [setting_row(FAMILY, k, v, None, "not_applicable", why) for k, v in wanted]
+    family, reasons = applicability(desired, vendor, _cpufreq_running(cf))
+    out = []
+    driver_state = None
+    if "driver" in reasons:
+        driver_state = "not_applicable"
+        out.append(setting_row(FAMILY, "driver", desired["driver"], cf.get("driver"), driver_state, reasons["driver"]))
+    elif family:
+        mode_key = {"amd-pstate": "amd_pstate_mode", "intel_pstate": "intel_pstate_status"}.get(family)
+        mode = desired.get(mode_key) if mode_key and mode_key not in reasons else None
+        out.append(_cpufreq_driver(cf, family, mode, vendor, ctx))
+        driver_state = out[-1]["state"]
+    for key, want in wanted:
+        if key in reasons:
+            running = cf.get("boost") if key == "boost" else (cf.get(key) or {}).get("value")
+            out.append(setting_row(FAMILY, key, want, running, "not_applicable", reasons[key],
+                               ctx.boot_persisted(want)))
+        else:
+            out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
+    return out
+
+
+def _cpufreq_driver(cf, family, mode, vendor, ctx):
+    """The driver row: the wanted family (and pstate mode) against the running driver and the boot configuration."""
+    running_driver = cf.get("driver")
+    want_text = "%s (%s)" % (family, mode) if mode else family
+    running_mode = _pstate_mode(family, cf)
+    running_text = "%s (%s)" % (running_driver, running_mode) if running_mode else running_driver
+    row = (want_text, running_text)
+    need_vendor = PSTATE_VENDOR.get(family)
+    if vendor and vendor.startswith(ARM64_VENDOR) and driver_family(running_driver) != family:
+        return setting_row(FAMILY, "driver", *row, "not_applicable",
+                       "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
+    if need_vendor and vendor and vendor != need_vendor:
+        return setting_row(FAMILY, "driver", *row, "not_applicable",
+                       "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
+    if driver_family(running_driver) == family:
+        # What the next boot keeps: this driver's arguments that are configured.
+        args = driver_kernel_args(family, mode, vendor, running_driver).removable
+        persisted = " ".join(a for a in args if ctx.arg(a)["configured"]) or None
+        if not mode or not running_mode or running_mode == mode:
+            return setting_row(FAMILY, "driver", *row, "applied", "", persisted)
+        return setting_row(FAMILY, "driver", *row, "drifted",
+                       "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
+                       % (family, running_mode), persisted)
+    return _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
+
+
+def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):
+    """The driver row when another driver family runs: pending_reboot when the switch's arguments are configured."""
+    args = driver_kernel_args(family, mode, vendor, running_driver).needed
+    views = [ctx.arg(a) for a in args]
+    persisted = " ".join(args) if args and all(v["configured"] for v in views) else None
+    text = " ".join(args)
+    if args and persisted and not all(v["running"] for v in views):
+        return setting_row(FAMILY, "driver", *row, "pending_reboot",
+                       "%s is configured for the next boot; %s runs until the reboot" % (text, running_driver),
+                       persisted)
+    if args and all(v["running"] for v in views):
+        return setting_row(FAMILY, "driver", *row, "drifted",
+                       "%s is on the running command line but %s serves the CPUs: %s" % (
+                           text, running_driver, _switch_failed_hint(family)), persisted)
+    why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
+           "reboot switches the driver)" % (running_driver, text)) if args else \
+        "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
+            running_driver, family)
+    if ctx.cmdline_error:
+        why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
+    return setting_row(FAMILY, "driver", *row, "drifted", why, persisted)
+
+
+def _switch_failed_hint(family):
+    """Why a driver argument on the running command line did not bring the driver."""
+    if family == "acpi-cpufreq":
+        return "the kernel has no acpi-cpufreq, or the platform offers no ACPI P-states (_PSS)"
+    return ("CPPC is off in the BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
+            if family == "amd-pstate" else "the kernel lacks the driver or the CPU has no HWP/P-state support")
+
+
+def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
+    persisted = ctx.boot_persisted(want)
+    if key == "boost":
+        running = cf.get("boost")
+        no_turbo = (cf.get("intel_pstate") or {}).get("no_turbo")
+        if running is None and no_turbo is not None:
+            running = not no_turbo
+        if running is None:
+            return setting_row(FAMILY, key, want, None, "unsupported",
+                           "driver %s has no boost control (cpufreq/boost, intel_pstate/no_turbo)" % cf.get("driver"),
+                           persisted)
+        state = "applied" if bool(running) == bool(want) else "drifted"
+        return setting_row(FAMILY, key, want, running, state, "", persisted)
+    agg = cf.get(key) or {}
+    running = agg.get("value")
+    values = agg.get("values") or {}
+    shown = running if len(values) <= 1 else ", ".join("%s on %s" % (v, c) for v, c in values.items())
+    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
+    after_reboot = "the driver switch pending a reboot brings %s" % key
+    if running is None or (available and want not in available):
+        if driver_state == "pending_reboot":
+            return setting_row(FAMILY, key, want, shown, "pending_reboot", after_reboot, persisted)
+        if driver_state == "drifted":
+            return setting_row(FAMILY, key, want, shown, "drifted",
+                           "%s does not offer %s=%s; it needs the %s driver" % (cf.get("driver"), key, want, family),
+                           persisted)
+        what = "offers no EPP" if key == "epp" and running is None else \
+            "does not offer %s (available: %s)" % (want, ", ".join(available) or "none")
+        return setting_row(FAMILY, key, want, shown, "unsupported", "driver %s %s" % (cf.get("driver"), what),
+                       persisted)
+    if running == want and not agg.get("cpus_differing"):
+        return setting_row(FAMILY, key, want, shown, "applied", "", persisted)
+    return setting_row(FAMILY, key, want, shown, "drifted",
+                   "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
+
+
+def _settle_udev(node: Node) -> str:
+    """On a live node without a cpufreq policy yet, wait (bounded) for udev to load the driver; a note if not."""
+    if not node.is_live or any(n.startswith("policy") for n in node.listdir(CPUFREQ)):
+        return ""
+    udevadm = SystemLookup.get_bin_path("udevadm")
+    if not udevadm:
+        return ""
+    rc, _out, err = run_argv([udevadm, "settle", "--timeout=%d" % UDEV_SETTLE_TIMEOUT])
+    if rc:
+        return "; udev did not settle within %d s (%s): cpufreq may not have been ready" % (
+            UDEV_SETTLE_TIMEOUT, err.strip() or "rc %d" % rc)
+    return ""
+
+
+def boot(node: Node, want: dict) -> tuple[bool, str]:
+    """cpu_freq's validation and writes (pstate mode, then governor, then EPP, then boost), no journal."""
+    settle = _settle_udev(node)
+    changed, failure, skipped = reapply(node, want)
+    notes = settle + "".join("; %s not applied: %s" % (k, why) for k, why in sorted(skipped.items()))
+    if failure:
+        return False, failure + notes
+    asked = ", ".join("%s=%s" % (k, want[k]) for k in ("governor", "epp", "boost") if want.get(k) is not None)
+    return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)
+
+
+DEFINITION = Family(name=FAMILY, titles={"cpufreq": "cpufreq"}, module="cpu_freq", evaluate=evaluate, boot=boot)

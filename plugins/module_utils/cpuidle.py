@@ -11,8 +11,11 @@ FamilyError out).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils import validate
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -21,6 +24,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_CPU,
+    Node,
     NodeError,
     format_cpulist,
     online_cpus,
@@ -426,3 +430,84 @@ def _restore_plan(node, journal, states_by_cpu):
             else:
                 lost.setdefault(name, {})[cpu] = "cpu%d has no idle state %s any more (offline?)" % (cpu, name)
     return plan, states, lost
+
+# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
+
+
+def _state_desired(states, names, max_latency):
+    """State name -> "disabled"/"enabled" as cpu_cstate plans it (by name, else by latency bound)."""
+    if names:
+        return {n: "disabled" for n in names}
+    out = {}
+    for name, st in states.items():
+        above = (st.get("latency") or 0) > max_latency and name != "POLL"
+        out[name] = "disabled" if above else "enabled"
+    return out
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """One setting per idle state ``desired['cpuidle']`` names (by name, or every state for a bound)."""
+    desired = desired.get(FAMILY) or {}
+    idle = facts.get("cpuidle") or {}
+    names = list(desired.get("disable") or [])
+    bound = desired.get("max_latency_us")
+    if not names and bound is None:
+        return []
+    label = ", ".join(names) if names else "exit latency above %s us" % bound
+    if not idle.get("supported"):
+        why = ("no cpuidle driver" if not idle.get("driver")
+               else "cpuidle driver %s has no states" % idle.get("driver"))
+        return [setting(FAMILY, "states", "disabled: %s" % label, None, "not_applicable",
+                        "%s (virtual machine or idle=poll)" % why)]
+    states = idle.get("states") or {}
+    online = parse_cpulist(((facts.get("cpu") or {}).get("online")) or "")
+    wanted_cpus = set(parse_cpulist(desired.get("cpus") or "")) or set(online)
+    wanted_cpus &= set(online) or wanted_cpus
+    plan = _state_desired(states, names, bound)
+    out = []
+    for name, want in plan.items():
+        st = states.get(name)
+        if st is None:
+            out.append(setting(FAMILY, name, want, None, "not_applicable",
+                               "driver %s has no state %s (states: %s)"
+                               % (idle.get("driver"), name, ", ".join(states) or "none")))
+            continue
+        disabled = set(parse_cpulist(st.get("disabled_cpulist") or ""))
+        wrong = sorted(wanted_cpus - disabled) if want == "disabled" else sorted(wanted_cpus & disabled)
+        total = len(wanted_cpus)
+        running = ("disabled on %d/%d CPUs" % (len(disabled & wanted_cpus), total)) if disabled & wanted_cpus \
+            else "enabled on %d CPUs" % total
+        persisted = ctx.boot_persisted(want)
+        why = "latency %s us" % st.get("latency")
+        if not wrong:
+            out.append(setting(FAMILY, name, want, running, "applied", why, persisted))
+        else:
+            out.append(setting(FAMILY, name, want, running, "drifted",
+                               "%s; not %s on CPUs %s" % (why, want, format_cpulist(wrong)), persisted))
+    return out
+
+
+def boot(node: Node, want: dict) -> tuple[bool, str]:
+    """cpu_cstate's plan (by names, else by the latency bound) and writes, without a journal."""
+    names = validate.cstate_names(want.get("disable") or [])
+    latency = want.get("max_latency_us")
+    if not names and latency is None:
+        return True, "no state names and no latency bound: idle states left alone"
+    cpus = select_cpus(node, want.get("cpus"))
+    if not idle_driver(node):
+        return True, "not applicable: this node has no cpuidle driver"
+    states = read_states(node, cpus)
+    if names:
+        plan = plan_by_names(states, names, DISABLED)
+        what = "disable %s" % ", ".join(names)
+    else:
+        plan = plan_by_latency(states, latency)
+        what = "exit latency above %d us disabled" % latency
+    writes = plan_writes(states, plan)
+    failed = apply_writes(node, writes)
+    if failed:
+        return False, failure_message(failed)
+    return True, "%s: %d file(s) written on CPUs %s" % (what, len(writes), format_cpulist(cpus))
+
+
+DEFINITION = Family(name=FAMILY, titles={"cpuidle": "C-states"}, module="cpu_cstate", evaluate=evaluate, boot=boot)

@@ -20,8 +20,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, normalize_value, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
@@ -35,6 +37,9 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
 )
 
 FAMILY = "kmod"
+# Optional modules that need another subsystem: without it they cannot load (knobs.md).
+MODULE_NEEDS = {"nvidia_peermem": ("ib_core", "the RDMA stack (MOFED/ib_core)"),
+                "nv_peer_mem": ("ib_core", "the RDMA stack (MOFED/ib_core)")}
 NOT_LOADED = "not_loaded"
 STATES = ("present", "absent")
 REASON_CLASSES = ("not_found", "invalid_argument", "dependency_missing", "symbol_mismatch", "denied",
@@ -576,3 +581,53 @@ def _diff(results, check_mode):
         return "loaded" if loaded else "not loaded"
     return dict(before={r["name"]: shown(r, False) for r in results},
                 after={r["name"]: shown(r, True) for r in results})
+
+# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """One setting per module of ``desired['kmod']['modules']``: loaded (with its parameters) or, for absent, not."""
+    desired = desired.get(FAMILY) or {}
+    mods = facts.get("modules") or {}
+    by_name = mods.get("by_name") or {}
+    loaded_names = set(mods.get("loaded") or [])
+    out = []
+    for req in desired.get("modules") or []:
+        name = req["name"]
+        key = name.replace("-", "_")
+        info = by_name.get(name) or by_name.get(key) or {}
+        loaded = bool(info.get("loaded"))
+        present = req.get("state", "present") != "absent"
+        params = {k: normalize_value(v) for k, v in (req.get("params") or {}).items()}
+        want = ("loaded" + (" %s" % " ".join("%s=%s" % kv for kv in sorted(params.items())) if params else "")) \
+            if present else "not loaded"
+        running = "loaded" if loaded else "not loaded"
+        persisted = ("loaded at boot" if key in ctx.modules_persisted else None) if present else None
+        if not present:
+            out.append(setting(FAMILY, name, want, running, "drifted" if loaded else "applied", "", persisted))
+            continue
+        if loaded:
+            current = info.get("parameters") or {}
+            drift = sorted(k for k, v in params.items() if normalize_value(current.get(k)) != v)
+            if drift:
+                out.append(setting(FAMILY, name, want, running + " " + " ".join(
+                    "%s=%s" % (k, current.get(k)) for k in drift), "drifted",
+                    "loaded with other parameters (%s): a reload applies them" % ", ".join(drift), persisted))
+            else:
+                out.append(setting(FAMILY, name, want, running, "applied", "", persisted))
+            continue
+        need = MODULE_NEEDS.get(key)
+        if req.get("required"):
+            out.append(setting(FAMILY, name, want, running, "drifted", "required module is not loaded", persisted))
+        elif need and need[0] not in loaded_names:
+            out.append(setting(FAMILY, name, want, running, "not_applicable",
+                               "needs %s, which this node does not have (%s not loaded); loading fails with "
+                               "'Invalid argument', which is harmless here" % (need[1], need[0]), persisted))
+        else:
+            out.append(setting(FAMILY, name, want, running, "not_applicable",
+                               "optional module that did not load on this node (kmod_optional reports why)",
+                               persisted))
+    return out
+
+
+DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", evaluate=evaluate)

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-  # noqa: UP009 (header required by docs/module-contract.md)
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """PCI devices of a node: listing, selection, PCI Express capability decoding, and MRRS tuning.
@@ -21,11 +20,14 @@ import errno
 import os
 import re
 import struct
+from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_PCI_DEVICES,
+    Node,
     NodeError,
     cmdline_args,
     lockdown_mode,
@@ -817,3 +819,86 @@ def _public(call, result, **overrides):
     if call.diff and "diff" in result:
         out["diff"] = result["diff"]
     return out
+
+# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """One setting per selected PCI device: its MRRS against ``desired['pcie_mrrs']['mrrs']``."""
+    wanted = desired.get(FAMILY) or {}
+    if wanted.get("mrrs") is None:
+        return []
+    pci = facts.get("pci") or {}
+    want = int(wanted["mrrs"])
+    lockdown = (facts.get("kernel") or {}).get("lockdown")
+    out = []
+    devices = pci.get("devices") or []
+    if not devices:
+        return [setting(FAMILY, "devices", want, None, "not_applicable",
+                        "no PCI device matches the selector (%s)" % (pci.get("selector") or "NVIDIA GPUs"))]
+    for dev in devices:
+        running = dev.get("mrrs")
+        persisted = ctx.boot_persisted(want)
+        if running is None:
+            out.append(setting(FAMILY, dev["bdf"], want, None, "unsupported",
+                               dev.get("error") or "no PCI Express capability: MRRS does not exist on it",
+                               persisted))
+            continue
+        if running == want:
+            out.append(setting(FAMILY, dev["bdf"], want, running, "applied", "", persisted))
+            continue
+        why = ["MRRS is %d bytes, not %d" % (running, want)]
+        if running == 512:
+            why.append("512 is the power-up default: nobody tuned this device since it was reset")
+        if pci.get("pcie_bus_perf"):
+            why.append("the kernel was booted with pci=pcie_bus_perf, which clamps MRRS to MPS (%s)" % dev.get("mps"))
+        if lockdown in ("integrity", "confidentiality"):
+            why.append("kernel lockdown (%s) refuses config-space writes from user space" % lockdown)
+        out.append(setting(FAMILY, dev["bdf"], want, running, "drifted", "; ".join(why), persisted))
+    missing = pci.get("missing_bdfs") or []
+    for bdf in missing:
+        out.append(setting(FAMILY, bdf, want, None, "not_applicable", "the node has no device at %s" % bdf))
+    return out
+
+
+def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
+    """The module's selector for ``want``; with ``bdf`` (udev) restricted to it, None when not selected."""
+    selector = DeviceSelector(vendor=want.get("vendor"), device=want.get("device"),
+                                   class_prefixes=want.get("class_prefixes"), bdfs=want.get("bdfs"))
+    if bdf is None:
+        return selector
+    bdf = normalize_bdf(bdf)
+    if selector.bdfs is not None and bdf not in selector.bdfs:
+        return None
+    # The default selector is resolved already (vendor 0x10de, GPU classes): keep it with the BDF.
+    return DeviceSelector(vendor=selector.vendor, device=selector.device,
+                               class_prefixes=selector.class_prefixes, bdfs=[bdf])
+
+
+def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
+    """``run_mrrs`` without a journal; ``bdf`` restricts it to one device (udev ACTION=add)."""
+    size = want.get("mrrs")
+    encode_mrrs(size)
+    selector = boot_selector(want, bdf)
+    if selector is None:
+        return True, "%s is not one of the selected bdfs (%s): nothing to do" % (bdf, ", ".join(want["bdfs"]))
+
+    def setpci_factory():
+        return Setpci(run_argv, node.bin_path(SystemLookup(), "setpci", "pciutils"), node.pciutils_args())
+
+    allow_empty = bdf is not None or bool(want.get("allow_empty"))
+    result = run_mrrs(node, setpci_factory, None, False, mrrs=size, selector=selector,
+                           allow_empty=allow_empty)
+    notes = "".join("; warning: %s" % w for w in result["warnings"])
+    if result["failed_devices"]:
+        return False, failure_message(result, False, False) + notes
+    done = [d["bdf"] for d in result["devices"] if d["changed"]]
+    kept = [d["bdf"] for d in result["devices"] if not d["changed"] and not d["skipped"]]
+    if not result["devices"]:
+        return True, "no PCI Express device matches (%s)%s" % (selector.describe(), notes)
+    return True, "MRRS %d set on %d device(s)%s, %d already at it%s" % (
+        size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
+
+
+DEFINITION = Family(name=FAMILY, titles={"pcie_mrrs": "PCIe MRRS"}, module="setpci_mrrs", evaluate=evaluate,
+                boot=boot)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import errno
 import os
 import re
+from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, same, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    Node,
     NodeError,
     bracket_choices,
     selected_bracket,
@@ -468,3 +471,59 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
         return "these keys were not restored and stay in the journal for the next rollback: %s. Restored or " \
                "already original: %s" % (causes, ", ".join(applied) or "none")
     return "these keys were not applied: %s. Applied: %s" % (causes, ", ".join(applied) or "none")
+
+# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
+
+
+def _sysctl_setting(family, key, want, running, ctx):
+    persisted = None if ctx.sysctl_persisted is None else ctx.sysctl_persisted.get(key)
+    if running is None:
+        return setting(family, key, want, None, "not_applicable",
+                       "this kernel has no %s (/proc/sys/%s)" % (key, key.replace(".", "/")), persisted)
+    if same(running, want):
+        return setting(family, key, want, running, "applied", "", persisted)
+    why = ""
+    if persisted is not None and same(persisted, want):
+        why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
+    return setting(family, key, want, running, "drifted", why, persisted)
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """NUMA balancing, transparent hugepages and the other sysctls (the desired state's keys of those names)."""
+    out = []
+    sysctl = facts.get("sysctl") or {}
+    if desired.get("numa_balancing") is not None:
+        running = (facts.get("memory") or {}).get("numa_balancing")
+        if running is None:
+            running = sysctl.get("kernel.numa_balancing")
+        out.append(_sysctl_setting("numa_balancing", "kernel.numa_balancing", desired["numa_balancing"], running, ctx))
+    thp = (facts.get("memory") or {}).get("thp") or {}
+    for key, want in sorted((desired.get("thp") or {}).items(), key=lambda kv: kv[0] != "enabled"):
+        if want in (None, ""):
+            continue
+        running = thp.get(key)
+        persisted = ctx.boot_persisted(want)
+        if running is None:
+            out.append(setting("thp", key, want, None, "not_applicable",
+                               "no transparent hugepages (/sys/kernel/mm/transparent_hugepage/%s)" % key, persisted))
+        else:
+            out.append(setting("thp", key, want, running, "applied" if running == want else "drifted", "", persisted))
+    for key, want in sorted((desired.get("sysctl") or {}).items()):
+        if key == "kernel.numa_balancing" and desired.get("numa_balancing") is not None:
+            continue
+        out.append(_sysctl_setting("sysctl", key, want, sysctl.get(key), ctx))
+    return out
+
+
+def boot(node: Node, want: dict) -> tuple[bool, str]:
+    """kernel_tunables' plan and writes of the transparent hugepage settings, without a journal."""
+    items = plan_items(node, thp=want)
+    results, failed = apply(node, items)
+    if failed:
+        return False, "; ".join("%s: %s" % (k, results[k]["reason"]) for k in failed)
+    return True, ", ".join("%s=%s%s" % (k, r["after"], " (changed)" if r["changed"] else "")
+                           for k, r in sorted(results.items()))
+
+
+DEFINITION = Family(name=FAMILY, titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
+                    module="kernel_tunables", evaluate=evaluate, boot=boot, boot_key="thp")

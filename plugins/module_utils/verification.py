@@ -26,48 +26,32 @@ import base64
 import json
 import re
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import families as registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import (
     has_arg,
     parse_dropin,
     parse_grubby_info,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import (
-    ARM64_VENDOR,
-    applicability,
-    driver_family,
-    driver_kernel_args,
-    resolve_driver,
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import driver_family
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import (
+    STATES,
+    EvaluationError,
+    normalize_value,
+    setting,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import format_cpulist, parse_cpulist
 
-STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
 # Verdicts a caller can gate on (evaluate_host's gate): the whole desired state, or what runtime
 # tuning can apply (the runtime rollout, which cannot switch a cpufreq driver or add kernel arguments).
 GATES = ("full", "runtime")
-# Families only the persistent flow and a reboot bring.
-REBOOT_ONLY_FAMILIES = ("cmdline",)
-# Knob families in report order; the fleet summary has one column per family.
-FAMILIES = ("pcie_mrrs", "cpuidle", "cpufreq", "numa_balancing", "thp", "sysctl", "kmod", "cmdline", "gpu")
-FAMILY_TITLES = {
-    "pcie_mrrs": "PCIe MRRS",
-    "cpuidle": "C-states",
-    "cpufreq": "cpufreq",
-    "numa_balancing": "NUMA balancing",
-    "thp": "THP",
-    "sysctl": "sysctl",
-    "kmod": "modules",
-    "cmdline": "kernel cmdline",
-    "gpu": "GPU",
-}
+# Report families only the persistent flow and a reboot bring (from the registry, families.py).
+REBOOT_ONLY_FAMILIES = registry.reboot_only()
+# Report families in report order, with their titles; the fleet summary has one column per family.
+FAMILY_TITLES = {**registry.report_titles(), "gpu": "GPU"}
+FAMILIES = tuple(FAMILY_TITLES)
 # Kernel-log classes (module_utils/kernel_log.py) that fail verification by default.
 DEFAULT_FAIL_CLASSES = ("aer", "xid", "fallen_off_bus")
 KMSG_CLASSES = ("aer", "xid", "fallen_off_bus", "lockdown", "module_failure", "noise", "other")
-# CPU vendor a pstate driver family needs.
-PSTATE_VENDOR = {"amd-pstate": "AuthenticAMD", "intel_pstate": "GenuineIntel"}
 BOOT_UNIT = "gpunode-tuning-boot.service"
-# Optional modules that need another subsystem: without it they cannot load (knobs.md).
-MODULE_NEEDS = {"nvidia_peermem": ("ib_core", "the RDMA stack (MOFED/ib_core)"),
-                "nv_peer_mem": ("ib_core", "the RDMA stack (MOFED/ib_core)")}
 P2P_LEGEND = {
     "X": "self",
     "OK": "ok",
@@ -79,22 +63,13 @@ P2P_LEGEND = {
 }
 
 
-class VerificationError(ValueError):
-    """The input of an evaluation is malformed; the message names what was expected."""
+# The input of an evaluation is malformed; the message names what was expected.
+VerificationError = EvaluationError
 
 
 # ---------------------------------------------------------------------------------------------
 # Small parsers (text read from the node)
 # ---------------------------------------------------------------------------------------------
-
-
-def normalize_value(value):
-    """A value as text for comparison: booleans as 0/1, whitespace runs as single spaces."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return " ".join(str(value).split())
 
 
 def parse_sysctl_conf(text):
@@ -238,26 +213,6 @@ def parse_gpu_query(text):
 # ---------------------------------------------------------------------------------------------
 
 
-def setting(family, name, desired, running, state, reason="", persisted=None):
-    """One row of the report."""
-    if state not in STATES:
-        raise VerificationError("state %r is not one of %s" % (state, ", ".join(STATES)))
-    return {
-        "id": "%s.%s" % (family, name),
-        "family": family,
-        "name": name,
-        "desired": desired,
-        "running": running,
-        "persisted": persisted,
-        "state": state,
-        "reason": reason,
-    }
-
-
-def _compare(running, desired):
-    return normalize_value(running) == normalize_value(desired)
-
-
 class Context:
     """Everything besides tuning_facts that an evaluation looks at (all optional)."""
 
@@ -321,349 +276,6 @@ def _dropin_arguments(cmdline):
         return None, "the drop-in could not be read: %s" % cmdline["dropin_error"]
     text = cmdline.get("dropin_text")
     return ([], None) if text is None else (parse_dropin(text)[1], None)
-
-
-def mrrs_settings(facts, desired, ctx):
-    """One setting per selected PCI device: its MRRS against ``desired['mrrs']``."""
-    pci = facts.get("pci") or {}
-    want = int(desired["mrrs"])
-    lockdown = (facts.get("kernel") or {}).get("lockdown")
-    out = []
-    devices = pci.get("devices") or []
-    if not devices:
-        return [setting("pcie_mrrs", "devices", want, None, "not_applicable",
-                        "no PCI device matches the selector (%s)" % (pci.get("selector") or "NVIDIA GPUs"))]
-    for dev in devices:
-        running = dev.get("mrrs")
-        persisted = ctx.boot_persisted(want)
-        if running is None:
-            out.append(setting("pcie_mrrs", dev["bdf"], want, None, "unsupported",
-                               dev.get("error") or "no PCI Express capability: MRRS does not exist on it",
-                               persisted))
-            continue
-        if running == want:
-            out.append(setting("pcie_mrrs", dev["bdf"], want, running, "applied", "", persisted))
-            continue
-        why = ["MRRS is %d bytes, not %d" % (running, want)]
-        if running == 512:
-            why.append("512 is the power-up default: nobody tuned this device since it was reset")
-        if pci.get("pcie_bus_perf"):
-            why.append("the kernel was booted with pci=pcie_bus_perf, which clamps MRRS to MPS (%s)" % dev.get("mps"))
-        if lockdown in ("integrity", "confidentiality"):
-            why.append("kernel lockdown (%s) refuses config-space writes from user space" % lockdown)
-        out.append(setting("pcie_mrrs", dev["bdf"], want, running, "drifted", "; ".join(why), persisted))
-    missing = pci.get("missing_bdfs") or []
-    for bdf in missing:
-        out.append(setting("pcie_mrrs", bdf, want, None, "not_applicable", "the node has no device at %s" % bdf))
-    return out
-
-
-def _state_desired(states, names, max_latency):
-    """State name -> "disabled"/"enabled" as cpu_cstate plans it (by name, else by latency bound)."""
-    if names:
-        return {n: "disabled" for n in names}
-    out = {}
-    for name, st in states.items():
-        above = (st.get("latency") or 0) > max_latency and name != "POLL"
-        out[name] = "disabled" if above else "enabled"
-    return out
-
-
-def cpuidle_settings(facts, desired, ctx):
-    """One setting per idle state the desired state names (by name, or every state for a bound)."""
-    idle = facts.get("cpuidle") or {}
-    names = list(desired.get("disable") or [])
-    bound = desired.get("max_latency_us")
-    if not names and bound is None:
-        return []
-    label = ", ".join(names) if names else "exit latency above %s us" % bound
-    if not idle.get("supported"):
-        why = ("no cpuidle driver" if not idle.get("driver")
-               else "cpuidle driver %s has no states" % idle.get("driver"))
-        return [setting("cpuidle", "states", "disabled: %s" % label, None, "not_applicable",
-                        "%s (virtual machine or idle=poll)" % why)]
-    states = idle.get("states") or {}
-    online = parse_cpulist(((facts.get("cpu") or {}).get("online")) or "")
-    wanted_cpus = set(parse_cpulist(desired.get("cpus") or "")) or set(online)
-    wanted_cpus &= set(online) or wanted_cpus
-    plan = _state_desired(states, names, bound)
-    out = []
-    for name, want in plan.items():
-        st = states.get(name)
-        if st is None:
-            out.append(setting("cpuidle", name, want, None, "not_applicable",
-                               "driver %s has no state %s (states: %s)"
-                               % (idle.get("driver"), name, ", ".join(states) or "none")))
-            continue
-        disabled = set(parse_cpulist(st.get("disabled_cpulist") or ""))
-        wrong = sorted(wanted_cpus - disabled) if want == "disabled" else sorted(wanted_cpus & disabled)
-        total = len(wanted_cpus)
-        running = ("disabled on %d/%d CPUs" % (len(disabled & wanted_cpus), total)) if disabled & wanted_cpus \
-            else "enabled on %d CPUs" % total
-        persisted = ctx.boot_persisted(want)
-        why = "latency %s us" % st.get("latency")
-        if not wrong:
-            out.append(setting("cpuidle", name, want, running, "applied", why, persisted))
-        else:
-            out.append(setting("cpuidle", name, want, running, "drifted",
-                               "%s; not %s on CPUs %s" % (why, want, format_cpulist(wrong)), persisted))
-    return out
-
-
-def _pstate_mode(family, cpufreq):
-    if family == "amd-pstate":
-        return (cpufreq.get("amd_pstate") or {}).get("status")
-    if family == "intel_pstate":
-        return (cpufreq.get("intel_pstate") or {}).get("status")
-    return None
-
-
-def _cpufreq_running(cf):
-    """The running cpufreq state of the facts, as ``cpufreq.applicability`` takes it."""
-    amd, intel = cf.get("amd_pstate") or {}, cf.get("intel_pstate") or {}
-    return dict(driver=cf.get("driver"), amd_status=amd.get("status"), intel_status=intel.get("status"),
-                epp=(cf.get("epp") or {}).get("value") is not None or bool(cf.get("available_epp")),
-                boost=cf.get("boost") is not None or intel.get("no_turbo") is not None)
-
-
-def cpufreq_settings(facts, desired, ctx):
-    """Driver (and pstate mode), governor, EPP and boost.
-
-    Which settings apply is decided as cpu_freq decides it (``cpufreq.applicability``): driver=native
-    on a CPU without a vendor pstate driver keeps the running driver, and a knob for another driver
-    (amd_pstate_mode with acpi-cpufreq wanted, EPP or boost without the files) is not_applicable
-    with the module's reason.
-    """
-    cf = facts.get("cpufreq") or {}
-    vendor = (facts.get("cpu") or {}).get("vendor")
-    wanted = [(k, desired.get(k)) for k in ("governor", "epp", "boost") if desired.get(k) is not None]
-    if not desired.get("driver") and not wanted:
-        return []
-    if not cf.get("supported"):
-        why = "no cpufreq driver: the CPUs have no frequency scaling (virtual machine, or disabled in the BIOS)"
-        family = resolve_driver(desired.get("driver"), vendor) or desired.get("driver")
-        out = [setting("cpufreq", "driver", family, None, "not_applicable", why)] if family else []
-        return out + [setting("cpufreq", k, v, None, "not_applicable", why) for k, v in wanted]
-    family, reasons = applicability(desired, vendor, _cpufreq_running(cf))
-    out = []
-    driver_state = None
-    if "driver" in reasons:
-        driver_state = "not_applicable"
-        out.append(setting("cpufreq", "driver", desired["driver"], cf.get("driver"), driver_state, reasons["driver"]))
-    elif family:
-        mode_key = {"amd-pstate": "amd_pstate_mode", "intel_pstate": "intel_pstate_status"}.get(family)
-        mode = desired.get(mode_key) if mode_key and mode_key not in reasons else None
-        out.append(_cpufreq_driver(cf, family, mode, vendor, ctx))
-        driver_state = out[-1]["state"]
-    for key, want in wanted:
-        if key in reasons:
-            running = cf.get("boost") if key == "boost" else (cf.get(key) or {}).get("value")
-            out.append(setting("cpufreq", key, want, running, "not_applicable", reasons[key],
-                               ctx.boot_persisted(want)))
-        else:
-            out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
-    return out
-
-
-def _cpufreq_driver(cf, family, mode, vendor, ctx):
-    """The driver row: the wanted family (and pstate mode) against the running driver and the boot configuration."""
-    running_driver = cf.get("driver")
-    want_text = "%s (%s)" % (family, mode) if mode else family
-    running_mode = _pstate_mode(family, cf)
-    running_text = "%s (%s)" % (running_driver, running_mode) if running_mode else running_driver
-    row = (want_text, running_text)
-    need_vendor = PSTATE_VENDOR.get(family)
-    if vendor and vendor.startswith(ARM64_VENDOR) and driver_family(running_driver) != family:
-        return setting("cpufreq", "driver", *row, "not_applicable",
-                       "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
-    if need_vendor and vendor and vendor != need_vendor:
-        return setting("cpufreq", "driver", *row, "not_applicable",
-                       "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
-    if driver_family(running_driver) == family:
-        # What the next boot keeps: this driver's arguments that are configured.
-        args = driver_kernel_args(family, mode, vendor, running_driver).removable
-        persisted = " ".join(a for a in args if ctx.arg(a)["configured"]) or None
-        if not mode or not running_mode or running_mode == mode:
-            return setting("cpufreq", "driver", *row, "applied", "", persisted)
-        return setting("cpufreq", "driver", *row, "drifted",
-                       "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
-                       % (family, running_mode), persisted)
-    return _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
-
-
-def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):
-    """The driver row when another driver family runs: pending_reboot when the switch's arguments are configured."""
-    args = driver_kernel_args(family, mode, vendor, running_driver).needed
-    views = [ctx.arg(a) for a in args]
-    persisted = " ".join(args) if args and all(v["configured"] for v in views) else None
-    text = " ".join(args)
-    if args and persisted and not all(v["running"] for v in views):
-        return setting("cpufreq", "driver", *row, "pending_reboot",
-                       "%s is configured for the next boot; %s runs until the reboot" % (text, running_driver),
-                       persisted)
-    if args and all(v["running"] for v in views):
-        return setting("cpufreq", "driver", *row, "drifted",
-                       "%s is on the running command line but %s serves the CPUs: %s" % (
-                           text, running_driver, _switch_failed_hint(family)), persisted)
-    why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
-           "reboot switches the driver)" % (running_driver, text)) if args else \
-        "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
-            running_driver, family)
-    if ctx.cmdline_error:
-        why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
-    return setting("cpufreq", "driver", *row, "drifted", why, persisted)
-
-
-def _switch_failed_hint(family):
-    """Why a driver argument on the running command line did not bring the driver."""
-    if family == "acpi-cpufreq":
-        return "the kernel has no acpi-cpufreq, or the platform offers no ACPI P-states (_PSS)"
-    return ("CPPC is off in the BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
-            if family == "amd-pstate" else "the kernel lacks the driver or the CPU has no HWP/P-state support")
-
-
-def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
-    persisted = ctx.boot_persisted(want)
-    if key == "boost":
-        running = cf.get("boost")
-        no_turbo = (cf.get("intel_pstate") or {}).get("no_turbo")
-        if running is None and no_turbo is not None:
-            running = not no_turbo
-        if running is None:
-            return setting("cpufreq", key, want, None, "unsupported",
-                           "driver %s has no boost control (cpufreq/boost, intel_pstate/no_turbo)" % cf.get("driver"),
-                           persisted)
-        state = "applied" if bool(running) == bool(want) else "drifted"
-        return setting("cpufreq", key, want, running, state, "", persisted)
-    agg = cf.get(key) or {}
-    running = agg.get("value")
-    values = agg.get("values") or {}
-    shown = running if len(values) <= 1 else ", ".join("%s on %s" % (v, c) for v, c in values.items())
-    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
-    after_reboot = "the driver switch pending a reboot brings %s" % key
-    if running is None or (available and want not in available):
-        if driver_state == "pending_reboot":
-            return setting("cpufreq", key, want, shown, "pending_reboot", after_reboot, persisted)
-        if driver_state == "drifted":
-            return setting("cpufreq", key, want, shown, "drifted",
-                           "%s does not offer %s=%s; it needs the %s driver" % (cf.get("driver"), key, want, family),
-                           persisted)
-        what = "offers no EPP" if key == "epp" and running is None else \
-            "does not offer %s (available: %s)" % (want, ", ".join(available) or "none")
-        return setting("cpufreq", key, want, shown, "unsupported", "driver %s %s" % (cf.get("driver"), what),
-                       persisted)
-    if running == want and not agg.get("cpus_differing"):
-        return setting("cpufreq", key, want, shown, "applied", "", persisted)
-    return setting("cpufreq", key, want, shown, "drifted",
-                   "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
-
-
-def _sysctl_setting(family, key, want, running, ctx):
-    persisted = None if ctx.sysctl_persisted is None else ctx.sysctl_persisted.get(key)
-    if running is None:
-        return setting(family, key, want, None, "not_applicable",
-                       "this kernel has no %s (/proc/sys/%s)" % (key, key.replace(".", "/")), persisted)
-    if _compare(running, want):
-        return setting(family, key, want, running, "applied", "", persisted)
-    why = ""
-    if persisted is not None and _compare(persisted, want):
-        why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
-    return setting(family, key, want, running, "drifted", why, persisted)
-
-
-def tunable_settings(facts, desired, ctx):
-    """NUMA balancing, transparent hugepages and the other sysctls."""
-    out = []
-    sysctl = facts.get("sysctl") or {}
-    if desired.get("numa_balancing") is not None:
-        running = (facts.get("memory") or {}).get("numa_balancing")
-        if running is None:
-            running = sysctl.get("kernel.numa_balancing")
-        out.append(_sysctl_setting("numa_balancing", "kernel.numa_balancing", desired["numa_balancing"], running, ctx))
-    thp = (facts.get("memory") or {}).get("thp") or {}
-    for key, want in sorted((desired.get("thp") or {}).items(), key=lambda kv: kv[0] != "enabled"):
-        if want in (None, ""):
-            continue
-        running = thp.get(key)
-        persisted = ctx.boot_persisted(want)
-        if running is None:
-            out.append(setting("thp", key, want, None, "not_applicable",
-                               "no transparent hugepages (/sys/kernel/mm/transparent_hugepage/%s)" % key, persisted))
-        else:
-            out.append(setting("thp", key, want, running, "applied" if running == want else "drifted", "", persisted))
-    for key, want in sorted((desired.get("sysctl") or {}).items()):
-        if key == "kernel.numa_balancing" and desired.get("numa_balancing") is not None:
-            continue
-        out.append(_sysctl_setting("sysctl", key, want, sysctl.get(key), ctx))
-    return out
-
-
-def kmod_settings(facts, desired, ctx):
-    """One setting per optional module: loaded (with its parameters) or, for state absent, not loaded."""
-    mods = facts.get("modules") or {}
-    by_name = mods.get("by_name") or {}
-    loaded_names = set(mods.get("loaded") or [])
-    out = []
-    for req in desired.get("modules") or []:
-        name = req["name"]
-        key = name.replace("-", "_")
-        info = by_name.get(name) or by_name.get(key) or {}
-        loaded = bool(info.get("loaded"))
-        present = req.get("state", "present") != "absent"
-        params = {k: normalize_value(v) for k, v in (req.get("params") or {}).items()}
-        want = ("loaded" + (" %s" % " ".join("%s=%s" % kv for kv in sorted(params.items())) if params else "")) \
-            if present else "not loaded"
-        running = "loaded" if loaded else "not loaded"
-        persisted = ("loaded at boot" if key in ctx.modules_persisted else None) if present else None
-        if not present:
-            out.append(setting("kmod", name, want, running, "drifted" if loaded else "applied", "", persisted))
-            continue
-        if loaded:
-            current = info.get("parameters") or {}
-            drift = sorted(k for k, v in params.items() if normalize_value(current.get(k)) != v)
-            if drift:
-                out.append(setting("kmod", name, want, running + " " + " ".join(
-                    "%s=%s" % (k, current.get(k)) for k in drift), "drifted",
-                    "loaded with other parameters (%s): a reload applies them" % ", ".join(drift), persisted))
-            else:
-                out.append(setting("kmod", name, want, running, "applied", "", persisted))
-            continue
-        need = MODULE_NEEDS.get(key)
-        if req.get("required"):
-            out.append(setting("kmod", name, want, running, "drifted", "required module is not loaded", persisted))
-        elif need and need[0] not in loaded_names:
-            out.append(setting("kmod", name, want, running, "not_applicable",
-                               "needs %s, which this node does not have (%s not loaded); loading fails with "
-                               "'Invalid argument', which is harmless here" % (need[1], need[0]), persisted))
-        else:
-            out.append(setting("kmod", name, want, running, "not_applicable",
-                               "optional module that did not load on this node (kmod_optional reports why)",
-                               persisted))
-    return out
-
-
-def cmdline_settings(facts, desired, ctx):
-    """One setting per desired kernel argument: running, configured for the next boot, or neither."""
-    out = []
-    for arg in desired.get("cmdline") or []:
-        view = ctx.arg(arg)
-        configured = view["configured"]
-        running = view["running"]
-        persisted = arg if configured else None
-        if running:
-            why = "" if configured or configured is None else "not configured for the next boot: a reboot drops it"
-            out.append(setting("cmdline", arg, arg, arg, "applied", why, persisted))
-        elif configured:
-            out.append(setting("cmdline", arg, arg, None, "pending_reboot",
-                               "configured for the next boot; not on /proc/cmdline yet", persisted))
-        elif configured is None:
-            out.append(setting("cmdline", arg, arg, None, "drifted",
-                               "not on /proc/cmdline; the boot configuration is unknown (%s)" % ctx.cmdline_error,
-                               persisted))
-        else:
-            out.append(setting("cmdline", arg, arg, None, "drifted",
-                               "neither on /proc/cmdline nor configured for the next boot", persisted))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -823,17 +435,9 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
                   root=c.get("root") or "/",
                   running_args=(facts.get("kernel") or {}).get("cmdline_args"))
     settings = []
-    if desired.get("pcie_mrrs") and desired["pcie_mrrs"].get("mrrs") is not None:
-        settings += mrrs_settings(facts, desired["pcie_mrrs"], ctx)
-    if desired.get("cpuidle"):
-        settings += cpuidle_settings(facts, desired["cpuidle"], ctx)
-    if desired.get("cpufreq"):
-        settings += cpufreq_settings(facts, desired["cpufreq"], ctx)
-    settings += tunable_settings(facts, desired, ctx)
-    if (desired.get("kmod") or {}).get("modules"):
-        settings += kmod_settings(facts, desired["kmod"], ctx)
-    if desired.get("cmdline"):
-        settings += cmdline_settings(facts, desired, ctx)
+    for fam in registry.FAMILIES:
+        if fam.evaluate is not None:
+            settings += fam.evaluate(facts, desired, ctx)
     gpu_info, gpu_settings = gpu_section(facts, gpu, ctx.root)
     settings += gpu_settings
     mark_runtime(settings, facts)

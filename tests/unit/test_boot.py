@@ -1,7 +1,7 @@
 """module_utils/boot.py, the boot re-apply runner, run as the boot unit runs it.
 
-Each test installs the runner the way persistent_boot_code.yml does (the files of
-``__gpunode_tuning_boot_code`` below ``__gpunode_tuning_boot_lib``, the loader template at the
+Each test installs the runner the way persistent_boot_code.yml does (every module_utils file
+below ``__gpunode_tuning_boot_lib``, the loader template at the
 default ``gpunode_tuning_boot_script``, the desired state at ``__gpunode_tuning_boot_desired``)
 into a simulated node and runs it as a subprocess (``python -I -B RUNNER --desired ...``). The
 reference is a second node of the same preset tuned by the modules themselves: the runner must
@@ -46,8 +46,9 @@ def install(root, state=None):
     state = STATE if state is None else state
     lib = os.path.join(root, LIB.lstrip("/"))
     os.makedirs(lib, exist_ok=True)
-    for name in ROLE_VARS["__gpunode_tuning_boot_code"]:
-        shutil.copy(os.path.join(REPO, "plugins", "module_utils", name), lib)
+    for name in sorted(os.listdir(os.path.join(REPO, "plugins", "module_utils"))):
+        if name.endswith(".py"):
+            shutil.copy(os.path.join(REPO, "plugins", "module_utils", name), lib)
     env = jinja2.Environment(keep_trailing_newline=True)
     env.filters["to_json"] = json.dumps
     with open(os.path.join(ROLE, "templates", "gpunode-tuning-boot.py.j2"), encoding="utf-8") as fh:

@@ -1,0 +1,134 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What every knob family shares: its record in the registry, the module's call, and a report row.
+
+A knob family is one file in module_utils (``pcie.py``, ``cpuidle.py``, ...) that reads, validates,
+plans, applies (journaling originals) and restores its settings, evaluates them for verification
+and re-applies them at boot. It exports one ``FAMILY = Family(...)``; ``families.py`` lists them.
+Its module is a thin adapter (``run_module``): options in, one family call, result out.
+
+Plain Python (3.8+), no Ansible import: the boot runner loads this on the node without Ansible.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Any, Callable, NamedTuple
+
+# The state of one setting in verification (docs/verify.md).
+STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
+# PATH of the boot re-apply: a boot unit's environment is not a login shell's.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class FamilyError(Exception):
+    """The module fails with this message; ``result`` is what it returns alongside (what was done)."""
+
+    def __init__(self, msg: str, result: dict | None = None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+class EvaluationError(ValueError):
+    """Verification was called with something it cannot evaluate (a bug or a bad input shape)."""
+
+
+class Call(NamedTuple):
+    """One module run as the family sees it: the options and how to act on the controller's module."""
+
+    params: dict
+    check_mode: bool = False
+    diff: bool = False
+    warn: Callable[[str], None] = lambda _msg: None
+    # argv -> (rc, stdout, stderr), with LC_ALL=C: the module's run_command.
+    run_command: Callable[[list], tuple] | None = None
+    # (src, dest) -> None: the module's atomic_move.
+    atomic_move: Callable[[str, str], None] | None = None
+    # What Node.bin_path needs to find a live node's binaries: an object with get_bin_path(name).
+    lookup: Any = None
+
+
+class Family(NamedTuple):
+    """One knob family's entry in the registry (families.py)."""
+
+    # Key of the family in the desired state (the boot runner's desired.json, verify's desired).
+    name: str
+    # Report families it produces, in report order, with their titles (the fleet summary's columns).
+    titles: dict
+    # Its runtime module, None for a read-only family.
+    module: str | None = None
+    # (call) -> result dict; raises FamilyError. The module runs exactly this (run_module).
+    run: Callable[..., dict] | None = None
+    # (facts, desired, ctx) -> list of setting() rows; ``desired`` is the whole desired state.
+    evaluate: Callable[..., list] | None = None
+    # (node, want) -> (ok, message): re-apply ``desired[name]`` at boot, None when the family has
+    # nothing to re-apply (it persists through a file the kernel or a tool reads at boot).
+    boot: Callable[..., tuple] | None = None
+    # Report families that only the persistent flow and a reboot bring (never "applied" at runtime).
+    reboot_only: tuple = ()
+    # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
+    boot_key: str | None = None
+
+
+def normalize_value(value: Any) -> str | None:
+    """A value as text for comparison: booleans as 0/1, whitespace runs as single spaces."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return " ".join(str(value).split())
+
+
+def same(running: Any, desired: Any) -> bool:
+    """Whether a running value is the desired one once both are normalised."""
+    return normalize_value(running) == normalize_value(desired)
+
+
+def setting(family: str, name: str, desired: Any, running: Any, state: str, reason: str = "",
+            persisted: Any = None) -> dict:
+    """One row of the verification report."""
+    if state not in STATES:
+        raise EvaluationError("state %r is not one of %s" % (state, ", ".join(STATES)))
+    return {
+        "id": "%s.%s" % (family, name),
+        "family": family,
+        "name": name,
+        "desired": desired,
+        "running": running,
+        "persisted": persisted,
+        "state": state,
+        "reason": reason,
+    }
+
+
+def module_call(module: Any) -> Call:
+    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible)."""
+    return Call(params=module.params, check_mode=module.check_mode, diff=module._diff, warn=module.warn,
+                run_command=lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}),
+                atomic_move=module.atomic_move, lookup=module)
+
+
+def run_module(module: Any, run: Callable[[Call], dict]) -> None:
+    """The one shape of a family's module: options in, one family call, its result or its error out."""
+    try:
+        result = run(module_call(module))
+    except FamilyError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    module.exit_json(**result)
+
+
+class SystemLookup:
+    """What ``Node.bin_path`` asks of a module, without one: a lookup on the system PATH (boot re-apply)."""
+
+    @staticmethod
+    def get_bin_path(name: str) -> str | None:
+        return shutil.which(name, path=SYSTEM_PATH)
+
+
+def run_argv(argv: list) -> tuple:
+    """``(rc, stdout, stderr)`` of a command in the C locale on the system PATH (boot re-apply)."""
+    env = dict(os.environ, LC_ALL="C", PATH=SYSTEM_PATH)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
