@@ -260,13 +260,21 @@ def _events(value: str) -> int:
         return 0
 
 
+def _grouped(gpus: list, test) -> list:
+    """Like ``_each``, but a text every GPU shares is said once: ``"<text> on all N GPUs"``."""
+    texts = [test(g) for g in gpus]
+    if len(gpus) > 1 and texts[0] and texts.count(texts[0]) == len(gpus):
+        return ["%s on all %d GPUs" % (texts[0], len(gpus))]
+    return _each(gpus, test)
+
+
 def clocks_row(gpus: list) -> dict:
     """``clocks_event``: hardware slowdowns fail, software reasons and idle are reported."""
     def names(g, table):
         bits = _events(g["clocks_event_reasons.active"])
         return ", ".join(n for b, n in table.items() if bits & b)
     failing = _each(gpus, lambda g: names(g, CLOCK_EVENTS_FAILING))
-    reported = _each(gpus, lambda g: names(g, CLOCK_EVENTS_REPORTED))
+    reported = _grouped(gpus, lambda g: names(g, CLOCK_EVENTS_REPORTED))
     if failing:
         return _row("clocks_event", "no HW slowdown", "; ".join(failing), "drifted",
                     "%s: the GPU throttles in hardware (cooling or power delivery)" % "; ".join(failing))

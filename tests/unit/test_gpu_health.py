@@ -54,7 +54,7 @@ def test_healthy_node_has_no_finding(build_node):
          "clocks_event", "driver_version", "xid"], "applied")
     assert rows["gpu_count"]["running"] == "8 on the PCI bus, 8 listed by nvidia-smi"
     assert rows["driver_version"]["running"] == "570.124.06"
-    assert rows["clocks_event"]["reason"].endswith("GPU idle")
+    assert rows["clocks_event"]["reason"] == "reported: GPU idle on all 8 GPUs"
 
 
 def test_simulated_node_without_nvidia_smi_judges_link_and_xid_only(build_node):
