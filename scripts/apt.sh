@@ -32,6 +32,8 @@ GPUNODE_APT_VM_HOST=(debootstrap e2fsprogs qemu-system-x86 qemu-utils acpica-too
 # test-vm: QEMU with a writable MRRS field, built from Debian's source (build-qemu.sh).
 GPUNODE_APT_QEMU_BUILD=(qemu-system-x86 dpkg-dev gcc make ninja-build meson pkg-config python3 patch
     libglib2.0-dev libpixman-1-dev libslirp-dev zlib1g-dev libfdt-dev)
+# benchmarks/bench_ssh_fleet.py only (not a test stage): its own sshd on loopback addresses.
+GPUNODE_APT_BENCH=(openssh-server openssh-client)
 
 # apt-get itself, for callers that hold the lock.
 _gpunode_apt_raw() {

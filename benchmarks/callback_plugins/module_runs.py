@@ -1,0 +1,74 @@
+"""Count module runs per host: on the node, and on the controller on the host's behalf.
+
+A benchmark aid (benchmarks/bench_ssh_fleet.py), not part of the collection. Enable it with
+ANSIBLE_CALLBACK_PLUGINS=benchmarks/callback_plugins ANSIBLE_CALLBACKS_ENABLED=module_runs and
+name the output with BENCH_MODULE_RUNS_OUT; at the end of the run it writes there
+{"hosts": {HOST: {"node": N, "controller": N, "actions": {ACTION: N}}}, "controller_plays": N}.
+
+A task result counts as one module run per loop item that was not skipped, except for actions
+that never start a module (set_fact, debug, assert, ...). A task delegated to localhost counts
+on the controller for the host it ran for; results of the host `localhost` itself (the rollout
+summary play) count as ``controller_plays``. Action plugins that run several modules for one
+task (template: stat, then copy) count once, as the task.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = """
+name: module_runs
+type: aggregate
+short_description: count module runs per host (benchmark aid)
+description: Writes per-host module run counts to the file named by BENCH_MODULE_RUNS_OUT.
+"""
+
+# Actions that run on the controller only, without starting a module.
+NO_MODULE = {"set_fact", "debug", "assert", "fail", "meta", "include_role", "include_tasks", "import_role",
+             "import_tasks", "validate_argument_spec", "add_host", "group_by", "include_vars", "pause", "set_stats",
+             "end_play", "end_host", "noop"}
+CONTROLLER = {"localhost", "127.0.0.1"}
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "module_runs"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hosts = collections.defaultdict(lambda: {"node": 0, "controller": 0, "actions": collections.Counter()})
+        self.controller_plays = 0
+
+    def _count(self, result):
+        action = result._task.action.rsplit(".", 1)[-1]
+        if action in NO_MODULE:
+            return
+        res = result._result
+        runs = sum(1 for item in res["results"] if not item.get("skipped")) if "results" in res else 1
+        host = result._host.get_name()
+        if host in CONTROLLER:
+            self.controller_plays += runs
+            return
+        delegated = (res.get("_ansible_delegated_vars") or {}).get("ansible_delegated_host") or result._task.delegate_to
+        where = "controller" if delegated in CONTROLLER else "node"
+        self.hosts[host][where] += runs
+        self.hosts[host]["actions"][action] += runs
+
+    def v2_runner_on_ok(self, result):
+        self._count(result)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._count(result)
+
+    def v2_playbook_on_stats(self, stats):
+        path = os.environ.get("BENCH_MODULE_RUNS_OUT")
+        if not path:
+            return
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"hosts": self.hosts, "controller_plays": self.controller_plays}, handle, indent=1)
