@@ -491,7 +491,7 @@ def _encode_size(size: int) -> int:
     return (size // 128).bit_length() - 1
 
 
-def config_space(f: PciFunction) -> bytes:
+def config_space(f: PciFunction) -> bytes:  # noqa: PLR0915 (the config-space layout, capability by capability at fixed offsets)
     """Return 4096 bytes of configuration space for a function."""
     cfg = bytearray(4096)
     bridge = f.kind != "endpoint"
@@ -654,12 +654,15 @@ def write_kmsg(tree: _Tree, messages, extra_records: int = 0) -> None:
 
 
 def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = None,
-          kmsg_records: int = 0, nvidia_smi: bool = False, gpu_faults: dict | None = None) -> dict:
+          kmsg_records: int = 0, nvidia_smi: bool = False, gpu_faults: dict | None = None,
+          iommu: str | None = None, vfio: list | None = None) -> dict:
     """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
 
     ``nvidia_smi``: ship a node-local nvidia-smi stand-in (``usr/bin``) answering from its own
     table; ``gpu_faults``: ``{kind: [GPU index, ...]}`` with the kinds of ``GPU_FAULTS`` (implies
-    ``nvidia_smi``). Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
+    ``nvidia_smi``). ``iommu``: an active IOMMU whose groups have this default domain type
+    (``identity``, ``DMA``, ``DMA-FQ``); ``vfio``: BDFs bound to vfio-pci (a ``driver`` link).
+    Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; available: {', '.join(sorted(PRESETS))}")
@@ -677,6 +680,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     funcs = build_pci_topology(p)
     faults = {k: list(v) for k, v in (gpu_faults or {}).items()}
     missing = apply_gpu_faults(p, funcs, faults)  # before the first write: a bad fault writes nothing
+    check_iommu_vfio(funcs, iommu, vfio)
     t = _Tree(root)
     _write_identity(t, p)
     _write_cpus(t, p)
@@ -689,6 +693,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     write_modprobe(t, p)
     if nvidia_smi or faults:
         write_nvidia_smi(t, p, funcs, faults, missing)
+    write_iommu_vfio(t, p, funcs, iommu, vfio)
     gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
@@ -947,7 +952,7 @@ def fail(msg, rc=2):
 
 def save(table):
     with open(STATE + ".tmp", "w") as fh:
-        json.dump(table, fh, indent=1)
+        fh.write(json.dumps(table, indent=1) + "\n")  # as simnode wrote it: a rollback is byte-identical
     os.replace(STATE + ".tmp", STATE)
 
 
@@ -1108,6 +1113,45 @@ def _parse_faults(specs: list) -> dict:
     return faults
 
 
+# ---------------------------------------------------------------------------------------------
+# IOMMU groups and vfio-pci (the P2P path: ACS isolates what vfio-pci passes through)
+# ---------------------------------------------------------------------------------------------
+
+IOMMU_TYPES = ("identity", "DMA", "DMA-FQ")
+
+
+def check_iommu_vfio(funcs: list, iommu: str | None, vfio: list | None) -> None:
+    """ValueError, before anything is written, for an unknown group type or a BDF the node lacks."""
+    if iommu is not None and iommu not in IOMMU_TYPES:
+        raise ValueError(f"iommu {iommu!r} is not one of {', '.join(IOMMU_TYPES)}")
+    unknown = sorted(set(vfio or ()) - {f.bdf for f in funcs})
+    if unknown:
+        raise ValueError(f"vfio: no function {', '.join(unknown)} on this node")
+
+
+def write_iommu_vfio(t: _Tree, p: Preset, funcs: list, iommu: str | None, vfio: list | None) -> None:
+    """IOMMU units and groups (one per slot: a GPU and its audio function share one), vfio-pci links."""
+    def device(bdf: str) -> str:
+        return os.path.realpath(t.path(f"sys/bus/pci/devices/{bdf}"))
+
+    for bdf in vfio or ():
+        t.mkdir("sys/bus/pci/drivers/vfio-pci")
+        os.symlink(os.path.relpath(t.path("sys/bus/pci/drivers/vfio-pci"), device(bdf)),
+                   os.path.join(device(bdf), "driver"))
+    if iommu is None:
+        return
+    unit = {"AuthenticAMD": "ivhd0", "GenuineIntel": "dmar0"}.get(p.cpu_vendor or "", "smmu3.0x0000000010000000")
+    t.mkdir(f"sys/class/iommu/{unit}")
+    groups = {}
+    for f in funcs:
+        n = groups.setdefault(f.bdf[:-2], len(groups))
+        t.write(f"sys/kernel/iommu_groups/{n}/type", iommu)
+        group = t.path(f"sys/kernel/iommu_groups/{n}")
+        t.symlink(os.path.relpath(device(f.bdf), os.path.join(group, "devices")),
+                  f"sys/kernel/iommu_groups/{n}/devices/{f.bdf}")
+        os.symlink(os.path.relpath(group, device(f.bdf)), os.path.join(device(f.bdf), "iommu_group"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1119,6 +1163,8 @@ def main(argv=None) -> int:
     b.add_argument("--nvidia-smi", action="store_true", help="ship a node-local nvidia-smi stand-in")
     b.add_argument("--gpu-fault", action="append", default=[], metavar="KIND=I[,J]",
                    help="a sick GPU (implies --nvidia-smi); kinds: " + ", ".join(GPU_FAULTS))
+    b.add_argument("--iommu", choices=IOMMU_TYPES, help="an active IOMMU, groups of this default domain type")
+    b.add_argument("--vfio", action="append", default=[], metavar="BDF", help="bind this function to vfio-pci")
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     args = ap.parse_args(argv)
@@ -1129,7 +1175,7 @@ def main(argv=None) -> int:
     try:
         faults = _parse_faults(args.gpu_fault)
         info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records,
-                     nvidia_smi=args.nvidia_smi, gpu_faults=faults)
+                     nvidia_smi=args.nvidia_smi, gpu_faults=faults, iommu=args.iommu, vfio=args.vfio)
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2

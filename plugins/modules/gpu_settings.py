@@ -1,0 +1,110 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_settings
+short_description: Set NVIDIA GPU persistence mode and power limits, journaled for rollback
+version_added: 0.2.0
+description:
+  - Sets persistence mode and the power limit of the GPUs that C(nvidia-smi) lists. Nothing is changed unless
+    an option asks for it.
+  - Persistence uses NVIDIA's daemon where it is installed. On the running system with the
+    C(nvidia-persistenced) unit the unit is enabled and started; C(nvidia-smi -pm) is used only where the
+    daemon is missing.
+  - Every power limit is checked against the GPU's minimum and maximum before anything is written.
+  - With O(journal), each original (persistence mode and power limit per GPU, the daemon's enabled and active
+    state) is recorded before the first write, in family C(gpu_settings); O(restore=true) writes them back.
+  - ECC mode is never changed (a reboot and fleet-wide consequences); the verification's C(gpu_health) reports it.
+  - On a simulated node (O(root) other than V(/)) only the node's own C(<root>/usr/bin/nvidia-smi) runs, never
+    the controller's.
+author:
+  - gpunode.tuning contributors (@gpunode)
+extends_documentation_fragment:
+  - gpunode.tuning.node
+  - gpunode.tuning.node.attributes
+options:
+  persistence:
+    description:
+      - V(true) turns persistence mode on (the driver keeps GPU state while no client runs), V(false) off.
+        Unset leaves it alone.
+    type: bool
+  power_limit:
+    description:
+      - Power limit in watts for every GPU, within each GPU's minimum and maximum. Unset leaves it alone.
+    type: int
+  power_limits:
+    description:
+      - Power limit in watts per GPU, keyed by PCI address (C(DDDD:BB:DD.F) or C(BB:DD.F)); overrides
+        O(power_limit) for those GPUs.
+    type: dict
+  journal:
+    description:
+      - Path of the journal on the node (below O(root)), for example C(/var/lib/gpunode-tuning/journal.json).
+        Unset means no journal.
+    type: str
+  restore:
+    description:
+      - Ignore the other settings and write back every original the journal records for this family, then
+        drop those entries. Needs O(journal). An original that cannot be written back stays in the journal.
+    type: bool
+    default: false
+notes:
+  - Neither C(nvidia-smi -pm) nor C(nvidia-smi -pl) survives a reboot; the role's boot unit re-applies them.
+  - In check mode nothing runs but the C(nvidia-smi) query; RV(changes) is what would change.
+"""
+
+EXAMPLES = r"""
+- name: Persistence on, 450 W on every GPU
+  gpunode.tuning.gpu_settings:
+    persistence: true
+    power_limit: 450
+    journal: /var/lib/gpunode-tuning/journal.json
+
+- name: Put back what this collection changed
+  gpunode.tuning.gpu_settings:
+    restore: true
+    journal: /var/lib/gpunode-tuning/journal.json
+"""
+
+RETURN = r"""
+changes:
+  description: What changed (in check mode, what would change), one entry per GPU and setting.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"gpu": "0000:41:00.0", "setting": "power_limit", "before": 600.0, "after": 450}]
+gpus:
+  description: Every GPU nvidia-smi lists, as read after the change.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"bdf": "0000:41:00.0", "persistence_mode": "Enabled", "power_limit": 450.0}]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_settings
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
+
+ARGUMENT_SPEC = dict(
+    persistence=dict(type="bool"),
+    power_limit=dict(type="int"),
+    power_limits=dict(type="dict"),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+)
+
+
+def build_module():
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def main():
+    family.run_module(build_module(), gpu_settings.run)
+
+
+if __name__ == "__main__":
+    main()
