@@ -202,6 +202,9 @@ def run(call: family.Call) -> dict:
     restore = bool(params.get("restore"))
     want = None if restore else validate(params)
     node, journal = open_node(params)
+    if restore and not journal.entries(NAME):
+        # Nothing of ours to put back: a rollback must pass on a node without nvidia-smi.
+        return _result([], None, [])
     try:
         smi = find_smi(node, call.lookup)
         gpus = read_gpus(call.run_command, smi)

@@ -142,3 +142,9 @@ def test_a_root_that_is_not_a_node_and_an_escaping_journal_are_refused(node, run
                                                  "journal": "/var/lib/../../../outside/journal.json"})
     assert failed and "outside the node root" in result["msg"]
     assert digest(node) == before and not (tmp_path / "outside").exists()
+
+
+def test_restore_without_journaled_gpu_settings_passes_on_a_node_without_nvidia_smi(build_node, run_module):
+    root = build_node(cpus=4)
+    result, failed = run_module("gpu_settings", {"root": root, "journal": JOURNAL, "restore": True})
+    assert not failed and not result["changed"] and result["changes"] == []
