@@ -96,7 +96,7 @@ def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | 
     return status
 
 
-def parse_args(argv):
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=PREFIX, description="Re-apply gpunode.tuning's runtime settings at boot.")
     parser.add_argument("--desired", required=True, help="the desired-state JSON file (below --root)")
     parser.add_argument("--root", default="/", help="the node root (a simulated node's directory in tests)")

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.kmod import NAME_ALLOWED, NAME_RE, sysfs_name
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_CPU,
+    Node,
     NodeError,
     cmdline_args,
     format_cpulist,
@@ -93,7 +95,7 @@ def _int_or_none(text):
 # ---------------------------------------------------------------------------------------------
 
 
-def build_selector(spec):
+def build_selector(spec: dict | None) -> DeviceSelector:
     """A ``DeviceSelector`` from the ``pci_selector`` option (None or {} = NVIDIA GPUs)."""
     spec = dict(spec or {})
     unknown = sorted(k for k in spec if k not in SELECTOR_KEYS)
@@ -107,7 +109,7 @@ def build_selector(spec):
         raise FactsError("pci_selector: %s" % exc) from exc
 
 
-def validate_sysctl_keys(keys):
+def validate_sysctl_keys(keys: list[str] | None) -> list[str]:
     """Return the keys unchanged after checking each is a dotted sysctl name."""
     out = []
     for key in keys or []:
@@ -119,7 +121,7 @@ def validate_sysctl_keys(keys):
     return out
 
 
-def validate_module_names(names):
+def validate_module_names(names: list[str] | None) -> list[str]:
     out = []
     for name in names or []:
         if not isinstance(name, str) or not NAME_RE.match(name):
@@ -133,7 +135,7 @@ def validate_module_names(names):
 # ---------------------------------------------------------------------------------------------
 
 
-def os_facts(node):
+def os_facts(node: Node) -> dict:
     """``os``: id, version_id and pretty_name from /etc/os-release (or /usr/lib/os-release)."""
     text = _read(node.path("etc/os-release"))
     if text is None:
@@ -146,7 +148,7 @@ def os_facts(node):
     return {"id": values.get("ID"), "version_id": values.get("VERSION_ID"), "pretty_name": values.get("PRETTY_NAME")}
 
 
-def kernel_facts(node):
+def kernel_facts(node: Node) -> dict:
     """``kernel``: release, version string, uptime, command line, lockdown mode."""
     cmdline = _read(node.path("proc/cmdline")) or ""
     try:
@@ -163,7 +165,7 @@ def kernel_facts(node):
     }
 
 
-def cpu_facts(node, cpus):
+def cpu_facts(node: Node, cpus: list[int]) -> dict:
     """``cpu``: vendor, model, family, sockets, online CPUs and NUMA nodes.
 
     The vendor is what ``cpufreq.vendor_from_cpuinfo`` says (``arm64 (CPU implementer 0x41)`` on
@@ -199,7 +201,7 @@ def cpu_facts(node, cpus):
     }
 
 
-def package_count(node, cpus):
+def package_count(node: Node, cpus: list[int]) -> int:
     """Distinct ``topology/physical_package_id`` of ``cpus`` (0 when none is readable).
 
     sysfs gives the package on every architecture; arm64 cpuinfo has no "physical id". -1 is
@@ -213,7 +215,7 @@ def package_count(node, cpus):
     return len(packages)
 
 
-def cpuidle_facts(node, cpus, detail=False):
+def cpuidle_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
     """``cpuidle``: driver and, per state name, latency and on how many CPUs it is disabled."""
     base = node.path(SYSFS_CPU)
     driver = _read(os.path.join(base, "cpuidle", "current_driver"))
@@ -267,7 +269,7 @@ def cpuidle_facts(node, cpus, detail=False):
     return result
 
 
-def aggregate(values_by_cpu):
+def aggregate(values_by_cpu: dict) -> dict:
     """Most common value of a per-CPU setting, the number of CPUs that differ, value -> cpulist.
 
     ``values_by_cpu`` maps CPU -> value (None for CPUs without the attribute). Ties go to the
@@ -286,7 +288,7 @@ def aggregate(values_by_cpu):
     }
 
 
-def cpufreq_facts(node, cpus, detail=False):
+def cpufreq_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
     """``cpufreq``: driver, governor, EPP, boost (aggregated), amd_pstate and intel_pstate state."""
     base = node.path(SYSFS_CPU)
     governors = {}
@@ -324,7 +326,7 @@ def cpufreq_facts(node, cpus, detail=False):
     return result
 
 
-def memory_facts(node):
+def memory_facts(node: Node) -> dict:
     """``memory``: NUMA balancing, zone reclaim, transparent hugepages."""
     thp = "sys/kernel/mm/transparent_hugepage/"
     return {
@@ -337,12 +339,12 @@ def memory_facts(node):
     }
 
 
-def sysctl_path(key):
+def sysctl_path(key: str) -> str:
     """``proc/sys`` relative path of a dotted key (``/`` in a key stands for a dot in a name)."""
     return "proc/sys/" + key.replace(".", "\0").replace("/", ".").replace("\0", "/")
 
 
-def sysctl_facts(node, keys):
+def sysctl_facts(node: Node, keys: list[str]) -> dict:
     """``sysctl``: key -> value with whitespace runs made single spaces (None when absent)."""
     out = {}
     for key in keys:
@@ -351,7 +353,7 @@ def sysctl_facts(node, keys):
     return out
 
 
-def pci_facts(node, selector):
+def pci_facts(node: Node, selector: DeviceSelector) -> dict:
     """``pci``: the selected devices with their PCIe settings, decoded from config space."""
     devices = []
     present = set()
@@ -395,7 +397,7 @@ def pci_facts(node, selector):
     }
 
 
-def modules_facts(node, names):
+def modules_facts(node: Node, names: list[str]) -> dict:
     """``modules``: loaded module names (/proc/modules) and, for ``names``, state and parameters."""
     loaded = []
     for line in (_read_all(node.path("proc/modules")) or "").splitlines():
@@ -415,7 +417,7 @@ def modules_facts(node, names):
     return {"loaded": sorted(loaded), "by_name": by_name}
 
 
-def nvidia_facts(node):
+def nvidia_facts(node: Node) -> dict:
     """``nvidia``: whether nvidia-persistenced runs (a scan of /proc/*/comm), driver version."""
     pids = []
     proc = node.path("proc")
@@ -435,8 +437,9 @@ def nvidia_facts(node):
 # ---------------------------------------------------------------------------------------------
 
 
-def gather(node, pci_selector=None, sysctls=None, kmsg_since=0.0, kmsg_levels=kernel_log.DEFAULT_LEVELS,
-           kmsg_ignore=None, modules=None, detail=False):
+def gather(node: Node, pci_selector: dict | None = None, sysctls: list[str] | None = None, kmsg_since: float = 0.0,
+           kmsg_levels: Any = kernel_log.DEFAULT_LEVELS, kmsg_ignore: Any = None, modules: list[str] | None = None,
+           detail: bool = False) -> dict:
     """Return the ``tuning_facts`` dict. Raises ``FactsError`` (bad option) before reading anything.
 
     Raises ``NodeError`` when the node lists no CPU (it could not be read).

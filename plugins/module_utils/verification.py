@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import families as registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import (
@@ -72,7 +73,7 @@ VerificationError = EvaluationError
 # ---------------------------------------------------------------------------------------------
 
 
-def parse_sysctl_conf(text):
+def parse_sysctl_conf(text: str | None) -> dict[str, str]:
     """``key = value`` lines of a sysctl.d file -> ``{dotted key: normalized value}``.
 
     Comments (``#``, ``;``) and blank lines are skipped; ``/`` separated keys are made dotted, a
@@ -93,7 +94,7 @@ def parse_sysctl_conf(text):
     return out
 
 
-def decode_journal(journal):
+def decode_journal(journal: Any) -> dict | None:
     """The journal as a dict, from a dict, JSON text or a slurp result (base64 ``content``)."""
     if journal in (None, "", {}):
         return None
@@ -112,7 +113,7 @@ def decode_journal(journal):
     return journal
 
 
-def kmsg_since(journal=None, boot_id=None, override=None):
+def kmsg_since(journal: Any = None, boot_id: str | None = None, override: float | None = None) -> dict:
     """From when the kernel log counts: ``{since, source, detail, last_applied}``.
 
     ``override`` (seconds since boot) wins. Otherwise the journal's ``last_applied`` marker is used
@@ -167,7 +168,7 @@ def _matrix(text):
     return names, cells
 
 
-def parse_topology(text):
+def parse_topology(text: str | None) -> dict:
     """``nvidia-smi topo -m``: ``{gpus, links: [{a, b, link}]}`` for each unordered GPU pair."""
     names, cells = _matrix(text)
     links = []
@@ -178,7 +179,7 @@ def parse_topology(text):
     return {"gpus": names, "links": links}
 
 
-def parse_p2p(text):
+def parse_p2p(text: str | None) -> dict:
     """``nvidia-smi topo -p2p r|w``: ``{gpus, pairs: [{a, b, status, meaning}], not_ok: [...]}``.
 
     Pairs are ordered (a -> b); the diagonal is left out.
@@ -216,8 +217,8 @@ def parse_gpu_query(text):
 class Context:
     """Everything besides tuning_facts that an evaluation looks at (all optional)."""
 
-    def __init__(self, cmdline=None, sysctl_persisted=None, boot_unit=False, modules_persisted=None,
-                 root="/", running_args=()):
+    def __init__(self, cmdline: dict | None = None, sysctl_persisted: dict | None = None, boot_unit: bool = False,
+                 modules_persisted: Iterable[str] | None = None, root: str = "/", running_args: Iterable[str] = ()):
         self.configured_args, self.cmdline_error = configured_arguments(cmdline)
         self.cmdline_source = (cmdline or {}).get("bootloader")
         self.running_args = list(running_args or [])
@@ -226,17 +227,17 @@ class Context:
         self.modules_persisted = set(modules_persisted or [])
         self.root = root or "/"
 
-    def arg(self, arg):
+    def arg(self, arg: str) -> dict:
         """``{configured, running}`` of one kernel argument; configured is None when unknown."""
         configured = None if self.configured_args is None else has_arg(self.configured_args, arg)
         return {"configured": configured, "running": has_arg(self.running_args, arg)}
 
-    def boot_persisted(self, desired):
+    def boot_persisted(self, desired: Any) -> Any:
         """What the boot unit re-applies: the desired value when the unit is enabled."""
         return desired if self.boot_unit else None
 
 
-def configured_arguments(cmdline):
+def configured_arguments(cmdline: dict | None) -> tuple[list[str] | None, str | None]:
     """Kernel arguments configured for the next boot: ``(args or None, why unknown)``.
 
     ``cmdline``: ``bootloader`` (grub or grubby), ``dropin_text`` (the GRUB drop-in as read on the
@@ -365,7 +366,8 @@ def gpu_section(facts, gpu, root="/"):
 # ---------------------------------------------------------------------------------------------
 
 
-def kernel_log_section(kernel_log, since_info=None, fail_classes=DEFAULT_FAIL_CLASSES):
+def kernel_log_section(kernel_log: dict | None, since_info: dict | None = None,
+                       fail_classes: Iterable[str] = DEFAULT_FAIL_CLASSES) -> dict:
     """Kernel-log summary: counts per class, which classes fail, samples of every reported class."""
     kl = kernel_log or {}
     counts = {c: int((kl.get("counts") or {}).get(c, 0)) for c in KMSG_CLASSES}
@@ -393,22 +395,53 @@ def kernel_log_section(kernel_log, since_info=None, fail_classes=DEFAULT_FAIL_CL
     }
 
 
-def count_states(settings):
+def count_states(settings: list[dict]) -> dict[str, int]:
     counts = dict.fromkeys(STATES, 0)
     for s in settings:
         counts[s["state"]] += 1
     return counts
 
 
-def family_counts(settings):
+def family_counts(settings: list[dict]) -> dict[str, dict[str, int]]:
     out = {}
     for s in settings:
         out.setdefault(s["family"], dict.fromkeys(STATES, 0))[s["state"]] += 1
     return {f: out[f] for f in FAMILIES if f in out}
 
 
-def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None, fail_on_pending=False,
-                  fail_classes=DEFAULT_FAIL_CLASSES, host=None, verified_at=None, gate="full"):
+def _context(facts: dict, context: dict | None) -> Context:
+    """The Context of ``evaluate_host``'s ``context`` dict and the running kernel arguments of the facts."""
+    c = dict(context or {})
+    text = c.get("sysctl_persisted")
+    return Context(cmdline=c.get("cmdline"),
+                   sysctl_persisted=None if text is None else parse_sysctl_conf(text),
+                   boot_unit=c.get("boot_unit"), modules_persisted=c.get("modules_persisted"),
+                   root=c.get("root") or "/",
+                   running_args=(facts.get("kernel") or {}).get("cmdline_args"))
+
+
+def _node_section(facts: dict, ctx: Context) -> dict:
+    """What the report says about the node itself."""
+    kernel = facts.get("kernel") or {}
+    cpu = facts.get("cpu") or {}
+    return {
+        "root": ctx.root,
+        "os": (facts.get("os") or {}).get("pretty_name"),
+        "kernel": kernel.get("release"),
+        "cmdline": kernel.get("cmdline"),
+        "lockdown": kernel.get("lockdown"),
+        "cpu": cpu.get("model"),
+        "cpus": cpu.get("online_count"),
+        "numa_nodes": cpu.get("numa_nodes"),
+        "pci_selected": (facts.get("pci") or {}).get("count"),
+        "boot_unit": ctx.boot_unit,
+    }
+
+
+def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None,
+                  kernel_log_since: dict | None = None, gpu: dict | None = None, fail_on_pending: bool = False,
+                  fail_classes: Iterable[str] = DEFAULT_FAIL_CLASSES, host: str | None = None,
+                  verified_at: str | None = None, gate: str = "full") -> dict:
     """Compare ``facts`` (tuning_facts) with ``desired``; return the host's verification result.
 
     ``desired`` keys (each optional; absent or null = not part of the desired state):
@@ -427,13 +460,7 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
     if "tuning_facts" in facts and "kernel" not in facts:
         facts = facts["tuning_facts"]
     desired = desired or {}
-    c = dict(context or {})
-    text = c.get("sysctl_persisted")
-    ctx = Context(cmdline=c.get("cmdline"),
-                  sysctl_persisted=None if text is None else parse_sysctl_conf(text),
-                  boot_unit=c.get("boot_unit"), modules_persisted=c.get("modules_persisted"),
-                  root=c.get("root") or "/",
-                  running_args=(facts.get("kernel") or {}).get("cmdline_args"))
+    ctx = _context(facts, context)
     settings = []
     for fam in registry.FAMILIES:
         if fam.evaluate is not None:
@@ -446,8 +473,6 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
     counts = count_states(settings)
     failures = host_failures(settings, klog, fail_on_pending)
     pending = [s for s in settings if s["state"] == "pending_reboot"]
-    kernel = facts.get("kernel") or {}
-    cpu = facts.get("cpu") or {}
     result = {
         "host": host,
         "verified_at": verified_at,
@@ -457,18 +482,7 @@ def evaluate_host(facts, desired, context=None, kernel_log_since=None, gpu=None,
         "reboot_required": bool(pending),
         "needs_reboot": needs_reboot(settings),
         "gate": gate_verdict(gate, failures, settings, klog),
-        "node": {
-            "root": ctx.root,
-            "os": (facts.get("os") or {}).get("pretty_name"),
-            "kernel": kernel.get("release"),
-            "cmdline": kernel.get("cmdline"),
-            "lockdown": kernel.get("lockdown"),
-            "cpu": cpu.get("model"),
-            "cpus": cpu.get("online_count"),
-            "numa_nodes": cpu.get("numa_nodes"),
-            "pci_selected": (facts.get("pci") or {}).get("count"),
-            "boot_unit": ctx.boot_unit,
-        },
+        "node": _node_section(facts, ctx),
         "counts": counts,
         "families": family_counts(settings),
         "settings": settings,
@@ -508,7 +522,7 @@ def _junit_kernel_log_case(host, klog, cls):
             "message": message, "detail": "\n".join(r.get("message", "") for r in samples)}
 
 
-def junit_section(result, fail_on_pending=False):
+def junit_section(result: dict, fail_on_pending: bool = False) -> dict:
     """The JUnit classification of a host's result, which verify_junit.xml.j2 only renders.
 
     ``cases``: one per setting, one per failing kernel-log class, one error case for an error
@@ -528,7 +542,7 @@ def junit_section(result, fail_on_pending=False):
             "skipped": totals["skipped"]}
 
 
-def host_failures(settings, klog, fail_on_pending=False):
+def host_failures(settings: list[dict], klog: dict, fail_on_pending: bool = False) -> list[str]:
     """Why a host fails: its drifted settings, new kernel errors, pending settings when asked to."""
     failures = []
     drifted = [s for s in settings if s["state"] == "drifted"]
@@ -556,7 +570,7 @@ def _offered(cf, key, want):
     return (cf.get(key) or {}).get("value") is not None and (not available or want in available)
 
 
-def mark_runtime(settings, facts):
+def mark_runtime(settings: list[dict], facts: dict) -> list[dict]:
     """Set each setting's ``runtime``: whether runtime tuning can bring it (True) or not (False).
 
     Only a reboot brings kernel arguments and a switch to another cpufreq driver (the persistent
@@ -577,7 +591,7 @@ def mark_runtime(settings, facts):
     return settings
 
 
-def needs_reboot(settings):
+def needs_reboot(settings: list[dict]) -> list[str]:
     """One line per setting not in effect that only the persistent flow and a reboot bring."""
     out = []
     for s in settings:
@@ -590,7 +604,7 @@ def needs_reboot(settings):
     return out
 
 
-def gate_verdict(gate, failures, settings, klog):
+def gate_verdict(gate: str, failures: list[str], settings: list[dict], klog: dict) -> dict:
     """The verdict a gate judges by: ``{name, status, ok, failures}``.
 
     ``full`` is the host's own verdict. ``runtime`` (the runtime rollout's gate) judges what runtime
@@ -614,7 +628,7 @@ def _by_family(settings, most=3):
     return "; ".join(parts)
 
 
-def error_result(host, message, verified_at=None, gate="full"):
+def error_result(host: str | None, message: str, verified_at: str | None = None, gate: str = "full") -> dict:
     """The result of a host whose facts could not be gathered (the verify tasks rescued the error)."""
     failures = ["verification could not run: %s" % message]
     result = {
@@ -638,7 +652,7 @@ def error_result(host, message, verified_at=None, gate="full"):
     return result
 
 
-def fleet_summary(results, hosts=None, generated_at=None):
+def fleet_summary(results: dict, hosts: list[str] | None = None, generated_at: str | None = None) -> dict:
     """Hosts x knob families from per-host results.
 
     ``results``: host -> result (or None when the host has none: unreachable, or failed before
