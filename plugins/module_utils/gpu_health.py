@@ -404,3 +404,13 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
 # Read-only: no module, nothing to re-apply at boot.
 DEFINITION = family.Family(name=NAME, titles={NAME: "GPU health"}, evaluate=evaluate)
+
+
+def health_findings(result: dict) -> list:
+    """What makes a host unhealthy for a rollout gate: ``"<row id>: <reason>"`` of each gpu_health row
+    that fails (drifted) or needs a GPU reset or reboot first (pending_reboot), from a verification result."""
+    if not isinstance(result, dict):
+        raise family.EvaluationError("health_findings: expected a verification result (dict), got %s"
+                                     % type(result).__name__)
+    return ["%s: %s" % (s["id"], s.get("reason") or s["state"]) for s in result.get("settings") or []
+            if s.get("family") == NAME and s.get("state") in ("drifted", "pending_reboot")]

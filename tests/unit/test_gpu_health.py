@@ -201,3 +201,15 @@ def test_simnode_refuses_unknown_faults_before_writing(tmp_path):
     with pytest.raises(ValueError, match=r"GPU index 8 is not one of 0\.\.7"):
         simnode.build(str(tmp_path / "n"), "audited-epyc-8gpu", gpu_faults={"x8": [8]})
     assert not (tmp_path / "n").exists()
+
+
+def test_health_findings_for_a_rollout_gate():
+    rows = [family.setting("gpu_health", "link_width", "x16", "x8", "drifted", "0000:41:00.0 link x8 of x16"),
+            family.setting("gpu_health", "memory_remap", "none", "pending", "pending_reboot", "0000:61:00.0 row remap"),
+            family.setting("gpu_health", "xid", "none", "none", "applied"),
+            family.setting("cpufreq", "governor", "performance", "schedutil", "drifted", "not ours")]
+    assert gpu_health.health_findings({"settings": rows}) == [
+        "gpu_health.link_width: 0000:41:00.0 link x8 of x16", "gpu_health.memory_remap: 0000:61:00.0 row remap"]
+    assert gpu_health.health_findings({"settings": rows[2:]}) == []
+    with pytest.raises(family.EvaluationError, match="expected a verification result"):
+        gpu_health.health_findings(None)
