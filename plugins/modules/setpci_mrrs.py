@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-  # noqa: UP009 (header required by docs/module-contract.md)
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
