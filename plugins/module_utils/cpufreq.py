@@ -15,7 +15,7 @@ use it), ``driver_change``, ``order_governor_epp``,
 from __future__ import annotations
 
 import itertools
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv
@@ -83,7 +83,7 @@ class PlanError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 
-def driver_family(driver):
+def driver_family(driver: str | None) -> str | None:
     """Map a scaling driver name to its family: amd-pstate, intel_pstate, acpi-cpufreq, or itself."""
     if driver in ("amd-pstate", "amd-pstate-epp"):
         return "amd-pstate"
@@ -92,14 +92,14 @@ def driver_family(driver):
     return driver
 
 
-def driver_for_mode(family, mode):
+def driver_for_mode(family: str, mode: str) -> str:
     """The scaling driver name a pstate driver registers in ``mode``."""
     if family == "amd-pstate":
         return "amd-pstate-epp" if mode == "active" else "amd-pstate"
     return "intel_pstate" if mode == "active" else "intel_cpufreq"
 
 
-def resolve_driver(wanted, cpu_vendor):
+def resolve_driver(wanted: str | None, cpu_vendor: str | None) -> str | None:
     """Resolve ``native`` to the CPU vendor's own pstate driver; other values pass through.
 
     ``native`` lets one desired state serve a mixed fleet: amd-pstate on AMD, intel_pstate on
@@ -111,14 +111,14 @@ def resolve_driver(wanted, cpu_vendor):
     return NATIVE_DRIVERS.get(cpu_vendor)
 
 
-def keep_driver_reason(cpu_vendor, running_driver):
+def keep_driver_reason(cpu_vendor: str | None, running_driver: str | None) -> str:
     """Why ``driver=native`` leaves the running driver alone on this CPU (the not-applicable reason)."""
     return ("driver=native means the CPU vendor's own pstate driver (amd-pstate on AMD, intel_pstate on Intel); "
             "this CPU (%s) has none, so the running driver %s is kept"
             % (cpu_vendor or "no vendor_id in /proc/cpuinfo", running_driver or "none"))
 
 
-def applicability(desired, cpu_vendor, running):
+def applicability(desired: dict, cpu_vendor: str | None, running: dict) -> tuple[str | None, dict]:
     """Decide which requested cpufreq settings apply to the driver this node is meant to run.
 
     One function for the module and for verification, so that both agree. ``desired`` has the
@@ -175,7 +175,7 @@ def _epp_not_applicable(desired, target, pending, running):
             "mode, or intel_pstate with HWP)" % running.get("driver"))
 
 
-def selecting_args(family, amd_pstate_mode=None):
+def selecting_args(family: str, amd_pstate_mode: str | None = None) -> list[str]:
     """The kernel arguments that make the kernel load a pstate driver family at boot."""
     if family == "amd-pstate":
         return ["amd_pstate=%s" % (amd_pstate_mode or "active")]
@@ -184,7 +184,7 @@ def selecting_args(family, amd_pstate_mode=None):
     return []
 
 
-def disabling_args(family):
+def disabling_args(family: str) -> list[str]:
     """The kernel arguments that keep a pstate driver family from loading (acpi-cpufreq takes over)."""
     if family == "amd-pstate":
         return ["amd_pstate=disable"]
@@ -257,7 +257,8 @@ def driver_change(current_driver: str | None, wanted_family: str | None, cpu_ven
     return bool(needed), needed
 
 
-def order_governor_epp(driver, current_governor, governor=None, epp=None):
+def order_governor_epp(driver: str | None, current_governor: str | None, governor: str | None = None,
+                       epp: str | None = None) -> list[tuple[str, str]]:
     """Return the writes that take one policy to ``governor``/``epp``, in an order the driver accepts.
 
     The result is a list of ``(setting, value)`` with setting ``governor`` or ``epp``; settings
@@ -283,7 +284,7 @@ def order_governor_epp(driver, current_governor, governor=None, epp=None):
     return steps
 
 
-def group_by_value(values):
+def group_by_value(values: dict) -> dict:
     """Aggregate ``{cpu: value}`` into ``{value: cpulist}``."""
     groups = {}
     for cpu, value in values.items():
@@ -315,11 +316,11 @@ class Policy:
         self.epp = epp
         self.epps = epps
 
-    def path(self, attr):
+    def path(self, attr: str) -> str:
         return "%s/%s/%s" % (CPUFREQ, self.name, attr)
 
 
-def read_policies(node):
+def read_policies(node: Node) -> list[Policy]:
     """Read every cpufreq policy with at least one online CPU, ordered by first CPU."""
     policies = []
     for name in node.listdir(CPUFREQ):
@@ -345,12 +346,12 @@ def read_policies(node):
     return policies
 
 
-def per_cpu(policies, attr):
+def per_cpu(policies: list[Policy], attr: str) -> dict:
     """``{cpu: value}`` of a policy attribute (``governor``, ``epp``)."""
     return {cpu: getattr(p, attr) for p in policies for cpu in p.cpus}
 
 
-def vendor_from_cpuinfo(lines):
+def vendor_from_cpuinfo(lines: Iterable[str]) -> str | None:
     """The CPU vendor in /proc/cpuinfo ``lines`` (first CPU): ``vendor_id`` on x86.
 
     arm64 has no vendor_id; its ``CPU implementer`` gives ``arm64 (CPU implementer 0x41)``. None
@@ -368,7 +369,7 @@ def vendor_from_cpuinfo(lines):
     return None
 
 
-def cpu_vendor(node):
+def cpu_vendor(node: Node) -> str | None:
     """The CPU vendor of the node's /proc/cpuinfo (``vendor_from_cpuinfo``), or None."""
     try:
         with open(node.path("proc/cpuinfo"), encoding="utf-8", errors="replace") as fh:
@@ -384,7 +385,7 @@ class NodeFreq:
         self.node = node
         self.refresh()
 
-    def refresh(self, policies=True):
+    def refresh(self, policies: bool = True) -> None:
         """Read the node again; ``policies=False`` re-reads only the node-wide files."""
         node = self.node
         if policies:
@@ -408,13 +409,13 @@ class NodeFreq:
             if raw in ("0", "1"):
                 self.boost = (raw == "1") != (self.boost_file == INTEL_NO_TURBO)
 
-    def view(self):
+    def view(self) -> dict:
         """The running state as ``applicability`` takes it."""
         return dict(driver=self.driver, amd_status=self.amd_status, intel_status=self.intel_status,
                     epp=any(p.epp is not None for p in self.policies), boost=self.boost_file is not None)
 
 
-def boost_value(boost_file, boost):
+def boost_value(boost_file: str, boost: bool) -> str:
     """The string that makes ``boost_file`` mean ``boost`` (no_turbo is inverted)."""
     if boost_file == INTEL_NO_TURBO:
         return "0" if boost else "1"
@@ -426,7 +427,7 @@ def boost_value(boost_file, boost):
 # ---------------------------------------------------------------------------------------------
 
 
-def validate(params, freq, vendor):
+def validate(params: dict, freq: NodeFreq, vendor: str | None) -> dict:
     """Check every desired value against the node; return the plan or raise PlanError.
 
     The plan is a dict: ``driver_wanted`` (family, None to keep the running one),
@@ -545,11 +546,11 @@ class Outcome:
         self.failed = {}
         self.failed_cpus = {}
 
-    def fail(self, key, message, cpus=()):
+    def fail(self, key: str, message: str, cpus: Iterable[int] = ()) -> None:
         self.failed.setdefault(key, []).append(message)
         self.failed_cpus.setdefault(key, set()).update(cpus)
 
-    def message(self):
+    def message(self) -> str:
         """``governor on CPUs 2,5: <cause>; <cause>`` per failed setting, at most three causes each."""
         parts = []
         for key, msgs in sorted(self.failed.items()):

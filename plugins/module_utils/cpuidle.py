@@ -11,7 +11,7 @@ FamilyError out).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils import validate
@@ -65,17 +65,17 @@ class IdleState:
         self.latency = latency
         self.disabled = disabled
 
-    def path(self, attr):
+    def path(self, attr: str) -> str:
         return "%s/cpu%d/cpuidle/state%d/%s" % (SYSFS_CPU, self.cpu, self.index, attr)
 
 
-def idle_driver(node):
+def idle_driver(node: Node) -> str | None:
     """Return the cpuidle driver name, or None when the node has none (``none`` or no file)."""
     driver = node.read(CURRENT_DRIVER, default="")
     return driver if driver and driver != "none" else None
 
 
-def select_cpus(node, text):
+def select_cpus(node: Node, text: str | None) -> list[int]:
     """Return the CPUs named by a cpulist string (all online CPUs when ``text`` is empty).
 
     Raises PlanError for a malformed list or a CPU that is not online, naming the online CPUs.
@@ -109,7 +109,7 @@ def _read_disabled(node, path):
     return None if value is None else value != 0
 
 
-def read_states(node, cpus):
+def read_states(node: Node, cpus: Iterable[int]) -> dict:
     """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``.
 
     ``disabled`` is None for a state whose ``disable`` file cannot be read: it is planned as a
@@ -132,7 +132,7 @@ def read_states(node, cpus):
     return out
 
 
-def state_names(states_by_cpu):
+def state_names(states_by_cpu: dict) -> list[str]:
     """Names of the states present on any CPU, ordered by exit latency then name."""
     latency = {}
     for states in states_by_cpu.values():
@@ -141,7 +141,7 @@ def state_names(states_by_cpu):
     return sorted(latency, key=lambda n: (latency[n], n))
 
 
-def plan_by_names(states_by_cpu, names, desired):
+def plan_by_names(states_by_cpu: dict, names: list[str], desired: str) -> dict:
     """Plan ``desired`` (disabled/enabled) for the named states: ``{(cpu, name): desired}``.
 
     Raises PlanError for a name that no selected CPU has, listing the node's state names.
@@ -156,7 +156,7 @@ def plan_by_names(states_by_cpu, names, desired):
             for cpu, states in states_by_cpu.items() for name in states if name in wanted}
 
 
-def plan_by_latency(states_by_cpu, max_latency_us):
+def plan_by_latency(states_by_cpu: dict, max_latency_us: int) -> dict:
     """Plan by exit latency: states above ``max_latency_us`` disabled, the others enabled.
 
     POLL is never disabled by a latency bound (it can only be disabled by name).
@@ -171,7 +171,7 @@ def plan_by_latency(states_by_cpu, max_latency_us):
     return plan
 
 
-def plan_writes(states_by_cpu, plan):
+def plan_writes(states_by_cpu: dict, plan: dict) -> list[tuple[IdleState, str]]:
     """Return the IdleStates whose ``disable`` file must change, with the value to write."""
     writes = []
     for (cpu, name), desired in sorted(plan.items()):
@@ -181,7 +181,7 @@ def plan_writes(states_by_cpu, plan):
     return writes
 
 
-def summarize(states_before, states_after, plan):
+def summarize(states_before: dict, states_after: dict, plan: dict) -> dict:
     """Aggregate per state name: latency, desired, cpus, cpus_changed, disabled counts/cpulist."""
     out = {}
     for name in state_names(states_before):
@@ -203,7 +203,7 @@ def summarize(states_before, states_after, plan):
     return out
 
 
-def diff_text(summary, names):
+def diff_text(summary: dict, names: Iterable[str]) -> dict:
     """Diff lines per state, e.g. ``C2: disabled on 0/128 CPUs``."""
     before, after = [], []
     for name in names:
@@ -214,7 +214,7 @@ def diff_text(summary, names):
     return dict(before="".join(before), after="".join(after))
 
 
-def reread_disabled(node, states_by_cpu):
+def reread_disabled(node: Node, states_by_cpu: dict) -> dict:
     """Copy of ``states_by_cpu`` with every ``disable`` file read again (the after state)."""
     return {cpu: {n: IdleState(st.cpu, st.index, st.name, st.latency, _read_disabled(node, st.path("disable")))
                   for n, st in states.items()}
@@ -230,7 +230,7 @@ def _after_states(states_by_cpu, writes):
     return after
 
 
-def apply_writes(node, writes):
+def apply_writes(node: Node, writes: list[tuple[IdleState, str]]) -> dict:
     """Write each ``disable`` file and read it back; return the failures as ``{name: {cpu: message}}``.
 
     The value is written with a trailing newline, as ``echo`` does. A CPU that fails does not stop
@@ -248,7 +248,7 @@ def apply_writes(node, writes):
     return failed
 
 
-def writable_writes(node, writes, failed):
+def writable_writes(node: Node, writes: list[tuple[IdleState, str]], failed: dict) -> list[tuple[IdleState, str]]:
     """Check mode: the writes a real run could make; each refused one goes to ``failed`` with its cause.
 
     Only the files about to change are probed (``Node.write_problem``), so a run that changes
@@ -264,7 +264,7 @@ def writable_writes(node, writes, failed):
     return kept
 
 
-def failure_message(failed, restore=False, check_mode=False):
+def failure_message(failed: dict, restore: bool = False, check_mode: bool = False) -> str:
     """``C2 on CPUs 3,7 (cause; cause)`` per state, at most three causes each."""
     parts = []
     for name, by_cpu in sorted(failed.items()):

@@ -24,6 +24,7 @@ import json
 import os
 import tempfile
 import time
+from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
@@ -55,7 +56,7 @@ WHAT_TO_DO = ("move it aside and re-run; the originals it held are lost unless r
 class Journal:
     """Original values of one node. ``path`` is absolute on the node (resolved below the root)."""
 
-    def __init__(self, node, path=DEFAULT_JOURNAL):
+    def __init__(self, node: Node, path: str = DEFAULT_JOURNAL):
         self.node = node
         self.path = resolve_path(node, path)
         self.data = {"version": VERSION, "families": {}}
@@ -81,14 +82,14 @@ class Journal:
                             "so that nothing is written: %s" % (self.path, problem, WHAT_TO_DO))
         return data
 
-    def entries(self, family):
+    def entries(self, family: str) -> dict:
         """Recorded entries of a family: ``{key: original}``."""
         return {k: v["original"] for k, v in self.data["families"].get(family, {}).items()}
 
-    def has(self, family, key):
+    def has(self, family: str, key: str) -> bool:
         return key in self.data["families"].get(family, {})
 
-    def record(self, family, key, original):
+    def record(self, family: str, key: str, original: Any) -> bool:
         """Record ``original`` for ``key`` unless an original is already recorded. Returns True if new."""
         fam = self.data["families"].setdefault(family, {})
         if key in fam:
@@ -97,7 +98,7 @@ class Journal:
         self.dirty = True
         return True
 
-    def record_per_cpu(self, family, key, values):
+    def record_per_cpu(self, family: str, key: str, values: dict) -> bool:
         """Record per-CPU originals ``{cpu: value}``, keeping values already recorded for a CPU."""
         fam = self.data["families"].setdefault(family, {})
         entry = fam.get(key)
@@ -122,7 +123,7 @@ class Journal:
         return True
 
     @staticmethod
-    def per_cpu(original):
+    def per_cpu(original: dict) -> dict:
         """Expand a grouped per-CPU original into ``{cpu: value}``."""
         out = {}
         for value, cpulist in original.items():
@@ -130,7 +131,7 @@ class Journal:
                 out[cpu] = value
         return out
 
-    def mark_applied(self, family):
+    def mark_applied(self, family: str) -> None:
         """Note that ``family`` changed the node now (wall clock, boot-relative time and boot id).
 
         Verification reads the kernel log from this point on; the boot id tells whether the
@@ -148,7 +149,7 @@ class Journal:
         }
         self.dirty = True
 
-    def drop(self, family, key):
+    def drop(self, family: str, key: str) -> None:
         fam = self.data["families"].get(family, {})
         if key in fam:
             del fam[key]
@@ -156,7 +157,7 @@ class Journal:
                 del self.data["families"][family]
             self.dirty = True
 
-    def save(self, check_mode=False):
+    def save(self, check_mode: bool = False) -> bool:
         """Write the journal atomically (0600 in a 0700 directory). Nothing happens in check mode.
 
         An empty journal removes the file (and its directory when empty) so that a full
@@ -193,7 +194,7 @@ class Journal:
         return True
 
 
-def resolve_path(node, path):
+def resolve_path(node: Node, path: str) -> str:
     """The journal's full path below the node root; NodeError when ``path`` is not absolute or leaves the root.
 
     ``..`` is resolved first and then every symlink on the way, so neither can put the journal (and
@@ -216,7 +217,7 @@ def resolve_path(node, path):
     return full
 
 
-def shape_problem(data):
+def shape_problem(data: Any) -> str | None:
     """What is wrong with the structure of loaded journal data, in words; None when it is a journal."""
     if not isinstance(data, dict):
         return "the top level is a %s, not an object" % type(data).__name__

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-  # noqa: UP009 (header required by docs/module-contract.md)
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The kernel log: read ``/dev/kmsg`` without blocking, filter by level and time, classify.
@@ -34,6 +33,9 @@ import math
 import os
 import re
 import stat
+from typing import Iterable
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 try:
     import netaddr
@@ -92,7 +94,7 @@ class KernelLogError(ValueError):
     """An option of the kernel-log filter is invalid; the message names the allowed values."""
 
 
-def select_levels(names):
+def select_levels(names: Iterable[str]) -> frozenset:
     """Return the set of numeric levels (0-7) that the level names select.
 
     Raises ``KernelLogError`` naming the allowed names for an unknown one.
@@ -137,7 +139,7 @@ class IgnoreRule:
                     "fd00::/8): %s" % (index, cidr, exc)
                 ) from exc
 
-    def match(self, message):
+    def match(self, message: str) -> str | None:
         """Return the address that made the rule match ('' without a cidr), or None."""
         m = self.pattern.search(message)
         if m is None:
@@ -155,7 +157,7 @@ class IgnoreRule:
         return address if inside else None
 
 
-def compile_ignore_rules(rules):
+def compile_ignore_rules(rules: list | None) -> list[IgnoreRule]:
     """Compile ``kmsg_ignore`` entries (dicts with ``pattern`` and optional ``cidr``).
 
     ``None`` selects ``DEFAULT_IGNORE_RULES``; an empty list ignores nothing. Raises
@@ -176,7 +178,7 @@ def compile_ignore_rules(rules):
     return compiled
 
 
-def message_address(message):
+def message_address(message: str) -> str | None:
     """Return the first IPv4 (else IPv6) address in a message, or None."""
     m = _IPV4.search(message)
     if m and _valid_ipv4(m.group(0)):
@@ -192,7 +194,7 @@ def _valid_ipv4(text):
     return all(int(part) <= 255 for part in text.split("."))
 
 
-def read_kmsg(node):
+def read_kmsg(node: Node) -> tuple[bytes | None, str | None]:
     """Read every record of the node's kernel log without blocking.
 
     Returns ``(data, None)`` with the raw bytes, or ``(None, reason)`` when the log cannot be
@@ -253,7 +255,7 @@ def _record_regex(levels):
     return re.compile(rb"\n([" + digits.encode() + rb"]|[0-9]{2,}),([0-9]+),([0-9]+),[^;\n]*;([^\n]*)")
 
 
-def parse_kmsg(data, levels=None, since_usec=0):
+def parse_kmsg(data: bytes, levels: Iterable[int] | None = None, since_usec: int = 0) -> tuple[list, dict]:
     """Parse kmsg bytes; return ``(records, stats)``.
 
     ``records`` is a list of ``(level, usec, seq, message)`` for the records at one of ``levels``
@@ -284,7 +286,7 @@ def parse_kmsg(data, levels=None, since_usec=0):
     return records, {"total": total, "malformed": malformed, "selected": len(records), "last_usec": last_usec}
 
 
-def classify(message, ignore_rules=()):
+def classify(message: str, ignore_rules: Iterable[IgnoreRule] = ()) -> tuple[str, dict]:
     """Return ``(class, extra)`` for one message; ``extra`` holds the extracted fields."""
     for rule in ignore_rules:
         address = rule.match(message)
@@ -326,7 +328,7 @@ def _device_extra(message):
     return {"device": m.group(1).lower()} if m else {}
 
 
-def summarize(records, ignore_rules=(), samples=SAMPLES_PER_CLASS):
+def summarize(records: list, ignore_rules: Iterable[IgnoreRule] = (), samples: int = SAMPLES_PER_CLASS) -> dict:
     """Classify parsed records: counts per class, the first ``samples`` records of each class,
     Xid codes and AER severities with their counts."""
     counts = dict.fromkeys(CLASSES, 0)
@@ -354,7 +356,8 @@ def summarize(records, ignore_rules=(), samples=SAMPLES_PER_CLASS):
     }
 
 
-def kernel_log_facts(node, levels=DEFAULT_LEVELS, since=0.0, ignore=None):
+def kernel_log_facts(node: Node, levels: Iterable[str] = DEFAULT_LEVELS, since: float = 0.0,
+                     ignore: list | None = None) -> dict:
     """Return the ``kernel_log`` section of tuning_facts for a node.
 
     ``levels``: level names; ``since``: seconds since boot (records before it are left out);

@@ -20,11 +20,11 @@ from __future__ import annotations
 import errno
 import os
 import re
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, normalize_value, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
@@ -48,6 +48,8 @@ REASON_CLASSES = ("not_found", "invalid_argument", "dependency_missing", "symbol
 # Anchored forms of validate.py's grammar for callers that use ``.match`` (facts.py).
 NAME_RE = re.compile(r"\A%s\Z" % KMOD_NAME_RE.pattern)
 NAME_ALLOWED = KMOD_NAME_ALLOWED
+# run(argv) -> (rc, stdout, stderr): the module's run_command in the C locale.
+Runner = Callable[[list], tuple]
 
 PEERMEM_NAMES = ("nvidia_peermem", "nv_peer_mem")
 PEERMEM_MESSAGE = (
@@ -58,17 +60,17 @@ _TRUE = ("1", "y", "yes", "true", "on")
 _FALSE = ("0", "n", "no", "false", "off")
 
 
-def sysfs_name(name):
+def sysfs_name(name: str) -> str:
     """The name the kernel uses in /sys/module (modprobe treats '-' and '_' alike)."""
     return name.replace("-", "_")
 
 
-def param_string(value):
+def param_string(value: Any) -> str:
     """Render a parameter value as modprobe takes it (booleans as 1/0)."""
     return kmod_param_value(value)
 
 
-def validate_request(req):
+def validate_request(req: dict) -> list[str]:
     """Return a list of error messages for one request ``{name, params, state, required}``.
 
     Names and parameters follow validate.py: nothing modprobe could read as an option, nothing
@@ -97,7 +99,7 @@ def validate_request(req):
     return errors
 
 
-def validate_requests(reqs):
+def validate_requests(reqs: list[dict]) -> list[str]:
     """Validate every request and reject a module named twice. Returns a list of messages."""
     errors = []
     seen = set()
@@ -113,7 +115,7 @@ def validate_requests(reqs):
 # --- state of the node --------------------------------------------------------------------------
 
 
-def module_state(node, name):
+def module_state(node: Node, name: str) -> tuple[bool, bool]:
     """Return ``(loaded, builtin)`` for a module name as seen in /sys/module."""
     base = "sys/module/%s" % sysfs_name(name)
     if not node.isdir(base):
@@ -121,7 +123,7 @@ def module_state(node, name):
     return True, not node.exists(base, "initstate")
 
 
-def is_builtin_listed(node, name):
+def is_builtin_listed(node: Node, name: str) -> bool:
     """True when modules.builtin of the running kernel lists ``name`` (built-ins without sysfs dir)."""
     release = node.read("proc/sys/kernel/osrelease", default="")
     if not release:
@@ -137,7 +139,7 @@ def is_builtin_listed(node, name):
     return False
 
 
-def current_params(node, name, wanted):
+def current_params(node: Node, name: str, wanted: dict) -> dict:
     """Current values of the parameters in ``wanted`` (None where sysfs does not show one)."""
     out = {}
     for pname in wanted:
@@ -145,7 +147,7 @@ def current_params(node, name, wanted):
     return out
 
 
-def same_param_value(requested, current):
+def same_param_value(requested: Any, current: str | None) -> bool:
     """Compare a requested and a sysfs parameter value; booleans show as Y/N in sysfs."""
     if current is None:
         return False
@@ -155,7 +157,7 @@ def same_param_value(requested, current):
     return (a in _TRUE and b in _TRUE) or (a in _FALSE and b in _FALSE)
 
 
-def param_drift(node, name, params):
+def param_drift(node: Node, name: str, params: dict) -> dict:
     """Parameters whose loaded value differs from the requested one: ``{param: {requested, current}}``.
 
     ``current`` is None when /sys/module does not expose the parameter (it cannot be compared).
@@ -187,10 +189,10 @@ class KmsgCursor:
             self.close()
 
     @property
-    def available(self):
+    def available(self) -> bool:
         return self.fd is not None
 
-    def read_new(self, limit=512):
+    def read_new(self, limit: int = 512) -> list[str]:
         """Messages appended since the cursor was opened (at most ``limit`` records)."""
         if self.fd is None:
             return []
@@ -210,13 +212,13 @@ class KmsgCursor:
         records, _stats = parse_kmsg(b"".join(chunks))
         return [message for _level, _usec, _seq, message in records]
 
-    def close(self):
+    def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
 
 
-def relevant_log_lines(lines, name, limit=20):
+def relevant_log_lines(lines: list[str], name: str, limit: int = 20) -> list[str]:
     """Kernel log lines that concern a module load (its name, symbols, lockdown, signatures)."""
     keys = (name.lower(), sysfs_name(name).lower(), name.replace("_", "-").lower(),
             "unknown symbol", "disagrees about version", "lockdown", "signature", "key was rejected")
@@ -227,7 +229,7 @@ def relevant_log_lines(lines, name, limit=20):
 # --- classification ------------------------------------------------------------------------------
 
 
-def classify_failure(name, output, log_lines=()):
+def classify_failure(name: str, output: str, log_lines: Iterable[str] = ()) -> tuple[str, str]:
     """Classify a failed modprobe from its output and the kernel log lines of the attempt.
 
     Returns ``(reason_class, message)``. The order matters: a symbol version mismatch makes
@@ -274,7 +276,7 @@ def classify_failure(name, output, log_lines=()):
     return "unknown", "%s did not load: %s" % (name, first or "modprobe gave no message")
 
 
-def classify_unload_failure(name, output):
+def classify_unload_failure(name: str, output: str) -> tuple[str, str]:
     """Classify a failed ``modprobe -r``. Returns ``(reason_class, message)``."""
     out = (output or "").strip()
     low = out.lower()
@@ -291,7 +293,7 @@ def classify_unload_failure(name, output):
 # --- plan and apply --------------------------------------------------------------------------------
 
 
-def new_result(req):
+def new_result(req: dict) -> dict:
     return {
         "name": req["name"],
         "state": req["state"],
@@ -309,7 +311,7 @@ def new_result(req):
     }
 
 
-def plan(node, req):
+def plan(node: Node, req: dict) -> tuple[dict, str | None]:
     """Predict one request without running anything: a result with ``action`` load/unload/None."""
     res = new_result(req)
     loaded, builtin = module_state(node, req["name"])
@@ -340,13 +342,13 @@ def plan(node, req):
     return res, action
 
 
-def param_words(req):
+def param_words(req: dict) -> list[str]:
     """``NAME=VALUE`` for each parameter of a validated request, sorted by name."""
     params = req.get("params") or {}
     return [kmod_param(req["name"], k, params[k]) for k in sorted(params)]
 
 
-def modprobe_args(modprobe, req, action):
+def modprobe_args(modprobe: str, req: dict, action: str) -> list[str]:
     """The modprobe argument list for a load or unload (never a shell string).
 
     Names are validated never to start with '-'; the ``--`` also stops GNU getopt (kmod's
@@ -357,13 +359,14 @@ def modprobe_args(modprobe, req, action):
     return [modprobe, "--", req["name"]] + param_words(req)
 
 
-def modprobe_options(req):
+def modprobe_options(req: dict) -> str | None:
     """The /etc/modprobe.d line that sets a request's parameters at boot, or None without parameters."""
     words = param_words(req) if req["state"] == "present" else []
     return "options %s %s" % (req["name"], " ".join(words)) if words else None
 
 
-def load(node, req, res, run, modprobe, dmesg=None):
+def load(node: Node, req: dict, res: dict, run: Runner, modprobe: str,
+         dmesg: list[str] | None = None) -> dict:
     """Load a module. ``run(args) -> (rc, out, err)``; ``dmesg`` is a dmesg argument list or None.
 
     Updates and returns ``res``; the kernel log is read only when the load failed.
@@ -401,7 +404,7 @@ def load(node, req, res, run, modprobe, dmesg=None):
         cursor.close()
 
 
-def unload(node, req, res, run, modprobe):
+def unload(node: Node, req: dict, res: dict, run: Runner, modprobe: str) -> dict:
     """Unload a module with ``modprobe -r`` and read back that /sys/module/NAME is gone."""
     rc, out, err = run(modprobe_args(modprobe, req, "unload"))
     loaded, _builtin = module_state(node, req["name"])
@@ -413,7 +416,9 @@ def unload(node, req, res, run, modprobe):
     return res
 
 
-def apply_requests(node, reqs, run, find_modprobe, journal=None, check_mode=False, dmesg=None):
+def apply_requests(node: Node, reqs: list[dict], run: Runner, find_modprobe: Callable[[], str],
+                   journal: Journal | None = None, check_mode: bool = False,
+                   dmesg: list[str] | None = None) -> list[dict]:
     """Plan and apply every request; return the list of per-module results.
 
     ``find_modprobe()`` returns the modprobe path; it is called only when something must run.
@@ -446,7 +451,7 @@ def apply_requests(node, reqs, run, find_modprobe, journal=None, check_mode=Fals
     return results
 
 
-def plan_restore(node, req):
+def plan_restore(node: Node, req: dict) -> tuple[dict, str | None]:
     """Plan the unload of a journaled module; a name that fails validation is never passed on.
 
     Such an entry was not written by this collection: it is reported (``invalid_name``) and
@@ -461,7 +466,8 @@ def plan_restore(node, req):
     return plan(node, req)
 
 
-def restore(node, journal, run, find_modprobe, check_mode=False):
+def restore(node: Node, journal: Journal, run: Runner, find_modprobe: Callable[[], str],
+            check_mode: bool = False) -> list[dict]:
     """Unload the modules the journal records as loaded by this collection.
 
     Returns the per-module results (state ``absent``); restored entries leave the journal.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any, Iterable
 
 NODE_ARGUMENT_SPEC = dict(root=dict(type="path", default="/"))
 
@@ -39,7 +40,7 @@ class Node:
     also checks that the root is a directory with ``sys/`` before anything is read or written.
     """
 
-    def __init__(self, root="/"):
+    def __init__(self, root: str = "/"):
         if not isinstance(root, str) or not root.strip():
             # An empty root used to fall back to "/": a module meant for a simulated node then
             # described, or planned writes to, the controller itself.
@@ -49,7 +50,7 @@ class Node:
         self.root = "/" if os.path.realpath(root) == "/" else root
 
     @classmethod
-    def open(cls, root, module=None):
+    def open(cls, root: str, module: Any = None) -> Node:
         """The node at ``root`` after checking that it is one: NodeError naming the root otherwise.
 
         With ``module`` the error fails the module (``fail_json``) instead, so that a module's one
@@ -64,7 +65,7 @@ class Node:
             module.fail_json(msg=str(exc))
         return node
 
-    def check_root(self):
+    def check_root(self) -> None:
         """Raise NodeError unless the root is a directory holding ``sys/`` (what every Linux root has)."""
         if not os.path.exists(self.root):
             raise NodeError("root %s does not exist; give %s" % (self.root, ROOT_ALLOWED))
@@ -75,29 +76,29 @@ class Node:
                             "nothing on it can be read; give %s" % (self.root, ROOT_ALLOWED))
 
     @property
-    def is_live(self):
+    def is_live(self) -> bool:
         """True when the root is the running system's ``/`` (system commands may run)."""
         return self.root == "/"
 
-    def path(self, *parts):
+    def path(self, *parts: str) -> str:
         """Return the absolute path of ``parts`` (relative to the node root)."""
         rel = os.path.join(*[p.lstrip("/") for p in parts]) if parts else ""
         return os.path.join(self.root, rel)
 
-    def exists(self, *parts):
+    def exists(self, *parts: str) -> bool:
         return os.path.exists(self.path(*parts))
 
-    def isdir(self, *parts):
+    def isdir(self, *parts: str) -> bool:
         return os.path.isdir(self.path(*parts))
 
-    def listdir(self, *parts):
+    def listdir(self, *parts: str) -> list[str]:
         """Sorted directory entries, or an empty list when the directory is absent."""
         try:
             return sorted(os.listdir(self.path(*parts)))
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def read(self, *parts, default=None):
+    def read(self, *parts: str, default: str | None = None) -> str:
         """Return a file's content with surrounding whitespace stripped.
 
         A missing file returns ``default`` when one is given, otherwise raises ``NodeError``.
@@ -115,7 +116,7 @@ class Node:
                 return default
             raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
 
-    def write(self, value, *parts):
+    def write(self, value: Any, *parts: str) -> None:
         """Write ``value`` (newline-terminated, as ``echo`` would) to a sysfs/procfs attribute.
 
         One write call of the whole value: sysfs attributes take no temp file and no rename.
@@ -142,7 +143,7 @@ class Node:
         finally:
             os.close(fd)
 
-    def write_problem(self, *parts):
+    def write_problem(self, *parts: str) -> str | None:
         """Why ``Node.write`` of the attribute at ``parts`` would fail: a short reason, or None.
 
         Check mode asks this of exactly the files a real run would write, so that it fails where
@@ -158,13 +159,13 @@ class Node:
             return "is a directory"
         return "is not writable (%s: %s)" % (exc.strerror or exc, _refusal_cause(exc.errno))
 
-    def pciutils_args(self):
+    def pciutils_args(self) -> list[str]:
         """Extra arguments that make lspci/setpci operate on this node's sysfs tree."""
         if self.is_live:
             return []
         return ["-O", "sysfs.path=%s" % self.path(SYSFS_PCI_DEVICES.rsplit("/", 1)[0])]
 
-    def bin_path(self, module, name, package, host=True):
+    def bin_path(self, module: Any, name: str, package: str, host: bool = True) -> str:
         """Find a system command for this node; ``BinaryNotFound`` names the package that provides it.
 
         ``module`` only needs ``get_bin_path(name)`` (the PATH lookup of the live system). On a
@@ -186,7 +187,7 @@ class Node:
         return path
 
 
-def write_refusal(full):
+def write_refusal(full: str) -> OSError | None:
     """The OSError that opening the file ``full`` for writing raises, or None when it would open.
 
     ``os.access`` asks the kernel without opening anything: False for an immutable file or a
@@ -214,7 +215,7 @@ def _refusal_cause(err):
     return "refused by the kernel"
 
 
-def parse_cpulist(text):
+def parse_cpulist(text: str | None) -> list[int]:
     """Parse a kernel cpulist such as ``0-3,8,10-11`` into a sorted list of ints."""
     cpus = set()
     text = (text or "").strip()
@@ -230,7 +231,7 @@ def parse_cpulist(text):
     return sorted(cpus)
 
 
-def format_cpulist(cpus):
+def format_cpulist(cpus: Iterable[int]) -> str:
     """Format CPU numbers as a compact kernel cpulist (inverse of ``parse_cpulist``)."""
     out = []
     start = prev = None
@@ -251,7 +252,7 @@ def _cpu_range(start, end):
     return str(start) if start == end else "%d-%d" % (start, end)
 
 
-def online_cpus(node):
+def online_cpus(node: Node) -> list[int]:
     """CPU numbers that are online (falls back to the cpuN directories present)."""
     text = node.read(SYSFS_CPU, "online", default="")
     if text:
@@ -259,7 +260,7 @@ def online_cpus(node):
     return sorted(int(n[3:]) for n in node.listdir(SYSFS_CPU) if n.startswith("cpu") and n[3:].isdigit())
 
 
-def selected_bracket(text):
+def selected_bracket(text: str | None) -> str | None:
     """Return the bracketed choice of a sysfs multiple-choice file (``always [madvise] never``)."""
     for word in (text or "").split():
         if word.startswith("[") and word.endswith("]"):
@@ -267,16 +268,16 @@ def selected_bracket(text):
     return None
 
 
-def bracket_choices(text):
+def bracket_choices(text: str | None) -> list[str]:
     """Return every choice of a sysfs multiple-choice file, brackets removed."""
     return [w.strip("[]") for w in (text or "").split()]
 
 
-def lockdown_mode(node):
+def lockdown_mode(node: Node) -> str | None:
     """Return the kernel lockdown mode (none, integrity, confidentiality) or None if unknown."""
     return selected_bracket(node.read("sys/kernel/security/lockdown", default=""))
 
 
-def cmdline_args(node):
+def cmdline_args(node: Node) -> list[str]:
     """Return the running kernel command line as a list of arguments."""
     return node.read("proc/cmdline", default="").split()

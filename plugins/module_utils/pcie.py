@@ -20,11 +20,11 @@ import errno
 import os
 import re
 import struct
-from typing import Any
+from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_PCI_DEVICES,
     Node,
@@ -75,7 +75,7 @@ FAMILY = "pcie_mrrs"
 # ---------------------------------------------------------------------------------------------
 
 
-def encode_mrrs(size):
+def encode_mrrs(size: int) -> int:
     """Return the Device Control MRRS field (0..5) for a size in bytes (128..4096).
 
     Raises ``ValueError`` naming the allowed sizes for anything else.
@@ -85,7 +85,7 @@ def encode_mrrs(size):
     return MRRS_CHOICES.index(size)
 
 
-def decode_mrrs(field):
+def decode_mrrs(field: int) -> int:
     """Return the size in bytes of an MRRS (or MPS) field value 0..7: ``128 << field``.
 
     The encodings 6 and 7 are reserved by the specification: they return None.
@@ -95,22 +95,22 @@ def decode_mrrs(field):
     return 128 << field if field <= 5 else None
 
 
-def mrrs_of_devctl(devctl):
+def mrrs_of_devctl(devctl: int) -> int | None:
     """MRRS in bytes encoded in a Device Control value (None when reserved)."""
     return decode_mrrs((devctl & DEVCTL_MRRS_MASK) >> DEVCTL_MRRS_SHIFT)
 
 
-def mps_of_devctl(devctl):
+def mps_of_devctl(devctl: int) -> int | None:
     """MPS in bytes encoded in a Device Control value (None when reserved)."""
     return decode_mrrs((devctl & DEVCTL_MPS_MASK) >> 5)
 
 
-def devctl_with_mrrs(devctl, size):
+def devctl_with_mrrs(devctl: int, size: int) -> int:
     """Device Control value ``devctl`` with only its MRRS field replaced by ``size`` bytes."""
     return (devctl & ~DEVCTL_MRRS_MASK & 0xFFFF) | (encode_mrrs(size) << DEVCTL_MRRS_SHIFT)
 
 
-def setpci_mrrs_assignment(size):
+def setpci_mrrs_assignment(size: int) -> str:
     """The setpci ``value:mask`` write of an MRRS, e.g. ``CAP_EXP+08.w=5000:7000`` for 4096.
 
     The mask is exactly 0x7000: MPS (bits 7:5) and bit 15 (FLR on endpoints) are never written.
@@ -118,7 +118,7 @@ def setpci_mrrs_assignment(size):
     return "%s=%04x:%04x" % (SETPCI_DEVCTL_REG, encode_mrrs(size) << DEVCTL_MRRS_SHIFT, DEVCTL_MRRS_MASK)
 
 
-def find_capability(config_bytes, cap_id):
+def find_capability(config_bytes: bytes, cap_id: int) -> int | None:
     """Offset of the first capability ``cap_id`` in the standard list, or None when absent.
 
     Walks from the pointer at 0x34 (only when the Status register says a list exists), guarding
@@ -142,7 +142,7 @@ def find_capability(config_bytes, cap_id):
     return None
 
 
-def decode_pcie(config_bytes):
+def decode_pcie(config_bytes: bytes) -> dict | None:
     """Decode the PCI Express capability of a config space; None when the device has none.
 
     Returns a dict:
@@ -183,7 +183,7 @@ _LSPCI_SLOT_RE = re.compile(r"^([0-9a-fA-F]{4}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\
 _LSPCI_SIZES_RE = re.compile(r"MaxPayload (\d+) bytes, MaxReadReq (\d+) bytes")
 
 
-def parse_lspci_devctl(text):
+def parse_lspci_devctl(text: str) -> dict:
     """Parse ``lspci -vvv`` (or ``-D -vvv``) output into ``{bdf: {"mps": int, "mrrs": int}}``.
 
     The sizes are those of the ``DevCtl:`` block (its ``MaxPayload N bytes, MaxReadReq M bytes``
@@ -208,7 +208,7 @@ def parse_lspci_devctl(text):
 # ---------------------------------------------------------------------------------------------
 
 
-def normalize_bdf(text):
+def normalize_bdf(text: str) -> str:
     """Return ``DDDD:BB:DD.F`` (lower case) for ``DDDD:BB:DD.F`` or ``BB:DD.F``; else ValueError."""
     m = _BDF_RE.match(str(text).strip()) if isinstance(text, str) else None
     if not m:
@@ -218,7 +218,7 @@ def normalize_bdf(text):
     return ("%s:%s:%s.%s" % (domain, m.group(2), m.group(3), m.group(4))).lower()
 
 
-def normalize_hex_id(value, name, digits=4):
+def normalize_hex_id(value: str | int, name: str, digits: int = 4) -> str:
     """Return ``0x`` + ``digits`` lower-case hex digits for a PCI id given as hex text or int."""
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
@@ -233,7 +233,7 @@ def normalize_hex_id(value, name, digits=4):
     return "0x%0*x" % (digits, number)
 
 
-def normalize_class_prefix(value):
+def normalize_class_prefix(value: str) -> str:
     """Return a class prefix as 2, 4 or 6 lower-case hex digits (base, base+sub, with prog-if)."""
     text = str(value).strip() if isinstance(value, str) else None
     m = _HEX_RE.match(text) if text is not None else None
@@ -263,11 +263,11 @@ class DeviceSelector:
         self.bdfs = [normalize_bdf(b) for b in bdfs] if bdfs else None
 
     @classmethod
-    def nvidia_gpus(cls):
+    def nvidia_gpus(cls) -> DeviceSelector:
         """The default selector: NVIDIA display/3D controllers."""
         return cls()
 
-    def matches(self, dev):
+    def matches(self, dev: dict) -> bool:
         """True when a device dict (as from ``list_devices``) matches every given criterion."""
         if self.bdfs is not None and dev["bdf"] not in self.bdfs:
             return False
@@ -281,7 +281,7 @@ class DeviceSelector:
                 return False
         return True
 
-    def describe(self):
+    def describe(self) -> str:
         """A short human description of the selection, for messages."""
         if self.is_default:
             return "NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)"
@@ -315,7 +315,7 @@ def _read_int(text, default):
         return default
 
 
-def list_devices(node):
+def list_devices(node: Node) -> list[dict]:
     """Every PCI function of the node, sorted by BDF, from sysfs attribute files.
 
     Each dict: ``bdf``, ``vendor``, ``device``, ``class`` (sysfs hex strings, see the module
@@ -338,7 +338,7 @@ def list_devices(node):
     return devices
 
 
-def read_config(dev):
+def read_config(dev: dict) -> bytes:
     """The config space bytes of a device dict (``path/config``); NodeError when unreadable."""
     full = os.path.join(dev["path"], "config")
     try:
@@ -348,7 +348,7 @@ def read_config(dev):
         raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
 
 
-def pcie_bus_perf(node):
+def pcie_bus_perf(node: Node) -> bool:
     """True when the kernel was booted with ``pci=pcie_bus_perf`` (it clamps MRRS to MPS)."""
     for arg in cmdline_args(node):
         if arg.startswith("pci=") and "pcie_bus_perf" in arg[4:].split(","):
@@ -385,7 +385,7 @@ class Setpci:
             argv += ["-s", bdf, op]
         return argv
 
-    def read_devctl(self, bdfs):
+    def read_devctl(self, bdfs: list[str]) -> tuple[dict, dict]:
         """Read Device Control of each BDF: ``({bdf: int}, {bdf: error message})``."""
         values, errors = {}, {}
         bdfs = list(bdfs)
@@ -406,7 +406,7 @@ class Setpci:
                 errors.update(e)
         return values, errors
 
-    def write_mrrs(self, targets):
+    def write_mrrs(self, targets: dict) -> tuple[int, str]:
         """Write MRRS (mask 0x7000 only) for ``{bdf: bytes}``; returns ``(rc, stderr)`` of the last batch
         that failed, or ``(0, "")``. Success per device is decided by reading back."""
         items = sorted(targets.items())
@@ -434,7 +434,7 @@ def _not_root():
     return hasattr(os, "geteuid") and os.geteuid() != 0
 
 
-def config_fault(cfg):
+def config_fault(cfg: bytes) -> str | None:
     """Why config bytes read in full are too short to hold the PCIe capability; None when usable.
 
     A config file is 256 or 4096 bytes for root; the kernel shows only the 64-byte header to
@@ -469,7 +469,7 @@ def _access_fault(dev_path, exc):
     return msg
 
 
-def write_fault(dev):
+def write_fault(dev: dict) -> str | None:
     """Why the config file of ``dev`` cannot be opened for writing; None when it can.
 
     ``write_refusal`` (the probe every check mode shares) names the errno; the root hint is
@@ -489,7 +489,7 @@ def write_fault(dev):
     return msg
 
 
-def inspect_device(dev):
+def inspect_device(dev: dict) -> tuple[dict | None, str | None]:
     """Read and decode a device's config space: ``(decode_pcie result or None, fault or None)``."""
     try:
         with open(os.path.join(dev["path"], "config"), "rb") as fh:
@@ -553,7 +553,7 @@ def _absent_result(bdf):
             "reason": "recorded in the journal but not present on the node; journal entry kept"}
 
 
-def select_devices(node, selector):
+def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
     """Devices matching ``selector``; raises MrrsError when named BDFs are absent from the node."""
     devices = list_devices(node)
     if selector.bdfs:
@@ -638,8 +638,9 @@ def _base_result(node):
             "failed_devices": [], "changed": False}
 
 
-def run_mrrs(node, setpci_factory, journal, check_mode, mrrs=None, selector=None, restore=False,
-             allow_empty=False):
+def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal | None, check_mode: bool,
+             mrrs: int | None = None, selector: DeviceSelector | None = None, restore: bool = False,
+             allow_empty: bool = False) -> dict:
     """Apply ``mrrs`` to the devices chosen by ``selector`` (or restore the journal's originals).
 
     ``setpci_factory()`` returns a ``Setpci``; it is called only when something must be written,
@@ -743,7 +744,7 @@ def _apply(setpci, targets, planned, base, restore_journal):
     base["setpci_calls"] = setpci.calls
 
 
-def failure_message(result, restore, check_mode, journal_path=None):
+def failure_message(result: dict, restore: bool, check_mode: bool, journal_path: str | None = None) -> str:
     """The task's closing error: every failed device with its cause, and what happened to the rest."""
     failed = [d for d in result["devices"] if d["failed"]]
     done = [d for d in result["devices"] if d["changed"]]

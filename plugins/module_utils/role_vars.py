@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from typing import Any, Iterable
 
 PREFIX = "gpunode_tuning_"
 # Public names that are not role options: the playbooks' own variables (-e on the command line)
@@ -47,7 +48,7 @@ TYPE_PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "n
 VALUE_WIDTH = 120
 
 
-def spec_options(specs, entry_points=None):
+def spec_options(specs: dict | None, entry_points: Iterable[str] | None = None) -> dict:
     """Options of the given entry points of ``argument_specs`` (all entry points when None), merged."""
     out = {}
     for name, entry in (specs or {}).items():
@@ -56,12 +57,12 @@ def spec_options(specs, entry_points=None):
     return out
 
 
-def known_names(specs):
+def known_names(specs: dict | None) -> list[str]:
     """Every public name of the collection: the options of every entry point, playbook variables, facts."""
     return sorted(set(spec_options(specs)) | set(PLAYBOOK_VARIABLES) | set(EXPORTED_FACTS))
 
 
-def nearest_name(name, known):
+def nearest_name(name: str, known: Iterable[str]) -> str | None:
     """The known name closest to ``name`` (compared without the common prefix), or None."""
     suffixes = {k[len(PREFIX):]: k for k in known if k.startswith(PREFIX)}
     match = difflib.get_close_matches(name[len(PREFIX):] if name.startswith(PREFIX) else name,
@@ -69,13 +70,13 @@ def nearest_name(name, known):
     return suffixes[match[0]] if match else None
 
 
-def unknown_variables(names, known):
+def unknown_variables(names: Iterable[str], known: Iterable[str]) -> list[tuple[str, str | None]]:
     """``[(name, nearest known name or None)]`` for each prefixed name that is not known, sorted."""
     known = set(known)
     return [(n, nearest_name(n, known)) for n in sorted(set(names)) if n.startswith(PREFIX) and n not in known]
 
 
-def unknown_message(name, suggestion, strict=False):
+def unknown_message(name: str, suggestion: str | None, strict: bool = False) -> str:
     """One line about an unknown variable."""
     hint = "did you mean %s?" % suggestion if suggestion else "no known variable is similar"
     if strict:
@@ -84,7 +85,7 @@ def unknown_message(name, suggestion, strict=False):
             "gpunode_tuning_strict_vars: true makes this an error." % (name, hint))
 
 
-def show_value(value):
+def show_value(value: Any) -> str:
     """A value as a user wrote it (JSON-like), cut to VALUE_WIDTH characters."""
     try:
         text = json.dumps(value, sort_keys=True, default=str)
@@ -93,7 +94,7 @@ def show_value(value):
     return text if len(text) <= VALUE_WIDTH else text[:VALUE_WIDTH - 3] + "..."
 
 
-def allowed_text(option):
+def allowed_text(option: dict) -> str:
     """What an option accepts, from its argument spec: type, elements, choices, sub-options."""
     kind = option.get("type") or "str"
     text = TYPE_TEXT.get(kind, kind)
@@ -112,7 +113,7 @@ def allowed_text(option):
     return text
 
 
-def option_message(name, option, value, detail=""):
+def option_message(name: str, option: dict, value: Any, detail: str = "") -> str:
     """``value of NAME must be ALLOWED, got: VALUE`` and Ansible's detail when it adds something."""
     line = "value of %s must be %s, got: %s" % (name, allowed_text(option), show_value(value))
     if detail and "got:" not in detail:
@@ -120,7 +121,7 @@ def option_message(name, option, value, detail=""):
     return line
 
 
-def root_problem(value):
+def root_problem(value: Any) -> str | None:
     """Why ``value`` cannot be the node root, or None. An empty root must never mean the controller's /."""
     if not isinstance(value, str) or not value.strip():
         return ("value of gpunode_tuning_root must be an absolute path (/ for the running system, a directory "
@@ -143,7 +144,7 @@ NODE_PATH_VARIABLES = (
 NODE_PATH_ALLOWED = "an absolute path on the node without '..' components, spaces or control characters"
 
 
-def node_path_problem(name, value):
+def node_path_problem(name: str, value: Any) -> str | None:
     """Why ``value`` cannot be the node path ``name`` (below the node root), or None."""
     if not isinstance(value, str):
         return None  # the argument spec reports the type
@@ -155,7 +156,7 @@ def node_path_problem(name, value):
     return None
 
 
-def report(errors, unknown, strict=False):
+def report(errors: Iterable[str], unknown: Iterable[tuple[str, str | None]], strict: bool = False) -> dict:
     """``{errors, warnings, msg}``: the lines to fail with, the lines to warn about, one message."""
     unknown_lines = [unknown_message(n, s, strict) for n, s in unknown]
     errors = list(errors) + (unknown_lines if strict else [])

@@ -18,11 +18,11 @@ from __future__ import annotations
 import errno
 import os
 import re
-from typing import Any
+from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, same, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     Node,
     NodeError,
@@ -54,12 +54,12 @@ class TunableError(ValidationError):
     """An input that cannot be applied; the message names the key and what is allowed."""
 
 
-def normalize(value):
+def normalize(value: Any) -> str:
     """Whitespace-normalized form of a value (multi-field sysctls such as tcp_rmem)."""
     return " ".join(str(value).split())
 
 
-def value_string(value):
+def value_string(value: Any) -> str:
     """A desired value as text: booleans as 1/0, lists joined with spaces."""
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -70,7 +70,7 @@ def value_string(value):
     return str(value)
 
 
-def key_components(key):
+def key_components(key: str) -> list[str]:
     """Split a sysctl name into its file path components below /proc/sys.
 
     Raises ``TunableError`` for names outside the sysctl key grammar (validate.py): empty,
@@ -82,12 +82,12 @@ def key_components(key):
         raise TunableError(str(exc)) from None
 
 
-def canonical_key(parts):
+def canonical_key(parts: Iterable[str]) -> str:
     """The dotted name of path components (a dot inside a component is written as '/')."""
     return ".".join(p.replace(".", "/") for p in parts)
 
 
-def sysctl_path(parts):
+def sysctl_path(parts: Iterable[str]) -> str:
     return "/".join([PROC_SYS] + list(parts))
 
 
@@ -110,7 +110,7 @@ def _read_raw(node, rel):
         raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
 
 
-def validate_sysctl_value(key, desired, current):
+def validate_sysctl_value(key: str, desired: str, current: str) -> str:
     """Check a desired value (text) against the current one; return the text to write.
 
     The text check is the one the persistent drop-in gets too (``validate.sysctl_value``: no
@@ -135,13 +135,13 @@ def validate_sysctl_value(key, desired, current):
     return text
 
 
-def missing_item(key, path, kind, desired, problem):
+def missing_item(key: str, path: str, kind: str, desired: Any, problem: str) -> dict:
     """A planned item that cannot be applied on this node (it is reported failed, never written)."""
     return dict(key=key, path=path, kind=kind, desired=desired, before=None, before_raw=None, choices=None,
                 problem=problem)
 
 
-def plan_sysctl(node, key, value, seen):
+def plan_sysctl(node: Node, key: str, value: Any, seen: dict) -> dict:
     """Plan one sysctl. Raises ``TunableError`` for bad input; a key missing on this node is an item
     with ``problem`` set, so that the other keys are still applied."""
     parts = key_components(key)
@@ -170,7 +170,7 @@ def plan_sysctl(node, key, value, seen):
                 before_raw=before_raw, choices=None, problem=None)
 
 
-def plan_thp(node, name, value):
+def plan_thp(node: Node, name: str, value: Any) -> dict:
     """Plan one transparent hugepage setting (``problem`` set when THP is not available here)."""
     key = THP_PREFIX + name
     if name not in THP_FILES:
@@ -190,7 +190,7 @@ def plan_thp(node, name, value):
                 choices=choices, problem=None)
 
 
-def plan_items(node, sysctl=None, thp=None):
+def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) -> list[dict]:
     """Validate every requested item and return the plan, or raise ``TunableError`` listing all bad input.
 
     Each item: ``{key, path, kind, desired, before, before_raw, choices, problem}``. ``problem``
@@ -217,7 +217,7 @@ def plan_items(node, sysctl=None, thp=None):
     return items
 
 
-def sysctl_file_problem(node, path):
+def sysctl_file_problem(node: Node, path: str) -> str | None:
     """Why the sysctl drop-in ``path`` (absolute on the node) could not be written, or None.
 
     Raises ``TunableError`` for a path that is not a plain absolute path.
@@ -232,7 +232,7 @@ def sysctl_file_problem(node, path):
     return None
 
 
-def readonly_reason(node, rel):
+def readonly_reason(node: Node, rel: str) -> str | None:
     """Why ``rel`` cannot be written (read-only mount), or None when it looks writable."""
     try:
         st = os.statvfs(os.path.dirname(node.path(rel)))
@@ -243,13 +243,13 @@ def readonly_reason(node, rel):
     return None
 
 
-def write_errno(exc):
+def write_errno(exc: NodeError) -> int | None:
     """The errno of the OSError behind a ``NodeError`` raised by ``Node.write`` (or None)."""
     ctx = exc.__cause__ or exc.__context__
     return getattr(ctx, "errno", None)
 
 
-def read_current(node, item):
+def read_current(node: Node, item: dict) -> str | None:
     """Read back an item: normalized sysctl value or the selected THP choice."""
     text = _read_raw(node, item["path"])
     if item["kind"] == "thp":
@@ -258,7 +258,7 @@ def read_current(node, item):
     return normalize(text)
 
 
-def write_item(node, item, value):
+def write_item(node: Node, item: dict, value: str) -> str | None:
     """Write one value and read it back; returns the value read.
 
     A simulated node has no kernel behind its files, so for a multiple-choice file the choice
@@ -273,7 +273,7 @@ def write_item(node, item, value):
     return read_current(node, item)
 
 
-def new_result(item):
+def new_result(item: dict) -> dict:
     """The result of one item before anything is done; an item with a ``problem`` is failed already."""
     res = dict(key=item["key"], path="/" + item["path"], before=item["before"], after=item["before"],
                desired=item["desired"], changed=False, skipped=False, failed=False, reason=None)
@@ -282,11 +282,11 @@ def new_result(item):
     return res
 
 
-def failed_keys(results):
+def failed_keys(results: dict) -> list[str]:
     return [k for k, r in results.items() if r["failed"]]
 
 
-def applied_keys(results):
+def applied_keys(results: dict) -> list[str]:
     """Keys whose value is (in check mode: would be) the desired one after the task."""
     return [k for k, r in results.items() if not r["failed"] and not r["skipped"] and r["after"] == r["desired"]]
 
@@ -310,7 +310,8 @@ def _sort_out(node, items, check_mode, skip_readonly):
     return results, todo
 
 
-def apply(node, items, journal=None, check_mode=False, skip_readonly=False):
+def apply(node: Node, items: list[dict], journal: Journal | None = None, check_mode: bool = False,
+          skip_readonly: bool = False) -> tuple[dict, list[str]]:
     """Apply planned items. Returns ``(results by key, list of failed keys)``.
 
     Originals are recorded in the journal (and it is saved) before the first write; an item
@@ -350,7 +351,7 @@ def apply(node, items, journal=None, check_mode=False, skip_readonly=False):
     return results, failed_keys(results)
 
 
-def restore_item(node, key, original):
+def restore_item(node: Node, key: str, original: Any) -> dict:
     """The item that puts one journaled original back; ``problem`` says why it cannot be restored."""
     if key.startswith(THP_PREFIX):
         name = key[len(THP_PREFIX):]
@@ -379,12 +380,13 @@ def restore_item(node, key, original):
                 before_raw=before_raw, choices=None, problem=None)
 
 
-def restore_items(node, journal):
+def restore_items(node: Node, journal: Journal) -> list[dict]:
     """Items that put the journaled originals back, one per journal entry (sorted by key)."""
     return [restore_item(node, key, original) for key, original in sorted(journal.entries(FAMILY).items())]
 
 
-def restore(node, journal, check_mode=False, skip_readonly=False):
+def restore(node: Node, journal: Journal, check_mode: bool = False,
+            skip_readonly: bool = False) -> tuple[dict, list[str]]:
     """Write the journaled originals back, read back, drop restored entries, save.
 
     The original text is written as recorded (a tab-separated tcp_rmem stays tab-separated). An

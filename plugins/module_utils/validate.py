@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from typing import Any, Callable
 
 # The PCI selector rules are setpci_mrrs's own (one definition each); here they only get this
 # module's error type.
@@ -225,7 +226,7 @@ def systemd_unit_names(names: object) -> list[str]:
     return each(names, systemd_unit_name, "unit names", UNIT_NAME_ALLOWED)
 
 
-def each(values: object, validator, noun: str, allowed: str) -> list:
+def each(values: object, validator: Callable[[Any], Any], noun: str, allowed: str) -> list:
     """Apply ``validator`` to every element of the list ``values``; the error lists every refused one."""
     if not isinstance(values, (list, tuple)):
         raise ValidationError("%r is not a list of %s: allowed is a list, each %s" % (values, noun, allowed))
