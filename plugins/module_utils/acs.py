@@ -223,7 +223,7 @@ def iommu_facts(node: Node) -> dict:
 
 
 def read(node: Node, selector: pcie.DeviceSelector | None = None) -> dict:
-    """``p2p`` facts: GPU paths with their bridges' ACS, vfio-pci devices below them, IOMMU state."""
+    """The family's facts (``facts["pcie_acs"]``): GPU paths, their bridges' ACS, vfio-pci below them, IOMMU."""
     paths = gpu_paths(node, selector or pcie.DeviceSelector())
     for entry in paths["bridges"].values():
         entry.pop("path", None)
@@ -630,10 +630,10 @@ def evaluate(facts: dict, desired: dict, ctx) -> list:
     want = desired.get(NAME) or {}
     if want.get("mode") != "disable_redirect":
         return []
-    p2p = facts.get("p2p")
+    p2p = facts.get(NAME)  # what read() returned, under the family's name (Family.read)
     if not isinstance(p2p, dict):
         return [family.setting(NAME, "bridges", DESIRED_TEXT, None, "unsupported",
-                               "the facts have no p2p section (ACS was not read)")]
+                               "the facts have no %s section (ACS was not read)" % NAME)]
     if not p2p.get("gpus"):
         return [family.setting(NAME, "bridges", DESIRED_TEXT, None, "not_applicable", "no GPU is selected")]
     bridges = [p2p["bridges"][b] for b in sorted(p2p.get("bridges") or {})]
@@ -645,5 +645,5 @@ def evaluate(facts: dict, desired: dict, ctx) -> list:
     return [_bridge_row(e, want, ctx, arg, p2p.get("lockdown")) for e in bridges]
 
 
-FAMILY = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", run=run,
-                       evaluate=evaluate, boot=boot)
+DEFINITION = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", read=read, run=run,
+                           evaluate=evaluate, boot=boot)

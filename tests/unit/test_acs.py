@@ -285,12 +285,12 @@ def test_evaluate_drifted_then_applied_and_boot_reapplies(build_node):
     root = build_node(gpus=2)
     node = Node(root)
     desired = {"pcie_acs": {"mode": "disable_redirect", "persist": "boot_unit"}}
-    rows = acs.evaluate({"p2p": acs.read(node)}, desired, _Ctx(boot_unit=True))
+    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx(boot_unit=True))
     assert [(r["name"], r["state"]) for r in rows] == [("0000:40:01.1", "drifted"), ("0000:60:01.1", "drifted")]
     assert "root complex" in rows[0]["reason"] and rows[0]["persisted"] == acs.DESIRED_TEXT
     ok, msg = acs.boot(node, desired["pcie_acs"])
     assert ok, msg
-    rows = acs.evaluate({"p2p": acs.read(node)}, desired, _Ctx())
+    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx())
     assert {r["state"] for r in rows} == {"applied"} and rows[0]["id"] == "pcie_acs.0000:40:01.1"
     assert acs.boot(node, desired["pcie_acs"]) == (True, "ACS redirect disabled on no bridge (already off)")
 
@@ -300,13 +300,13 @@ def test_evaluate_pending_reboot_unmanaged_and_vfio(build_node):
     node = Node(root)
     arg = "pci=disable_acs_redir=0000:40:01.1;0000:60:01.1"
     desired = {"pcie_acs": {"mode": "disable_redirect", "persist": "kernel_arg"}}
-    rows = acs.evaluate({"p2p": acs.read(node)}, desired, _Ctx(configured=[arg]))
+    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx(configured=[arg]))
     assert {r["state"] for r in rows} == {"pending_reboot"} and rows[0]["persisted"] == arg
-    assert acs.evaluate({"p2p": acs.read(node)}, {"pcie_acs": {"mode": "unmanaged"}}, _Ctx()) == []
+    assert acs.evaluate({"pcie_acs": acs.read(node)}, {"pcie_acs": {"mode": "unmanaged"}}, _Ctx()) == []
     bind(root, "0000:61:00.0", "vfio-pci")
-    rows = acs.evaluate({"p2p": acs.read(node)}, desired, _Ctx())
+    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx())
     assert rows[1]["state"] == "drifted" and "vfio-pci" in rows[1]["reason"]
-    assert acs.FAMILY.name == "pcie_acs" and acs.FAMILY.module == "pcie_acs"
+    assert acs.DEFINITION.name == "pcie_acs" and acs.DEFINITION.read is acs.read
     assert family.STATES  # rows validated by family.setting
 
 
