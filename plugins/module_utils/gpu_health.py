@@ -202,6 +202,10 @@ def _each(gpus: list, test) -> list:
 def ecc_rows(gpus: list) -> list:
     """``ecc_mode`` (pending change = pending_reboot) and ``ecc_uncorrected`` (volatile fails)."""
     modes = sorted({g["ecc.mode.current"] for g in gpus})
+    if all(m.startswith("[") for m in modes):  # [N/A]: a GPU without ECC memory
+        why = "the GPUs report no ECC (%s)" % "/".join(modes)
+        return [_row("ecc_mode", None, "/".join(modes), "not_applicable", why),
+                _row("ecc_uncorrected", 0, None, "not_applicable", why)]
     changing = _each(gpus, lambda g: "ECC %s, %s pending" % (g["ecc.mode.current"], g["ecc.mode.pending"])
                      if g["ecc.mode.pending"] != g["ecc.mode.current"] and not g["ecc.mode.pending"].startswith("[")
                      else "")

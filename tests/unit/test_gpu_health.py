@@ -213,3 +213,9 @@ def test_health_findings_for_a_rollout_gate():
     assert gpu_health.health_findings({"settings": rows[2:]}) == []
     with pytest.raises(family.EvaluationError, match="expected a verification result"):
         gpu_health.health_findings(None)
+
+
+def test_gpus_without_ecc_are_not_applicable():
+    gpus = gpu_health.parse_health("0, 00000000:41:00.0, Enabled, [N/A], [N/A], [N/A], [N/A], [N/A], No, No, "
+                                   "450.00, 450.00, 450.00, 0x0000000000000000, 0, 570.124.06")
+    assert [r["state"] for r in gpu_health.ecc_rows(gpus)] == ["not_applicable", "not_applicable"]
