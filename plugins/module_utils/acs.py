@@ -496,8 +496,11 @@ def execute(call: family.Call, node: Node, selector: pcie.DeviceSelector | None,
     results += [_absent(b) for b in absent]
     warnings += ["%s: %s" % (b, _absent(b)["reason"]) for b in absent]
     with_acs = sorted(r["bdf"] for r in results if r["acs"])
+    # The kernel argument never names a bridge above a vfio-pci device (the runtime write refuses it too).
+    arg_bridges = [r["bdf"] for r in results if r["acs"] and not r["vfio_devices"]]
     result = {"changed": bool(targets), "gpus": gpus, "lockdown": lockdown_mode(node), "setpci_calls": 0,
-              "not_applicable": not restore and not with_acs, "kernel_arg": kernel_arg(with_acs) if with_acs else None}
+              "not_applicable": not restore and not with_acs,
+              "kernel_arg": kernel_arg(arg_bridges) if arg_bridges and not restore else None}
     if targets and result["lockdown"] in ("integrity", "confidentiality"):
         result.update(changed=False, bridges=_public(results), failed_bridges=sorted(targets))
         raise family.FamilyError("kernel lockdown is in %s mode: the kernel refuses PCI config-space writes from user "
@@ -641,7 +644,8 @@ def evaluate(facts: dict, desired: dict, ctx) -> list:
     if not with_acs and not any(e.get("error") for e in bridges):
         return [family.setting(NAME, "bridges", DESIRED_TEXT, None, "not_applicable",
                                "no bridge on a GPU path has an ACS capability")]
-    arg = kernel_arg(with_acs) if with_acs else None
+    arg_bridges = [e["bdf"] for e in bridges if e.get("acs") and not e.get("vfio")]
+    arg = kernel_arg(arg_bridges) if arg_bridges else None
     return [_bridge_row(e, want, ctx, arg, p2p.get("lockdown")) for e in bridges]
 
 

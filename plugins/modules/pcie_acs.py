@@ -188,7 +188,8 @@ not_applicable:
 kernel_arg:
   description:
     - The kernel argument that disables redirect on the same bridges at boot (C(pci=disable_acs_redir=BDF;BDF)),
-      null when no bridge has ACS. Quote it in GRUB's configuration (C(;)).
+      null when no bridge has ACS (or with O(restore=true)). Bridges above a vfio-pci device are left out.
+    - Quote it in GRUB's configuration, where C(;) separates commands.
   returned: always
   type: str
   sample: "pci=disable_acs_redir=0000:40:01.1;0000:60:01.1"

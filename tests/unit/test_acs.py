@@ -209,6 +209,7 @@ def test_vfio_below_a_bridge_is_refused_others_set(build_node, run_module):
     assert result["failed_bridges"] == ["0000:40:01.1"]
     refused = [b for b in result["bridges"] if b["refused"]]
     assert [b["bdf"] for b in refused] == ["0000:40:01.1"] and refused[0]["vfio_devices"] == ["0000:41:00.0"]
+    assert "0000:60:01.1" in result["kernel_arg"] and "0000:40:01.1" not in result["kernel_arg"]
     others = set(AUDITED_GPU_PORTS) - {"0000:40:01.1"}
     assert_only_redirect_cleared(before, configs(root), others)
 
