@@ -651,3 +651,60 @@ def evaluate(facts: dict, desired: dict, ctx) -> list:
 
 DEFINITION = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", read=read, run=run,
                            evaluate=evaluate, boot=boot)
+
+
+# ---------------------------------------------------------------------------------------------
+# The P2P check: nvidia-smi topo -p2p matrices (the verification wiring is the lead's)
+# ---------------------------------------------------------------------------------------------
+
+# The legend nvidia-smi prints below a -p2p matrix.
+P2P_STATUS = {"X": "self", "OK": "status OK", "CNS": "chipset not supported", "GNS": "GPU not supported",
+              "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
+P2P_KINDS = {"r": "read", "w": "write", "n": "NVLink", "a": "atomics", "p": "prop"}
+
+
+def parse_topo_p2p(text: str) -> dict:
+    """``{(row GPU, column GPU): status}`` of one ``nvidia-smi topo -p2p KIND`` matrix (self pairs left out).
+
+    The header names the columns (``GPU0 GPU1 ...``); each row starts with its GPU; the legend after a
+    blank line ends the matrix. ValueError when no matrix is found or a row does not fit the header.
+    """
+    header, pairs = None, {}
+    for line in text.splitlines():
+        cells = line.split()
+        if not cells:
+            if header and pairs:
+                break
+            continue
+        if header is None and all(c.startswith("GPU") for c in cells):
+            header = cells
+            continue
+        if header is None or not cells[0].startswith("GPU"):
+            continue
+        if len(cells) < len(header) + 1:
+            raise ValueError("nvidia-smi topo -p2p row %r has %d cells for %d GPUs" % (cells[0], len(cells) - 1,
+                                                                                       len(header)))
+        for col, status in zip(header, cells[1:]):
+            if col != cells[0]:
+                pairs[(cells[0], col)] = status
+    if header is None:
+        raise ValueError("no GPU matrix in the nvidia-smi topo -p2p output")
+    return pairs
+
+
+def p2p_findings(matrices: dict) -> list:
+    """Every GPU pair that is not OK in the read or write matrix, with the legend's reason.
+
+    ``matrices``: ``{"r": text, "w": text, "n": text}``. The NVLink matrix (``n``) is not a finding:
+    a PCIe-only node reports NS for every pair there by design; it is reported by the caller.
+    """
+    findings = []
+    for kind in ("r", "w"):
+        if matrices.get(kind) is None:
+            continue
+        for (a, b), status in sorted(parse_topo_p2p(matrices[kind]).items()):
+            if status != "OK":
+                findings.append({"pair": "%s-%s" % (a, b), "kind": P2P_KINDS[kind], "status": status,
+                                 "reason": "P2P %s between %s and %s: %s (%s)" % (
+                                     P2P_KINDS[kind], a, b, status, P2P_STATUS.get(status, "not in the legend"))})
+    return findings
