@@ -325,31 +325,3 @@ def test_facts_iommu_groups_and_args(build_node):
         ["0000:41:00.0", "0000:41:00.1"]
     assert acs.read(Node(build_node(gpus=1)))["iommu"]["active"] is False
 
-
-TOPO_R = """ \tGPU0\tGPU1\tGPU2\t
- GPU0\tX\tOK\tCNS\t
- GPU1\tOK\tX\tOK\t
- GPU2\tCNS\tOK\tX\t
-
-Legend:
-
-  X    = Self
-  OK   = Status Ok
-  CNS  = Chipset not supported
-  GNS  = GPU not supported
-"""
-
-
-def test_p2p_matrix_parsing_and_findings():
-    pairs = acs.parse_topo_p2p(TOPO_R)
-    assert len(pairs) == 6 and pairs[("GPU0", "GPU2")] == "CNS" and ("GPU0", "GPU0") not in pairs
-    ok = TOPO_R.replace("CNS", "OK")
-    findings = acs.p2p_findings({"r": TOPO_R, "w": ok, "n": TOPO_R.replace("OK", "NS")})
-    assert [(f["pair"], f["kind"], f["status"]) for f in findings] == [("GPU0-GPU2", "read", "CNS"),
-                                                                        ("GPU2-GPU0", "read", "CNS")]
-    assert "chipset not supported" in findings[0]["reason"]
-    assert acs.p2p_findings({"r": ok, "w": ok}) == []
-    with pytest.raises(ValueError, match="no GPU matrix"):
-        acs.parse_topo_p2p("NVIDIA-SMI has failed")
-    with pytest.raises(ValueError, match="cells"):
-        acs.parse_topo_p2p(" \tGPU0\tGPU1\n GPU0\tX\n")
