@@ -651,4 +651,3 @@ def evaluate(facts: dict, desired: dict, ctx) -> list:
 
 DEFINITION = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", read=read, run=run,
                            evaluate=evaluate, boot=boot)
-

@@ -324,4 +324,3 @@ def test_facts_iommu_groups_and_args(build_node):
     assert sorted(os.listdir(os.path.join(root, "sys/kernel/iommu_groups", group, "devices"))) == \
         ["0000:41:00.0", "0000:41:00.1"]
     assert acs.read(Node(build_node(gpus=1)))["iommu"]["active"] is False
-
