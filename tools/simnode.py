@@ -976,13 +976,41 @@ def query(gpus, fields, fmt):
         print(", ".join(vals))
 
 
+def acs_redirect(bus_id):
+    """Whether a bridge above the GPU has ACS ReqRedir or CmpltRedir set (the simulated P2P verdict)."""
+    path = os.path.realpath(os.path.join(ROOT, "sys/bus/pci/devices", bus_id.lower()[-12:]))
+    while True:
+        path = os.path.dirname(path)
+        if len(os.path.basename(path)) != 12 or not os.path.isfile(os.path.join(path, "config")):
+            return False  # pci0000:40: the root bus, no bridge above
+        with open(os.path.join(path, "config"), "rb") as fh:
+            cfg = fh.read()
+        pos = 0x100
+        for _step in range(64):
+            header = int.from_bytes(cfg[pos:pos + 4], "little") if pos + 8 <= len(cfg) else 0
+            if header & 0xFFFF == 0x000D and int.from_bytes(cfg[pos + 6:pos + 8], "little") & 0x000C:
+                return True
+            if header & 0xFFFF in (0, 0x000D) or header >> 20 < 0x100:
+                break
+            pos = header >> 20
+
+
+def p2p_cell(gpus, i, j, kind):
+    """NVLink: not supported (PCIe GPUs); read/write: CNS where ACS redirect sends peer traffic upstream."""
+    if kind == "n":
+        return "NS"
+    return "CNS" if acs_redirect(gpus[i]["pci.bus_id"]) or acs_redirect(gpus[j]["pci.bus_id"]) else "OK"
+
+
 def topo(gpus, args):
     n = len(gpus)
-    cell = "X" if "-m" in args else "OK"
+    kind = args[args.index("-p2p") + 1] if "-p2p" in args and args.index("-p2p") + 1 < len(args) else None
     print("\t" + "\t".join("GPU%d" % i for i in range(n)))
     for i in range(n):
-        print("GPU%d\t" % i + "\t".join("X" if i == j else ("NODE" if "-m" in args else cell) for j in range(n)))
-    print("\nLegend:\n\n  X    = Self")
+        print("GPU%d\t" % i + "\t".join("X" if i == j else ("NODE" if "-m" in args else p2p_cell(gpus, i, j, kind))
+                                         for j in range(n)))
+    legend = "\n  OK   = Status Ok\n  CNS  = Chipset not supported\n  NS   = Not supported" if kind else ""
+    print("\nLegend:\n\n  X    = Self" + legend)
 
 
 def main(argv):

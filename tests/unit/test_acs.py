@@ -324,3 +324,22 @@ def test_facts_iommu_groups_and_args(build_node):
     assert sorted(os.listdir(os.path.join(root, "sys/kernel/iommu_groups", group, "devices"))) == \
         ["0000:41:00.0", "0000:41:00.1"]
     assert acs.read(Node(build_node(gpus=1)))["iommu"]["active"] is False
+
+
+@needs_setpci
+def test_simulated_p2p_verdict_turns_ok_once_redirect_is_off(build_node, run_module):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+
+    root = build_node("xeon-4gpu-switch", gpus=2, nvidia_smi=True)
+    smi = os.path.join(root, "usr/bin/nvidia-smi")
+
+    def p2p(kind):
+        out = subprocess.run([smi, "topo", "-p2p", kind], capture_output=True, text=True, check=True).stdout
+        return verification.parse_p2p(out)
+
+    assert [(p["a"], p["b"], p["status"]) for p in p2p("r")["not_ok"]] == [("GPU0", "GPU1", "CNS"),
+                                                                           ("GPU1", "GPU0", "CNS")]
+    result, failed = run_module("pcie_acs", {"root": root})
+    assert not failed, result["msg"]
+    assert p2p("r")["not_ok"] == [] and p2p("w")["not_ok"] == []
+    assert {p["status"] for p in p2p("n")["pairs"]} == {"NS"}  # PCIe GPUs: no NVLink
