@@ -51,6 +51,19 @@ def _say(line):
     sys.stdout.flush()
 
 
+def boot_state(desired: dict) -> dict:
+    """The part of a desired state that boot re-applies: ``version`` and each boot family that is set."""
+    known = {fam.name for fam in families.FAMILIES} | set(FAMILIES) | set(families.report_titles())
+    unknown = sorted(set(desired) - known - {"version"})
+    if unknown:
+        raise BootError("unknown families %s; known are %s" % (", ".join(unknown), ", ".join(sorted(known))))
+    out = {"version": VERSION}
+    for key in FAMILIES:
+        if desired.get(key) not in (None, {}, [], ""):
+            out[key] = desired[key]
+    return out
+
+
 def load_desired(path: str) -> dict:
     """The desired state in ``path``; BootError naming the file when it is unusable."""
     try:

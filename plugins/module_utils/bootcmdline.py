@@ -507,5 +507,5 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
 
 
 # The kernel command line has nothing to re-apply at boot: the bootloader passes it.
-DEFINITION = Family(name=FAMILY, titles={"cmdline": "kernel cmdline"}, module="kernel_cmdline", evaluate=evaluate,
-                    reboot_only=("cmdline",))
+DEFINITION = Family(name=FAMILY, titles={"cmdline": "kernel cmdline"}, module="kernel_cmdline", run=run,
+                    evaluate=evaluate, reboot_only=("cmdline",))

@@ -1214,4 +1214,5 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
     return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)
 
 
-DEFINITION = Family(name=FAMILY, titles={"cpufreq": "cpufreq"}, module="cpu_freq", evaluate=evaluate, boot=boot)
+DEFINITION = Family(name=FAMILY, titles={"cpufreq": "cpufreq"}, module="cpu_freq", run=run, evaluate=evaluate,
+                    boot=boot)

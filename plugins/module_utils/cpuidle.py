@@ -510,4 +510,5 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
     return True, "%s: %d file(s) written on CPUs %s" % (what, len(writes), format_cpulist(cpus))
 
 
-DEFINITION = Family(name=FAMILY, titles={"cpuidle": "C-states"}, module="cpu_cstate", evaluate=evaluate, boot=boot)
+DEFINITION = Family(name=FAMILY, titles={"cpuidle": "C-states"}, module="cpu_cstate", run=run, evaluate=evaluate,
+                    boot=boot)

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-  # noqa: UP009 (header required by docs/module-contract.md)
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read-only facts for verification: one cheap pass over a node's sysfs, procfs and kernel log.
@@ -21,7 +20,7 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils import families, kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.kmod import NAME_ALLOWED, NAME_RE, sysfs_name
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
@@ -461,7 +460,7 @@ def gather(node: Node, pci_selector: dict | None = None, sysctls: list[str] | No
         # facts full of nulls would let a verification pass it.
         raise NodeError("no CPU found below %s (neither %s/online nor cpuN directories): the root is not a "
                         "readable Linux node" % (node.root, node.path(SYSFS_CPU)))
-    return {
+    facts = {
         "os": os_facts(node),
         "kernel": kernel_facts(node),
         "cpu": cpu_facts(node, cpus),
@@ -474,3 +473,7 @@ def gather(node: Node, pci_selector: dict | None = None, sysctls: list[str] | No
         "nvidia": nvidia_facts(node),
         "kernel_log": kernel_log.kernel_log_facts(node, kmsg_levels, kmsg_since, kmsg_ignore),
     }
+    for fam in families.FAMILIES:  # the facts of the families that read their own (the registry's read)
+        if fam.read is not None:
+            facts[fam.name] = fam.read(node, selector)
+    return facts

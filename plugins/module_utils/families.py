@@ -13,6 +13,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import (
     bootcmdline,
     cpufreq,
     cpuidle,
+    gpu_health,
+    gpu_settings,
     kmod,
     pcie,
     tunables,
@@ -26,6 +28,8 @@ FAMILIES: tuple[Family, ...] = (
     tunables.DEFINITION,
     kmod.DEFINITION,
     bootcmdline.DEFINITION,
+    gpu_settings.DEFINITION,
+    gpu_health.DEFINITION,
 )
 
 

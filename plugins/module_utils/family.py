@@ -59,6 +59,9 @@ class Family(NamedTuple):
     titles: dict
     # Its runtime module, None for a read-only family.
     module: str | None = None
+    # (node, selector) -> dict: the family's facts, under facts[name] in tuning_info (selector: the
+    # pcie.DeviceSelector of the GPUs, pci_selector). None when facts.py already reads them.
+    read: Callable[..., dict] | None = None
     # (call) -> result dict; raises FamilyError. The module runs exactly this (run_module).
     run: Callable[..., dict] | None = None
     # (facts, desired, ctx) -> list of setting() rows; ``desired`` is the whole desired state.

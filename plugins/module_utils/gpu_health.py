@@ -390,8 +390,11 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
     The nvidia-smi and DCGM answers are ``verify_node.gpu_probe``'s result, taken from ``ctx.gpu``
     or else ``facts["gpu_probe"]`` (absent: the rows that need them are left out): ``health``
-    ({rc, stdout, stderr} of ``HEALTH_ARGS``) and ``dcgm`` when they ran.
+    ({rc, stdout, stderr} of ``HEALTH_ARGS``) and ``dcgm`` when they ran. No rows when ``desired``
+    has no ``gpu_health`` key; ``{}`` asks for the checks without an expected count or DCGM.
     """
+    if NAME not in (desired or {}):
+        return []  # not part of the desired state (the role always asks; tuning_info alone may not)
     want = validate((desired or {}).get(NAME))
     probe = getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {}
     health = probe.get("health") if probe.get("probe") == "present" else None

@@ -636,4 +636,4 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     return out
 
 
-DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", evaluate=evaluate)
+DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", run=run, evaluate=evaluate)

@@ -50,19 +50,10 @@ class Node:
         self.root = "/" if os.path.realpath(root) == "/" else root
 
     @classmethod
-    def open(cls, root: str, module: Any = None) -> Node:
-        """The node at ``root`` after checking that it is one: NodeError naming the root otherwise.
-
-        With ``module`` the error fails the module (``fail_json``) instead, so that a module's one
-        line ``node = Node.open(p["root"], module)`` refuses a bad root before any read or write.
-        """
-        try:
-            node = cls(root)
-            node.check_root()
-        except NodeError as exc:
-            if module is None:
-                raise
-            module.fail_json(msg=str(exc))
+    def open(cls, root: str) -> Node:
+        """The node at ``root`` after checking that it is one: NodeError naming the root otherwise."""
+        node = cls(root)
+        node.check_root()
         return node
 
     def check_root(self) -> None:

@@ -901,5 +901,5 @@ def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
         size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
 
 
-DEFINITION = Family(name=FAMILY, titles={"pcie_mrrs": "PCIe MRRS"}, module="setpci_mrrs", evaluate=evaluate,
-                boot=boot)
+DEFINITION = Family(name=FAMILY, titles={"pcie_mrrs": "PCIe MRRS"}, module="setpci_mrrs", run=run,
+                    evaluate=evaluate, boot=boot)

@@ -528,4 +528,4 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
 
 
 DEFINITION = Family(name=FAMILY, titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
-                    module="kernel_tunables", evaluate=evaluate, boot=boot, boot_key="thp")
+                    module="kernel_tunables", run=run, evaluate=evaluate, boot=boot, boot_key="thp")

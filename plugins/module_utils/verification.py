@@ -226,6 +226,8 @@ class Context:
         self.boot_unit = bool(boot_unit)
         self.modules_persisted = set(modules_persisted or [])
         self.root = root or "/"
+        # nvidia-smi's (and DCGM's) answers on a live node (verify_node.gpu_probe); None when not probed.
+        self.gpu: dict | None = None
 
     def arg(self, arg: str) -> dict:
         """``{configured, running}`` of one kernel argument; configured is None when unknown."""
@@ -461,6 +463,7 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
         facts = facts["tuning_facts"]
     desired = desired or {}
     ctx = _context(facts, context)
+    ctx.gpu = gpu
     settings = []
     for fam in registry.FAMILIES:
         if fam.evaluate is not None:

@@ -180,7 +180,7 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
         "modules_persisted": modules,
     }
     result = verification.evaluate_host(
-        facts, desired, context, kernel_log_since=since, gpu=gpu_probe(node, opts, tools),
+        facts, desired, context, kernel_log_since=since, gpu=gpu_probe(node, opts, tools, desired),
         fail_on_pending=opts["fail_on_pending"], fail_classes=opts["fail_classes"], host=opts["host"],
         verified_at=opts["verified_at"], gate=opts["gate"])
     return facts, result

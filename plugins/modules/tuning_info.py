@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-  # noqa: UP009 (header required by docs/module-contract.md)
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
@@ -1006,7 +1005,10 @@ def main():
     p = module.params
     if not kernel_log.HAS_NETADDR and any((r or {}).get("cidr") for r in (p["kmsg_ignore"] or [])):
         module.fail_json(msg=missing_required_lib("netaddr", reason="for kmsg_ignore rules with a cidr"))
-    node = Node.open(p["root"], module)
+    try:
+        node = Node.open(p["root"])
+    except NodeError as exc:
+        module.fail_json(msg=str(exc))
     options = dict(pci_selector=p["pci_selector"], sysctls=p["sysctls"], kmsg_levels=p["kmsg_levels"],
                    kmsg_ignore=p["kmsg_ignore"], modules=p["modules"], detail=p["detail"])
     try:

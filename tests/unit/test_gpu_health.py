@@ -30,7 +30,7 @@ def _tools(root):
 def _evaluate(root, desired=None):
     """gather + gpu_probe (the node-local nvidia-smi) + evaluate: {row name: row}."""
     facts = gather(Node(root))
-    desired = desired or {}
+    desired = desired or {"gpu_health": {}}
     facts["gpu_probe"] = verify_node.gpu_probe(Node(root), dict(verify_node.VERIFY_DEFAULTS), _tools(root), desired)
     return {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}
 
@@ -166,7 +166,7 @@ def test_nvidia_smi_failing_query_is_unsupported_not_a_crash():
     facts = _facts_with_link("32.0 GT/s")
     stderr = 'Field "clocks_event_reasons.active" is not a valid field to query.'
     facts["gpu_probe"] = {"probe": "present", "health": {"rc": 2, "stdout": "", "stderr": stderr}}
-    rows = {r["name"]: r for r in gpu_health.evaluate(facts, {}, None)}
+    rows = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}
     assert rows["nvidia_smi"]["state"] == "unsupported" and "not a valid" in rows["nvidia_smi"]["reason"]
     assert rows["link_width"]["state"] == "applied"
 
