@@ -50,6 +50,8 @@ PYTHON = os.path.join(VENV_BIN, "python")
 SSHD = "/usr/sbin/sshd"
 ADDRESS_BASE = (127, 10)  # hosts get 127.10.x.y: inside 127.0.0.0/8, away from 127.0.0.1
 MAX_HOSTS = 250 * 250
+# sshd listens on at most 16 sockets (its MAX_LISTEN_SOCKS): one sshd per 16 host addresses.
+ADDRESSES_PER_SSHD = 16
 PLAYBOOK_TIMEOUT = 3600
 # Ansible's own default ssh_args carry ControlPersist; "nopersist" opens a connection per command.
 PERSIST_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"
@@ -67,7 +69,7 @@ SSHD_CONFIG = """\
 Port {port}
 {listen}
 HostKey {workdir}/host_ed25519
-PidFile {workdir}/sshd.pid
+PidFile {workdir}/sshd-{index}.pid
 AuthorizedKeysFile {workdir}/authorized_keys
 AllowUsers root
 PermitRootLogin prohibit-password
@@ -128,14 +130,14 @@ def make_keys(workdir):
 class Sshd:
     """One sshd (a child of this process) listening on the fleet's loopback addresses only."""
 
-    def __init__(self, workdir, addresses, port):
+    def __init__(self, workdir, addresses, port, index=0):
         self.workdir, self.addresses, self.port = workdir, addresses, port
-        self.config = os.path.join(workdir, "sshd_config")
-        self.log = os.path.join(workdir, "sshd.log")
+        self.config = os.path.join(workdir, "sshd_config-%d" % index)
+        self.log = os.path.join(workdir, "sshd-%d.log" % index)
         self.proc = None
         listen = "\n".join("ListenAddress %s" % a for a in addresses)
         with open(self.config, "w", encoding="utf-8") as handle:
-            handle.write(SSHD_CONFIG.format(port=port, listen=listen, workdir=workdir))
+            handle.write(SSHD_CONFIG.format(port=port, listen=listen, workdir=workdir, index=index))
         subprocess.run([SSHD, "-t", "-f", self.config], check=True)
 
     def start(self):
@@ -185,6 +187,33 @@ class Sshd:
                 return handle.read()
         except OSError:
             return ""
+
+
+class SshdGroup:
+    """The sshds of a fleet, ADDRESSES_PER_SSHD host addresses each, on one port."""
+
+    def __init__(self, workdir, addresses, port):
+        self.port = port
+        self.members = [Sshd(workdir, addresses[i:i + ADDRESSES_PER_SSHD], port, index=i // ADDRESSES_PER_SSHD)
+                        for i in range(0, len(addresses), ADDRESSES_PER_SSHD)]
+
+    def start(self):
+        for member in self.members:
+            member.start()
+
+    def pids(self):
+        return {m.proc.pid for m in self.members if m.proc is not None}
+
+    def stop(self):
+        """Stop every sshd; their CPU, sessions included."""
+        return sum(member.stop() for member in self.members)
+
+    def kill(self):
+        for member in self.members:
+            member.kill()
+
+    def read_log(self):
+        return "".join(member.read_log() for member in self.members)
 
 
 CONNECTION_RE = re.compile(r"Connection from \S+ port (\d+) on (\S+) port \d+")
@@ -336,7 +365,7 @@ def measure(name, hosts, run, timeout):
     try:
         env = playbook_env(config, run.collections, control_dir, counts_path, run.mitogen)
         wall, controller_cpu, rc, tail = run_playbook(run.tree, inventory, config, env, timeout)
-        controller_cpu += close_control_masters(control_dir, {sshd.proc.pid})
+        controller_cpu += close_control_masters(control_dir, sshd.pids())
     finally:
         node_cpu = sshd.stop()
     ssh = parse_sshd_log(sshd.read_log())
@@ -460,7 +489,7 @@ def main(argv=None):
         run.tree, run.collections, run.simfleet = load_tree(run.workdir, args.commit)
         make_keys(run.workdir)
         addresses = [host_address(n) for n in range(1, args.hosts + 1)]
-        run.sshd = Sshd(run.workdir, addresses, free_port(addresses[0]))
+        run.sshd = SshdGroup(run.workdir, addresses, free_port(addresses[0]))
         for name in names:
             log("%s: %d host(s) over SSH..." % (name, args.hosts))
             rows.append(dict(measure(name, args.hosts, run, args.timeout), tree=args.commit or "working tree"))
