@@ -25,6 +25,7 @@ PLAYBOOK_VARIABLES = (
     "gpunode_tuning_rollout_batch",
     "gpunode_tuning_rollout_max_fail_percentage",
     "gpunode_tuning_rollout_flow",
+    "gpunode_tuning_rollout_health_gate",
 )
 EXPORTED_FACTS = (
     "gpunode_tuning_verification",

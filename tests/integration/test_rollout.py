@@ -8,7 +8,9 @@ Three small fleets, one rollout each (a few hosts cost ~5 s of CPU each on a 2-c
 * a fleet whose canary is a lockdown node (preset locked-bus-perf: setpci_mrrs refuses): the
   rollout stops after the canary, the later hosts are skipped and their trees are untouched;
 * a fleet with an unreachable host: it is reported as unreachable (one connection attempt), the
-  reachable hosts are done.
+  reachable hosts are done;
+* a fleet whose canary has a GPU trained at x8 of x16 (simnode ``--gpu-fault x8=0``): the health
+  gate finds it, the canary is not tuned, the rollout stops.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -25,6 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import simfleet  # noqa: E402  (tools/ is put on sys.path above)
+import simnode  # noqa: E402
 
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 JOURNAL = "var/lib/gpunode-tuning/journal.json"
@@ -84,8 +88,11 @@ def test_default_runtime_rollout_passes_an_acpi_cpufreq_fleet_canary_first(tmp_p
     proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=1", cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert summary["stopped"] is None
-    assert summary["counts"] == {"done": 3, "failed": 0, "unreachable": 0, "skipped": 0}
+    assert summary["counts"] == {"done": 3, "failed": 0, "unhealthy": 0, "unreachable": 0, "skipped": 0}
     results = by_host(summary)
+    # The health gate ran on every host and found nothing.
+    assert summary["settings"]["health_gate"] is True
+    assert all(r["health"] == "healthy" and r["findings"] == [] for r in results.values())
     # The canary (1 host), then batches of one host each.
     assert [(h, results[h]["batch"]) for h in sorted(results)] == [("sim-0001", 1), ("sim-0002", 2), ("sim-0003", 3)]
     assert results["sim-0001"]["canary"] is True
@@ -103,7 +110,7 @@ def test_default_runtime_rollout_passes_an_acpi_cpufreq_fleet_canary_first(tmp_p
     assert host["status"] == "fail" and host["failures"] == ["1 drifted: cpufreq driver"]
     assert host["gate"] == {"name": "runtime", "status": "pass", "ok": True, "failures": []}
     markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
-    assert "3 host(s): 3 done, 0 failed, 0 unreachable, 0 skipped." in markdown
+    assert "3 host(s): 3 done, 0 failed, 0 unhealthy, 0 unreachable, 0 skipped." in markdown
     assert "Every batch passed its gate." in markdown
     assert "## Still needing the persistent flow and a reboot" in markdown
     assert "| sim-0003 | done | %s |" % driver in markdown
@@ -156,3 +163,36 @@ def test_unreachable_host_is_reported_once(tmp_path):
     assert proc.stdout.count("UNREACHABLE!") == 1, proc.stdout[-3000:]
     markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
     assert "| sim-0003 | 2 | **unreachable** |" in markdown
+
+
+def test_unhealthy_canary_is_not_tuned_and_stops_the_rollout(tmp_path):
+    # The canary's only GPU trained at x8 of x16: a finding of the health gate before tuning.
+    simfleet.build_fleet(str(tmp_path), 3, python=os.path.join(VENV_BIN, "python"))
+    nodes = os.path.join(str(tmp_path), "nodes")
+    canary_root = os.path.join(nodes, "sim-0001")
+    shutil.rmtree(canary_root)
+    info = simnode.build(canary_root, "audited-epyc-8gpu", cpus=4, gpus=1, gpu_faults={"x8": [0]})
+    before = {h: tree_digest(os.path.join(nodes, h)) for h in ("sim-0001", "sim-0002", "sim-0003")}
+    proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=2")
+    assert proc.returncode != 0
+    assert "Rollout stopped after batch 1" in proc.stdout
+    assert summary["stopped"]["canary"] is True and summary["stopped"]["failed_hosts"] == ["sim-0001"]
+    assert summary["counts"] == {"done": 0, "failed": 0, "unhealthy": 1, "unreachable": 0, "skipped": 2}
+    canary = by_host(summary)["sim-0001"]
+    assert canary["status"] == "unhealthy" and canary["health"] == "unhealthy"
+    assert canary["verification"] == "not run"
+    bdf = info["gpu_bdfs"][0]
+    assert any(f.startswith("gpu_health.link_width: ") and "%s link x8 of x16" % bdf in f
+               for f in canary["findings"]), canary["findings"]
+    assert "x8" in canary["reason"]
+    # Not tuned (its MRRS and every other file as before, no journal) and not verified; the later
+    # batches were not touched at all.
+    for host, digest in before.items():
+        assert tree_digest(os.path.join(nodes, host)) == digest, host
+        assert not os.path.exists(os.path.join(reports, host + ".json")), host
+    assert not os.path.exists(os.path.join(canary_root, JOURNAL))
+    markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
+    assert "3 host(s): 0 done, 0 failed, 1 unhealthy, 0 unreachable, 2 skipped." in markdown
+    assert "## Unhealthy hosts (not tuned, not verified)" in markdown
+    assert "| sim-0001 | 1 (canary) | **unhealthy** | not run |" in markdown
+    assert "%s link x8 of x16" % bdf in markdown
