@@ -369,10 +369,13 @@ def measure(name, hosts, run, timeout):
     finally:
         node_cpu = sshd.stop()
     ssh = parse_sshd_log(sshd.read_log())
-    with open(os.path.join(fleet, "reports", "rollout-summary.json"), encoding="utf-8") as handle:
-        done = int(json.load(handle)["counts"]["done"])
-    with open(counts_path, encoding="utf-8") as handle:
-        counts = json.load(handle)
+    done, counts = 0, {"hosts": {}, "controller_plays": 0}
+    if os.path.exists(os.path.join(fleet, "reports", "rollout-summary.json")):  # not when the rollout was killed
+        with open(os.path.join(fleet, "reports", "rollout-summary.json"), encoding="utf-8") as handle:
+            done = int(json.load(handle)["counts"]["done"])
+    if os.path.exists(counts_path):
+        with open(counts_path, encoding="utf-8") as handle:
+            counts = json.load(handle)
     shutil.rmtree(fleet)
     per_host = counts["hosts"].values()
     row = {"config": name, "hosts": hosts, "rc": rc, "done": done, "wall": wall, "hosts_per_min": 60.0 * hosts / wall,
