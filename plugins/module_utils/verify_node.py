@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import gpu_health, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils import gpu_health, p2p, verification
 from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
@@ -48,6 +48,7 @@ GPU_COMMANDS = (
     ("topology", ["topo", "-m"]),
     ("p2p_read", ["topo", "-p2p", "r"]),
     ("p2p_write", ["topo", "-p2p", "w"]),
+    ("p2p_nvlink", ["topo", "-p2p", "n"]),
     ("health", gpu_health.HEALTH_ARGS),
 )
 
@@ -154,7 +155,19 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
         else:
             rc, stdout, stderr = tools.run([dcgmi, *gpu_health.DCGM_ARGS])
             out["dcgm"] = {"rc": rc, "stdout": stdout, "stderr": stderr}
+    if ((desired or {}).get(p2p.NAME) or {}).get("min_gbps") is not None:
+        out["nvbandwidth"] = _nvbandwidth(tools)
     return out
+
+
+def _nvbandwidth(tools: Tools) -> dict[str, Any]:
+    """The measured GPU pair bandwidths (gpu_p2p's min_gbps); never installed by the check."""
+    nvb = tools.find("nvbandwidth", "nvbandwidth")
+    if not nvb:
+        return {"rc": 127, "stdout": "", "stderr": "nvbandwidth not found on the node: build it from "
+                                                     "github.com/NVIDIA/nvbandwidth to measure GPU pair bandwidth"}
+    rc, stdout, stderr = tools.run([nvb, *p2p.NVBANDWIDTH_ARGS])
+    return {"rc": rc, "stdout": stdout, "stderr": stderr}
 
 
 def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,

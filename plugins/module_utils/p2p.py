@@ -1,0 +1,208 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU peer-to-peer: the read-only verification family ``gpu_p2p``.
+
+Tensor parallelism over PCIe lives on GPU-to-GPU P2P. On a live node with nvidia-smi,
+``verify_node.gpu_probe`` runs ``nvidia-smi topo -p2p r``, ``w`` and ``n`` (read, write, NVLink);
+this family judges each GPU pair from those matrices and names, for a pair that is not OK, the
+bridges above either GPU that still redirect peer traffic (ACS, ``facts["pcie_acs"]``). When
+``desired["gpu_p2p"]["min_gbps"]`` is set and ``nvbandwidth`` is installed, the probe also measures
+the pair bandwidths, judged against it. Nothing is installed or changed: no module, no boot step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+
+NAME = "gpu_p2p"
+# nvidia-smi's matrices as gpu_probe keys them (verify_node.GPU_COMMANDS), with what they test.
+MATRICES = (("p2p_read", "read"), ("p2p_write", "write"), ("p2p_nvlink", "nvlink"))
+# Read and write decide a pair's verdict; NVLink "NS" only says the pair talks over PCIe.
+DECIDING = ("read", "write")
+NVBANDWIDTH_TEST = "device_to_device_memcpy_read_ce"
+NVBANDWIDTH_ARGS = ["-t", NVBANDWIDTH_TEST]
+ALL_OK = "OK"
+
+
+def validate(want: Any) -> dict:
+    """``desired["gpu_p2p"]``: ``{min_gbps: number > 0 or None}``; EvaluationError naming what is allowed."""
+    if want is not None and not isinstance(want, dict):
+        raise family.EvaluationError("gpu_p2p must be a mapping with the key min_gbps, got %r" % (want,))
+    want = dict(want or {})
+    unknown = sorted(set(want) - {"min_gbps"})
+    if unknown:
+        raise family.EvaluationError("gpu_p2p: unknown key(s) %s; allowed: min_gbps" % ", ".join(unknown))
+    gbps = want.get("min_gbps")
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or gbps <= 0):
+        raise family.EvaluationError("gpu_p2p.min_gbps must be a number > 0 (GB/s) or null, got %r" % (gbps,))
+    return {"min_gbps": gbps}
+
+
+def parse_nvbandwidth(text: str | None) -> dict:
+    """The GPU x GPU matrix of ``nvbandwidth -t device_to_device_memcpy_read_ce``: ``{(row, col): GB/s}``.
+
+    nvbandwidth prints ``memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)``, a header of column
+    indices, then one line per row index; ``N/A`` (the diagonal, an unmeasured pair) is left out.
+    """
+    lines = (text or "").splitlines()
+    start = next((i for i, line in enumerate(lines) if "bandwidth (GB/s)" in line), None)
+    if start is None or start + 1 >= len(lines):
+        return {}
+    cols = [int(c) for c in lines[start + 1].split() if c.isdigit()]
+    out = {}
+    for line in lines[start + 2:]:
+        fields = line.split()
+        if not fields or not fields[0].isdigit():
+            break
+        for col, cell in zip(cols, fields[1:]):
+            if re.match(r"^\d+(\.\d+)?$", cell):
+                out[(int(fields[0]), col)] = float(cell)
+    return out
+
+
+def _outputs(probe: dict) -> dict:
+    """gpu_probe's answers, also from the verify tasks' registered loop (``results`` keyed by item.key)."""
+    out = dict(probe)
+    for res in out.pop("results", None) or []:
+        key = (res.get("item") or {}).get("key")
+        if key and not res.get("skipped"):
+            out[key] = {"rc": res.get("rc"), "stdout": res.get("stdout"), "stderr": res.get("stderr") or res.get("msg")}
+    return out
+
+
+def _redirecting(facts: dict) -> dict:
+    """``{gpu bdf: [bridge bdf, ...]}``: bridges above each GPU with ACS ReqRedir or CmpltRedir on."""
+    acs = facts.get("pcie_acs") or {}
+    bridges = acs.get("bridges") or {}
+    out = {}
+    for gpu in acs.get("gpus") or []:
+        for b in gpu.get("bridges") or []:
+            bits = ((bridges.get(b) or {}).get("acs") or {}).get("ctl_bits") or {}
+            if bits.get("ReqRedir") or bits.get("CmpltRedir"):
+                out.setdefault(gpu["bdf"], []).append(b)
+    return out
+
+
+def _row(name: str, running: Any, state: str, reason: str, desired: Any = ALL_OK) -> dict:
+    return family.setting(NAME, name, desired, running, state, reason)
+
+
+def _matrices(smi: dict) -> tuple:
+    """``({kind: parse_p2p result}, [unsupported rows])`` of the read, write and NVLink matrices."""
+    # verification imports the registry, which imports this file: import its parser when called.
+    from ansible_collections.gpunode.tuning.plugins.module_utils.verification import parse_p2p
+
+    parsed, rows = {}, []
+    for key, kind in MATRICES:
+        res = smi.get(key)
+        if not res:
+            continue  # an older probe without the NVLink matrix
+        if res.get("rc", 0) != 0:
+            why = (res.get("stderr") or res.get("stdout") or "").strip()[:300]
+            rows.append(_row(kind, None, "unsupported", "nvidia-smi topo -p2p %s failed (rc %s): %s"
+                             % (kind[0], res.get("rc"), why or "no message")))
+            continue
+        parsed[kind] = parse_p2p(res.get("stdout"))
+    return parsed, rows
+
+
+def _label(name: str, bdfs: dict) -> str:
+    return "%s (%s)" % (name, bdfs[name]) if name in bdfs else name
+
+
+def _pair_row(a: str, b: str, parsed: dict, bdfs: dict, redirect: dict) -> dict | None:
+    """A pair that is not OK for read or write, in either direction: a drifted row with the reasons."""
+    cells, bad = {}, []
+    for kind, matrix in parsed.items():
+        for p in matrix["pairs"]:
+            if {p["a"], p["b"]} == {a, b}:
+                cells.setdefault(kind, set()).add(p["status"])
+                if kind in DECIDING and p["status"] != ALL_OK:
+                    bad.append("%s %s->%s %s (%s)" % (kind, p["a"], p["b"], p["status"], p["meaning"]))
+    if not bad:
+        return None
+    running = ", ".join("%s %s" % (k, "/".join(sorted(cells[k]))) for _key, k in MATRICES if k in cells)
+    why = ["P2P between %s and %s is not OK: %s" % (_label(a, bdfs), _label(b, bdfs), "; ".join(bad))]
+    for gpu in (a, b):
+        bridges = redirect.get(bdfs.get(gpu, ""))
+        if bridges:
+            why.append("ACS redirect is on above %s (bridge %s)" % (_label(gpu, bdfs), ", ".join(bridges)))
+    return _row("%s-%s" % (a, b), running, "drifted", "; ".join(why))
+
+
+def _gpu_bdfs(smi: dict) -> dict:
+    """``{"GPU0": bdf}`` from the nvidia-smi query (topo numbers GPUs as nvidia-smi indexes them)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.verification import parse_gpu_query
+
+    return {"GPU%d" % g["index"]: g["bdf"] for g in parse_gpu_query((smi.get("query") or {}).get("stdout"))}
+
+
+def pair_rows(facts: dict, smi: dict) -> list:
+    """One drifted row per GPU pair not OK, else one applied summary row; unsupported rows for failed matrices."""
+    parsed, rows = _matrices(smi)
+    if not all(k in parsed for k in DECIDING):
+        return rows or [_row("pairs", None, "unsupported", "nvidia-smi gave no P2P read/write matrix")]
+    names = parsed["read"]["gpus"]
+    if len(names) < 2:
+        return rows + [_row("pairs", None, "not_applicable", "fewer than 2 GPUs (%d): no GPU pair" % len(names))]
+    bdfs, redirect = _gpu_bdfs(smi), _redirecting(facts)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    bad = [r for r in (_pair_row(a, b, parsed, bdfs, redirect) for a, b in pairs) if r]
+    if bad:
+        return rows + bad
+    nvlink = sorted({p["status"] for p in (parsed.get("nvlink") or {}).get("pairs", [])})
+    note = " (NVLink: %s)" % "/".join(nvlink) if nvlink else ""
+    running = "read OK, write OK on all %d pairs of %d GPUs" % (len(pairs), len(names))
+    return rows + [_row("pairs", running, "applied", "every GPU pair can read and write its peer directly%s" % note)]
+
+
+def bandwidth_rows(bench: dict | None, min_gbps: float, bdfs: dict) -> list:
+    """Measured pair bandwidths against ``min_gbps``: a drifted row per slow pair, else one applied row."""
+    want = ">= %g GB/s" % min_gbps
+    if not bench:
+        return [_row("bandwidth", None, "unsupported", "nvbandwidth was not run", want)]
+    if bench.get("rc") == 127:
+        return [_row("bandwidth", None, "unsupported", bench.get("stderr") or "nvbandwidth is not installed", want)]
+    values = parse_nvbandwidth(bench.get("stdout"))
+    if bench.get("rc", 0) != 0 or not values:
+        why = (bench.get("stderr") or bench.get("stdout") or "").strip()[-300:] or "no bandwidth matrix"
+        return [_row("bandwidth", None, "drifted", "nvbandwidth -t %s (rc %s): %s"
+                     % (NVBANDWIDTH_TEST, bench.get("rc"), why), want)]
+    slow = [(r, c, v) for (r, c), v in sorted(values.items()) if v < min_gbps]
+    if not slow:
+        return [_row("bandwidth", "min %.2f GB/s" % min(values.values()), "applied",
+                     "%d GPU pairs measured by nvbandwidth (%s)" % (len(values), NVBANDWIDTH_TEST), want)]
+    return [_row("bandwidth.GPU%d-GPU%d" % (r, c), "%.2f GB/s" % v, "drifted",
+                 "%s reads from %s at %.2f GB/s, below %g GB/s (nvbandwidth %s)"
+                 % (_label("GPU%d" % r, bdfs), _label("GPU%d" % c, bdfs), v, min_gbps, NVBANDWIDTH_TEST), want)
+            for r, c, v in slow]
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
+    """The P2P rows of a host; none when ``desired`` has no ``gpu_p2p`` key (the role always asks).
+
+    nvidia-smi's answers are ``verify_node.gpu_probe``'s result (``ctx.gpu``, else ``facts["gpu_probe"]``).
+    """
+    if NAME not in (desired or {}):
+        return []
+    want = validate(desired.get(NAME))
+    smi = _outputs(getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {})
+    if smi.get("probe") != "present":
+        why = {"disabled": "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)",
+               "simulated": "simulated node without an nvidia-smi stand-in"}.get(
+            smi.get("probe"), "nvidia-smi is not installed on this node (no NVIDIA driver user space)")
+        return [_row("pairs", None, "not_applicable", why)]
+    if (smi.get("query") or {}).get("rc", 0) != 0:
+        return [_row("pairs", None, "unsupported", "nvidia-smi failed (rc %s): the GPUs cannot be listed"
+                     % smi["query"].get("rc"))]
+    rows = pair_rows(facts, smi)
+    if want["min_gbps"] is not None and not any(r["state"] == "not_applicable" for r in rows):
+        rows += bandwidth_rows(smi.get("nvbandwidth"), want["min_gbps"], _gpu_bdfs(smi))
+    return rows
+
+
+# Read-only: no module, nothing to re-apply at boot.
+DEFINITION = family.Family(name=NAME, titles={NAME: "GPU P2P"}, evaluate=evaluate)
