@@ -1,0 +1,158 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The IOMMU mode of the GPUs' DMA: the ``iommu`` family (kernel arguments and verification only).
+
+With the IOMMU translating DMA (default domain ``DMA`` / ``DMA-FQ``) GPU peer-to-peer traffic is
+translated or blocked; passthrough (``iommu=pt``, default domain ``identity``) lets it go direct.
+The mode is chosen at boot by kernel arguments, so the family has no runtime module and nothing
+to re-apply at boot: the persistent flow configures ``iommu_kernel_args``' arguments through the
+command-line family and a reboot brings them. Verification reads the GPUs' IOMMU group types
+from the ACS family's facts (``facts["pcie_acs"]``, acs.read).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+
+NAME = "iommu"
+MODES = ("passthrough", "translated", "unmanaged")
+# /sys/kernel/iommu_groups/N/type -> the mode it is (anything else, e.g. blocked: neither).
+GROUP_MODES = {"identity": "passthrough", "DMA": "translated", "DMA-FQ": "translated"}
+ARM64_PREFIX = "arm64"  # cpufreq.vendor_from_cpuinfo's vendor on arm64
+
+
+class IommuArgs(NamedTuple):
+    """The answer of ``iommu_kernel_args``: what one node needs, and what any node may have got."""
+
+    needed: list
+    """Kernel arguments that boot this node (of ``cpu_vendor``) into the mode."""
+    removable: list
+    """Every argument the persistent flow may configure for the mode on a node of any vendor (rollback)."""
+
+
+def iommu_kernel_args(mode: str | None, cpu_vendor: str | None = None) -> IommuArgs:
+    """The one mapping of a desired IOMMU mode to kernel arguments (kernel-parameters.txt).
+
+    passthrough: ``iommu=pt`` on x86 (AMD and Intel alike), ``iommu.passthrough=1`` on arm64
+    (``iommu=`` is x86 only). translated: ``iommu=nopt`` on x86, plus ``intel_iommu=on`` on Intel,
+    whose IOMMU many distribution kernels leave off by default (the AMD IOMMU is on when the
+    firmware enables it); ``iommu.passthrough=0`` on arm64. ``amd_iommu=on`` is not a value the
+    AMD driver documents, so it is never added. An unknown vendor gets the x86 arguments (Intel's
+    included: the DMAR driver ignores it on AMD). unmanaged: nothing.
+    """
+    if mode in (None, "", "unmanaged"):
+        return IommuArgs([], [])
+    if mode not in MODES:
+        raise ValueError("iommu mode must be one of %s, got %r" % (", ".join(MODES), mode))
+    vendor = cpu_vendor or ""
+    if mode == "passthrough":
+        needed = ["iommu.passthrough=1"] if vendor.startswith(ARM64_PREFIX) else ["iommu=pt"]
+        return IommuArgs(needed, ["iommu=pt", "iommu.passthrough=1"])
+    if vendor.startswith(ARM64_PREFIX):
+        needed = ["iommu.passthrough=0"]
+    elif vendor == "AuthenticAMD":
+        needed = ["iommu=nopt"]
+    else:
+        needed = ["iommu=nopt", "intel_iommu=on"]
+    return IommuArgs(needed, ["iommu=nopt", "intel_iommu=on", "iommu.passthrough=0"])
+
+
+def validate(want: Any) -> str:
+    """``desired["iommu"]``: ``{mode: passthrough|translated|unmanaged}`` (None: unmanaged); the mode."""
+    if want is None:
+        return "unmanaged"
+    if not isinstance(want, dict):
+        raise family.EvaluationError("iommu must be a mapping with the key mode, got %r" % (want,))
+    unknown = sorted(set(want) - {"mode"})
+    if unknown:
+        raise family.EvaluationError("iommu: unknown key(s) %s; allowed: mode" % ", ".join(unknown))
+    mode = want.get("mode") or "unmanaged"
+    if mode not in MODES:
+        raise family.EvaluationError("iommu.mode must be one of %s, got %r" % (", ".join(MODES), mode))
+    return mode
+
+
+def _args_state(args: list, ctx: Any) -> tuple:
+    """``(configured: True/False/None, running: bool, persisted text or None)`` of all of ``args``."""
+    views = [ctx.arg(a) for a in args]
+    if any(v["configured"] is None for v in views):
+        configured = None
+    else:
+        configured = all(v["configured"] for v in views)
+    running = all(v["running"] for v in views)
+    return configured, running, " ".join(args) if configured else None
+
+
+def _row(mode: str, running: Any, state: str, reason: str, persisted: Any = None) -> dict:
+    return family.setting(NAME, "mode", mode, running, state, reason, persisted)
+
+
+def _inactive_row(mode: str, args: list, ctx: Any) -> dict:
+    """No IOMMU active: pending when the mode's arguments wait for a reboot, else nothing to judge."""
+    configured, running, persisted = _args_state(args, ctx)
+    text = " ".join(args)
+    if configured and not running:
+        return _row(mode, "no IOMMU active", "pending_reboot",
+                    "%s is configured for the next boot; not on /proc/cmdline yet" % text, persisted)
+    if mode == "passthrough":
+        why = "no IOMMU is active (/sys/class/iommu is empty): DMA is not translated, P2P is not affected"
+    else:
+        why = ("no IOMMU is active (/sys/class/iommu is empty): it is disabled in the firmware (AMD-Vi / VT-d) "
+               "or by the kernel; %s cannot translate DMA without it" % (text or "the mode"))
+    return _row(mode, "no IOMMU active", "not_applicable", why, persisted)
+
+
+def _types(gpus: list) -> dict:
+    """``{group type: [GPU bdf, ...]}`` of the GPUs that are in an IOMMU group."""
+    out = {}
+    for g in gpus:
+        if g.get("iommu_group_type"):
+            out.setdefault(g["iommu_group_type"], []).append(g["bdf"])
+    return out
+
+
+def _active_row(mode: str, gpus: list, args: list, ctx: Any) -> dict:
+    """The GPUs' group types against the mode; pending when the mode's arguments wait for a reboot."""
+    types = _types(gpus)
+    if not types:
+        return _row(mode, None, "not_applicable", "no selected GPU is in an IOMMU group")
+    running_text = "; ".join("%s on %s" % (t, ", ".join(sorted(b))) for t, b in sorted(types.items()))
+    configured, running, persisted = _args_state(args, ctx)
+    wrong = sorted(b for t, bdfs in types.items() if GROUP_MODES.get(t) != mode for b in bdfs)
+    if not wrong:
+        why = "" if configured or configured is None else \
+            "%s is not configured for the next boot: the kernel's default decides after a reboot" % " ".join(args)
+        return _row(mode, running_text, "applied", why, persisted)
+    text = " ".join(args)
+    if configured and not running:
+        return _row(mode, running_text, "pending_reboot",
+                    "%s is configured for the next boot; not on /proc/cmdline yet" % text, persisted)
+    if running:
+        why = ("%s is on /proc/cmdline but the groups of %s are not %s: a group with a driver that asks for "
+               "its own domain (vfio-pci), or a kernel that ignores the argument" % (text, ", ".join(wrong), mode))
+    elif configured is None:
+        why = "%s is not on /proc/cmdline; the boot configuration is unknown (%s)" % (text, ctx.cmdline_error)
+    else:
+        why = ("the groups of %s are not %s and %s is neither on /proc/cmdline nor configured for the next boot "
+               "(tune --tags persistent adds it; a reboot brings it)" % (", ".join(wrong), mode, text))
+    return _row(mode, running_text, "drifted", why, persisted)
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """One ``iommu.mode`` row: the GPUs' IOMMU group types against the desired mode; none when unmanaged."""
+    mode = validate((desired or {}).get(NAME))
+    if mode == "unmanaged":
+        return []
+    acs = facts.get("pcie_acs")
+    if not isinstance(acs, dict) or not isinstance(acs.get("iommu"), dict):
+        return [_row(mode, None, "unsupported", "the facts have no pcie_acs section (the IOMMU was not read)")]
+    args = iommu_kernel_args(mode, (facts.get("cpu") or {}).get("vendor")).needed
+    if not acs["iommu"].get("active"):
+        return [_inactive_row(mode, args, ctx)]
+    return [_active_row(mode, acs.get("gpus") or [], args, ctx)]
+
+
+# Kernel arguments only: no module, nothing to re-apply at boot; only a reboot brings the mode.
+DEFINITION = family.Family(name=NAME, titles={NAME: "IOMMU mode"}, evaluate=evaluate, reboot_only=(NAME,))
