@@ -58,7 +58,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, required_one_of=[["result", "fleet"]])
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, required_one_of=[["result", "fleet"]])[1]
         directory = _report_dir(args["dir"])
         reports = []
         if args["result"] is not None:

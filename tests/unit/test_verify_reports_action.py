@@ -13,6 +13,7 @@ import stat
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
@@ -131,3 +132,14 @@ def test_report_files_refuse_what_is_not_a_file_or_directory(tmp_path):
     (tmp_path / "plain").write_text("")
     with pytest.raises(report_files.ReportError, match="plain exists and is not a directory"):
         report_files.ensure_dir(str(tmp_path / "plain"))
+
+
+def test_the_documentation_stub_matches_the_argument_spec():
+    # ansible-test's action-plugin-docs wants plugins/modules/verify_reports.py: its options must be the action's.
+    from ansible_collections.gpunode.tuning.plugins.action.verify_reports import ARGUMENT_SPEC
+    from ansible_collections.gpunode.tuning.plugins.modules import verify_reports as stub
+
+    options = yaml.safe_load(stub.DOCUMENTATION)["options"]
+    assert {k: (v["type"], v.get("required", False)) for k, v in options.items()} == {
+        k: (v["type"], v.get("required", False)) for k, v in ARGUMENT_SPEC.items()}
+    assert set(yaml.safe_load(stub.RETURN)) == {"dir", "files"}
