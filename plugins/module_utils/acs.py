@@ -506,8 +506,9 @@ def execute(call: family.Call, node: Node, selector: pcie.DeviceSelector | None,
     if targets and result["lockdown"] in ("integrity", "confidentiality"):
         result.update(changed=False, bridges=_public(results), failed_bridges=sorted(targets))
         raise family.FamilyError("kernel lockdown is in %s mode: the kernel refuses PCI config-space writes from user "
-                                 "space, so ACS redirect cannot be changed at runtime on %s; nothing was written. Use "
-                                 "the kernel argument (gpunode_tuning_acs_persist: kernel_arg) or boot without lockdown"
+                                 "space, so ACS redirect cannot be changed at runtime on %s; nothing was written. Boot "
+                                 "with pci=disable_acs_redir=<those bridges> on the kernel command line, or without "
+                                 "lockdown"
                                  % (result["lockdown"], ", ".join(sorted(targets))), result)
     _record(journal, results, targets, restore, call.check_mode)
     result["diff_data"] = _diff(results)

@@ -10,6 +10,7 @@ the fleet summary has a column per report family of each entry. A new family is 
 from __future__ import annotations
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import (
+    acs,
     bootcmdline,
     cpufreq,
     cpuidle,
@@ -23,6 +24,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.family import Famil
 
 FAMILIES: tuple[Family, ...] = (
     pcie.DEFINITION,
+    acs.DEFINITION,
     cpuidle.DEFINITION,
     cpufreq.DEFINITION,
     tunables.DEFINITION,

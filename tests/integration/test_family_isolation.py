@@ -34,7 +34,7 @@ from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/ro
 )
 
 GPUS = ["0000:41:00.0", "0000:61:00.0"]
-FAMILIES = ("mrrs", "cstate", "cpufreq", "tunables", "kmod")
+FAMILIES = ("mrrs", "acs", "cstate", "cpufreq", "tunables", "kmod")
 
 
 def read(root, rel):
@@ -80,7 +80,7 @@ def failed_families(summary):
     return {name for name in FAMILIES if name + ": " in summary}
 
 
-def test_lockdown_refuses_mrrs_and_every_other_runtime_family_is_applied(tmp_path):
+def test_lockdown_refuses_mrrs_and_acs_and_every_other_runtime_family_is_applied(tmp_path):
     root = build_node(tmp_path / "node", "locked-bus-perf", cpus=8)
     inventory = write_inventory(tmp_path / "hosts.yml", {"sim-lock": root})
     originals = tunables(root)
@@ -89,18 +89,19 @@ def test_lockdown_refuses_mrrs_and_every_other_runtime_family_is_applied(tmp_pat
     # Check mode predicts the same failure and writes nothing.
     check = run_playbook("tune.yml", inventory, "--tags", "runtime", "--check")
     assert check.returncode != 0
-    assert failed_families(failure_summary(check, "sim-lock")) == {"mrrs"}
+    assert failed_families(failure_summary(check, "sim-lock")) == {"mrrs", "acs"}
     assert check.recap["sim-lock"]["changed"] > 0, "check mode should predict the other families"
     assert tree_changes(before, snapshot(root)) == []
 
     first = run_playbook("tune.yml", inventory, "--tags", "runtime")
     assert first.returncode != 0
-    assert first.recap["sim-lock"]["failed"] == 1 and "rescued=1" in first.stdout
+    assert first.recap["sim-lock"]["failed"] == 1 and "rescued=2" in first.stdout
     summary = failure_summary(first, "sim-lock")
     assert summary.startswith("Tuning failed for these knob families"), summary
-    assert failed_families(summary) == {"mrrs"}, summary
+    assert failed_families(summary) == {"mrrs", "acs"}, summary
     assert "lockdown" in summary
     assert '"mrrs": "failed: kernel lockdown' in first.stdout  # the per-family report
+    assert '"acs": "failed: kernel lockdown' in first.stdout  # ACS redirect is config space too
     # Nothing reached config space; everything else is applied.
     assert [read_mrrs(root, bdf) for bdf in GPUS] == [256, 256]
     assert cstate_disabled(root, "C2") == set(range(8))
@@ -112,7 +113,7 @@ def test_lockdown_refuses_mrrs_and_every_other_runtime_family_is_applied(tmp_pat
     second = run_playbook("tune.yml", inventory, "--tags", "runtime")
     assert second.returncode != 0
     assert second.recap["sim-lock"]["changed"] == 0, second.stdout[-4000:]
-    assert failed_families(failure_summary(second, "sim-lock")) == {"mrrs"}
+    assert failed_families(failure_summary(second, "sim-lock")) == {"mrrs", "acs"}
 
 
 def test_persistent_concern_that_fails_does_not_stop_the_others(tmp_path):
