@@ -16,7 +16,9 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import (
     cpuidle,
     gpu_health,
     gpu_settings,
+    iommu,
     kmod,
+    p2p,
     pcie,
     tunables,
 )
@@ -25,6 +27,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.family import Famil
 FAMILIES: tuple[Family, ...] = (
     pcie.DEFINITION,
     acs.DEFINITION,
+    iommu.DEFINITION,
     cpuidle.DEFINITION,
     cpufreq.DEFINITION,
     tunables.DEFINITION,
@@ -32,6 +35,7 @@ FAMILIES: tuple[Family, ...] = (
     bootcmdline.DEFINITION,
     gpu_settings.DEFINITION,
     gpu_health.DEFINITION,
+    p2p.DEFINITION,
 )
 
 

@@ -98,7 +98,9 @@ def boot_configuration(node: Node, desired: dict[str, Any], options: dict[str, A
     # Unknown (no os-release, neither bootloader's files): GRUB, whose drop-in can be read anywhere.
     bootloader = choose_bootloader(node, options["bootloader"], tools.find) or "grub"
     out = {"bootloader": bootloader, "dropin": options["cmdline_dropin"]}
-    if not desired.get("cmdline") and not (desired.get("cpufreq") or {}).get("driver"):
+    iommu_mode = (desired.get("iommu") or {}).get("mode")
+    if not desired.get("cmdline") and not (desired.get("cpufreq") or {}).get("driver") \
+            and iommu_mode in (None, "unmanaged"):
         return out
     if bootloader == "grubby":
         out["grubby"] = _grubby_info(node, tools)
