@@ -19,6 +19,7 @@ import re
 import tempfile
 from typing import Any, Callable, NamedTuple
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, iommu
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import BinaryNotFound, Node, NodeError
@@ -60,12 +61,15 @@ def arg_key(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
-def validate_arguments(arguments: list[str]) -> None:
-    """Raise ``CmdlineError`` listing every invalid argument (and keys given twice)."""
+def validate_arguments(arguments: list[str], unique_keys: bool = True) -> None:
+    """Raise ``CmdlineError`` listing every invalid argument (and keys given twice, with ``unique_keys``).
+
+    Removing two values of one key is fine (rollback removes every value it may have added).
+    """
     errors = []
     keys = {}
     if not arguments:
-        errors.append("arguments must name at least one kernel argument")
+        errors.append("arguments must name at least one kernel argument (or set iommu_mode)")
     for arg in arguments or []:
         try:
             kernel_argument(arg)
@@ -73,7 +77,7 @@ def validate_arguments(arguments: list[str]) -> None:
             errors.append(str(exc))
             continue
         key = arg_key(arg)
-        if key in keys:
+        if unique_keys and key in keys and keys[key] != arg:
             errors.append("key %s is given twice (%s and %s)" % (key, keys[key], arg))
         keys[key] = arg
     if errors:
@@ -109,6 +113,28 @@ def is_configured(args: list[str], arg: str, state: str) -> bool:
     return has_arg(args, arg)
 
 
+def iommu_arguments(node: Node, mode: str | None, state: str) -> tuple[list[str], str | None]:
+    """``(arguments, cpu vendor)`` of an IOMMU ``mode`` on this node: iommu.iommu_kernel_args' ``needed``
+    for the vendor of the node's own /proc/cpuinfo (present), or its ``removable`` (absent: any vendor's)."""
+    if mode in (None, "", "unmanaged"):
+        return [], None
+    if mode not in iommu.MODES:
+        raise CmdlineError("invalid input, nothing was written: iommu_mode must be one of %s, got %r"
+                           % (", ".join(iommu.MODES), mode))
+    vendor = cpufreq.cpu_vendor(node)
+    args = iommu.iommu_kernel_args(mode, vendor)
+    return list(args.removable if state == "absent" else args.needed), vendor
+
+
+def merge_arguments(arguments: list[str], extra: list[str]) -> list[str]:
+    """``arguments`` then the ``extra`` ones not in it already, in order (duplicates are one argument)."""
+    out = []
+    for arg in list(arguments or []) + list(extra):
+        if arg not in out:
+            out.append(arg)
+    return out
+
+
 def add_arguments(current: list[str], wanted: list[str]) -> list[str]:
     """Return ``current`` with every argument of ``wanted`` present, replacing values of the same key in place."""
     out = list(current)
@@ -138,6 +164,25 @@ def remove_arguments(current: list[str], unwanted: list[str]) -> list[str]:
 # --- GRUB drop-in ----------------------------------------------------------------------------------
 
 
+def grub_word(arg: str) -> str:
+    """``arg`` as written in the drop-in: a value with ';' in GRUB single quotes.
+
+    The shell that sources the drop-in keeps ';' and "'" inside the double quotes; grub-mkconfig
+    copies the words into grub.cfg's ``linux`` line unquoted, where GRUB's own parser would take
+    ';' for a command separator; its quotes keep the word whole and are removed before the kernel
+    sees it (validate.kernel_argument allows ';' and no "'" otherwise, so ``grub_unquote`` undoes it).
+    """
+    if ";" not in arg:
+        return arg
+    key, sep, value = arg.partition("=")
+    return "%s%s'%s'" % (key, sep, value)
+
+
+def grub_unquote(word: str) -> str:
+    """The argument GRUB passes to the kernel for a drop-in word (its single quotes removed)."""
+    return word.replace("'", "")
+
+
 def render_dropin(args: list[str]) -> str | None:
     """The drop-in text for ``args`` (None when there is nothing to configure: the file goes away)."""
     if not args:
@@ -146,7 +191,8 @@ def render_dropin(args: list[str]) -> str | None:
         "# %s (kernel_cmdline module). Do not edit: changes are overwritten.\n"
         "# Kernel command-line arguments for GPU node tuning, appended to the distribution's defaults.\n"
         "# Takes effect after update-grub and a reboot.\n"
-        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n' % (MANAGED_MARK, " ".join(args))
+        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n'
+        % (MANAGED_MARK, " ".join(grub_word(a) for a in args))
     )
 
 
@@ -175,7 +221,8 @@ def grub_cmdline_args(texts: list[str | None]) -> list[str]:
             m = _ASSIGN_RE.match(line)
             if m:
                 env[m.group(1)] = _shell_value(m.group(2), env)
-    return env["GRUB_CMDLINE_LINUX"].split() + env["GRUB_CMDLINE_LINUX_DEFAULT"].split()
+    words = env["GRUB_CMDLINE_LINUX"].split() + env["GRUB_CMDLINE_LINUX_DEFAULT"].split()
+    return [grub_unquote(w) for w in words]
 
 
 def parse_dropin(text: str | None) -> tuple[bool, list[str]]:
@@ -187,7 +234,7 @@ def parse_dropin(text: str | None) -> tuple[bool, list[str]]:
     for line in text.splitlines():
         m = _ASSIGN_RE.match(line)
         if m and m.group(1) == "GRUB_CMDLINE_LINUX_DEFAULT":
-            args = _shell_value(m.group(2), {}).split()
+            args = [grub_unquote(w) for w in _shell_value(m.group(2), {}).split()]
     return managed, args
 
 
@@ -357,19 +404,23 @@ def find_tool(node: Node, tools: Tools, name: str, package: str) -> str | None:
 
 def configure(node: Node, tools: Tools, arguments: list[str], state: str = "present", bootloader: str = "auto",
               dropin: str = DEFAULT_DROPIN, update_bootloader: bool = True, check_mode: bool = False,
-              diff: bool = False) -> dict:
+              diff: bool = False, iommu_mode: str | None = None) -> dict:
     """The kernel_cmdline module: validate, configure ``arguments`` through GRUB or grubby, report.
 
-    Returns the module's result. Raises ``CmdlineError`` (with the result so far in ``result``)
-    on bad input, before anything is written, and when a write or a boot tool fails.
+    ``iommu_mode`` adds the mode's arguments for this node's CPU (``iommu_arguments``). Returns the
+    module's result. Raises ``CmdlineError`` (with the result so far in ``result``) on bad input,
+    before anything is written, and when a write or a boot tool fails.
     """
+    extra, vendor = iommu_arguments(node, iommu_mode, state)
+    arguments = merge_arguments(arguments, extra)
     try:
-        validate_arguments(arguments)
+        validate_arguments(arguments, unique_keys=state == "present")
     except CmdlineError as exc:
         raise CmdlineError("invalid input, nothing was written: %s" % exc) from None
     bootloader = resolve_bootloader(node, tools, bootloader, dropin)
     out = dict(changed=False, bootloader=bootloader, supported=True, bootloader_updated=False,
-               dropin=dropin if bootloader == "grub" else None, configured_cmdline=None)
+               dropin=dropin if bootloader == "grub" else None, configured_cmdline=None,
+               iommu_arguments=extra, cpu_vendor=vendor)
     try:
         if bootloader == "grub":
             configured = _apply_grub(node, tools, out, arguments, state, dropin, update_bootloader, check_mode, diff)
@@ -475,7 +526,7 @@ def run(call: contract.Call) -> dict:
     try:
         return configure(node, tools, params["arguments"], state=params["state"], bootloader=params["bootloader"],
                          dropin=params["dropin"], update_bootloader=params["update_bootloader"],
-                         check_mode=call.check_mode, diff=call.diff)
+                         check_mode=call.check_mode, diff=call.diff, iommu_mode=params.get("iommu_mode"))
     except CmdlineError as exc:
         raise contract.FamilyError(str(exc), exc.result) from None
 

@@ -63,9 +63,14 @@ KMOD_PARAM_VALUE_ALLOWED = (
 
 KERNEL_ARG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}")
 KERNEL_ARG_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# The one argument that needs ';': pci=disable_acs_redir= with a list of PCI addresses (the kernel's
+# separator; the GRUB drop-in quotes it, bootcmdline.grub_word). Addresses only: no other ';' passes.
+_PCI_ADDR = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+ACS_REDIR_ARG_RE = re.compile(r"pci=disable_acs_redir=%s(?:;%s){0,127}" % (_PCI_ADDR, _PCI_ADDR))
 KERNEL_ARG_ALLOWED = (
     "KEY or KEY=VALUE; KEY of letters, digits, '_', '.', '-' (not starting with '-'); VALUE of letters, digits "
-    "and , . _ : / + @ % = ~ ^ - (no quotes, whitespace, control characters or shell characters such as $ ` ; |)")
+    "and , . _ : / + @ % = ~ ^ - (no quotes, whitespace, control characters or shell characters such as $ ` ; |); "
+    "';' only between the PCI addresses of pci=disable_acs_redir=DDDD:BB:DD.F;DDDD:BB:DD.F")
 
 UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
               "scope")
@@ -204,6 +209,8 @@ def kmod_param(module: str, name: object, value: object) -> str:
 
 def kernel_argument(arg: object) -> str:
     """A kernel command-line argument that fits the GRUB drop-in's double quotes and grubby's --args."""
+    if isinstance(arg, str) and ACS_REDIR_ARG_RE.fullmatch(arg):
+        return arg
     if (not isinstance(arg, str) or not KERNEL_ARG_RE.fullmatch(arg)
             or not KERNEL_ARG_KEY_RE.fullmatch(arg.split("=", 1)[0])):
         raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))

@@ -33,9 +33,25 @@ options:
       - No quotes, whitespace, control characters or shell characters (such as C($), C(`), C(;), C(|)),
         and no leading C(-), so that an argument fits the GRUB drop-in's double quotes and grubby's
         C(--args=); a key at most once. A bad argument fails the task naming it before anything is written.
+      - The one exception is C(;) between the PCI addresses of V(pci=disable_acs_redir=BDF;BDF) (the kernel's
+        separator); the GRUB drop-in writes that value in GRUB single quotes, so that neither the shell nor
+        GRUB's C(linux) line splits it.
+      - May be empty when O(iommu_mode) gives the arguments.
     type: list
     elements: str
     required: true
+  iommu_mode:
+    description:
+      - Also configure (or with O(state=absent) remove) the kernel arguments of this IOMMU mode, for the CPU
+        vendor read from the node's own C(/proc/cpuinfo) below O(root).
+      - V(passthrough) - V(iommu=pt) on x86, V(iommu.passthrough=1) on arm64. GPU peer-to-peer DMA is not
+        translated, at the cost of DMA isolation between devices and the host.
+      - V(translated) - V(iommu=nopt) on x86 (plus V(intel_iommu=on) on Intel), V(iommu.passthrough=0) on arm64.
+      - With O(state=absent) every argument either vendor may have got for the mode is removed.
+      - V(unmanaged) adds nothing.
+    type: str
+    choices: [passthrough, translated, unmanaged]
+    default: unmanaged
   state:
     description: Whether the arguments should be configured (V(present)) or not (V(absent)).
     type: str
@@ -75,6 +91,11 @@ EXAMPLES = r"""
       - amd_pstate=active
       - iommu=pt
   register: gpunode_cmdline
+
+- name: Boot into IOMMU passthrough (iommu=pt on x86, iommu.passthrough=1 on arm64, from the node's CPU)
+  gpunode.tuning.kernel_cmdline:
+    arguments: []
+    iommu_mode: passthrough
 
 - name: Tell the operator which hosts need a reboot
   ansible.builtin.debug:
@@ -146,6 +167,17 @@ configured_cmdline:
   type: list
   elements: str
   sample: ["quiet", "amd_pstate=active"]
+iommu_arguments:
+  description: The arguments O(iommu_mode) added to O(arguments) (empty when unmanaged).
+  returned: always
+  type: list
+  elements: str
+  sample: ["iommu=pt"]
+cpu_vendor:
+  description: The node's CPU vendor the IOMMU arguments were chosen for (null without O(iommu_mode)).
+  returned: always
+  type: str
+  sample: AuthenticAMD
 changed:
   description: Whether the boot configuration changed (or would in check mode).
   returned: always
@@ -164,6 +196,7 @@ ARGUMENT_SPEC = dict(
     bootloader=dict(type="str", choices=list(bootcmdline.BOOTLOADERS), default="auto"),
     dropin=dict(type="str", default=bootcmdline.DEFAULT_DROPIN),
     update_bootloader=dict(type="bool", default=True),
+    iommu_mode=dict(type="str", choices=list(bootcmdline.iommu.MODES), default="unmanaged"),
     **NODE_ARGUMENT_SPEC,
 )
 
