@@ -1,0 +1,70 @@
+"""IOMMU passthrough and ACS redirect persisted as kernel arguments through the role: the persistent
+run writes them to the GRUB drop-in, verification says pending_reboot, and after a simulated reboot
+(the arguments on /proc/cmdline, identity groups, redirect cleared by the kernel) applied."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/rollback tests)
+    REPO,
+    REPORT_DIR,
+    assert_ok,
+    build_node,
+    run_playbook,
+    write_inventory,
+)
+
+sys.path.insert(0, os.path.join(REPO, ".collections"))
+from ansible_collections.gpunode.tuning.plugins.module_utils import acs  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node  # noqa: E402
+
+DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
+ACS_ARG = "pci=disable_acs_redir=0000:40:01.1;0000:60:01.1"
+BRIDGES = ("pcie_acs.0000:40:01.1", "pcie_acs.0000:60:01.1")
+
+
+def verify_states(inventory):
+    run_playbook("verify.yml", inventory, "--limit", "sim-p2p")  # drifted families fail the host: read the report
+    with open(os.path.join(REPORT_DIR, "sim-p2p.json")) as fh:
+        settings = {s["id"]: s for s in json.load(fh)["settings"]}
+    return {k: (settings[k]["state"], settings[k]["persisted"]) for k in ("iommu.mode",) + BRIDGES}
+
+
+@pytest.mark.skipif(shutil.which("setpci") is None, reason="setpci (pciutils) is not installed")
+def test_persistent_kernel_args_pending_until_the_reboot(tmp_path):
+    root = build_node(tmp_path / "node", gpus=2, cpus=4, iommu="DMA-FQ")
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-p2p": root}, gpunode_tuning_iommu_mode="passthrough",
+                                gpunode_tuning_acs="disable_redirect", gpunode_tuning_acs_persist="kernel_arg")
+
+    assert_ok(run_playbook("tune.yml", inventory, "--tags", "persistent"))
+    with open(os.path.join(root, DROPIN)) as fh:
+        line = fh.read().splitlines()[-1]
+    assert " pci='disable_acs_redir=0000:40:01.1;0000:60:01.1' " in line and " iommu=pt\"" in line, line
+    pending = ("pending_reboot", ACS_ARG)
+    assert verify_states(inventory) == {"iommu.mode": ("pending_reboot", "iommu=pt"),
+                                        BRIDGES[0]: pending, BRIDGES[1]: pending}
+
+    # The reboot: both arguments on /proc/cmdline, identity default domains, redirect cleared.
+    with open(os.path.join(root, "proc/cmdline")) as fh:
+        cmdline = fh.read().strip()
+    with open(os.path.join(root, "proc/cmdline"), "w") as fh:
+        fh.write("%s iommu=pt %s\n" % (cmdline, ACS_ARG))
+    groups = os.path.join(root, "sys/kernel/iommu_groups")
+    for n in os.listdir(groups):
+        with open(os.path.join(groups, n, "type"), "w") as fh:
+            fh.write("identity\n")
+    assert acs.boot(Node(root), {"mode": "disable_redirect", "allow_empty": True})[0]
+    applied = ("applied", ACS_ARG)
+    assert verify_states(inventory) == {"iommu.mode": ("applied", "iommu=pt"), BRIDGES[0]: applied,
+                                        BRIDGES[1]: applied}
+
+    assert_ok(run_playbook("rollback.yml", inventory))
+    assert not os.path.exists(os.path.join(root, DROPIN))
