@@ -30,7 +30,9 @@ description: Writes per-host module run counts to the file named by BENCH_MODULE
 # Actions that run on the controller only, without starting a module.
 NO_MODULE = {"set_fact", "debug", "assert", "fail", "meta", "include_role", "include_tasks", "import_role",
              "import_tasks", "validate_argument_spec", "add_host", "group_by", "include_vars", "pause", "set_stats",
-             "end_play", "end_host", "noop"}
+             "end_play", "end_host", "noop",
+             # The collection's action that writes verification's reports on the controller itself.
+             "verify_reports", "gpunode.tuning.verify_reports"}
 CONTROLLER = {"localhost", "127.0.0.1"}
 
 

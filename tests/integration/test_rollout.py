@@ -50,7 +50,7 @@ def tree_digest(root):
     return digest.hexdigest()
 
 
-def rollout(fleet_dir, *extra, cwd=REPO):
+def rollout(fleet_dir, *extra, cwd=REPO, module_runs=None):
     """Run the rollout over the fleet in fleet_dir; return (process, summary dict, report dir).
 
     From the checkout, reports go to fleet_dir/reports (an absolute gpunode_tuning_report_dir);
@@ -62,6 +62,10 @@ def rollout(fleet_dir, *extra, cwd=REPO):
     env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
     env["ANSIBLE_NOCOLOR"] = "1"
     env.pop("ANSIBLE_CONFIG", None)
+    if module_runs:  # counted per host into this file (benchmarks/callback_plugins/module_runs.py)
+        env["ANSIBLE_CALLBACK_PLUGINS"] = os.path.join(REPO, "benchmarks", "callback_plugins")
+        env["ANSIBLE_CALLBACKS_ENABLED"] = "module_runs"
+        env["BENCH_MODULE_RUNS_OUT"] = module_runs
     cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(fleet_dir, "hosts.yml"),
            os.path.join(REPO, "playbooks", "rollout.yml"), "-f", "4"]
     if cwd == REPO:
@@ -146,11 +150,16 @@ def test_failing_canary_stops_the_rollout(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ssh"), reason="needs an ssh client to be refused by")
-def test_unreachable_host_is_reported_once(tmp_path):
-    # Two nodes and one host that refuses connections; 50% of a batch may fail.
+@pytest.mark.parametrize("health_gate", [True, False], ids=["health-gate", "no-health-gate"])
+def test_unreachable_host_is_reported_once(tmp_path, health_gate):
+    # Two nodes and one host that refuses connections; 50% of a batch may fail. The connection
+    # attempt is the health gate's tuning_info call, or a ping when the gate is off.
     simfleet.build_fleet(str(tmp_path), 2, unreachable=1, python=os.path.join(VENV_BIN, "python"))
+    counts_path = str(tmp_path / "module-runs.json")
     proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=2",
-                                     "-e", "gpunode_tuning_rollout_max_fail_percentage=50")
+                                     "-e", "gpunode_tuning_rollout_max_fail_percentage=50",
+                                     "-e", "gpunode_tuning_rollout_health_gate=%s" % health_gate,
+                                     module_runs=counts_path)
     assert proc.returncode != 0  # not every host is done
     results = by_host(summary)
     assert results["sim-0001"]["status"] == "done" and results["sim-0002"]["status"] == "done"
@@ -159,8 +168,16 @@ def test_unreachable_host_is_reported_once(tmp_path):
     assert "Connection refused" in dead["reason"] or "connect" in dead["reason"].lower()
     assert dead["verification"] == "not run"
     assert summary["stopped"] is None  # 1 of 2 in the batch = 50%, not more than allowed
-    # One connection attempt: only the reachability check reports it, no task after it tried.
+    # One connection attempt: only the first module run reports it, no task after it tried.
     assert proc.stdout.count("UNREACHABLE!") == 1, proc.stdout[-3000:]
+    assert "[sim-0003]: FAILED!" not in proc.stdout, proc.stdout[-3000:]  # no task after it failed on it
+    # The health gate's tuning_info is the reachable hosts' first module run: no separate ping.
+    with open(counts_path, encoding="utf-8") as handle:
+        runs = json.load(handle)["hosts"]
+    for host in ("sim-0001", "sim-0002"):
+        assert ("ping" in runs[host]["actions"]) is not health_gate, runs[host]
+        assert runs[host]["node"] + runs[host]["controller"] <= 8, runs[host]
+    assert "sim-0003" not in runs, runs  # its one attempt started no module
     markdown = open(os.path.join(reports, "rollout-summary.md"), encoding="utf-8").read()
     assert "| sim-0003 | 2 | **unreachable** |" in markdown
 
