@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Boot re-apply: the runtime families of a desired-state file, by the functions the modules call.
 
-The persistent flow writes the desired state (``/etc/gpunode-tuning/desired.json``) and installs
-this package's module_utils on the node; ``gpunode-tuning-boot.service`` runs it at boot with the
-node's python3, and the udev rule runs it for one hot-added PCI function::
+The persistent flow writes the desired state (``/etc/gpunode-tuning/desired.json``) and the runner,
+which carries this package's module_utils (templates/gpunode-tuning-boot.py.j2);
+``gpunode-tuning-boot.service`` runs it at boot with the node's python3, and the udev rule runs it
+for one hot-added PCI function::
 
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json --only-mrrs --bdf 0000:41:00.0

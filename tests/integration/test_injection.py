@@ -38,7 +38,6 @@ BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
 BOOT_FILES = (
     BOOT_SCRIPT,
     BOOT_DESIRED.lstrip("/"),
-    "usr/local/lib/gpunode-tuning/module_utils/boot.py",
     "etc/systemd/system/gpunode-tuning-boot.service",
     "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
     "etc/udev/rules.d/70-gpunode-tuning.rules",

@@ -42,7 +42,6 @@ PERSISTENT_FILES = {
     "etc/systemd/system/gpunode-tuning-boot.service",
     "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
     "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh",
-    "usr/local/lib/gpunode-tuning/module_utils/boot.py",
     "etc/gpunode-tuning/desired.json",
     "etc/udev/rules.d/70-gpunode-tuning.rules",
     "etc/default/grub.d/60-gpunode-tuning.cfg",
@@ -325,10 +324,14 @@ def test_persistent_then_rollback_removes_every_file(tmp_path):
         os.readlink(os.path.join(root, "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service"))
         == "/etc/systemd/system/gpunode-tuning-boot.service"
     )
-    # The runner runs the collection's own code, copied as it is, with the desired state of the run.
-    with open(os.path.join(REPO, "plugins/module_utils/pcie.py"), "rb") as fh, \
-            open(os.path.join(root, "usr/local/lib/gpunode-tuning/module_utils/pcie.py"), "rb") as installed:
-        assert fh.read() == installed.read()
+    # The runner carries the collection's own code, every module_utils file as it is, and nothing
+    # else is installed for it; it runs with the desired state of the run.
+    runner = (tmp_path / "node" / BOOT_RUNNER).read_text()
+    for name in sorted(os.listdir(os.path.join(REPO, "plugins/module_utils"))):
+        if name.endswith(".py"):
+            with open(os.path.join(REPO, "plugins/module_utils", name), encoding="utf-8") as fh:
+                assert "    %s: %s,\n" % (json.dumps(name[:-3]), json.dumps(fh.read())) in runner, name
+    assert not os.path.exists(os.path.join(root, "usr/local/lib/gpunode-tuning/module_utils"))
     with open(os.path.join(root, BOOT_DESIRED.lstrip("/")), encoding="utf-8") as fh:
         desired = json.load(fh)
     assert desired["pcie_mrrs"]["mrrs"] == 4096 and desired["cpuidle"]["max_latency_us"] == 100
@@ -409,7 +412,8 @@ def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
     with open(os.path.join(fresh, "sys/kernel/mm/transparent_hugepage/enabled")) as fh:
         assert "[madvise]" in fh.read()
     # One line per family for journald.
-    assert [ln.split(":")[1].strip() for ln in run.stdout.splitlines()] == ["pcie_mrrs", "cpuidle", "cpufreq", "thp"]
+    families = [ln.split(":")[1].strip() for ln in run.stdout.splitlines()]
+    assert families == ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "thp"]
     # The udev form touches one device only.
     fresh2 = build_node(tmp_path / "fresh2", cpus=2, gpus=2)
     run = run_boot_runner(tuned, fresh2, "--only-mrrs", "--bdf", "0000:61:00.0")

@@ -25,7 +25,7 @@ SYSCTLS = {
 UNIT = "gpunode-tuning-boot.service"
 BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"  # the runner: Python, 0.1 name kept
 BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
-FAMILIES = ["pcie_mrrs", "cpuidle", "cpufreq", "thp"]
+FAMILIES = ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "thp"]
 
 
 def _conf_lines(text):
