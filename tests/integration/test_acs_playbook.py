@@ -1,8 +1,11 @@
-"""ACS redirect through the role: runtime tuning clears it on the GPUs' root ports only, a rerun
-changes nothing, and rollback puts every byte of config space back."""
+"""ACS redirect through the role, with the default preset: check mode writes nothing, runtime tuning
+clears redirect on the GPUs' root ports only, verification then reports ACS applied and the GPU pairs'
+P2P verdict (the simulated nvidia-smi, which answers CNS while redirect is on) turned from failing to
+OK, a rerun changes nothing, and rollback puts every byte of config space back."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import sys
@@ -10,6 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/rollback tests)
+    REPORT_DIR,
     assert_ok,
     build_node,
     run_playbook,
@@ -32,16 +36,38 @@ def acs_ctl(root, bdf):
     raise AssertionError("%s has no ACS capability" % bdf)
 
 
+def verify(inventory, host):
+    """verify.yml's JSON report of ``host``: {setting id: state} of the ACS and P2P families."""
+    run_playbook("verify.yml", inventory)
+    with open(os.path.join(REPORT_DIR, "%s.json" % host), encoding="utf-8") as fh:
+        report = json.load(fh)
+    return {s["id"]: s["state"] for s in report["settings"] if s["family"] in ("pcie_acs", "gpu_p2p")}
+
+
 def test_runtime_disables_redirect_on_gpu_paths_and_rollback_restores(tmp_path):
-    root = build_node(tmp_path / "node", gpus=2, cpus=8)
-    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-acs": root}, gpunode_tuning_acs="disable_redirect")
+    root = build_node(tmp_path / "node", gpus=2, cpus=8, nvidia_smi=True)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-acs": root})  # the preset's disable_redirect
     before = snapshot(root)
+    gpu_ports = ("0000:40:01.1", "0000:60:01.1")
+
+    untuned = verify(inventory, "sim-acs")
+    assert [untuned["pcie_acs.%s" % bdf] for bdf in gpu_ports] == ["drifted", "drifted"]
+    assert untuned["gpu_p2p.GPU0-GPU1"] == "drifted"  # CNS: the bridges redirect peer traffic
+
+    check = run_playbook("tune.yml", inventory, "--tags", "runtime", "--check")
+    assert check.returncode == 0, check.stdout[-4000:]
+    assert tree_changes(before, snapshot(root)) == []
 
     first = run_playbook("tune.yml", inventory, "--tags", "runtime")
     assert_ok(first)
+    # The GPUs' root ports lose ReqRedir/CmpltRedir; the NIC's and NVMe's keep every bit.
     assert {bdf: acs_ctl(root, bdf) for bdf in ("0000:40:01.1", "0000:60:01.1", "0000:c0:03.1", "0000:e0:03.1")} \
         == {"0000:40:01.1": 0x0011, "0000:60:01.1": 0x0011, "0000:c0:03.1": 0x001D, "0000:e0:03.1": 0x001D}
     assert "redirect disabled on 2 bridge(s)" in first.stdout
+
+    tuned = verify(inventory, "sim-acs")
+    assert [tuned["pcie_acs.%s" % bdf] for bdf in gpu_ports] == ["applied", "applied"]
+    assert tuned.get("gpu_p2p.pairs") == "applied" and "gpu_p2p.GPU0-GPU1" not in tuned, tuned
 
     second = run_playbook("tune.yml", inventory, "--tags", "runtime")
     assert_ok(second)
