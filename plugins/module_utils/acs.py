@@ -43,8 +43,8 @@ ACS_BITS = (("SrcValid", 0), ("TransBlk", 1), ("ReqRedir", 2), ("CmpltRedir", 3)
 REDIRECT_MASK = 0x002C
 SETPCI_ACS_CTRL = "ECAP_ACS+6.w"
 MODES = ("disable_redirect", "unmanaged")
-# What evaluate() understands in desired["pcie_acs"]["persist"]; the role offers boot_unit only for now
-# (the command-line family refuses the ";" of pci=disable_acs_redir=).
+# How redirect survives a reboot (desired["pcie_acs"]["persist"]): the boot unit re-applies it, or
+# the kernel argument pci=disable_acs_redir= (written through the command-line family).
 PERSIST = ("boot_unit", "kernel_arg")
 NO_ACS = "no ACS capability"
 IOMMU_ARG_PREFIXES = ("iommu=", "iommu.", "amd_iommu=", "intel_iommu=")

@@ -90,8 +90,8 @@ def kmsg_window(node: Node, options: dict[str, Any]) -> dict[str, Any]:
 def boot_configuration(node: Node, desired: dict[str, Any], options: dict[str, Any], tools: Tools) -> dict[str, Any]:
     """The ``cmdline`` context of ``evaluate_host``: the kernel arguments configured for the next boot.
 
-    Read only when the desired state has kernel arguments or a cpufreq driver (whose arguments
-    verification looks for); the GRUB drop-in of this collection, or grubby on a live node (a
+    Read only when the desired state has kernel arguments, or a cpufreq driver, an IOMMU mode or ACS
+    persisted by kernel argument (whose arguments verification looks for); the GRUB drop-in of this collection, or grubby on a live node (a
     simulated root has no grubby to ask). An unreadable drop-in or a failing grubby leaves the
     configuration unknown, which the report says per setting.
     """
@@ -99,8 +99,9 @@ def boot_configuration(node: Node, desired: dict[str, Any], options: dict[str, A
     bootloader = choose_bootloader(node, options["bootloader"], tools.find) or "grub"
     out = {"bootloader": bootloader, "dropin": options["cmdline_dropin"]}
     iommu_mode = (desired.get("iommu") or {}).get("mode")
+    acs_arg = (desired.get("pcie_acs") or {}).get("persist") == "kernel_arg"
     if not desired.get("cmdline") and not (desired.get("cpufreq") or {}).get("driver") \
-            and iommu_mode in (None, "unmanaged"):
+            and iommu_mode in (None, "unmanaged") and not acs_arg:
         return out
     if bootloader == "grubby":
         out["grubby"] = _grubby_info(node, tools)
