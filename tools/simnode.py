@@ -655,13 +655,15 @@ def write_kmsg(tree: _Tree, messages, extra_records: int = 0) -> None:
 
 def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = None,
           kmsg_records: int = 0, nvidia_smi: bool = False, gpu_faults: dict | None = None,
-          iommu: str | None = None, vfio: list | None = None) -> dict:
+          iommu: str | None = None, vfio: list | None = None, benchmark: str | None = None) -> dict:
     """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
 
     ``nvidia_smi``: ship a node-local nvidia-smi stand-in (``usr/bin``) answering from its own
     table; ``gpu_faults``: ``{kind: [GPU index, ...]}`` with the kinds of ``GPU_FAULTS`` (implies
     ``nvidia_smi``). ``iommu``: an active IOMMU whose groups have this default domain type
     (``identity``, ``DMA``, ``DMA-FQ``); ``vfio``: BDFs bound to vfio-pci (a ``driver`` link).
+    ``benchmark``: ship the benchmark stand-in ``usr/bin/gpunode-sim-bench`` (``normal``: tuning
+    raises its number; ``inverse``: tuning lowers it), for the rollout's measure gate.
     Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
     """
     if preset not in PRESETS:
@@ -681,6 +683,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     faults = {k: list(v) for k, v in (gpu_faults or {}).items()}
     missing = apply_gpu_faults(p, funcs, faults)  # before the first write: a bad fault writes nothing
     check_iommu_vfio(funcs, iommu, vfio)
+    if benchmark is not None and benchmark not in BENCHMARK_KINDS:
+        raise ValueError(f"benchmark {benchmark!r} is not one of {', '.join(BENCHMARK_KINDS)}")
     t = _Tree(root)
     _write_identity(t, p)
     _write_cpus(t, p)
@@ -694,6 +698,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     if nvidia_smi or faults:
         write_nvidia_smi(t, p, funcs, faults, missing)
     write_iommu_vfio(t, p, funcs, iommu, vfio)
+    if benchmark is not None:
+        write_benchmark(root, benchmark)
     gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
@@ -934,6 +940,7 @@ GPU_FAULTS = {
     "driver_missing": "the GPU is on the PCI bus but nvidia-smi does not list it",
 }
 SMI_STATE = "var/lib/simnode/nvidia-smi.json"
+SMI_IDLE_CLOCK = 180  # MHz: the graphics clock of an idle, unlocked GPU in the stand-in
 
 # Stand-in for nvidia-smi on a simulated node (written by tools/simnode.py): the subset the
 # collection uses, answered from and written to the node's own table (SMI_STATE), never a GPU.
@@ -943,6 +950,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 STATE = os.path.join(ROOT, "@STATE@")
 UNITS = {"power.limit": " W", "power.default_limit": " W", "power.max_limit": " W", "power.min_limit": " W",
          "utilization.gpu": " %"}
+UNITS.update({k: " MHz" for k in ("clocks.current.graphics", "clocks.applications.graphics",
+                                  "clocks.applications.memory", "clocks.default_applications.graphics",
+                                  "clocks.default_applications.memory", "clocks.max.graphics", "clocks.max.memory")})
+IDLE_CLOCK = @IDLE_CLOCK@  # MHz of an idle, unlocked GPU (simnode's table starts there)
 
 
 def fail(msg, rc=2):
@@ -1013,6 +1024,32 @@ def topo(gpus, args):
     print("\nLegend:\n\n  X    = Self" + legend)
 
 
+def clocks(g, key, value):
+    """-lgc min,max: an idle GPU then runs at min (no query shows the lock); -ac mem,gr within the maxima."""
+    pair = [int(v) for v in value.split(",") if v.strip().isdigit()]
+    if key in ("-lgc", "-ac") and len(pair) != 2:
+        fail('Invalid clock pair "%s"' % value)
+    top_gr, top_mem = int(g["clocks.max.graphics"]), int(g["clocks.max.memory"])
+    if key == "-lgc":
+        if not 0 < pair[0] <= pair[1] <= top_gr:
+            fail("Invalid clock range %s for GPU %s (max %d MHz)" % (value, g["pci.bus_id"], top_gr))
+        g["clocks.current.graphics"] = str(max(IDLE_CLOCK, pair[0]))
+        print("GPU clocks set to \"(gpcClkMin %d, gpcClkMax %d)\" for GPU %s" % (pair[0], pair[1], g["pci.bus_id"]))
+    elif key == "-rgc":
+        g["clocks.current.graphics"] = str(IDLE_CLOCK)
+        print("All done.")
+    elif key == "-ac":
+        if not (0 < pair[0] <= top_mem and 0 < pair[1] <= top_gr):
+            fail("Specified clock combination \"(MEM %s, SM %s)\" is not supported for GPU %s"
+                 % (pair[0], pair[1], g["pci.bus_id"]))
+        g["clocks.applications.memory"], g["clocks.applications.graphics"] = str(pair[0]), str(pair[1])
+        print("Applications clocks set to \"(MEM %d, SM %d)\" for GPU %s" % (pair[0], pair[1], g["pci.bus_id"]))
+    else:
+        g["clocks.applications.memory"] = g["clocks.default_applications.memory"]
+        g["clocks.applications.graphics"] = g["clocks.default_applications.graphics"]
+        print("All done.")
+
+
 def main(argv):
     with open(STATE) as fh:
         table = json.load(fh)
@@ -1031,9 +1068,11 @@ def main(argv):
             fields = a.split("=", 1)[1]
         elif a.startswith("--format="):
             fmt = a.split("=", 1)[1]
-        elif a in ("-pm", "-pl"):
+        elif a in ("-pm", "-pl", "-lgc", "-ac"):
             i += 1
             action = (a, argv[i] if i < len(argv) else "")
+        elif a in ("-rgc", "-rac"):
+            action = (a, "")
         elif a == "topo":
             return topo(gpus, argv[i + 1:])
         else:
@@ -1042,10 +1081,12 @@ def main(argv):
     if fields:
         return query(selected(gpus, ids), fields, fmt or "csv")
     if action is None:
-        fail("this stand-in answers --query-gpu, topo, -pm and -pl only")
+        fail("this stand-in answers --query-gpu, topo, -pm, -pl, -lgc, -rgc, -ac and -rac only")
     key, value = action
     for g in selected(gpus, ids):
-        if key == "-pm":
+        if key in ("-lgc", "-rgc", "-ac", "-rac"):
+            clocks(g, key, value)
+        elif key == "-pm":
             if value not in ("0", "1"):
                 fail('Invalid value "%s" for persistence mode' % value)
             g["persistence_mode"] = "Enabled" if value == "1" else "Disabled"
@@ -1084,6 +1125,9 @@ def gpu_table_entry(index: int, bdf: str, p: Preset) -> dict:
         "power.limit": "600.00", "power.default_limit": "600.00", "power.max_limit": "600.00",
         "power.min_limit": "150.00", "clocks_event_reasons.active": "0x0000000000000001",
         "utilization.gpu": "0", "driver_version": _driver_version(p),
+        "clocks.current.graphics": str(SMI_IDLE_CLOCK), "clocks.applications.graphics": "2430",
+        "clocks.applications.memory": "14001", "clocks.default_applications.graphics": "2430",
+        "clocks.default_applications.memory": "14001", "clocks.max.graphics": "3090", "clocks.max.memory": "14001",
     }
 
 
@@ -1124,7 +1168,85 @@ def write_nvidia_smi(t: _Tree, p: Preset, funcs: list, faults: dict, missing: se
     t.write(SMI_STATE, json.dumps({"gpus": table}, indent=1))
     if "nvidia" in p.modules:  # the loaded kernel module's version, which nvidia-smi's must match
         t.write("sys/module/nvidia/version", _driver_version(p))
-    t.write("usr/bin/nvidia-smi", NVIDIA_SMI_SCRIPT.replace("@STATE@", SMI_STATE).encode(), mode=0o755)
+    script = NVIDIA_SMI_SCRIPT.replace("@STATE@", SMI_STATE).replace("@IDLE_CLOCK@", str(SMI_IDLE_CLOCK))
+    t.write("usr/bin/nvidia-smi", script.encode(), mode=0o755)
+
+
+BENCHMARK_KINDS = ("normal", "inverse")
+BENCHMARK_BIN = "usr/bin/gpunode-sim-bench"
+
+# Stand-in for a node benchmark (the rollout's measure gate, gpunode_tuning_rollout_benchmark_command):
+# one number, higher is better, computed from the node's simulated state, never a GPU. Per GPU:
+# its MRRS / 512, plus 1 when no bridge above it redirects peer traffic (ACS ReqRedir/CmpltRedir
+# off). The inverse kind prints 100 / that score, so tuning makes it WORSE. The node root is
+# GPUNODE_ROOT, else the directory two levels above this file's usr/bin.
+BENCH_SCRIPT = r"""#!/usr/bin/env python3
+import glob, os, sys
+ROOT = os.environ.get("GPUNODE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KIND = "@KIND@"
+
+
+def config(path):
+    with open(os.path.join(path, "config"), "rb") as fh:
+        return fh.read()
+
+
+def word(cfg, pos, size=2):
+    return int.from_bytes(cfg[pos:pos + size], "little")
+
+
+def mrrs(cfg):
+    pos = cfg[0x34]
+    for _step in range(48):  # the standard capability list, to the PCI Express capability
+        if pos < 0x40 or pos + 10 > len(cfg):
+            return 128
+        if cfg[pos] == 0x10:
+            return 128 << ((word(cfg, pos + 8) >> 12) & 7)
+        pos = cfg[pos + 1]
+    return 128
+
+
+def redirected(cfg):
+    pos = 0x100
+    for _step in range(64):  # the extended capability list, to ACS (ID 0x000D)
+        header = word(cfg, pos, 4) if pos + 8 <= len(cfg) else 0
+        if header & 0xFFFF == 0x000D:
+            return bool(word(cfg, pos + 6) & 0x000C)
+        if header == 0 or header >> 20 < 0x100:
+            return False
+        pos = header >> 20
+    return False
+
+
+def score(gpu):
+    cfg = config(gpu)
+    value = mrrs(cfg) / 512.0
+    path = os.path.dirname(os.path.realpath(gpu))
+    while len(os.path.basename(path)) == 12 and os.path.isfile(os.path.join(path, "config")):
+        if redirected(config(path)):
+            return value
+        path = os.path.dirname(path)
+    return value + 1.0
+
+
+total = 0.0
+for dev in sorted(glob.glob(os.path.join(ROOT, "sys/bus/pci/devices/*"))):
+    cfg = config(dev)
+    if word(cfg, 0) == 0x10DE and cfg[0x0B] == 0x03:
+        total += score(dev)
+if total <= 0:
+    sys.exit("gpunode-sim-bench: no GPU under %s" % ROOT)
+print("%.4f" % (100.0 / total if KIND == "inverse" else total))
+"""
+
+
+def write_benchmark(root: str, kind: str = "normal") -> str:
+    """Write the benchmark stand-in (<root>/usr/bin/gpunode-sim-bench) of ``kind``; return its path."""
+    if kind not in BENCHMARK_KINDS:
+        raise ValueError(f"benchmark {kind!r} is not one of {', '.join(BENCHMARK_KINDS)}")
+    t = _Tree(root)
+    t.write(BENCHMARK_BIN, BENCH_SCRIPT.replace("@KIND@", kind).encode(), mode=0o755)
+    return t.path(BENCHMARK_BIN)
 
 
 def _parse_faults(specs: list) -> dict:
@@ -1193,6 +1315,8 @@ def main(argv=None) -> int:
                    help="a sick GPU (implies --nvidia-smi); kinds: " + ", ".join(GPU_FAULTS))
     b.add_argument("--iommu", choices=IOMMU_TYPES, help="an active IOMMU, groups of this default domain type")
     b.add_argument("--vfio", action="append", default=[], metavar="BDF", help="bind this function to vfio-pci")
+    b.add_argument("--benchmark", choices=BENCHMARK_KINDS,
+                   help="ship the benchmark stand-in usr/bin/gpunode-sim-bench (inverse: tuning makes it worse)")
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     args = ap.parse_args(argv)
@@ -1203,7 +1327,8 @@ def main(argv=None) -> int:
     try:
         faults = _parse_faults(args.gpu_fault)
         info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records,
-                     nvidia_smi=args.nvidia_smi, gpu_faults=faults, iommu=args.iommu, vfio=args.vfio)
+                     nvidia_smi=args.nvidia_smi, gpu_faults=faults, iommu=args.iommu, vfio=args.vfio,
+                     benchmark=args.benchmark)
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2

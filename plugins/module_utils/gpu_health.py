@@ -58,6 +58,9 @@ HEALTH_FIELDS = (
     "retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure",
     "power.limit", "power.default_limit", "power.max_limit", "clocks_event_reasons.active",
     "utilization.gpu", "driver_version",
+) + (
+    # gpu_settings' clock rows; last, and optional in parse_health: a probe stored before them still parses.
+    "clocks.current.graphics", "clocks.applications.graphics", "clocks.applications.memory",
 )
 HEALTH_ARGS = ["--query-gpu=" + ",".join(HEALTH_FIELDS), "--format=csv,noheader,nounits"]
 DCGM_ARGS = ["diag", "-r", "1"]
@@ -81,7 +84,7 @@ def parse_health(text: str | None) -> list:
     gpus = []
     for line in (text or "").splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(HEALTH_FIELDS) or not parts[0].isdigit():
+        if len(parts) not in (len(HEALTH_FIELDS), len(HEALTH_FIELDS) - 3) or not parts[0].isdigit():
             continue
         gpu = dict(zip(HEALTH_FIELDS, parts))
         gpu["bdf"] = normalize_bus_id(gpu["pci.bus_id"])

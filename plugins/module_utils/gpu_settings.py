@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""GPU settings through nvidia-smi: persistence mode and power limit per GPU (family ``gpu_settings``).
+"""GPU settings through nvidia-smi: persistence, power limit and clocks per GPU (family ``gpu_settings``).
 
 Off unless asked: ``persistence`` (true/false) and ``power_limit`` (watts for every GPU) or
 ``power_limits`` ({PCI address: watts}). Persistence prefers NVIDIA's daemon: on a live node that
@@ -8,7 +8,14 @@ has the ``nvidia-persistenced`` unit, it is enabled and started; ``nvidia-smi -p
 where the daemon is missing. Every original (per-GPU mode and limit, the daemon's enabled/active
 state) is journaled before the first write; ``restore`` writes them back. Neither the power limit
 nor ``-pm`` survives a reboot, so ``boot`` re-applies them. ECC mode is never changed (it needs a
-reboot and has fleet-wide consequences): gpu_health only reports it. Clocks are not offered yet.
+reboot and has fleet-wide consequences): gpu_health only reports it.
+
+Clocks, for every GPU: ``locked_clocks`` ({min, max} MHz of the graphics clock, ``-lgc``) and
+``application_clocks`` ({memory, graphics} MHz, ``-ac``), each checked against the GPU's
+``clocks.max.*`` before any write. nvidia-smi has no query field for a clock lock, so the journal
+is the record of a lock: the original is "unlocked" (restore: ``-rgc``), and a GPU counts as
+already locked when the journal holds its lock and its graphics clock is inside the range. Neither
+survives a reboot or driver reload, so ``boot`` re-applies them (the lock always).
 
 Plain Python (3.8+), no Ansible import.
 """
@@ -23,7 +30,9 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, N
 from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import normalize_bdf
 
 NAME = "gpu_settings"
-FIELDS = ("index", "pci.bus_id", "persistence_mode", "power.limit", "power.min_limit", "power.max_limit")
+FIELDS = ("index", "pci.bus_id", "persistence_mode", "power.limit", "power.min_limit", "power.max_limit",
+          "clocks.current.graphics", "clocks.applications.graphics", "clocks.applications.memory",
+          "clocks.max.graphics", "clocks.max.memory")
 QUERY = ["--query-gpu=" + ",".join(FIELDS), "--format=csv,noheader,nounits"]
 DAEMON = "nvidia-persistenced.service"
 
@@ -41,7 +50,30 @@ def validate(params: dict) -> dict:
             power[normalize_bdf(bdf)] = _watts("power_limits[%s]" % bdf, watts)
         except ValueError as exc:
             raise family.FamilyError("power_limits: %s" % exc) from None
-    return {"persistence": persistence, "power": power}
+    locked = _clock_pair("locked_clocks", params.get("locked_clocks"), ("min", "max"))
+    if locked and locked["min"] > locked["max"]:
+        raise family.FamilyError("locked_clocks: min %d MHz is above max %d MHz; allowed: min <= max"
+                                 % (locked["min"], locked["max"]))
+    app = _clock_pair("application_clocks", params.get("application_clocks"), ("memory", "graphics"))
+    return {"persistence": persistence, "power": power, "locked": locked, "app": app}
+
+
+def _clock_pair(name: str, value: Any, keys: tuple) -> dict | None:
+    """``{key: MHz}`` with exactly ``keys``, whole numbers > 0; None when unset."""
+    if value is None:
+        return None
+    allowed = "a map {%s} of whole MHz > 0" % ", ".join("%s: MHz" % k for k in keys)
+    if not isinstance(value, dict) or sorted(value) != sorted(keys):
+        raise family.FamilyError("%s must be %s, got %r" % (name, allowed, value))
+    out = {}
+    for key in keys:
+        mhz = value[key]
+        if isinstance(mhz, str) and mhz.strip().isdigit():  # a templated value arrives as text
+            mhz = int(mhz)
+        if isinstance(mhz, bool) or not isinstance(mhz, int) or mhz <= 0:
+            raise family.FamilyError("%s.%s must be a whole number of MHz > 0 (%s), got %r" % (name, key, allowed, mhz))
+        out[key] = mhz
+    return out
 
 
 def _watts(name: str, value: Any) -> int:
@@ -53,7 +85,7 @@ def _watts(name: str, value: Any) -> int:
 
 
 def read_gpus(run, smi: str) -> list:
-    """Every GPU nvidia-smi lists: ``{bdf, index, persistence_mode, limit, min, max}``."""
+    """Every GPU nvidia-smi lists: ``{bdf, index, persistence_mode, limit, min, max, clock, app, max_gr, max_mem}``."""
     rc, out, err = run([smi, *QUERY])
     if rc != 0:
         raise family.FamilyError("nvidia-smi --query-gpu failed (rc %s): %s" % (rc, (err or out).strip()[:300]))
@@ -62,15 +94,25 @@ def read_gpus(run, smi: str) -> list:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != len(FIELDS) or not parts[0].isdigit():
             continue
-        gpus.append({"bdf": gpu_health.normalize_bus_id(parts[1]), "index": parts[0], "persistence_mode": parts[2],
-                     "limit": _float(parts[3]), "min": _float(parts[4]), "max": _float(parts[5])})
+        row = dict(zip(FIELDS, parts))
+        gpus.append({"bdf": gpu_health.normalize_bus_id(row["pci.bus_id"]), "index": row["index"],
+                     "persistence_mode": row["persistence_mode"], "limit": _float(row["power.limit"]),
+                     "min": _float(row["power.min_limit"]), "max": _float(row["power.max_limit"]),
+                     "clock": _float(row["clocks.current.graphics"]), "app": _app_clocks(row),
+                     "max_gr": _float(row["clocks.max.graphics"]), "max_mem": _float(row["clocks.max.memory"])})
     return gpus
 
 
-def _float(text: str) -> float | None:
+def _app_clocks(row: dict) -> dict | None:
+    """``{memory, graphics}`` MHz of a query row; None where the GPU reports none ([N/A])."""
+    mem, gr = _float(row.get("clocks.applications.memory", "")), _float(row.get("clocks.applications.graphics", ""))
+    return None if mem is None or gr is None else {"memory": int(mem), "graphics": int(gr)}
+
+
+def _float(text: str | None) -> float | None:
     try:
         return float(text)
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 
@@ -98,10 +140,51 @@ def plan(gpus: list, want: dict) -> list:
     return steps
 
 
+def clock_plan(gpus: list, want: dict, locked_by_us: set) -> list:
+    """Clock steps ``[(bdf, key, original, wanted)]``; FamilyError before any write for a clock out of range."""
+    steps = []
+    locked, app = want.get("locked"), want.get("app")
+    for g in gpus:
+        if locked:
+            _in_range(g, "locked_clocks", (("max", locked["max"], g["max_gr"], "clocks.max.graphics"),))
+            inside = g["clock"] is not None and locked["min"] <= g["clock"] <= locked["max"]
+            if not (inside and g["bdf"] in locked_by_us):  # no query shows a lock: the journal is its record
+                steps.append((g["bdf"], "locked_clocks", "unlocked", dict(locked)))
+        if app:
+            if g["app"] is None:
+                raise family.FamilyError("application_clocks: %s reports no application clocks ([N/A]); it does not "
+                                         "support them; nothing was changed" % g["bdf"])
+            _in_range(g, "application_clocks", (("memory", app["memory"], g["max_mem"], "clocks.max.memory"),
+                                                ("graphics", app["graphics"], g["max_gr"], "clocks.max.graphics")))
+            if g["app"] != app:
+                steps.append((g["bdf"], "application_clocks", g["app"], dict(app)))
+    return steps
+
+
+def _in_range(gpu: dict, name: str, checks: tuple) -> None:
+    for key, mhz, top, field in checks:
+        if top is not None and mhz > top:
+            raise family.FamilyError("%s.%s %d MHz for %s is above its %s %.0f MHz; allowed: 1-%.0f MHz; nothing "
+                                     "was changed" % (name, key, mhz, gpu["bdf"], field, top, top))
+
+
 def _argv(smi: str, gpu: dict, key: str, value: Any) -> list:
+    gpu_id = [smi, "-i", gpu["index"]]
     if key == "persistence":
-        return [smi, "-i", gpu["index"], "-pm", "1" if value == "Enabled" else "0"]
-    return [smi, "-i", gpu["index"], "-pl", "%g" % float(value)]
+        return gpu_id + ["-pm", "1" if value == "Enabled" else "0"]
+    if key == "locked_clocks":
+        return gpu_id + (["-rgc"] if value == "unlocked" else ["-lgc", "%d,%d" % (value["min"], value["max"])])
+    if key == "application_clocks":
+        return gpu_id + (["-rac"] if value == "default" else ["-ac", "%d,%d" % (value["memory"], value["graphics"])])
+    return gpu_id + ["-pl", "%g" % float(value)]
+
+
+def readback_errors(gpus: list, steps: list) -> list:
+    """Application clocks nvidia-smi accepted but does not report (it takes only supported pairs)."""
+    by_bdf = {g["bdf"]: g for g in gpus}
+    return ["%s application_clocks: nvidia-smi reports %s after setting %s" % (bdf, by_bdf[bdf]["app"], after)
+            for bdf, key, _before, after in steps
+            if key == "application_clocks" and isinstance(after, dict) and by_bdf.get(bdf, {}).get("app") != after]
 
 
 def find_smi(node: Node, lookup: Any) -> str:
@@ -147,11 +230,36 @@ def restore_plan(journal, gpus: list) -> tuple:
         if gpu is None:
             gone.append(key)
             continue
-        current = gpu["persistence_mode"] if kind == "persistence" else gpu["limit"]
-        differs = current != original if kind == "persistence" else (
-            original is not None and (current is None or abs(current - original) >= 0.5))
+        if kind == "application_clocks":
+            original = _from_journal(original)
+        current, differs = _restore_differs(kind, gpu, original)
         (steps if differs else already).append((bdf, kind, current, original) if differs else key)
     return steps, already, gone
+
+
+def _to_journal(value: Any) -> Any:
+    """Application clocks as "memory,graphics" text: the journal reads an object original as per-CPU values."""
+    return "%d,%d" % (value["memory"], value["graphics"]) if isinstance(value, dict) else value
+
+
+def _from_journal(original: Any) -> Any:
+    """The journaled "memory,graphics" as ``{memory, graphics}``; "default" (``-rac``) when it is not that."""
+    parts = str(original).split(",")
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+        return {"memory": int(parts[0]), "graphics": int(parts[1])}
+    return "default"
+
+
+def _restore_differs(kind: str, gpu: dict, original: Any) -> tuple:
+    """``(current, whether the original must be written back)`` for one journaled setting."""
+    if kind == "persistence":
+        return gpu["persistence_mode"], gpu["persistence_mode"] != original
+    if kind == "locked_clocks":
+        return "locked", True  # no query shows the lock: -rgc is always sent (harmless when unlocked)
+    if kind == "application_clocks":
+        return gpu["app"], original == "default" or gpu["app"] != original
+    current = gpu["limit"]
+    return current, original is not None and (current is None or abs(current - original) >= 0.5)
 
 
 def _daemon_argv(daemon: dict, original: dict, restore: bool) -> list:
@@ -192,8 +300,8 @@ def _result(steps: list, daemon_step: tuple | None, gpus: list) -> dict:
         changes.append({"gpu": None, "setting": "nvidia-persistenced", "before": daemon_step[1],
                         "after": daemon_step[2]})
     return {"changed": bool(changes), "changes": changes,
-            "gpus": [{"bdf": g["bdf"], "persistence_mode": g["persistence_mode"], "power_limit": g["limit"]}
-                     for g in gpus]}
+            "gpus": [{"bdf": g["bdf"], "persistence_mode": g["persistence_mode"], "power_limit": g["limit"],
+                      "graphics_clock": g["clock"], "application_clocks": g["app"]} for g in gpus]}
 
 
 def run(call: family.Call) -> dict:
@@ -213,7 +321,8 @@ def run(call: family.Call) -> dict:
         raise family.FamilyError(str(exc)) from None
     if restore:
         return _restore(call, journal, smi, gpus, daemon)
-    steps, daemon_step = daemon_plan(want, plan(gpus, want), daemon)
+    locked_by_us = {k.partition(":")[2] for k in (journal.entries(NAME) if journal else {}) if k.startswith("locked_")}
+    steps, daemon_step = daemon_plan(want, plan(gpus, want) + clock_plan(gpus, want, locked_by_us), daemon)
     result = _result(steps, daemon_step, gpus)
     if call.diff:
         names = [" ".join(filter(None, (c["gpu"], c["setting"]))) for c in result["changes"]]
@@ -223,17 +332,20 @@ def run(call: family.Call) -> dict:
         return result
     if journal is not None:  # originals first: a failure half-way can still be rolled back
         for bdf, key, before, _after in steps:
-            journal.record(NAME, "%s:%s" % (key, bdf), before)
+            journal.record(NAME, "%s:%s" % (key, bdf), _to_journal(before))
         if daemon_step:
             journal.record(NAME, "daemon", daemon_step[1])
         journal.save()
-    errors = [e for _step, e in execute(call, smi, gpus, steps)]
+    failed = execute(call, smi, gpus, steps)
+    errors = [e for _step, e in failed]
     if daemon_step:
         errors += run_daemon(call, daemon, daemon_step[1], False)
     if journal is not None:
         journal.mark_applied(NAME)
         journal.save()
-    result["gpus"] = _result([], None, read_gpus(call.run_command, smi))["gpus"]
+    after = read_gpus(call.run_command, smi)
+    result["gpus"] = _result([], None, after)["gpus"]
+    errors += readback_errors(after, [s for s in steps if s not in [f for f, _e in failed]])
     if errors:
         raise family.FamilyError("GPU settings not applied: " + "; ".join(errors), result)
     return result
@@ -273,7 +385,8 @@ def _restore(call: family.Call, journal, smi: str, gpus: list, daemon: dict | No
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
-    """Rows ``gpu_settings.persistence`` and ``gpu_settings.power_limit`` from gpu_health's nvidia-smi query."""
+    """Rows ``gpu_settings.persistence``, ``.power_limit``, ``.locked_clocks`` and ``.application_clocks``
+    from gpu_health's nvidia-smi query."""
     want_params = (desired or {}).get(NAME) or {}
     if not want_params:
         return []
@@ -286,7 +399,8 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     if probe.get("probe") != "present" or health.get("rc", 0) != 0:
         why = "nvidia-smi did not answer (%s)" % (probe.get("probe") or "not probed")
         return [family.setting(NAME, k, v, None, "not_applicable", why)
-                for k, v in (("persistence", want["persistence"]), ("power_limit", want["power"] or None))
+                for k, v in (("persistence", want["persistence"]), ("power_limit", want["power"] or None),
+                             ("locked_clocks", want["locked"]), ("application_clocks", want["app"]))
                 if v is not None]
     gpus = gpu_health.parse_health(health.get("stdout"))
     rows = []
@@ -304,6 +418,31 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
                 off.append("%s %s W of %d W" % (g["bdf"], g["power.limit"], watts))
         rows.append(family.setting(NAME, "power_limit", want["power"], "; ".join(off) or "as wanted",
                                    "drifted" if off else "applied", "; ".join(off)))
+    return rows + clock_rows(want, gpus)
+
+
+def clock_rows(want: dict, gpus: list) -> list:
+    """Locked clocks: each GPU's graphics clock inside the range (no query shows the lock itself; a clock
+    outside means the lock is gone, e.g. after a driver reload, or the GPU is throttling). Application
+    clocks: the query's pair."""
+    rows = []
+    if want["locked"]:
+        lo, hi = want["locked"]["min"], want["locked"]["max"]
+        clocks = {g["bdf"]: _float(g.get("clocks.current.graphics")) for g in gpus}
+        unknown = sorted(b for b, c in clocks.items() if c is None)
+        off = ["%s %.0f MHz" % (b, c) for b, c in sorted(clocks.items()) if c is not None and not lo <= c <= hi]
+        state, why = ("drifted", "graphics clock outside %d-%d MHz on %s (lock gone, or throttling: see clocks "
+                      "event reasons)" % (lo, hi, ", ".join(off))) if off else ("applied", "")
+        if unknown and not off:
+            state, why = "not_applicable", "nvidia-smi reports no graphics clock for %s" % ", ".join(unknown)
+        rows.append(family.setting(NAME, "locked_clocks", want["locked"], "; ".join(off) or "inside the range",
+                                   state, why))
+    if want["app"]:
+        off = ["%s %s" % (g["bdf"], _app_clocks(g)) for g in gpus if _app_clocks(g) != want["app"]]
+        rows.append(family.setting(NAME, "application_clocks", want["app"], "; ".join(off) or "as wanted",
+                                   "drifted" if off else "applied",
+                                   "application clocks (memory, graphics MHz) differ on %s" % ", ".join(off)
+                                   if off else ""))
     return rows
 
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: gpu_settings
-short_description: Set NVIDIA GPU persistence mode and power limits, journaled for rollback
+short_description: Set NVIDIA GPU persistence mode, power limits and clocks, journaled for rollback
 version_added: 0.2.0
 description:
-  - Sets persistence mode and the power limit of the GPUs that C(nvidia-smi) lists. Nothing is changed unless
-    an option asks for it.
+  - Sets persistence mode, the power limit, locked graphics clocks and application clocks of the GPUs that
+    C(nvidia-smi) lists. Nothing is changed unless an option asks for it.
   - Persistence uses NVIDIA's daemon where it is installed. On the running system with the
     C(nvidia-persistenced) unit the unit is enabled and started; C(nvidia-smi -pm) is used only where the
     daemon is missing.
-  - Every power limit is checked against the GPU's minimum and maximum before anything is written.
-  - With O(journal), each original (persistence mode and power limit per GPU, the daemon's enabled and active
-    state) is recorded before the first write, in family C(gpu_settings); O(restore=true) writes them back.
+  - Every power limit is checked against the GPU's minimum and maximum, every clock against the GPU's
+    C(clocks.max.graphics) or C(clocks.max.memory), before anything is written.
+  - With O(journal), each original (persistence mode, power limit and clocks per GPU, the daemon's enabled and
+    active state) is recorded before the first write, in family C(gpu_settings); O(restore=true) writes them back.
   - ECC mode is never changed (a reboot and fleet-wide consequences); the verification's C(gpu_health) reports it.
   - On a simulated node (O(root) other than V(/)) only the node's own C(<root>/usr/bin/nvidia-smi) runs, never
     the controller's.
@@ -39,6 +40,25 @@ options:
       - Power limit in watts per GPU, keyed by PCI address (C(DDDD:BB:DD.F) or C(BB:DD.F)); overrides
         O(power_limit) for those GPUs.
     type: dict
+  locked_clocks:
+    description:
+      - Lock the graphics clock of every GPU to this range in MHz, C({min, max}) with min <= max <=
+        C(clocks.max.graphics) (C(nvidia-smi -lgc min,max)). Locked clocks give steady kernel latency (no
+        boost ramp, no idle downclock); they cost power and thermal headroom and can hold the GPU at a clock it
+        cannot sustain under power or thermal limits.
+      - nvidia-smi shows no lock in its queries, so the journal records each lock (original C(unlocked), restored
+        with C(nvidia-smi -rgc)); a GPU is taken as locked when the journal holds its lock and its graphics clock
+        is inside the range. Without O(journal) the lock is sent on every run.
+      - Unset leaves the clocks alone.
+    type: dict
+  application_clocks:
+    description:
+      - Application clocks of every GPU in MHz, C({memory, graphics}) (C(nvidia-smi -ac memory,graphics)), each
+        at most the GPU's C(clocks.max.memory) or C(clocks.max.graphics). nvidia-smi accepts only the pairs the
+        GPU supports (C(nvidia-smi -q -d SUPPORTED_CLOCKS)); the value is read back after the write.
+      - The original pair is journaled and written back on restore (C(nvidia-smi -rac) where none was read).
+        A GPU that reports no application clocks fails the run before any write. Unset leaves them alone.
+    type: dict
   journal:
     description:
       - Path of the journal on the node (below O(root)), for example C(/var/lib/gpunode-tuning/journal.json).
@@ -51,7 +71,8 @@ options:
     type: bool
     default: false
 notes:
-  - Neither C(nvidia-smi -pm) nor C(nvidia-smi -pl) survives a reboot; the role's boot unit re-applies them.
+  - None of C(nvidia-smi -pm), C(-pl), C(-lgc) or C(-ac) survives a reboot or driver reload; the role's boot unit
+    re-applies them.
   - In check mode nothing runs but the C(nvidia-smi) query; RV(changes) is what would change.
 """
 
@@ -60,6 +81,11 @@ EXAMPLES = r"""
   gpunode.tuning.gpu_settings:
     persistence: true
     power_limit: 450
+    journal: /var/lib/gpunode-tuning/journal.json
+
+- name: Lock the graphics clock of every GPU at 1980 MHz for steady latency
+  gpunode.tuning.gpu_settings:
+    locked_clocks: {min: 1980, max: 1980}
     journal: /var/lib/gpunode-tuning/journal.json
 
 - name: Put back what this collection changed
@@ -80,7 +106,8 @@ gpus:
   returned: always
   type: list
   elements: dict
-  sample: [{"bdf": "0000:41:00.0", "persistence_mode": "Enabled", "power_limit": 450.0}]
+  sample: [{"bdf": "0000:41:00.0", "persistence_mode": "Enabled", "power_limit": 450.0, "graphics_clock": 1980.0,
+            "application_clocks": {"memory": 14001, "graphics": 2430}}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -93,6 +120,8 @@ ARGUMENT_SPEC = dict(
     persistence=dict(type="bool"),
     power_limit=dict(type="int"),
     power_limits=dict(type="dict"),
+    locked_clocks=dict(type="dict"),
+    application_clocks=dict(type="dict"),
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
 )

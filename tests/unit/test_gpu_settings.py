@@ -148,3 +148,109 @@ def test_restore_without_journaled_gpu_settings_passes_on_a_node_without_nvidia_
     root = build_node(cpus=4)
     result, failed = run_module("gpu_settings", {"root": root, "journal": JOURNAL, "restore": True})
     assert not failed and not result["changed"] and result["changes"] == []
+
+
+# --- clocks: locked graphics clocks (-lgc/-rgc) and application clocks (-ac/-rac) ---
+
+CLOCKS = {"locked_clocks": {"min": 1980, "max": 1980}, "application_clocks": {"memory": 14001, "graphics": 1800}}
+
+
+def test_clocks_apply_rerun_and_rollback(node, run_module, digest):
+    before = digest(node)
+    args = dict(CLOCKS, root=node, journal=JOURNAL)
+    result, failed = run_module("gpu_settings", args)
+    assert not failed and result["changed"] and len(result["changes"]) == 16
+    table = _table(node)
+    assert {g["clocks.current.graphics"] for g in table.values()} == {"1980"}  # the lock holds an idle GPU at min
+    assert {(g["clocks.applications.memory"], g["clocks.applications.graphics"]) for g in table.values()} == {
+        ("14001", "1800")}
+    assert {g["application_clocks"]["graphics"] for g in result["gpus"]} == {1800}  # read back through the query
+    entries = json.load(open(os.path.join(node, JOURNAL.lstrip("/"))))["families"]["gpu_settings"]
+    assert entries["locked_clocks:0000:41:00.0"]["original"] == "unlocked"
+    assert entries["application_clocks:0000:41:00.0"]["original"] == "14001,2430"
+    again, failed = run_module("gpu_settings", args)
+    assert not failed and not again["changed"] and again["changes"] == []
+    restored, failed = run_module("gpu_settings", {"root": node, "journal": JOURNAL, "restore": True})
+    assert not failed and restored["changed"]
+    assert {g["clocks.current.graphics"] for g in _table(node).values()} == {str(simnode.SMI_IDLE_CLOCK)}
+    assert digest(node) == before
+
+
+def test_a_lock_lost_behind_the_journal_is_sent_again(node, run_module):
+    args = {"root": node, "journal": JOURNAL, "locked_clocks": {"min": 1500, "max": 2000}}
+    assert run_module("gpu_settings", args)[0]["changed"]
+    # A driver reload drops the lock; the journal still holds it: the clock outside the range tells.
+    rc = os.system("%s/usr/bin/nvidia-smi -i 0 -rgc >/dev/null" % node)
+    assert rc == 0
+    again, failed = run_module("gpu_settings", args)
+    assert not failed and [c["gpu"] for c in again["changes"]] == ["0000:01:00.0"]
+
+
+def test_clocks_check_mode_writes_nothing(node, run_module, digest):
+    before = digest(node)
+    result, failed = run_module("gpu_settings", dict(CLOCKS, root=node, journal=JOURNAL), check=True, diff=True)
+    assert not failed and result["changed"] and len(result["changes"]) == 16
+    assert result["diff"]["after"]["0000:41:00.0 locked_clocks"] == {"min": 1980, "max": 1980}
+    assert result["diff"]["before"]["0000:41:00.0 application_clocks"] == {"memory": 14001, "graphics": 2430}
+    assert digest(node) == before
+
+
+@pytest.mark.parametrize("args, error", [
+    ({"locked_clocks": {"min": 2000, "max": 1500}}, "locked_clocks: min 2000 MHz is above max 1500 MHz; allowed: "
+                                                    "min <= max"),
+    ({"locked_clocks": {"min": 1500}}, "locked_clocks must be a map {min: MHz, max: MHz} of whole MHz > 0"),
+    ({"locked_clocks": {"min": "fast", "max": 1500}}, "locked_clocks.min must be a whole number of MHz > 0"),
+    ({"locked_clocks": {"min": 1500, "max": 4000}}, "locked_clocks.max 4000 MHz for 0000:01:00.0 is above its "
+                                                    "clocks.max.graphics 3090 MHz; allowed: 1-3090 MHz"),
+    ({"application_clocks": {"memory": 20000, "graphics": 1800}}, "application_clocks.memory 20000 MHz for "
+                                                                  "0000:01:00.0 is above its clocks.max.memory"),
+    ({"application_clocks": {"memory": 14001, "graphics": 1800, "sm": 1}}, "application_clocks must be a map "
+                                                                           "{memory: MHz, graphics: MHz}"),
+    # a bad clock stops the power limit too: nothing is half-applied
+    ({"power_limit": 300, "locked_clocks": {"min": 1, "max": 9999}}, "nothing was changed"),
+])
+def test_bad_clocks_fail_before_any_write(node, run_module, digest, args, error):
+    before = digest(node)
+    result, failed = run_module("gpu_settings", dict(args, root=node, journal=JOURNAL))
+    assert failed and error in result["msg"]
+    assert digest(node) == before
+
+
+def test_a_gpu_without_application_clocks_is_refused_by_name(node, run_module, digest):
+    path = os.path.join(node, simnode.SMI_STATE)
+    table = json.load(open(path))
+    table["gpus"][2]["clocks.applications.memory"] = "[N/A]"
+    with open(path, "w") as fh:
+        fh.write(json.dumps(table, indent=1) + "\n")
+    before = digest(node)
+    result, failed = run_module("gpu_settings", dict(CLOCKS, root=node, journal=JOURNAL))
+    assert failed and "reports no application clocks ([N/A])" in result["msg"]
+    assert digest(node) == before
+
+
+def test_boot_reapplies_clocks_without_a_journal(node):
+    ok, msg = gpu_settings.boot(Node(node), CLOCKS)
+    assert ok and "0000:41:00.0 locked_clocks" in msg and "0000:41:00.0 application_clocks" in msg
+    assert not os.path.exists(os.path.join(node, JOURNAL.lstrip("/")))
+    assert {g["clocks.current.graphics"] for g in _table(node).values()} == {"1980"}
+    ok, msg = gpu_settings.boot(Node(node), CLOCKS)
+    assert ok and "application_clocks" not in msg  # already set; the lock cannot be read, so it is sent again
+
+
+def test_evaluate_clock_rows_from_the_health_query():
+    base = ("0, 00000000:41:00.0, Enabled, Enabled, Enabled, 0, 0, No, No, No, 450.00, 600.00, 600.00, "
+            "0x0000000000000001, 0, 570.124.06, ")
+    want = {"gpu_settings": CLOCKS}
+
+    def rows(tail):
+        facts = {"gpu_probe": {"probe": "present", "health": {"rc": 0, "stdout": base + tail}}}
+        return {r["name"]: r for r in gpu_settings.evaluate(facts, want, None)}
+
+    good = rows("1980, 1800, 14001")
+    assert good["locked_clocks"]["state"] == "applied" and good["application_clocks"]["state"] == "applied"
+    bad = rows("180, 2430, 14001")
+    assert bad["locked_clocks"]["state"] == "drifted" and "0000:41:00.0 180 MHz" in bad["locked_clocks"]["reason"]
+    assert bad["application_clocks"]["state"] == "drifted"
+    missing = gpu_settings.evaluate({}, want, None)
+    assert {r["name"]: r["state"] for r in missing} == {"locked_clocks": "not_applicable",
+                                                        "application_clocks": "not_applicable"}
