@@ -26,6 +26,7 @@ PLAYBOOK_VARIABLES = (
     "gpunode_tuning_rollout_max_fail_percentage",
     "gpunode_tuning_rollout_flow",
     "gpunode_tuning_rollout_health_gate",
+    "gpunode_tuning_rollout_benchmark_command", "gpunode_tuning_rollout_benchmark_min_gain",
 )
 EXPORTED_FACTS = (
     "gpunode_tuning_verification",
