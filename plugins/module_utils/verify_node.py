@@ -92,8 +92,8 @@ def boot_configuration(node: Node, desired: dict[str, Any], options: dict[str, A
 
     Read only when the desired state has kernel arguments, or a cpufreq driver, an IOMMU mode or ACS
     persisted by kernel argument (whose arguments verification looks for): the GRUB drop-in of this
-    collection, or grubby on a live node (a simulated root has no grubby to ask). An unreadable drop-in or a failing grubby leaves the
-    configuration unknown, which the report says per setting.
+    collection, or grubby on a live node (a simulated root has no grubby to ask). An unreadable
+    drop-in or a failing grubby leaves the configuration unknown, which the report says per setting.
     """
     # Unknown (no os-release, neither bootloader's files): GRUB, whose drop-in can be read anywhere.
     bootloader = choose_bootloader(node, options["bootloader"], tools.find) or "grub"
