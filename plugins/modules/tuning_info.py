@@ -585,7 +585,7 @@ tuning_facts:
       description:
         - The P2P path of the selected GPUs (module_utils/acs.py, the C(pcie_acs) family's read), C(gpus) each GPU's
           chain of bridges up to its root port, C(bridges) per bridge the ACS capability (ACSCap and ACSCtl
-          decoded: SrcValid, TransBlk, ReqRedir, CmpltRedir, UpstreamFwd, EgressCtrl, DirectTrans) or no ACS
+          decoded as SrcValid, TransBlk, ReqRedir, CmpltRedir, UpstreamFwd, EgressCtrl, DirectTrans) or no ACS
           capability, and the devices bound to vfio-pci below it, C(iommu) whether an IOMMU is active, each GPU's
           IOMMU group and its default domain type, and the IOMMU kernel arguments running.
       returned: always
