@@ -22,6 +22,10 @@ VENV_BIN = os.path.join(REPO, ".venv", "bin")
 
 def offline_env():
     env = dict(os.environ)
+    # make exports ANSIBLE_COLLECTIONS_PATH (the checkout's .collections, which already holds this
+    # collection): ansible-galaxy would then find it "already installed" and install nothing below -p.
+    env.pop("ANSIBLE_COLLECTIONS_PATH", None)
+    env.pop("ANSIBLE_COLLECTIONS_PATHS", None)
     env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         env[name] = "http://127.0.0.1:9"  # the discard port: refused at once
@@ -80,8 +84,9 @@ def test_ansible_builder_create_writes_the_context_offline(tmp_path, tarball):
 
 def test_the_collection_brings_its_system_and_python_requirements(tmp_path, tarball):
     collections = tmp_path / "collections"
-    run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(collections),
-         tarball], cwd=tmp_path)
+    run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "--force", "-p",
+         str(collections), tarball], cwd=tmp_path)
+    assert (collections / "ansible_collections/gpunode/tuning/MANIFEST.json").is_file(), "the tarball was not installed"
     out = run([os.path.join(VENV_BIN, "ansible-builder"), "introspect", str(collections)], cwd=tmp_path)
     data = yaml.safe_load(out.split("\n", 1)[1])  # after the "# Dependency data for ..." line
     system = " ".join(data["system"])
