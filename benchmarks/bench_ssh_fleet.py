@@ -186,7 +186,7 @@ class Sshd:
         while self.children() and time.monotonic() < deadline:
             time.sleep(0.1)
         self.proc.send_signal(signal.SIGTERM)
-        _, status, usage = os.wait4(self.proc.pid, 0)
+        _pid, status, usage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         return usage.ru_utime + usage.ru_stime
 
@@ -341,13 +341,14 @@ def close_control_masters(control_dir, exclude):
         if not pids:
             break
         for pid in pids:
-            done, _, usage = os.wait4(pid, os.WNOHANG)
+            done, _status, usage = os.wait4(pid, os.WNOHANG)
             if done:
                 cpu += usage.ru_utime + usage.ru_stime
         time.sleep(0.05)
     for pid in own_children(exclude):  # a master that did not exit: ours, ended by its id
         os.kill(pid, signal.SIGKILL)
-        cpu += (lambda u: u.ru_utime + u.ru_stime)(os.wait4(pid, 0)[2])
+        usage = os.wait4(pid, 0)[2]
+        cpu += usage.ru_utime + usage.ru_stime
     return cpu
 
 
@@ -501,10 +502,10 @@ def main(argv=None):
     names = [c.strip() for c in args.configs.split(",") if c.strip()]
     # Each entry NAME or NAME@COMMIT; without @, --commit's tree (default: the working tree).
     runs = [(c.partition("@")[0], c.partition("@")[2] or args.commit or None) for c in names]
-    unknown = [c for c, _ in runs if c not in CONFIGS]
+    unknown = [c for c, _commit in runs if c not in CONFIGS]
     if unknown or not names:
         parser.error("--configs: unknown %s; choose from %s" % (", ".join(unknown) or "(none)", ", ".join(CONFIGS)))
-    wants_mitogen = any(c == "mitogen" for c, _ in runs)
+    wants_mitogen = any(c == "mitogen" for c, _commit in runs)
     if wants_mitogen and not (args.mitogen and os.path.isdir(os.path.join(args.mitogen, "ansible_mitogen"))):
         parser.error("--configs mitogen needs --mitogen DIR with ansible_mitogen/ in it")
     if not 1 <= args.hosts <= MAX_HOSTS:
@@ -519,7 +520,7 @@ def main(argv=None):
     started = time.monotonic()
     try:
         run.privsep_dir()
-        for commit in dict.fromkeys(commit for _, commit in runs):
+        for commit in dict.fromkeys(commit for _config, commit in runs):
             run.trees[commit] = load_tree(run.workdir, commit)
         make_keys(run.workdir)
         addresses = [host_address(n) for n in range(1, args.hosts + 1)]

@@ -427,7 +427,7 @@ def failure_message(result: dict, restore: bool, check_mode: bool) -> str:
     verb = "restored" if restore else "set"
     causes = "; ".join("%s: %s" % (r["bdf"], r["reason"]) for r in failed)
     msg = "ACS redirect could not be %s on %d bridge(s): %s" % ("restored" if restore else "disabled", len(failed),
-                                                                 causes)
+                                                                causes)
     if check_mode:
         return "check mode: a real run would fail. %s. %d other bridge(s) would be %s" % (msg, len(done), verb)
     return "%s. %d other bridge(s) were %s" % (msg, len(done), verb)

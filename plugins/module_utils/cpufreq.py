@@ -1090,7 +1090,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
         if key in reasons:
             running = cf.get("boost") if key == "boost" else (cf.get(key) or {}).get("value")
             out.append(setting_row(FAMILY, key, want, running, "not_applicable", reasons[key],
-                               ctx.boot_persisted(want)))
+                                   ctx.boot_persisted(want)))
         else:
             out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
     return out
@@ -1106,10 +1106,10 @@ def _cpufreq_driver(cf, family, mode, vendor, ctx):
     need_vendor = PSTATE_VENDOR.get(family)
     if vendor and vendor.startswith(ARM64_VENDOR) and driver_family(running_driver) != family:
         return setting_row(FAMILY, "driver", *row, "not_applicable",
-                       "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
+                           "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
     if need_vendor and vendor and vendor != need_vendor:
         return setting_row(FAMILY, "driver", *row, "not_applicable",
-                       "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
+                           "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
     if driver_family(running_driver) == family:
         # What the next boot keeps: this driver's arguments that are configured.
         args = driver_kernel_args(family, mode, vendor, running_driver).removable
@@ -1117,8 +1117,8 @@ def _cpufreq_driver(cf, family, mode, vendor, ctx):
         if not mode or not running_mode or running_mode == mode:
             return setting_row(FAMILY, "driver", *row, "applied", "", persisted)
         return setting_row(FAMILY, "driver", *row, "drifted",
-                       "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
-                       % (family, running_mode), persisted)
+                           "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
+                           % (family, running_mode), persisted)
     return _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
 
 
@@ -1130,12 +1130,12 @@ def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):
     text = " ".join(args)
     if args and persisted and not all(v["running"] for v in views):
         return setting_row(FAMILY, "driver", *row, "pending_reboot",
-                       "%s is configured for the next boot; %s runs until the reboot" % (text, running_driver),
-                       persisted)
+                           "%s is configured for the next boot; %s runs until the reboot" % (text, running_driver),
+                           persisted)
     if args and all(v["running"] for v in views):
-        return setting_row(FAMILY, "driver", *row, "drifted",
-                       "%s is on the running command line but %s serves the CPUs: %s" % (
-                           text, running_driver, _switch_failed_hint(family)), persisted)
+        why = "%s is on the running command line but %s serves the CPUs: %s" % (
+            text, running_driver, _switch_failed_hint(family))
+        return setting_row(FAMILY, "driver", *row, "drifted", why, persisted)
     why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
            "reboot switches the driver)" % (running_driver, text)) if args else \
         "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
@@ -1161,9 +1161,8 @@ def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
         if running is None and no_turbo is not None:
             running = not no_turbo
         if running is None:
-            return setting_row(FAMILY, key, want, None, "unsupported",
-                           "driver %s has no boost control (cpufreq/boost, intel_pstate/no_turbo)" % cf.get("driver"),
-                           persisted)
+            why = "driver %s has no boost control (cpufreq/boost, intel_pstate/no_turbo)" % cf.get("driver")
+            return setting_row(FAMILY, key, want, None, "unsupported", why, persisted)
         state = "applied" if bool(running) == bool(want) else "drifted"
         return setting_row(FAMILY, key, want, running, state, "", persisted)
     agg = cf.get(key) or {}
@@ -1176,17 +1175,16 @@ def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
         if driver_state == "pending_reboot":
             return setting_row(FAMILY, key, want, shown, "pending_reboot", after_reboot, persisted)
         if driver_state == "drifted":
-            return setting_row(FAMILY, key, want, shown, "drifted",
-                           "%s does not offer %s=%s; it needs the %s driver" % (cf.get("driver"), key, want, family),
-                           persisted)
+            why = "%s does not offer %s=%s; it needs the %s driver" % (cf.get("driver"), key, want, family)
+            return setting_row(FAMILY, key, want, shown, "drifted", why, persisted)
         what = "offers no EPP" if key == "epp" and running is None else \
             "does not offer %s (available: %s)" % (want, ", ".join(available) or "none")
         return setting_row(FAMILY, key, want, shown, "unsupported", "driver %s %s" % (cf.get("driver"), what),
-                       persisted)
+                           persisted)
     if running == want and not agg.get("cpus_differing"):
         return setting_row(FAMILY, key, want, shown, "applied", "", persisted)
     return setting_row(FAMILY, key, want, shown, "drifted",
-                   "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
+                       "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
 
 
 def _settle_udev(node: Node) -> str:

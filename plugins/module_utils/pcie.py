@@ -865,7 +865,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
 def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
     """The module's selector for ``want``; with ``bdf`` (udev) restricted to it, None when not selected."""
     selector = DeviceSelector(vendor=want.get("vendor"), device=want.get("device"),
-                                   class_prefixes=want.get("class_prefixes"), bdfs=want.get("bdfs"))
+                              class_prefixes=want.get("class_prefixes"), bdfs=want.get("bdfs"))
     if bdf is None:
         return selector
     bdf = normalize_bdf(bdf)
@@ -873,7 +873,7 @@ def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
         return None
     # The default selector is resolved already (vendor 0x10de, GPU classes): keep it with the BDF.
     return DeviceSelector(vendor=selector.vendor, device=selector.device,
-                               class_prefixes=selector.class_prefixes, bdfs=[bdf])
+                          class_prefixes=selector.class_prefixes, bdfs=[bdf])
 
 
 def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
@@ -889,7 +889,7 @@ def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
 
     allow_empty = bdf is not None or bool(want.get("allow_empty"))
     result = run_mrrs(node, setpci_factory, None, False, mrrs=size, selector=selector,
-                           allow_empty=allow_empty)
+                      allow_empty=allow_empty)
     notes = "".join("; warning: %s" % w for w in result["warnings"])
     if result["failed_devices"]:
         return False, failure_message(result, False, False) + notes

@@ -154,7 +154,7 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
         dcgmi = tools.find("dcgmi", "datacenter-gpu-manager")
         if not dcgmi:
             out["dcgm"] = {"rc": 127, "stdout": "", "stderr": "dcgmi not found: install DCGM "
-                                                             "(datacenter-gpu-manager) on the node"}
+                           "(datacenter-gpu-manager) on the node"}
         else:
             rc, stdout, stderr = tools.run([dcgmi, *gpu_health.DCGM_ARGS])
             out["dcgm"] = {"rc": rc, "stdout": stdout, "stderr": stderr}
@@ -168,7 +168,7 @@ def _nvbandwidth(tools: Tools) -> dict[str, Any]:
     nvb = tools.find("nvbandwidth", "nvbandwidth")
     if not nvb:
         return {"rc": 127, "stdout": "", "stderr": "nvbandwidth not found on the node: build it from "
-                                                     "github.com/NVIDIA/nvbandwidth to measure GPU pair bandwidth"}
+                "github.com/NVIDIA/nvbandwidth to measure GPU pair bandwidth"}
     rc, stdout, stderr = tools.run([nvb, *p2p.NVBANDWIDTH_ARGS])
     return {"rc": rc, "stdout": stdout, "stderr": stderr}
 
