@@ -21,7 +21,7 @@ import shutil
 import struct
 import subprocess
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_PCI_DEVICES,
@@ -652,5 +652,49 @@ def evaluate(facts: dict, desired: dict, ctx) -> list:
     return [_bridge_row(e, want, ctx, arg, p2p.get("lockdown")) for e in bridges]
 
 
+def from_role(v: dict, shared: dict) -> dict:
+    """ACS redirect on the GPUs' paths (the GPUs of the MRRS selectors), unless unmanaged."""
+    if v["gpunode_tuning_acs"] == "unmanaged":
+        return {NAME: None}
+    return {NAME: dict(mode=v["gpunode_tuning_acs"], persist=v["gpunode_tuning_acs_persist"], allow_empty=True,
+                       **shared["selector"])}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    """pcie_acs' options for the runtime flow: only ``disable_redirect`` writes anything."""
+    want = desired.get(NAME)
+    if not want or want.get("mode") != "disable_redirect":
+        return None
+    return {k: x for k, x in want.items() if x is not None and k != "persist"}
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True}
+
+
+def kernel_args(pc, remove: bool = False) -> list:
+    """``pci=disable_acs_redir=<bridges>`` when the kernel argument persists ACS, planned by pcie_acs in check
+    mode (reading only); with ``remove``, the same plan whatever the variables say now, so that switching
+    ACS off and rolling back still removes it (a failed plan only leaves the argument out then).
+
+    Under kernel lockdown pcie_acs fails (no runtime write is possible) yet names the bridges: exactly the
+    case the kernel argument is for, so only a failure without it counts.
+    """
+    want = pc.desired.get(NAME) or {}
+    if not remove and not (want.get("mode") == "disable_redirect" and want.get("persist") == "kernel_arg"):
+        return []
+    selector = {k: pc.settings.get(k) for k in ("vendor", "device", "class_prefixes", "bdfs")}
+    options = dict({k: v for k, v in selector.items() if v}, mode="disable_redirect", allow_empty=True)
+    try:
+        arg = persist.run_family(pc, NAME, options, check_mode=True).get("kernel_arg")
+    except family.FamilyError as exc:
+        arg = exc.result.get("kernel_arg")
+        if not arg and not remove:
+            raise
+    return [arg] if arg else []
+
+
 DEFINITION = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", read=read, run=run,
-                           evaluate=evaluate, boot=boot)
+                           evaluate=evaluate, boot=boot,
+    tags=("acs",), from_role=from_role, runtime_options=runtime_options,
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args)

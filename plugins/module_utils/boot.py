@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import families, pcie, persist, validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
@@ -134,3 +135,175 @@ def main(argv: list[str] | None = None) -> int:
     status = run_families(node, desired, args.only_mrrs, args.bdf)
     sys.stdout.flush()
     return status
+
+
+# --- persistence: the runner, the desired state, the unit and the udev rule (persist.py's concerns) ---
+
+UNIT_NAME = "gpunode-tuning-boot.service"
+UNIT_PATH = "/etc/systemd/system/" + UNIT_NAME
+WANTS_LINK = "/etc/systemd/system/multi-user.target.wants/" + UNIT_NAME
+BOOT_DIR = "/etc/gpunode-tuning"
+DESIRED_PATH = BOOT_DIR + "/desired.json"
+# Earlier 0.2 development versions installed module_utils here; rollback removes the directory.
+OLD_LIB_DIR = "/usr/local/lib/gpunode-tuning"
+CARRIED_PACKAGE = "ansible_collections.gpunode.tuning.plugins.module_utils"
+# The runner's code after its SOURCES: imports the collection's packages from them, nothing else.
+RUNNER_LOADER = '''
+
+class _Carried(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports the collection's packages and module_utils from SOURCES, nothing else."""
+
+    def find_spec(self, name, path=None, target=None):
+        parts = PACKAGE.split(".")
+        if name in {".".join(parts[: i + 1]) for i in range(len(parts))}:
+            return importlib.util.spec_from_loader(name, self, is_package=True)
+        if name.startswith(PACKAGE + ".") and name[len(PACKAGE) + 1:] in SOURCES:
+            return importlib.util.spec_from_loader(name, self, origin="%s (%s)" % (__file__, name))
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        short = module.__name__[len(PACKAGE) + 1:]
+        if short in SOURCES and module.__name__.startswith(PACKAGE + "."):
+            exec(compile(SOURCES[short], "%s/module_utils/%s.py" % (__file__, short), "exec"), module.__dict__)
+
+
+sys.meta_path.insert(0, _Carried())
+from ansible_collections.gpunode.tuning.plugins.module_utils import boot  # noqa: E402
+
+sys.exit(boot.main())
+'''
+
+
+def runner_text(sources: dict) -> str:
+    """The boot runner: one Python file carrying ``sources`` (module_utils name -> text) that runs ``main``.
+
+    One file, written by one step: the boot code and the runtime modules are the same code, and no
+    other copy of the collection on the node (an Ansible installation) can be the code that runs,
+    since the collection's package names resolve only to what this file carries.
+    """
+    if "boot" not in sources:
+        raise BootError("the runner's sources have no boot.py: not the collection's module_utils")
+    lines = ["# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.",
+             "# The boot re-apply runner: it carries the collection's module_utils (below, one entry per file,",
+             "# exactly as in the collection) and runs module_utils/boot.py:",
+             "#   python3 -I -B THIS --desired %s [--only-mrrs --bdf BDF]" % DESIRED_PATH,
+             "import importlib.abc", "import importlib.util", "import sys", "",
+             "PACKAGE = %s" % json.dumps(CARRIED_PACKAGE), "SOURCES = {"]
+    lines += ["    %s: %s," % (json.dumps(name), json.dumps(sources[name])) for name in sorted(sources)]
+    return "\n".join(lines) + "\n}\n" + RUNNER_LOADER
+
+
+def _boot_settings(settings: dict) -> tuple:
+    """The validated (python, script, before units) the unit and the rule are written with."""
+    try:
+        python = validate.absolute_path(settings["boot_python"])
+        script = validate.absolute_path(settings["boot_script"])
+        before = validate.systemd_unit_names(settings.get("boot_unit_before") or [])
+    except validate.ValidationError as exc:
+        raise FamilyError("%s; nothing was written" % exc) from None
+    return python, script, before
+
+
+def unit_text(settings: dict) -> str:
+    """The oneshot unit that runs the runner at boot, before the inference services."""
+    python, script, before = _boot_settings(settings)
+    lines = [persist.HEADER.rstrip("\n"),
+             "# gpunode.tuning: re-apply the runtime-only settings at boot, before the inference services, with",
+             "# the node's python3 and the collection's own code (no Ansible at boot).",
+             "[Unit]", "Description=Re-apply gpunode.tuning runtime settings (PCIe MRRS and ACS, C-states, cpufreq, "
+             "THP, GPU settings)",
+             "# Modules from modules-load.d first; udev's coldplug (which loads the cpufreq driver) is",
+             "# triggered by then, and the runner waits for it to settle when no cpufreq policy exists yet.",
+             "After=systemd-modules-load.service systemd-udev-trigger.service"]
+    if before:
+        lines.append("Before=%s" % " ".join(before))
+    lines += ["", "[Service]", "Type=oneshot", "RemainAfterExit=yes",
+              "ExecStart=%s -I -B %s --desired %s" % (python, script, DESIRED_PATH), "",
+              "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"
+
+
+def rule_text(settings: dict, desired: dict) -> str:
+    """The udev rule that sets MRRS again on a matching PCI function added after boot."""
+    python, script, _before = _boot_settings(settings)
+    vendor = (desired.get(pcie.FAMILY) or {}).get("vendor")
+    try:
+        vendor = validate.pci_id(vendor) if vendor else None
+    except validate.ValidationError as exc:
+        raise FamilyError("gpunode_tuning_mrrs_vendor: %s; nothing was written" % exc) from None
+    match = 'ACTION=="add", SUBSYSTEM=="pci"' + (', ATTR{vendor}=="%s"' % vendor if vendor else "")
+    return (persist.HEADER + "# gpunode.tuning: a PCI function added after boot (hot-add, remove/rescan after a GPU\n"
+            "# reset) comes back at the power-up MRRS; the boot runner sets it again when the desired state's\n"
+            "# selector matches it. The vendor key only spares udev a Python start per unrelated device.\n"
+            '%s, RUN+="%s -I -B %s --desired %s --only-mrrs --bdf %%k"\n' % (match, python, script, DESIRED_PATH))
+
+
+def boot_wanted(pc) -> dict:
+    """The part of the desired state boot re-applies, or {} when the unit is off or has nothing to do."""
+    state = boot_state(pc.desired)
+    return state if pc.settings.get("boot_unit_enabled") and len(state) > 1 else {}
+
+
+def persist_boot_unit(pc) -> dict:
+    """Runner, desired state and unit written, the unit enabled (systemctl, or its wants link)."""
+    state = boot_wanted(pc)
+    if not state:
+        return {"changed": False, "skipped": True, "reason": "no family to re-apply at boot (or the unit is off)"}
+    python, script, _before = _boot_settings(pc.settings)
+    if pc.node.is_live and not os.access(python, os.X_OK):
+        raise FamilyError("gpunode_tuning_boot_python %s is not an executable file on the node; the boot unit runs "
+                          "the tuning with it: install python3 (3.8 or later) or set gpunode_tuning_boot_python to "
+                          "the node's python3; nothing was written" % python)
+    pc.files.write(script, pc.settings["runner_text"], 0o755)
+    pc.files.write(DESIRED_PATH, json.dumps(state, indent=4, sort_keys=True) + "\n")
+    unit_changed = pc.files.write(UNIT_PATH, unit_text(pc.settings))
+    if persist.systemd_running(pc.node):
+        if unit_changed:
+            persist.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
+        persist.run_command(pc, ["systemctl", "enable", UNIT_NAME], "enabling the boot unit")
+    else:
+        pc.files.link(WANTS_LINK, UNIT_PATH)
+    return {"families": sorted(k for k in state if k != "version")}
+
+
+def remove_boot_unit(pc) -> dict:
+    """The unit disabled and removed, with the runner, its desired state and its directories."""
+    script = pc.settings["boot_script"]
+    if persist.systemd_running(pc.node) and pc.files.read(UNIT_PATH) is not None:
+        persist.run_command(pc, ["systemctl", "disable", UNIT_NAME], "disabling the boot unit")
+    paths = [WANTS_LINK, UNIT_PATH, script, DESIRED_PATH, BOOT_DIR, OLD_LIB_DIR + "/module_utils"]
+    if os.path.basename(os.path.dirname(script)) == "gpunode-tuning":
+        paths.append(os.path.dirname(script))
+    removed = [p for p in paths if pc.files.remove(p)]
+    if removed and persist.systemd_running(pc.node):
+        persist.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
+    return {}
+
+
+def persist_udev(pc) -> dict:
+    """The udev rule for hot-added GPUs, when MRRS is re-applied at boot."""
+    rule = pc.settings["udev_rule"]
+    if not (pc.settings.get("udev_enabled") and boot_wanted(pc).get(pcie.FAMILY)):
+        return {"changed": False, "skipped": True, "reason": "the udev rule is off, or MRRS is not re-applied"}
+    if pc.files.write(rule, rule_text(pc.settings, pc.desired)):
+        persist.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
+    return {}
+
+
+def remove_udev(pc) -> dict:
+    if pc.files.remove(pc.settings["udev_rule"]):
+        persist.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
+    return {}
+
+
+def concerns() -> list:
+    """The boot unit's and the udev rule's concerns; their tags follow the registry's boot families."""
+    # A family that re-applies one of its settings at boot (tunables: THP) is selected by that setting's tag.
+    boot_tags = {tag for _key, fam in families.boot_families()
+                 for tag in ((fam.name, fam.boot_key) if fam.boot_key else (fam.name, *fam.tags))}
+    mrrs_tags = {tag for fam in families.FAMILIES if fam.name == pcie.FAMILY for tag in (fam.name, *fam.tags)}
+    return [persist.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit, remove_boot_unit),
+            persist.Concern("udev", tuple(sorted(mrrs_tags | {"udev"})), persist_udev, remove_udev)]

@@ -19,10 +19,15 @@ import re
 import tempfile
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, iommu
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, iommu, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import BinaryNotFound, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    NODE_ARGUMENT_SPEC,
+    BinaryNotFound,
+    Node,
+    NodeError,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     KERNEL_ARG_ALLOWED,
     ValidationError,
@@ -558,5 +563,52 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
 
 
 # The kernel command line has nothing to re-apply at boot: the bootloader passes it.
+# The options of its module (kernel_cmdline): the flow module completes each family's options with it too.
+ARGUMENT_SPEC = dict(
+    arguments=dict(type="list", elements="str", required=True),
+    state=dict(type="str", choices=list(STATES), default="present"),
+    bootloader=dict(type="str", choices=list(BOOTLOADERS), default="auto"),
+    dropin=dict(type="str", default=DEFAULT_DROPIN),
+    update_bootloader=dict(type="bool", default=True),
+    iommu_mode=dict(type="str", choices=list(iommu.MODES), default="unmanaged"),
+    **NODE_ARGUMENT_SPEC,
+)
+
+def from_role(v: dict, shared: dict) -> dict:
+    return {FAMILY: list(v["gpunode_tuning_cmdline_args"] or []) if v["gpunode_tuning_cmdline_enabled"] else []}
+
+
+def _cmdline_options(pc, arguments: list, state: str, iommu_mode: str) -> dict:
+    return {"arguments": arguments, "state": state, "bootloader": pc.settings.get("cmdline_bootloader") or "auto",
+            "dropin": pc.settings.get("cmdline_dropin") or DEFAULT_DROPIN, "update_bootloader": pc.node.is_live,
+            "iommu_mode": iommu_mode}
+
+
+def persist_cmdline(pc) -> dict:
+    """The configured kernel arguments, those other families need (a driver switch, ACS) and the IOMMU mode's."""
+    if not pc.settings.get("cmdline_enabled"):
+        return {"changed": False, "skipped": True, "reason": "gpunode_tuning_cmdline_enabled is false"}
+    arguments = list(pc.desired.get(FAMILY) or [])
+    arguments += [a for a in persist.family_kernel_args(pc) if a not in arguments]
+    mode = (pc.desired.get(iommu.NAME) or {}).get("mode") or "unmanaged"
+    if not arguments and mode == "unmanaged":
+        return {"changed": False, "skipped": True, "reason": "no kernel argument to configure"}
+    return persist.run_family(pc, FAMILY, _cmdline_options(pc, arguments, "present", mode))
+
+
+def remove_cmdline(pc) -> dict:
+    """Every argument the persistent flow may have added (exact KEY=VALUE forms: an administrator's own stay)."""
+    arguments = list(pc.settings.get("cmdline_args") or [])
+    arguments += [a for a in persist.family_kernel_args(pc, remove=True) if a not in arguments]
+    mode = pc.settings.get("iommu_mode") or "unmanaged"
+    if not arguments and mode == "unmanaged":
+        return {"changed": False, "skipped": True, "reason": "no kernel argument to remove"}
+    return persist.run_family(pc, FAMILY, _cmdline_options(pc, arguments, "absent", mode))
+
+
+PERSIST = persist.Concern("cmdline", (FAMILY,), persist_cmdline, remove_cmdline)
+
+
 DEFINITION = Family(name=FAMILY, titles={"cmdline": "kernel cmdline"}, module="kernel_cmdline", run=run,
-                    evaluate=evaluate, reboot_only=("cmdline",))
+                    evaluate=evaluate, reboot_only=("cmdline",),
+    tags=("cmdline",), from_role=from_role, argument_spec=ARGUMENT_SPEC, persist=PERSIST)

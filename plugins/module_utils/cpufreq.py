@@ -18,6 +18,7 @@ import itertools
 from typing import Any, Iterable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils import persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import setting as setting_row
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
@@ -1212,5 +1213,42 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
     return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)
 
 
+def from_role(v: dict, shared: dict) -> dict:
+    """Governor, EPP, boost, the driver and its mode; unset ones (null or empty) are left alone."""
+    if not v["gpunode_tuning_cpufreq_enabled"]:
+        return {FAMILY: None}
+    boost = v["gpunode_tuning_cpufreq_boost"]
+    return {FAMILY: {
+        "governor": v["gpunode_tuning_cpufreq_governor"] or None, "epp": v["gpunode_tuning_cpufreq_epp"] or None,
+        "boost": None if boost is None else bool(boost), "driver": v["gpunode_tuning_cpufreq_driver"] or None,
+        "amd_pstate_mode": v["gpunode_tuning_cpufreq_amd_pstate_mode"] or None,
+        "intel_pstate_status": v["gpunode_tuning_cpufreq_intel_pstate_status"] or None}}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    """cpu_freq's options: the set ones (it only plans the driver switch)."""
+    want = desired.get(FAMILY)
+    return None if want is None else {k: x for k, x in want.items() if x is not None}
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True}
+
+
+def kernel_args(pc, remove: bool = False) -> list:
+    """What a driver switch needs on the command line (amd_pstate=active on acpi-cpufreq), planned by cpu_freq
+    in check mode; with ``remove``, every argument the desired driver may have got on any node."""
+    want = pc.desired.get(FAMILY) or {}
+    driver, mode = pc.settings.get("cpufreq_driver"), pc.settings.get("cpufreq_amd_pstate_mode")
+    if remove:
+        return list(driver_kernel_args(driver, mode).removable) if driver else []
+    if not want:
+        return []
+    options = {k: want.get(k) for k in ("driver", "amd_pstate_mode", "intel_pstate_status") if want.get(k)}
+    return list(persist.run_family(pc, FAMILY, options, check_mode=True).get("kernel_args") or [])
+
+
 DEFINITION = Family(name=FAMILY, titles={"cpufreq": "cpufreq"}, module="cpu_freq", run=run, evaluate=evaluate,
-                    boot=boot)
+                    boot=boot,
+    tags=("cpufreq",), from_role=from_role, runtime_options=runtime_options,
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args)

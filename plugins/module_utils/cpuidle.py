@@ -510,5 +510,32 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
     return True, "%s: %d file(s) written on CPUs %s" % (what, len(writes), format_cpulist(cpus))
 
 
+def from_role(v: dict, shared: dict) -> dict:
+    """States to disable by name, else by the exit-latency bound, on the selected CPUs."""
+    if not v["gpunode_tuning_cstate_enabled"]:
+        return {FAMILY: None}
+    names = v["gpunode_tuning_cstate_disable"] or []
+    latency = v["gpunode_tuning_cstate_max_latency_us"]
+    return {FAMILY: {"disable": names, "max_latency_us": None if names or latency is None else int(latency),
+                     "cpus": v["gpunode_tuning_cstate_cpus"] or None}}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    """cpu_cstate's options: by name when states are listed, otherwise by latency; None when neither."""
+    want = desired.get(FAMILY)
+    if not want or not (want["disable"] or want["max_latency_us"] is not None):
+        return None
+    out = {"disable": want["disable"]} if want["disable"] else {"max_latency_us": want["max_latency_us"]}
+    if want["cpus"]:
+        out["cpus"] = want["cpus"]
+    return out
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True}
+
+
 DEFINITION = Family(name=FAMILY, titles={"cpuidle": "C-states"}, module="cpu_cstate", run=run, evaluate=evaluate,
-                    boot=boot)
+                    boot=boot,
+    tags=("cstate",), from_role=from_role, runtime_options=runtime_options,
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC)

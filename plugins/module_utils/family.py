@@ -73,6 +73,28 @@ class Family(NamedTuple):
     reboot_only: tuple = ()
     # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
     boot_key: str | None = None
+    # Ansible tags that select the family in a flow besides the flow's own tag (runtime, persistent,
+    # rollback, verify); the older short names stay as aliases (``mrrs`` for pcie_mrrs).
+    tags: tuple = ()
+    # (values, shared) -> dict: the family's keys of the desired state, from the role's variables
+    # (validated and typed: role_state.py); ``shared`` holds what several families use (the GPUs'
+    # PCI selector). None: the role has no variables for it.
+    from_role: Callable[..., dict] | None = None
+    # (desired, values) -> its module's options for runtime tuning, or None when there is nothing to
+    # do (switched off, nothing asked). The options the role's runtime flow runs ``run`` with.
+    runtime_options: Callable[..., Any] | None = None
+    # (values) -> its module's options for rollback (restore what the journal holds); None when the
+    # family journals nothing.
+    restore_options: Callable[..., Any] | None = None
+    # Its module's argument spec: the options ``run`` gets, with their defaults (the flow module
+    # validates and completes each family's options with it, as the family's own module does).
+    argument_spec: dict | None = None
+    # What the persistent flow writes for it (persist.Concern: tags, persist, remove), None when the
+    # family persists nothing of its own (the boot unit re-applies it, or it is read-only).
+    persist: Any = None
+    # (pc, remove) -> kernel arguments the family needs on the command line (the persistent flow adds
+    # them), or, with ``remove``, every argument it may have added (rollback removes them).
+    kernel_args: Callable[..., list] | None = None
 
 
 def normalize_value(value: Any) -> str | None:

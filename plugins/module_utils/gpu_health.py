@@ -413,7 +413,14 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
 
 # Read-only: no module, nothing to re-apply at boot.
-DEFINITION = family.Family(name=NAME, titles={NAME: "GPU health"}, evaluate=evaluate)
+def from_role(v: dict, shared: dict) -> dict:
+    count = v.get("gpunode_tuning_gpu_count")
+    return {NAME: {"gpu_count": None if count is None else int(count),
+                   "dcgm_diag": bool(v.get("gpunode_tuning_dcgm_diag", False))}}
+
+
+DEFINITION = family.Family(name=NAME, titles={NAME: "GPU health"}, evaluate=evaluate,
+    tags=("gpu_health",), from_role=from_role)
 
 
 def health_findings(result: dict) -> list:

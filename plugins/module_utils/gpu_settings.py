@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_health
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import open_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import normalize_bdf
 
 NAME = "gpu_settings"
@@ -458,5 +458,36 @@ def boot(node: Node, want: dict) -> tuple:
     return True, ("set: " + "; ".join(done)) if done else "GPU settings already in place"
 
 
+# The options of its module (gpu_settings): the flow module completes each family's options with it too.
+ARGUMENT_SPEC = dict(
+    persistence=dict(type="bool"),
+    power_limit=dict(type="int"),
+    power_limits=dict(type="dict"),
+    locked_clocks=dict(type="dict"),
+    application_clocks=dict(type="dict"),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+)
+
+ROLE_SETTINGS = ("persistence", "power_limit", "power_limits", "locked_clocks", "application_clocks")
+
+
+def from_role(v: dict, shared: dict) -> dict:
+    """The GPU settings the variables ask for (unset ones left out); None when none is asked."""
+    want = {k: v["gpunode_tuning_gpu_" + k] for k in ROLE_SETTINGS}
+    want = {k: x for k, x in want.items() if x is not None and x != {}}
+    return {NAME: want or None}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    return dict(desired[NAME]) if desired.get(NAME) else None
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True}
+
+
 DEFINITION = family.Family(name=NAME, titles={NAME: "GPU settings"}, module="gpu_settings", run=run,
-                           evaluate=evaluate, boot=boot)
+                           evaluate=evaluate, boot=boot,
+    tags=("gpu_settings",), from_role=from_role, runtime_options=runtime_options,
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC)

@@ -155,4 +155,10 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
 
 
 # Kernel arguments only: no module, nothing to re-apply at boot; only a reboot brings the mode.
-DEFINITION = family.Family(name=NAME, titles={NAME: "IOMMU mode"}, evaluate=evaluate, reboot_only=(NAME,))
+def from_role(v: dict, shared: dict) -> dict:
+    mode = v["gpunode_tuning_iommu_mode"]
+    return {NAME: None if mode == "unmanaged" else {"mode": mode}}
+
+
+DEFINITION = family.Family(name=NAME, titles={NAME: "IOMMU mode"}, evaluate=evaluate, reboot_only=(NAME,),
+    tags=("iommu",), from_role=from_role)

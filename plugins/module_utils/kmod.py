@@ -23,10 +23,11 @@ import re
 from typing import Any, Callable, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils import persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, normalize_value, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     KMOD_NAME_ALLOWED,
     KMOD_NAME_RE,
@@ -636,4 +637,88 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     return out
 
 
-DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", run=run, evaluate=evaluate)
+# The options of its module (kmod_optional): the flow module completes each family's options with it too.
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    params=dict(type="dict"),
+    state=dict(type="str", choices=list(STATES), default="present"),
+    required=dict(type="bool", default=False),
+    modules=dict(type="list", elements="dict", options=dict(
+        name=dict(type="str", required=True),
+        params=dict(type="dict"),
+        state=dict(type="str", choices=list(STATES)),
+        required=dict(type="bool"),
+    )),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+)
+
+def from_role(v: dict, shared: dict) -> dict:
+    return {FAMILY: {"modules": v["gpunode_tuning_kmod_modules"]} if v["gpunode_tuning_kmod_enabled"] else None}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    """kmod_optional's options: every listed module; None when there is none."""
+    want = desired.get(FAMILY)
+    return {"modules": want["modules"]} if want and want.get("modules") else None
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True}
+
+
+LOAD_DIR = "/etc/modules-load.d"
+OPTIONS_DIR = "/etc/modprobe.d"
+
+
+def persist_modules(pc) -> dict:
+    """modules-load.d (and modprobe.d for options) for each module that loads; no file for one that does not.
+
+    kmod_optional loads them first (journaling, as at runtime) and says per module whether it can be
+    persisted; a module that left the list or stopped loading loses its files.
+    """
+    want = pc.desired.get(FAMILY)
+    if not want or not want.get("modules"):
+        return {"changed": False, "skipped": True, "reason": "no kernel module to persist"}
+    results = persist.run_family(pc, FAMILY, {"modules": want["modules"]})["modules"]
+    keep = set()
+    for res in results:
+        if not res.get("persist_ok"):
+            continue
+        name = kmod_name(res["name"])
+        keep.add("%s/%s%s.conf" % (LOAD_DIR, persist.FILE_PREFIX, name))
+        pc.files.write("%s/%s%s.conf" % (LOAD_DIR, persist.FILE_PREFIX, name), persist.HEADER + name + "\n")
+        if res.get("modprobe_options"):
+            keep.add("%s/%s%s.conf" % (OPTIONS_DIR, persist.FILE_PREFIX, name))
+            pc.files.write("%s/%s%s.conf" % (OPTIONS_DIR, persist.FILE_PREFIX, name),
+                           persist.HEADER + res["modprobe_options"] + "\n")
+    for path in pc.files.ours(LOAD_DIR) + pc.files.ours(OPTIONS_DIR):
+        if path not in keep:
+            pc.files.remove(path)
+    return {"modules": [dict(name=r["name"], persisted=bool(r.get("persist_ok")), message=_persist_message(r,
+                                                                                                      pc.call))
+                        for r in results]}
+
+
+def _persist_message(res: dict, call) -> str:
+    if res.get("persist_ok"):
+        return "loads at boot"
+    if call.check_mode and res.get("reason_class") is None:
+        return ("is not loaded now; check mode does not load it, so whether it would be persisted is decided by a "
+                "real run (%s)" % (res.get("message") or ""))
+    return "is not persisted: it does not load (%s: %s)" % (res.get("reason_class") or "unknown",
+                                                             res.get("message") or "")
+
+
+def remove_modules(pc) -> dict:
+    for path in pc.files.ours(LOAD_DIR) + pc.files.ours(OPTIONS_DIR):
+        pc.files.remove(path)
+    return {}
+
+
+PERSIST = persist.Concern("kmod", (FAMILY,), persist_modules, remove_modules)
+
+
+DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", run=run, evaluate=evaluate,
+    tags=("kmod",), from_role=from_role, runtime_options=runtime_options,
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, persist=PERSIST)

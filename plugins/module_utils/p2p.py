@@ -205,4 +205,10 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
 
 # Read-only: no module, nothing to re-apply at boot.
-DEFINITION = family.Family(name=NAME, titles={NAME: "GPU P2P"}, evaluate=evaluate)
+def from_role(v: dict, shared: dict) -> dict:
+    gbps = v.get("gpunode_tuning_p2p_min_gbps")
+    return {NAME: {"min_gbps": None if gbps is None else float(gbps)}}
+
+
+DEFINITION = family.Family(name=NAME, titles={NAME: "GPU P2P"}, evaluate=evaluate,
+    tags=("gpu_p2p",), from_role=from_role)

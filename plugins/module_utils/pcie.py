@@ -24,8 +24,9 @@ from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    NODE_ARGUMENT_SPEC,
     SYSFS_PCI_DEVICES,
     Node,
     NodeError,
@@ -901,5 +902,37 @@ def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
         size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
 
 
+# The options of its module (setpci_mrrs): the flow module completes each family's options with it too.
+ARGUMENT_SPEC = dict(
+    mrrs=dict(type="int", choices=list(MRRS_CHOICES)),
+    vendor=dict(type="str"),
+    device=dict(type="str"),
+    class_prefixes=dict(type="list", elements="str"),
+    bdfs=dict(type="list", elements="str"),
+    allow_empty=dict(type="bool", default=False),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+)
+
+def from_role(v: dict, shared: dict) -> dict:
+    """The desired MRRS of the role's variables: the value and the GPUs it applies to."""
+    if not v["gpunode_tuning_mrrs_enabled"]:
+        return {FAMILY: None}
+    return {FAMILY: dict(mrrs=v["gpunode_tuning_mrrs"], allow_empty=bool(v["gpunode_tuning_mrrs_allow_empty"]),
+                         **shared["selector"])}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    """setpci_mrrs' options for the role's runtime flow (the selector's unset keys left out)."""
+    want = desired.get(FAMILY)
+    return None if want is None else {k: x for k, x in want.items() if x is not None}
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True, "allow_empty": True}
+
+
 DEFINITION = Family(name=FAMILY, titles={"pcie_mrrs": "PCIe MRRS"}, module="setpci_mrrs", run=run,
-                    evaluate=evaluate, boot=boot)
+                    evaluate=evaluate, boot=boot,
+    tags=("mrrs",), from_role=from_role, runtime_options=runtime_options,
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC)

@@ -23,58 +23,59 @@ class ReportError(Exception):
     """A report directory or file that cannot be written; the message names the path."""
 
 
-def plan_file(path: str, data: bytes, mode: int = FILE_MODE) -> str | None:
+def plan_file(path: str, data: bytes, mode: int = FILE_MODE, what: str = "report") -> str | None:
     """What writing ``data`` to ``path`` would change: "created", "updated", "mode" or None."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return "created"
     except OSError as exc:
-        raise ReportError("cannot read report %s: %s" % (path, exc.strerror)) from exc
+        raise ReportError("cannot read %s %s: %s" % (what, path, exc.strerror)) from exc
     if not stat.S_ISREG(st.st_mode):
-        raise ReportError("report %s exists and is not a regular file" % path)
-    if st.st_size != len(data) or _read(path) != data:
+        raise ReportError("%s %s exists and is not a regular file" % (what, path))
+    if st.st_size != len(data) or _read(path, what) != data:
         return "updated"
     if stat.S_IMODE(st.st_mode) != mode:
         return "mode"
     return None
 
 
-def _read(path):
+def _read(path, what="report"):
     try:
         with open(path, "rb") as handle:
             return handle.read()
     except OSError as exc:
-        raise ReportError("cannot read report %s: %s" % (path, exc.strerror)) from exc
+        raise ReportError("cannot read %s %s: %s" % (what, path, exc.strerror)) from exc
 
 
-def ensure_dir(path: str, check_mode: bool = False) -> bool:
+def ensure_dir(path: str, check_mode: bool = False, what: str = "report directory") -> bool:
     """Create the report directory (and its parents) unless it exists; True when it was (or would be) created."""
     if os.path.isdir(path):
         return False
     if os.path.exists(path):
-        raise ReportError("report directory %s exists and is not a directory" % path)
+        raise ReportError("%s %s exists and is not a directory" % (what, path))
     if not check_mode:
         try:
             os.makedirs(path, mode=DIR_MODE, exist_ok=True)
         except OSError as exc:
-            raise ReportError("cannot create report directory %s: %s" % (path, exc.strerror)) from exc
+            raise ReportError("cannot create %s %s: %s" % (what, path, exc.strerror)) from exc
     return True
 
 
-def write_file(path: str, data: bytes, check_mode: bool = False, mode: int = FILE_MODE) -> str | None:
+def write_file(path: str, data: bytes, check_mode: bool = False, mode: int = FILE_MODE,
+               what: str = "report") -> str | None:
     """Write ``data`` to ``path`` atomically when it differs; return plan_file's verdict (None: untouched)."""
-    change = plan_file(path, data, mode)
+    change = plan_file(path, data, mode, what)
     if change is None or check_mode:
         return change
     if change == "mode":
-        _chmod(path, mode)
+        _chmod(path, mode, what)
         return change
     directory = os.path.dirname(path) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise ReportError("cannot write report %s: %s" % (path, exc.strerror)) from exc
+        raise ReportError("cannot write %s %s: %s" % (what, path, exc.strerror)) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -82,15 +83,15 @@ def write_file(path: str, data: bytes, check_mode: bool = False, mode: int = FIL
         os.replace(tmp, path)
     except OSError as exc:
         _unlink_quietly(tmp)
-        raise ReportError("cannot write report %s: %s" % (path, exc.strerror)) from exc
+        raise ReportError("cannot write %s %s: %s" % (what, path, exc.strerror)) from exc
     return change
 
 
-def _chmod(path, mode):
+def _chmod(path, mode, what="report"):
     try:
         os.chmod(path, mode)
     except OSError as exc:
-        raise ReportError("cannot set the mode of report %s: %s" % (path, exc.strerror)) from exc
+        raise ReportError("cannot set the mode of %s %s: %s" % (what, path, exc.strerror)) from exc
 
 
 def _unlink_quietly(path):

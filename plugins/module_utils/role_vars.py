@@ -158,6 +158,24 @@ def node_path_problem(name: str, value: Any) -> str | None:
     return None
 
 
+def path_problems(provided: dict, errors: Iterable[str]) -> list[str]:
+    """The node root's and the node paths' problems that the argument spec does not see.
+
+    ``errors``: the lines already found; a variable named there is not reported twice.
+    """
+    out = []
+    named = {line.split(" ", 3)[2] for line in errors if line.startswith("value of ")}
+    if "gpunode_tuning_root" in provided and "gpunode_tuning_root" not in named:
+        problem = root_problem(provided["gpunode_tuning_root"])
+        if problem:
+            out.append(problem)
+    for name in NODE_PATH_VARIABLES:
+        problem = node_path_problem(name, provided.get(name))
+        if problem and name not in named:
+            out.append(problem)
+    return out
+
+
 def report(errors: Iterable[str], unknown: Iterable[tuple[str, str | None]], strict: bool = False) -> dict:
     """``{errors, warnings, msg}``: the lines to fail with, the lines to warn about, one message."""
     unknown_lines = [unknown_message(n, s, strict) for n, s in unknown]

@@ -21,9 +21,11 @@ import re
 from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils import persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, same, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    NODE_ARGUMENT_SPEC,
     Node,
     NodeError,
     bracket_choices,
@@ -527,5 +529,86 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
                            for k, r in sorted(results.items()))
 
 
+# The options of its module (kernel_tunables): the flow module completes each family's options with it too.
+ARGUMENT_SPEC = dict(
+    sysctl=dict(type="dict", default={}),
+    transparent_hugepage=dict(type="dict", options=dict(
+        enabled=dict(type="str"),
+        defrag=dict(type="str"),
+    )),
+    skip_readonly=dict(type="bool", default=False),
+    sysctl_file=dict(type="str"),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+)
+
+def from_role(v: dict, shared: dict) -> dict:
+    """NUMA balancing, THP and the sysctls (NUMA balancing is a sysctl too: kernel.numa_balancing)."""
+    sysctl = {}
+    if v["gpunode_tuning_sysctl_enabled"]:
+        sysctl.update(v["gpunode_tuning_sysctl"] or {})
+        sysctl.update(v["gpunode_tuning_sysctl_extra"] or {})
+    numa = v["gpunode_tuning_numa_balancing"] if v["gpunode_tuning_numa_balancing_enabled"] else None
+    if v["gpunode_tuning_numa_balancing_enabled"]:
+        sysctl["kernel.numa_balancing"] = numa
+    thp = ({"enabled": v["gpunode_tuning_thp_mode"], "defrag": v["gpunode_tuning_thp_defrag"]}
+           if v["gpunode_tuning_thp_enabled"] else {})
+    return {"numa_balancing": numa, "thp": thp, "sysctl": sysctl}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    """kernel_tunables' options: one call for the sysctls and THP; None when there is neither."""
+    if not desired.get("sysctl") and not desired.get("thp"):
+        return None
+    out = {"skip_readonly": v["gpunode_tuning_sysctl_skip_readonly"]}
+    if desired.get("sysctl"):
+        out["sysctl"] = desired["sysctl"]
+    if desired.get("thp"):
+        out["transparent_hugepage"] = desired["thp"]
+    return out
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True, "skip_readonly": v.get("gpunode_tuning_sysctl_skip_readonly", False)}
+
+
+def persist_sysctl(pc) -> dict:
+    """The sysctl drop-in: every valid key the node has; a key it lacks is left out and fails the concern.
+
+    The values are kernel_tunables' own plan (validated, normalized: lists joined, booleans 1/0), made in
+    check mode; bad input or an unwritable drop-in fails before anything is written.
+    """
+    sysctl = pc.desired.get("sysctl") or {}
+    if not sysctl:
+        return {"changed": False, "skipped": True, "reason": "no sysctl to persist"}
+    path = pc.settings["sysctl_file"]
+    try:
+        plan = persist.run_family(pc, FAMILY, {"sysctl": sysctl, "sysctl_file": path}, check_mode=True)
+    except contract.FamilyError as exc:
+        if "failed_keys" not in exc.result:
+            raise
+        plan = exc.result
+    settings = plan["settings"]
+    lines = ["%s=%s" % (k, r["desired"]) for k, r in settings.items() if not r.get("failed")]
+    if pc.files.write(path, persist.HEADER + "".join(line + "\n" for line in lines)) and not pc.settings.get(
+            "sysctl_skip_readonly"):
+        persist.run_command(pc, ["sysctl", "-p", path], "loading the sysctl drop-in")
+    if plan["failed_keys"]:
+        raise contract.FamilyError("not persisted to %s (the other sysctls were): %s" % (
+            path, "; ".join(settings[k].get("reason") or k for k in plan["failed_keys"])))
+    return {"keys": [k for k, r in settings.items() if not r.get("failed")]}
+
+
+def remove_sysctl(pc) -> dict:
+    pc.files.remove(pc.settings["sysctl_file"])
+    return {}
+
+
+PERSIST = persist.Concern("sysctl", ("numa_balancing", "sysctl", FAMILY), persist_sysctl, remove_sysctl)
+
+
 DEFINITION = Family(name=FAMILY, titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
-                    module="kernel_tunables", run=run, evaluate=evaluate, boot=boot, boot_key="thp")
+                    module="kernel_tunables", run=run, evaluate=evaluate, boot=boot, boot_key="thp",
+    tags=("numa_balancing", "thp", "sysctl"), from_role=from_role,
+    runtime_options=runtime_options, restore_options=restore_options, argument_spec=ARGUMENT_SPEC,
+    persist=PERSIST)

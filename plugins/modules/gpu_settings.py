@@ -113,22 +113,10 @@ gpus:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_settings
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
-
-ARGUMENT_SPEC = dict(
-    persistence=dict(type="bool"),
-    power_limit=dict(type="int"),
-    power_limits=dict(type="dict"),
-    locked_clocks=dict(type="dict"),
-    application_clocks=dict(type="dict"),
-    **JOURNAL_ARGUMENT_SPEC,
-    **NODE_ARGUMENT_SPEC,
-)
 
 
 def build_module():
-    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    return AnsibleModule(argument_spec=gpu_settings.ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def main():

@@ -188,21 +188,10 @@ changed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline, family
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
-
-ARGUMENT_SPEC = dict(
-    arguments=dict(type="list", elements="str", required=True),
-    state=dict(type="str", choices=list(bootcmdline.STATES), default="present"),
-    bootloader=dict(type="str", choices=list(bootcmdline.BOOTLOADERS), default="auto"),
-    dropin=dict(type="str", default=bootcmdline.DEFAULT_DROPIN),
-    update_bootloader=dict(type="bool", default=True),
-    iommu_mode=dict(type="str", choices=list(bootcmdline.iommu.MODES), default="unmanaged"),
-    **NODE_ARGUMENT_SPEC,
-)
 
 
 def build_module():
-    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    return AnsibleModule(argument_spec=bootcmdline.ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def main():

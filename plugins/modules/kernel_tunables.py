@@ -196,24 +196,10 @@ applied_keys:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family, tunables
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
-
-ARGUMENT_SPEC = dict(
-    sysctl=dict(type="dict", default={}),
-    transparent_hugepage=dict(type="dict", options=dict(
-        enabled=dict(type="str"),
-        defrag=dict(type="str"),
-    )),
-    skip_readonly=dict(type="bool", default=False),
-    sysctl_file=dict(type="str"),
-    **JOURNAL_ARGUMENT_SPEC,
-    **NODE_ARGUMENT_SPEC,
-)
 
 
 def build_module():
-    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    return AnsibleModule(argument_spec=tunables.ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def main():

@@ -256,27 +256,10 @@ log:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family, kmod
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
-
-ARGUMENT_SPEC = dict(
-    name=dict(type="str"),
-    params=dict(type="dict"),
-    state=dict(type="str", choices=list(kmod.STATES), default="present"),
-    required=dict(type="bool", default=False),
-    modules=dict(type="list", elements="dict", options=dict(
-        name=dict(type="str", required=True),
-        params=dict(type="dict"),
-        state=dict(type="str", choices=list(kmod.STATES)),
-        required=dict(type="bool"),
-    )),
-    **JOURNAL_ARGUMENT_SPEC,
-    **NODE_ARGUMENT_SPEC,
-)
 
 
 def build_module():
-    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+    return AnsibleModule(argument_spec=kmod.ARGUMENT_SPEC, supports_check_mode=True,
                          mutually_exclusive=[("name", "modules"), ("params", "modules")])
 
 

@@ -208,23 +208,11 @@ setpci_calls:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 
 def build_module():
-    argument_spec = dict(
-        mrrs=dict(type="int", choices=list(pcie.MRRS_CHOICES)),
-        vendor=dict(type="str"),
-        device=dict(type="str"),
-        class_prefixes=dict(type="list", elements="str"),
-        bdfs=dict(type="list", elements="str"),
-        allow_empty=dict(type="bool", default=False),
-    )
-    argument_spec.update(JOURNAL_ARGUMENT_SPEC)
-    argument_spec.update(NODE_ARGUMENT_SPEC)
     return AnsibleModule(
-        argument_spec=argument_spec,
+        argument_spec=pcie.ARGUMENT_SPEC,
         supports_check_mode=True,
     )
 

@@ -1,0 +1,153 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action gpunode.tuning.tuning_flow: one of the tuning role's flows as one task.
+
+On the controller it reads the role's variables as the inventory, the role defaults and the
+presets hold them, with their types on every supported ansible-core (plugin_utils/role_variables.py),
+checks them against the role's argument specs and the combinations no spec can express, and builds
+the one desired state from the registry of knob families (module_utils/role_state.py). Then:
+
+- ``precheck``: nothing runs on the node; a bad variable fails the host naming it, its value and what
+  is allowed, and the result carries the desired state for the tasks that follow.
+- ``runtime``: the families the run's tags select, in one module run on the node (tuning_apply),
+  each family isolated: one that fails is reported and the others still run. The task does not fail
+  for a family: its result names them (``failed_families``) and the role fails the host once, at the
+  end of the flow, naming every one.
+- ``rollback``: every selected family restores what its journal holds, in the same one module run.
+
+The families come from the registry (each declares its tags; ``--tags mrrs`` or ``--skip-tags cstate``
+select as the per-family tasks of earlier releases did), so this task is tagged ``always`` in the
+role and decides itself which families the run's tags select.
+
+Documented in plugins/modules/tuning_flow.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible import context
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import boot, role_state
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
+
+display = Display()
+ARGUMENT_SPEC = {
+    "flow": {"type": "str", "required": True, "choices": ["precheck", "runtime", "persistent", "rollback"]},
+    "entry_point": {"type": "str"},
+}
+# The entry point whose options each flow is checked against (precheck: the playbook says which).
+ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback"}
+MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+# Warnings already shown by this process (one per unknown variable name, not one per host).
+_WARNED = set()
+
+
+class ActionModule(ActionBase):
+    """Build the desired state from the role's variables and run one flow."""
+
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
+        flow = args["flow"]
+        values, problem = self._values(task_vars, args["entry_point"] or ENTRY_POINTS.get(flow) or "main")
+        if problem:
+            return {"failed": True, "changed": False, "msg": problem}
+        desired = role_state.desired_state(values) if flow != "rollback" else None
+        if flow == "precheck":
+            return {"changed": False, "desired": desired, "msg": "the role's variables are valid"}
+        tags = (context.CLIARGS.get("tags"), context.CLIARGS.get("skip_tags"), self._task.tags)
+        if flow == "runtime":
+            requests = role_state.runtime_requests(desired, values, role_state.selected_families(flow, *tags))
+            return dict(self._apply(requests, values, task_vars), desired=desired)
+        concerns = role_state.selected_concerns(flow, *tags)
+        if flow == "persistent":
+            return dict(self._persist(concerns, desired, values, task_vars), desired=desired)
+        removed = self._persist(concerns, {}, values, task_vars, remove=True)
+        restored = self._apply(role_state.restore_requests(values, role_state.selected_families(flow, *tags)),
+                               values, task_vars)
+        return role_state.rollback_result(removed, restored)
+
+    def _values(self, task_vars, entry_point):
+        """``(validated variables, None)`` or ``(None, the message naming every bad variable)``."""
+        try:
+            raw, errors = role_variables.resolve(self._templar, task_vars)
+            validated, more, warnings = role_variables.check(raw, [entry_point])
+        except role_variables.RoleVariablesError as exc:
+            raise AnsibleActionFail("gpunode.tuning.tuning_flow: %s" % exc) from exc
+        for line in warnings:
+            if line not in _WARNED:
+                _WARNED.add(line)
+                display.warning(line)
+        errors += more
+        if not errors:
+            merged = dict(raw)
+            merged.update(validated)
+            errors += role_state.combination_problems(merged)
+            validated = merged
+        if errors:
+            return None, "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))
+        return validated, None
+
+    def _apply(self, requests, values, task_vars):
+        if not requests:
+            return {"changed": False, "skipped": True, "families": {}, "failed_families": {}, "summary": {},
+                    "skip_reason": "no knob family of this flow is selected by the tags or has anything to do"}
+        module_args = {"families": requests, "root": values["gpunode_tuning_root"],
+                       "journal": values["gpunode_tuning_journal"]}
+        result = self._execute_module(module_name="gpunode.tuning.tuning_apply", module_args=module_args,
+                                      task_vars=task_vars)
+        for key in ("families", "failed_families", "summary"):
+            result.setdefault(key, {})
+        if result.get("failed") and result["failed_families"]:
+            # The families' failures are the flow's to report, after every family ran (family_failures.yml).
+            result["failed"] = False
+            result["msg"] = "knob families failed: %s" % ", ".join(result["failed_families"])
+        return result
+
+    def _persist(self, concerns, desired, values, task_vars, remove=False):
+        """One tuning_persist run for the selected concerns (the boot runner transferred first when needed)."""
+        if not concerns:
+            return {"changed": False, "skipped": True, "concerns": {}, "failed_concerns": {},
+                    "skip_reason": "no persistent concern is selected by the tags"}
+        module_args = {"state": "absent" if remove else "present", "concerns": [c.name for c in concerns],
+                       "desired": desired, "settings": role_state.persist_settings(values),
+                       "root": values["gpunode_tuning_root"], "journal": values["gpunode_tuning_journal"]}
+        try:
+            if not remove and "boot_unit" in module_args["concerns"]:
+                tmp = self._connection._shell.tmpdir or self._make_tmp_path()
+                src = self._connection._shell.join_path(tmp, "gpunode-tuning-boot.py")
+                self._transfer_data(src, boot.runner_text(_module_utils_sources()))
+                self._fixup_perms2((tmp, src))
+                module_args["runner_src"] = src
+            result = self._execute_module(module_name="gpunode.tuning.tuning_persist", module_args=module_args,
+                                          task_vars=task_vars)
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        for key in ("concerns", "failed_concerns"):
+            result.setdefault(key, {})
+        # Named as the family failures of the other flows are, for the summary that ends the role.
+        result["families"] = {"persistent " + name: r for name, r in result["concerns"].items()}
+        if result.get("failed") and result["failed_concerns"]:
+            result["failed"] = False
+            result["msg"] = "persistent concerns failed: %s" % ", ".join(result["failed_concerns"])
+        return result
+
+
+def _module_utils_sources():
+    """``{name: source}`` of every module_utils file of this collection: what the boot runner carries."""
+    try:
+        out = {}
+        for name in sorted(os.listdir(MODULE_UTILS)):
+            if name.endswith(".py"):
+                with open(os.path.join(MODULE_UTILS, name), encoding="utf-8") as handle:
+                    out[name[:-3]] = handle.read()
+        return out
+    except OSError as exc:
+        raise AnsibleActionFail("gpunode.tuning.tuning_flow: cannot read %s: %s" % (MODULE_UTILS, exc)) from exc

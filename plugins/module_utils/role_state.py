@@ -1,0 +1,132 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's one desired state, built in Python from its variables, and which families a run selects.
+
+Input: the role's variables as the action plugin tuning_flow resolved them (typed on every
+ansible-core: plugin_utils/role_variables.py) and validated against the argument spec. Each
+family of the registry contributes its keys of the desired state (``Family.from_role``) and its
+module's options (``runtime_options``, ``restore_options``); nothing here names a family.
+Verification, the boot runner and the flows read the same desired state.
+
+Plain Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import families
+from ansible_collections.gpunode.tuning.plugins.module_utils.validate import describe_characters, forbidden_characters
+
+FLOWS = ("runtime", "persistent", "rollback", "verify")
+PREFIX = "gpunode_tuning_"
+# The GPUs the PCI families act on: the MRRS selector variables (their names predate ACS).
+SELECTOR_VARIABLES = (("vendor", "gpunode_tuning_mrrs_vendor"), ("device", "gpunode_tuning_mrrs_device"),
+                      ("class_prefixes", "gpunode_tuning_mrrs_class_prefixes"), ("bdfs", "gpunode_tuning_mrrs_bdfs"))
+
+
+def gpu_selector(values: dict) -> dict:
+    """The GPUs' PCI selector as every PCI family takes it (unset or empty: None, the module's default)."""
+    return {key: values.get(name) or None for key, name in SELECTOR_VARIABLES}
+
+
+def desired_state(values: dict) -> dict:
+    """The desired state, one key per family (and per tunables setting), from the validated variables."""
+    shared = {"selector": gpu_selector(values)}
+    out: dict = {}
+    for fam in families.FAMILIES:
+        if fam.from_role is not None:
+            out.update(fam.from_role(values, shared))
+    return out
+
+
+def family_tags(fam) -> set:
+    """Tags that select a family: its registry name and its own (older short names, finer settings)."""
+    return {fam.name, *fam.tags}
+
+
+def tags_select(tags: Iterable[str], only: Iterable[str] | None, skip: Iterable[str] | None) -> bool:
+    """Whether Ansible would run a task tagged ``tags`` with ``--tags only --skip-tags skip``."""
+    tags, only, skip = set(tags), set(only or ["all"]), set(skip or [])
+    run = bool(tags & only) or ("all" in only and "never" not in tags) or ("tagged" in only and bool(tags))
+    if run and ("all" in skip or tags & skip or ("tagged" in skip and tags)):
+        run = False
+    return run
+
+
+def selected_families(flow: str, only, skip, inherited: Iterable[str] = ()) -> list:
+    """The families of the registry that ``flow`` runs under these tags, in registry order.
+
+    A family counts as tagged with the flow's tag, its own tags and the tags the task inherits
+    (from the play, the role import, a block), like the per-family tasks of earlier releases were.
+    """
+    base = {flow, *inherited} - {"always"}
+    return [fam for fam in families.FAMILIES if tags_select(base | family_tags(fam), only, skip)]
+
+
+def runtime_requests(desired: dict, values: dict, selected: Iterable) -> list:
+    """``[{name, options}]`` of the selected families that have something to do at runtime."""
+    out = []
+    for fam in selected:
+        if fam.runtime_options is None:
+            continue
+        options = fam.runtime_options(desired, values)
+        if options is not None:
+            out.append({"name": fam.name, "options": options})
+    return out
+
+
+def restore_requests(values: dict, selected: Iterable) -> list:
+    """``[{name, options}]`` of the selected families that restore their journal on rollback."""
+    return [{"name": fam.name, "options": fam.restore_options(values)}
+            for fam in selected if fam.restore_options is not None]
+
+
+def combination_problems(values: dict) -> list:
+    """Errors of variables that are each valid but do not work together (or with the controller)."""
+    out = []
+    if (values.get("gpunode_tuning_acs") == "disable_redirect"
+            and values.get("gpunode_tuning_acs_persist") == "kernel_arg"
+            and values.get("gpunode_tuning_cmdline_enabled") is False):
+        out.append("gpunode_tuning_acs_persist: kernel_arg needs gpunode_tuning_cmdline_enabled: true (the kernel "
+                   "argument is written by the command-line family; with it off nothing would keep ACS redirect "
+                   "off after a reboot); set gpunode_tuning_cmdline_enabled: true or gpunode_tuning_acs_persist: "
+                   "boot_unit")
+    report_dir = values.get("gpunode_tuning_report_dir")
+    bad = forbidden_characters(report_dir) if isinstance(report_dir, str) else []
+    if isinstance(report_dir, str) and (bad or not report_dir.strip()):
+        out.append("value of gpunode_tuning_report_dir must be a directory path without control characters, got: "
+                   "%r%s" % (report_dir, " (it contains %s)" % describe_characters(bad) if bad else ""))
+    return out
+
+
+def selected_concerns(flow: str, only, skip, inherited: Iterable[str] = ()) -> list:
+    """The persistent concerns (persist.concerns()) that ``flow`` (persistent or rollback) runs under these tags."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils import persist  # noqa: PLC0415
+
+    base = {flow, *inherited} - {"always"}
+    return [c for c in persist.concerns() if tags_select(base | {c.name, *c.tags}, only, skip)]
+
+
+def persist_settings(values: dict) -> dict:
+    """What the persistent concerns read of the role's variables: each without its prefix, and the GPU selector."""
+    out = {name[len(PREFIX):]: value for name, value in values.items() if name.startswith(PREFIX)}
+    out.update(gpu_selector(values))
+    return out
+
+
+def rollback_result(removed: dict, restored: dict) -> dict:
+    """One result for rollback's two module runs: the persistent artifacts removed, then the journal restored."""
+    families_out = dict(restored.get("families") or {})
+    failed = dict(restored.get("failed_families") or {})
+    families_out.update(removed.get("families") or {})
+    failed.update(("persistent " + k, v) for k, v in (removed.get("failed_concerns") or {}).items())
+    out = {"changed": bool(removed.get("changed") or restored.get("changed")), "families": families_out,
+           "failed_families": failed, "summary": dict(restored.get("summary") or {}),
+           "reboot_required": bool(removed.get("reboot_required"))}
+    for part in (removed, restored):
+        if part.get("failed") and not part.get("failed_concerns") and not part.get("failed_families"):
+            out.update(failed=True, msg=part.get("msg"))
+    if removed.get("diff") or restored.get("diff"):
+        out["diff"] = list(removed.get("diff") or []) + list(restored.get("diff") or [])
+    return out

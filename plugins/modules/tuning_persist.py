@@ -1,0 +1,135 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tuning_persist
+short_description: Make a desired state survive reboots, or remove everything that did, in one module run
+version_added: 0.3.0
+description:
+  - Writes (O(state=present)) or removes (O(state=absent)) the persistent artifacts of the selected O(concerns),
+    each isolated from the others (module_utils/persist.py), in one Python process on the node.
+  - V(sysctl) the sysctl drop-in (keys the node lacks are left out and fail the concern); V(kmod) modules-load.d
+    and modprobe.d files for the optional modules that load; V(cmdline) the kernel arguments (configured, those a
+    cpufreq driver switch or ACS by kernel argument need, the IOMMU mode's) through GRUB or grubby; V(boot_unit)
+    the boot runner, its desired state and a systemd oneshot unit that re-applies the runtime-only settings at
+    boot; V(udev) a udev rule that sets MRRS again on a hot-added GPU.
+  - Files are written whole (temporary file and rename) and only when they differ; check mode writes nothing.
+    System commands (sysctl, systemctl, udevadm, update-grub, grubby) run only when O(root) is V(/).
+  - The role's persistent flow and rollback call it through the C(tuning_flow) action.
+author:
+  - gpunode.tuning contributors (@gpunode)
+options:
+  state:
+    description: V(present) writes, V(absent) removes everything of the concerns.
+    type: str
+    choices: [present, absent]
+    default: present
+  concerns:
+    description: The concerns to persist or remove, in this order.
+    type: list
+    elements: str
+    choices: [sysctl, kmod, cmdline, boot_unit, udev]
+    required: true
+  desired:
+    description: The desired state (the role's, one key per knob family).
+    type: dict
+    default: {}
+  settings:
+    description:
+      - The role's persistence variables without their C(gpunode_tuning_) prefix (C(sysctl_file), C(boot_script),
+        C(boot_python), C(boot_unit_before), C(udev_rule), C(cmdline_dropin), ...) and the GPUs' PCI selector.
+    type: dict
+    default: {}
+  runner_src:
+    description: Path on the node of the boot runner to install (the action transfers it); needed by V(boot_unit).
+    type: path
+  journal:
+    description: Journal of original values (the V(kmod) concern loads the modules it persists, as at runtime).
+    type: str
+    default: /var/lib/gpunode-tuning/journal.json
+extends_documentation_fragment:
+  - gpunode.tuning.node
+  - gpunode.tuning.node.attributes
+"""
+
+EXAMPLES = r"""
+- name: Remove the persistent artifacts of this collection
+  gpunode.tuning.tuning_persist:
+    state: absent
+    concerns: [sysctl, kmod, cmdline, boot_unit, udev]
+    settings:
+      sysctl_file: /etc/sysctl.d/90-gpunode-tuning.conf
+      boot_script: /usr/local/lib/gpunode-tuning/apply-boot-tuning.sh
+      udev_rule: /etc/udev/rules.d/70-gpunode-tuning.rules
+"""
+
+RETURN = r"""
+concerns:
+  description: Each concern's result (C(files) changed, C(skipped) with its reason, C(failed) with C(msg)).
+  returned: always
+  type: dict
+failed_concerns:
+  description: The message of each concern that failed.
+  returned: always
+  type: dict
+reboot_required:
+  description: Whether the kernel command line changed and only a reboot applies it.
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import flow, module_calls, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+
+ARGUMENT_SPEC = dict(
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    concerns=dict(type="list", elements="str", required=True, choices=[c.name for c in persist.concerns()]),
+    desired=dict(type="dict", default={}),
+    settings=dict(type="dict", default={}),
+    runner_src=dict(type="path"),
+    journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
+    **NODE_ARGUMENT_SPEC,
+)
+
+
+def build_module():
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def main():
+    module = build_module()
+    params = module.params
+    try:
+        node = Node.open(params["root"])
+    except NodeError as exc:
+        module.fail_json(msg=str(exc))
+    settings = dict(params["settings"])
+    if params["runner_src"]:
+        with open(params["runner_src"], encoding="utf-8") as handle:
+            settings["runner_text"] = handle.read()
+    make_call = module_calls.call_maker(module)
+
+    def make_pc():
+        return persist.PersistCall(node=node, call=make_call.base, desired=params["desired"], settings=settings,
+                                   files=persist.NodeFiles(node, module.check_mode, module._diff),
+                                   make_call=make_call)
+
+    wanted = [c for c in persist.concerns() if c.name in params["concerns"]]
+    results = persist.run_concerns(wanted, make_pc, remove=params["state"] == "absent")
+    out = dict(changed=any(r.get("changed") for r in results.values()), concerns=results,
+               failed_concerns=flow.failures(results),
+               reboot_required=bool((results.get("cmdline") or {}).get("reboot_required")))
+    if module._diff:
+        out["diff"] = flow.diffs(results)
+    if out["failed_concerns"]:
+        module.fail_json(msg="these persistent concerns failed (every other concern ran): %s"
+                         % " | ".join("%s: %s" % kv for kv in out["failed_concerns"].items()), **out)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()
