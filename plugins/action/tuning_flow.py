@@ -38,6 +38,7 @@ display = Display()
 ARGUMENT_SPEC = {
     "flow": {"type": "str", "required": True, "choices": ["precheck", "runtime", "persistent", "rollback"]},
     "entry_point": {"type": "str"},
+    "include_persistent": {"type": "bool", "default": True},
 }
 # The entry point whose options each flow is checked against (precheck: the playbook says which).
 ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback"}
@@ -69,7 +70,7 @@ class ActionModule(ActionBase):
         concerns = role_state.selected_concerns(flow, *tags)
         if flow == "persistent":
             return dict(self._persist(concerns, desired, values, task_vars), desired=desired)
-        removed = self._persist(concerns, {}, values, task_vars, remove=True)
+        removed = self._persist(concerns if args["include_persistent"] else [], {}, values, task_vars, remove=True)
         restored = self._apply(role_state.restore_requests(values, role_state.selected_families(flow, *tags)),
                                values, task_vars)
         return role_state.rollback_result(removed, restored)

@@ -694,7 +694,17 @@ def kernel_args(pc, remove: bool = False) -> list:
     return [arg] if arg else []
 
 
+def summary(result: dict) -> str:
+    if result.get("not_applicable"):
+        return "not applicable: no bridge on a GPU path has ACS"
+    bridges = result.get("bridges") or []
+    changed = [b for b in bridges if b.get("changed")]
+    skipped = [b for b in bridges if b.get("skipped")]
+    return "redirect disabled on %d bridge(s), %d already off, %d without ACS" % (
+        len(changed), len(bridges) - len(changed) - len(skipped), len(skipped))
+
+
 DEFINITION = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", read=read, run=run,
                            evaluate=evaluate, boot=boot,
     tags=("acs",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args)
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args, summary=summary)

@@ -606,7 +606,7 @@ def remove_cmdline(pc) -> dict:
     return persist.run_family(pc, FAMILY, _cmdline_options(pc, arguments, "absent", mode))
 
 
-PERSIST = persist.Concern("cmdline", (FAMILY,), persist_cmdline, remove_cmdline)
+PERSIST = persist.Concern("cmdline", (FAMILY,), persist_cmdline, remove_cmdline, kernel_args=True)
 
 
 DEFINITION = Family(name=FAMILY, titles={"cmdline": "kernel cmdline"}, module="kernel_cmdline", run=run,

@@ -1248,7 +1248,17 @@ def kernel_args(pc, remove: bool = False) -> list:
     return list(persist.run_family(pc, FAMILY, options, check_mode=True).get("kernel_args") or [])
 
 
+def summary(result: dict) -> str:
+    if not result.get("supported", True):
+        return "not applicable: %s" % result.get("reason")
+    line = "driver %s, %s" % (result.get("driver"), "changed" if result.get("changed") else "unchanged")
+    if result.get("reboot_required"):
+        line += "; switching the driver needs %s and a reboot (--tags persistent)" % " ".join(result.get("kernel_args")
+                                                                                               or [])
+    return line
+
+
 DEFINITION = Family(name=FAMILY, titles={"cpufreq": "cpufreq"}, module="cpu_freq", run=run, evaluate=evaluate,
                     boot=boot,
     tags=("cpufreq",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args)
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args, summary=summary)

@@ -535,7 +535,16 @@ def restore_options(v: dict) -> dict:
     return {"restore": True}
 
 
+def summary(result: dict) -> str:
+    if not result.get("supported", True):
+        return "not applicable: %s" % result.get("reason")
+    states = result.get("states") or {}
+    disabled = [n for n, s in states.items() if s.get("desired") == "disabled"]
+    return "disabled %s (%d CPU states changed)" % (", ".join(disabled) or "none",
+                                                   sum(s.get("cpus_changed") or 0 for s in states.values()))
+
+
 DEFINITION = Family(name=FAMILY, titles={"cpuidle": "C-states"}, module="cpu_cstate", run=run, evaluate=evaluate,
                     boot=boot,
     tags=("cstate",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC)
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, summary=summary)

@@ -95,6 +95,8 @@ class Family(NamedTuple):
     # (pc, remove) -> kernel arguments the family needs on the command line (the persistent flow adds
     # them), or, with ``remove``, every argument it may have added (rollback removes them).
     kernel_args: Callable[..., list] | None = None
+    # (result) -> one line of what its runtime run did, for the flow's report (flow.summary otherwise).
+    summary: Callable[[dict], str] | None = None
 
 
 def normalize_value(value: Any) -> str | None:

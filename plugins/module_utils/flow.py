@@ -78,17 +78,17 @@ def _changed(item: dict) -> bool:
     return bool(item.get("changed") or item.get("cpus_changed"))
 
 
-def summary(result: dict) -> str:
-    """One line of what a family's run did, for the flow's report."""
+def summary(result: dict, fam=None) -> str:
+    """One line of what a family's run did, for the flow's report (the family's own words where it has them)."""
     if result.get("failed"):
         return "failed: %s" % " ".join(str(result.get("msg") or "").split())
+    if fam is not None and fam.summary is not None:
+        return fam.summary(result)
     if result.get("supported") is False or result.get("not_applicable"):
         return "not applicable: %s" % (result.get("reason") or "nothing on this node to tune")
     items = _items(result)
     if not items:
         return "changed" if result.get("changed") else "nothing to do"
-    if all("message" in i for i in items):  # modules: each says what happened (loaded, harmless failure)
-        return "; ".join("%s: %s" % (i.get("name"), " ".join(str(i["message"]).split())) for i in items)
     changed = [i for i in items if _changed(i)]
     skipped = [i for i in items if not _changed(i) and i.get("skipped")]
     line = "%d changed, %d already as desired" % (len(changed), len(items) - len(changed) - len(skipped))

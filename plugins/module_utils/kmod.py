@@ -719,6 +719,10 @@ def remove_modules(pc) -> dict:
 PERSIST = persist.Concern("kmod", (FAMILY,), persist_modules, remove_modules)
 
 
+def summary(result: dict) -> str:
+    return "; ".join("%s: %s" % (m.get("name"), m.get("message")) for m in result.get("modules") or [])
+
+
 DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", run=run, evaluate=evaluate,
     tags=("kmod",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, persist=PERSIST)
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, persist=PERSIST, summary=summary)

@@ -932,7 +932,19 @@ def restore_options(v: dict) -> dict:
     return {"restore": True, "allow_empty": True}
 
 
+def summary(result: dict) -> str:
+    """The runtime report's line: how many devices were set, already there, skipped."""
+    devices = result.get("devices") or []
+    if not devices:
+        return "not applicable: no matching PCIe device"
+    changed = [d for d in devices if d.get("changed")]
+    skipped = [d for d in devices if d.get("skipped")]
+    mrrs = next((d.get("mrrs_after") for d in devices if d.get("mrrs_after")), None)
+    return "%d set%s, %d already there, %d skipped" % (len(changed), " to %s" % mrrs if mrrs else "",
+                                                       len(devices) - len(changed) - len(skipped), len(skipped))
+
+
 DEFINITION = Family(name=FAMILY, titles={"pcie_mrrs": "PCIe MRRS"}, module="setpci_mrrs", run=run,
                     evaluate=evaluate, boot=boot,
     tags=("mrrs",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC)
+    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, summary=summary)

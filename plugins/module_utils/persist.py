@@ -39,6 +39,8 @@ class Concern(NamedTuple):
     persist: Callable[..., dict]
     # (PersistCall) -> dict: remove everything it may have written; raises FamilyError.
     remove: Callable[..., dict]
+    # Whether it writes the kernel arguments other families need: then their tags select it too.
+    kernel_args: bool = False
 
 
 class PersistCall(NamedTuple):
@@ -208,4 +210,8 @@ def concerns() -> list:
     """Every concern, in the order the persistent flow runs them: the families' (registry order), then boot's."""
     from ansible_collections.gpunode.tuning.plugins.module_utils import boot, families  # noqa: PLC0415
 
-    return [fam.persist for fam in families.FAMILIES if fam.persist is not None] + boot.concerns()
+    arg_tags = tuple(t for fam in families.FAMILIES if fam.kernel_args is not None or fam.reboot_only
+                     for t in (fam.name, *fam.tags))
+    out = [fam.persist for fam in families.FAMILIES if fam.persist is not None]
+    out = [c._replace(tags=tuple(sorted(set(c.tags + arg_tags)))) if c.kernel_args else c for c in out]
+    return out + boot.concerns()

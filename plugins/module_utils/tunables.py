@@ -607,8 +607,12 @@ def remove_sysctl(pc) -> dict:
 PERSIST = persist.Concern("sysctl", ("numa_balancing", "sysctl", FAMILY), persist_sysctl, remove_sysctl)
 
 
+def summary(result: dict) -> str:
+    return ", ".join("%s=%s" % (k, r.get("after")) for k, r in (result.get("settings") or {}).items())
+
+
 DEFINITION = Family(name=FAMILY, titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
                     module="kernel_tunables", run=run, evaluate=evaluate, boot=boot, boot_key="thp",
     tags=("numa_balancing", "thp", "sysctl"), from_role=from_role,
     runtime_options=runtime_options, restore_options=restore_options, argument_spec=ARGUMENT_SPEC,
-    persist=PERSIST)
+    persist=PERSIST, summary=summary)

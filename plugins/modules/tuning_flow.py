@@ -34,6 +34,12 @@ options:
       - The role entry point whose options the variables are checked against; default the flow's own (V(main)
         for V(precheck)).
     type: str
+  include_persistent:
+    description:
+      - With V(rollback), also remove the persistent artifacts (V(false): only restore the journal, as the
+        rollout's measure gate does for the runtime flow).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full

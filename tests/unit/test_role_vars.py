@@ -1,4 +1,4 @@
-"""The role-variable precheck: module_utils/role_vars.py and the check_role_vars filter."""
+"""The role-variable precheck: module_utils/role_vars.py and plugin_utils/role_variables.py (action tuning_flow)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,24 @@ import re
 
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpunode.tuning.plugins.filter import role_vars as role_vars_filter
 from ansible_collections.gpunode.tuning.plugins.module_utils import role_vars
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(REPO, "roles", "tuning", "meta", "argument_specs.yml")
-check = role_vars_filter.FilterModule().filters()["check_role_vars"]
+
+
+def check(values, spec_path, entry_point="main"):
+    """The precheck's verdict as the action reports it: errors, warnings and the one message."""
+    _validated, errors, warnings = role_variables.check(values, [entry_point], role_variables.load_specs(spec_path))
+    return {"errors": errors, "warnings": warnings,
+            "msg": "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors)) if errors else ""}
 
 
 @pytest.fixture()
-def warnings(monkeypatch):
-    shown = []
-    monkeypatch.setattr(role_vars_filter.display, "warning", shown.append)
-    monkeypatch.setattr(role_vars_filter, "_WARNED", set())
-    return shown
+def warnings():
+    return []
 
 
 def specs():
@@ -30,17 +32,10 @@ def specs():
         return yaml.safe_load(handle)["argument_specs"]
 
 
-def test_the_filter_is_documented():
-    with open(os.path.join(REPO, "plugins", "filter", "check_role_vars.yml"), encoding="utf-8") as handle:
-        doc = yaml.safe_load(handle)
-    assert doc["DOCUMENTATION"]["name"] == "check_role_vars"
-    assert {"_input", "spec_path", "entry_point"} <= set(doc["DOCUMENTATION"]["options"])
-
-
 def test_good_values_pass(warnings):
     got = check({"gpunode_tuning_root": "/", "gpunode_tuning_mrrs": 4096, "gpunode_tuning_verification": {}},
                 SPEC, "verify")
-    assert got == {"errors": [], "warnings": [], "msg": ""} and warnings == []
+    assert got == {"errors": [], "warnings": [], "msg": ""}
 
 
 @pytest.mark.parametrize("name, value, line", [
@@ -67,11 +62,9 @@ def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_what_is_allow
 def test_only_the_entry_points_options_are_validated(warnings):
     # rollback does not use MRRS: a bad MRRS value does not stop a rollback (nor is it unknown).
     assert check({"gpunode_tuning_mrrs": 300}, SPEC, "rollback")["errors"] == []
-    with pytest.raises(AnsibleFilterError, match="entry point must be one of: main, runtime"):
+    with pytest.raises(role_variables.RoleVariablesError, match="entry point must be one of: main, runtime"):
         check({}, SPEC, "precheck")
-    with pytest.raises(AnsibleFilterError, match="expected a dict of variables"):
-        check(["gpunode_tuning_root"], SPEC)
-    with pytest.raises(AnsibleFilterError, match="cannot read the argument specs"):
+    with pytest.raises(role_variables.RoleVariablesError, match="cannot read the role's argument specs"):
         check({}, "/nonexistent/argument_specs.yml")
 
 
@@ -102,16 +95,13 @@ def test_unknown_names_warn_with_the_nearest_known_name(warnings):
               "gpunode_tuning_rollout_batch": "10%", "gpunode_tuning_pending_kernel_args": []}
     got = check(values, SPEC, "main")
     assert got["errors"] == []
-    assert warnings == got["warnings"] == [
+    assert got["warnings"] == [
         "gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_mrrs?). It is ignored; "
         "gpunode_tuning_strict_vars: true makes this an error.",
         "gpunode_tuning_verificaton is not a variable of gpunode.tuning (did you mean gpunode_tuning_verification?)."
         " It is ignored; gpunode_tuning_strict_vars: true makes this an error.",
         "gpunode_tuning_zzzz is not a variable of gpunode.tuning (no known variable is similar). It is ignored; "
         "gpunode_tuning_strict_vars: true makes this an error."]
-    # The task templates the filter twice (when, msg): each warning is shown once.
-    check(values, SPEC, "main")
-    assert len(warnings) == 3
 
 
 @pytest.mark.parametrize("strict", [True, "true", "yes"])
@@ -119,7 +109,7 @@ def test_strict_makes_unknown_names_errors(warnings, strict):
     got = check({"gpunode_tuning_mrs": 4096, "gpunode_tuning_strict_vars": strict}, SPEC, "main")
     assert got["errors"] == ["gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean "
                              "gpunode_tuning_mrrs?); gpunode_tuning_strict_vars is true."]
-    assert warnings == []
+    assert got["warnings"] == []
     got = check({"gpunode_tuning_strict_vars": "sometimes"}, SPEC, "main")
     assert got["errors"][0].startswith("value of gpunode_tuning_strict_vars must be a boolean")
 

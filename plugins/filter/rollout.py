@@ -1,0 +1,63 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet rollout's decisions for playbooks/rollout.yml, from module_utils/rollout.py (one filter each).
+
+Documented in the rollout_*.yml files next to this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import rollout
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.role_variables import plain
+
+
+def _mapping(name, value):
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError("gpunode.tuning.%s: expects a mapping, got %s" % (name, type(value).__name__))
+    return plain(value)
+
+
+def rollout_settings(raw):
+    """``{settings, errors}`` of the rollout's variables (their names without ``gpunode_tuning_rollout_``)."""
+    got, errors = rollout.settings(_mapping("rollout_settings", raw))
+    return {"settings": got, "errors": errors}
+
+
+def rollout_serial(raw):
+    return rollout.serial(_mapping("rollout_serial", raw))
+
+
+def rollout_host_result(state):
+    return rollout.host_result(_mapping("rollout_host_result", state))
+
+
+def rollout_gate(results, batch, canary, max_fail_percentage):
+    return rollout.batch_gate(plain(list(results)), int(batch), bool(canary), float(max_fail_percentage))
+
+
+def rollout_summary(results, hosts, stopped, config, generated_at):
+    summ = rollout.summary(plain(list(hosts)), plain(list(results)), plain(stopped), plain(config), str(generated_at))
+    summ["lines"] = rollout.summary_lines(summ)
+    return summ
+
+
+def rollout_benchmark(run, host, phase, bench=None):
+    """The benchmark run read (``value``, ``problem``) and merged into ``bench``; after tuning, its verdict."""
+    value, problem = rollout.benchmark_reading(_mapping("rollout_benchmark", run), str(host), str(phase))
+    out = dict(plain(bench) or {})
+    out[str(phase)] = value
+    out = rollout.benchmark_verdict(out, problem) if phase == "after" else out
+    return {"bench": out, "problem": problem}
+
+
+class FilterModule:
+    """gpunode.tuning rollout filters."""
+
+    def filters(self):
+        return {"rollout_settings": rollout_settings, "rollout_serial": rollout_serial,
+                "rollout_host_result": rollout_host_result, "rollout_gate": rollout_gate,
+                "rollout_summary": rollout_summary, "rollout_benchmark": rollout_benchmark}

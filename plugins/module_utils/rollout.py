@@ -1,0 +1,249 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet rollout's decisions: its settings, each host's status, the batch gate, the measure gate, the summary.
+
+playbooks/rollout.yml orchestrates (serial batches, plays, the end of a stopped rollout) and renders;
+every status, count, gate and parse is decided here, through the filters of plugins/filter/rollout.py.
+Plain Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+FLOWS = ("runtime", "persistent")
+STATUSES = ("done", "failed", "unhealthy", "unreachable")
+DEFAULTS = {"flow": "runtime", "canary": 1, "batch": "20%", "max_fail_percentage": 0.0, "health_gate": True,
+            "benchmark_command": None, "benchmark_min_gain": 0.0}
+_PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
+_INTEGER = re.compile(r"^[0-9]+$")
+_NUMBER = re.compile(r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$")
+_BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+BATCH_ALLOWED = ("a host count of 1 or more, a share of the remaining hosts from 1% to 100% (\"20%\"), or a "
+                 "list of those (Ansible's serial)")
+
+
+def _batch_item(value: Any) -> tuple[Any, str | None]:
+    if isinstance(value, bool):
+        return None, "got %r" % value
+    if isinstance(value, int):
+        return (value, None) if value >= 1 else (None, "got %d" % value)
+    if isinstance(value, str):
+        text = value.strip()
+        if _INTEGER.match(text):
+            return _batch_item(int(text))
+        match = _PERCENT.match(text)
+        if match and 0 < float(match.group(1)) <= 100:
+            return text, None
+    return None, "got %r" % (value,)
+
+
+def parse_batch(value: Any) -> tuple[list, list]:
+    """``(serial items, errors)`` of gpunode_tuning_rollout_batch."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out, errors = [], []
+    if not items:
+        errors.append("got an empty list")
+    for item in items:
+        parsed, problem = _batch_item(item)
+        if problem:
+            errors.append(problem)
+        else:
+            out.append(parsed)
+    return out, errors
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from a number or its text; None otherwise (text like 'abc', inf, nan, booleans)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str) and _NUMBER.match(value.strip()):
+        number = float(value.strip())
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _command_problem(command: Any) -> str | None:
+    if command is None:
+        return None
+    if isinstance(command, str):
+        return None if command.strip() and "\0" not in command else "an empty string"
+    if isinstance(command, (list, tuple)) and command and all(isinstance(a, str) and a for a in command):
+        return None
+    return repr(command)
+
+
+def settings(raw: dict) -> tuple[dict, list]:
+    """``(settings, errors)`` from the rollout's variables (``gpunode_tuning_rollout_*`` without the prefix).
+
+    Every error names the variable, what it got and what is allowed; the settings are meaningful only
+    when there is none.
+    """
+    got = dict(DEFAULTS)
+    got.update({k: v for k, v in raw.items() if k in DEFAULTS and v is not None or k == "benchmark_command"})
+    errors = []
+    if got["flow"] not in FLOWS:
+        errors.append("gpunode_tuning_rollout_flow must be one of: %s, got %r" % (", ".join(FLOWS), got["flow"]))
+    canary = got["canary"]
+    if isinstance(canary, bool) or not _INTEGER.match(str(canary).strip()):
+        errors.append("gpunode_tuning_rollout_canary must be a host count of 0 or more (0: no canary), got %r"
+                      % (canary,))
+    else:
+        got["canary"] = int(str(canary).strip())
+    batch, problems = parse_batch(got["batch"])
+    errors += ["gpunode_tuning_rollout_batch must be %s, %s" % (BATCH_ALLOWED, p) for p in problems]
+    got["serial"] = ([got["canary"]] if isinstance(got["canary"], int) and got["canary"] > 0 else []) + batch
+    pct = _number(got["max_fail_percentage"])
+    if pct is None or not 0 <= pct <= 100:
+        errors.append("gpunode_tuning_rollout_max_fail_percentage must be a number from 0 to 100, got %r"
+                      % (got["max_fail_percentage"],))
+    got["max_fail_percentage"] = pct
+    gate = _BOOLS.get(str(got["health_gate"]).strip().lower()) if not isinstance(got["health_gate"], bool) \
+        else got["health_gate"]
+    if gate is None:
+        errors.append("gpunode_tuning_rollout_health_gate must be true or false, got %r" % (got["health_gate"],))
+    got["health_gate"] = gate
+    problem = _command_problem(got["benchmark_command"])
+    if problem:
+        errors.append("gpunode_tuning_rollout_benchmark_command must be null (no measure gate), a command string or "
+                      "a non-empty list of non-empty argument strings, got %s" % problem)
+    gain = _number(got["benchmark_min_gain"])
+    if gain is None or gain <= -1:
+        errors.append("gpunode_tuning_rollout_benchmark_min_gain must be a finite number above -1, e.g. 0.0 (must "
+                      "not get worse) or 0.05, got %r" % (got["benchmark_min_gain"],))
+    got["benchmark_min_gain"] = gain
+    return got, errors
+
+
+def serial(raw: dict) -> list:
+    """The rollout play's ``serial``: the canary batch, then the batches; [1] when the settings are bad
+    (the first play has already refused them, so no host reaches this play)."""
+    got, errors = settings(raw)
+    return got["serial"] if not errors and got["serial"] else [1]
+
+
+def benchmark_reading(run: dict, host: str, phase: str) -> tuple[float | None, str]:
+    """``(value, problem)`` of a benchmark run (the command task's result): one finite positive number."""
+    out = str(run.get("stdout") or "").strip()
+    rc = run.get("rc")
+    value = _number(out) if rc == 0 else None
+    if value is not None and value > 0:
+        return value, ""
+    did = "printed" if rc == 0 else "exited with %s" % (rc if rc is not None else "no status")
+    text = ("%s %s" % (out, str(run.get("stderr") or "").strip())).strip()
+    if not text:
+        cmd = run.get("cmd")
+        text = "%s (%s)" % (run.get("msg") or "no output", cmd if isinstance(cmd, str) else " ".join(cmd or []))
+    return None, ("the benchmark on %s (%s tuning) must print one positive finite number, higher is better; it %s: %s"
+                  % (host, phase, did, text[:500]))
+
+
+def benchmark_verdict(bench: dict, problem: str) -> dict:
+    """The measure gate after tuning: ``gain`` (after / before - 1), ``kept`` and the ``reason`` when not kept."""
+    out = dict(bench)
+    gain = None if problem else round(float(bench["after"]) / float(bench["before"]) - 1, 4)
+    kept = gain is not None and gain >= float(bench["min_gain"])
+    if kept:
+        reason = ""
+    elif problem:
+        reason = "measure gate: " + problem
+    else:
+        reason = "measure gate: gain %s below min_gain %s (benchmark before %s, after %s)" % (
+            gain, bench["min_gain"], bench["before"], bench["after"])
+    out.update(gain=gain, kept=kept, reason=reason)
+    return out
+
+
+def host_status(state: dict) -> str:
+    """done, failed, unhealthy or unreachable, from what the rollout play recorded for the host."""
+    if state.get("unreachable"):
+        return "unreachable"
+    if state.get("findings"):
+        return "unhealthy"
+    errors = ("health_error", "tune_error", "verify_error", "benchmark_error")
+    if any(state.get(k) for k in errors) or state.get("measure_failed"):
+        return "failed"
+    return "done"
+
+
+def _reason(state: dict, status: str) -> str:
+    if status == "unreachable":
+        return "unreachable: " + " ".join(str(state.get("unreachable_msg") or "no answer").split())
+    if status == "unhealthy":
+        return "GPU health (not tuned): " + "; ".join(state["findings"])
+    bench = state.get("benchmark") or {}
+    parts = [("health check failed (not tuned): %s" % state["health_error"]) if state.get("health_error") else "",
+             ("tuning failed: %s" % state["tune_error"]) if state.get("tune_error") else "",
+             ("benchmark failed: %s" % state["benchmark_error"]) if state.get("benchmark_error")
+             else bench.get("reason") or "",
+             ("verification failed: %s" % state["verify_error"]) if state.get("verify_error") else ""]
+    return "; ".join(p for p in parts if p)
+
+
+def host_result(state: dict) -> dict:
+    """The host's record in the summary, from what the rollout play recorded for it."""
+    status = host_status(state)
+    judged = status != "unreachable" and not state.get("check_mode") and state.get("cleared")
+    verification = state.get("verification") or {}
+    gate = verification.get("gate") or {}
+    if state.get("health_gate") is False or status == "unreachable":
+        health = "not checked"
+    else:
+        health = "error" if state.get("health_error") else "unhealthy" if state.get("findings") else "healthy"
+    return {"host": state["host"], "batch": int(state["batch"]), "canary": bool(state.get("canary")),
+            "status": status, "reason": _reason(state, status),
+            "verification": (gate.get("status") or verification.get("status") or "not run") if judged else "not run",
+            "reboot_required": bool(state.get("reboot_required")),
+            "needs_reboot": list(verification.get("needs_reboot") or []) if judged else [],
+            "health": health, "findings": list(state.get("findings") or []),
+            "benchmark": state.get("benchmark") if state.get("measure") else None}
+
+
+def batch_gate(results: list, batch: int, canary: bool, max_fail_percentage: float) -> dict | None:
+    """None when the batch passes; else why the rollout stops (the canary batch allows no failed host)."""
+    failed = [r["host"] for r in results if r["status"] != "done"]
+    pct = round(100.0 * len(failed) / len(results), 1) if results else 0.0
+    allowed = 0.0 if canary else float(max_fail_percentage)
+    if pct <= allowed:
+        return None
+    return {"batch": batch, "canary": canary, "failed_hosts": failed, "batch_hosts": len(results),
+            "failed_percentage": pct, "allowed_percentage": allowed}
+
+
+def summary(hosts: list, results: list, stopped: dict | None, config: dict, generated_at: str) -> dict:
+    """The rollout summary (rollout-summary.json; the Markdown renders it)."""
+    seen = {r["host"] for r in results}
+    skipped = [h for h in hosts if h not in seen]
+    counts = {s: sum(1 for r in results if r["status"] == s) for s in STATUSES}
+    counts["skipped"] = len(skipped)
+    if stopped is not None:
+        why = "the rollout stopped after batch %s%s" % (stopped["batch"], " (canary)" if stopped["canary"] else "")
+    else:
+        why = "not reached: the rollout play ended early (see its output)"
+    return {"generated_at": generated_at, "settings": config, "stopped": stopped, "hosts": len(hosts),
+            "counts": counts, "results": results, "skipped": skipped,
+            "needs_reboot_hosts": [r["host"] for r in results if r.get("needs_reboot")], "skipped_reason": why,
+            "complete": stopped is None and counts["done"] == len(hosts)}
+
+
+def summary_lines(summ: dict) -> list:
+    """What the end of the rollout prints: the counts, each host not done with why, the skipped ones."""
+    c = summ["counts"]
+    lines = ["%d host(s): %d done, %d failed, %d unhealthy, %d unreachable, %d skipped" % (
+        summ["hosts"], c["done"], c["failed"], c["unhealthy"], c["unreachable"], c["skipped"])]
+    lines += ["%s: %s: %s" % (r["host"], r["status"], r["reason"]) for r in summ["results"] if r["status"] != "done"]
+    if summ["skipped"]:
+        lines.append("skipped (%s): %s" % (summ["skipped_reason"], ", ".join(summ["skipped"])))
+    reboot = [r["host"] for r in summ["results"] if r.get("reboot_required")]
+    if reboot:
+        lines.append("reboot required: " + ", ".join(reboot))
+    need = summ["needs_reboot_hosts"]
+    if need:
+        lines.append("%d host(s) still need the persistent flow and a reboot (what for: rollout-summary.md): %s%s"
+                     % (len(need), ", ".join(need[:10]), ", ..." if len(need) > 10 else ""))
+    return lines

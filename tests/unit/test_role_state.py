@@ -1,0 +1,96 @@
+"""The role's desired state in Python and the families a run's tags select (module_utils/role_state.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import families, role_state
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def preset_values(preset="inference-throughput", **overrides):
+    """The role's variables as the precheck validates them: defaults, the preset's values, the overrides."""
+    with open(os.path.join(REPO, "roles", "tuning", "defaults", "main.yml"), encoding="utf-8") as handle:
+        defaults = yaml.safe_load(handle)
+    with open(os.path.join(REPO, "roles", "tuning", "vars", "main.yml"), encoding="utf-8") as handle:
+        presets = yaml.safe_load(handle)["__gpunode_tuning_presets"][preset]
+    values = {}
+    for name, value in defaults.items():
+        if isinstance(value, str) and "__gpunode_tuning_preset_values." in value:
+            key = value.split("__gpunode_tuning_preset_values.")[1].split()[0].rstrip("}")
+            value = presets.get(key, "unmanaged" if key == "acs" else None)
+        values[name] = value
+    values.update(overrides)
+    validated, errors, _warnings = role_variables.check(values, ["verify"])
+    assert errors == []
+    return validated
+
+
+def test_the_presets_null_stays_null_and_means_leave_alone():
+    desired = role_state.desired_state(preset_values())
+    assert desired["cpufreq"] == {"governor": "performance", "epp": None, "boost": None, "driver": "native",
+                                  "amd_pstate_mode": "active", "intel_pstate_status": None}
+    assert desired["pcie_mrrs"] == {"mrrs": 4096, "allow_empty": True, "vendor": "10de", "device": None,
+                                    "class_prefixes": ["0300", "0302"], "bdfs": None}
+    assert desired["cpuidle"] == {"disable": [], "max_latency_us": 100, "cpus": None}
+    assert desired["sysctl"]["kernel.numa_balancing"] == 0 and desired["numa_balancing"] == 0
+    assert desired["gpu_settings"] is None and desired["iommu"] is None
+    assert desired["pcie_acs"]["persist"] == "boot_unit"
+    # Every family of the registry that has role variables has its key.
+    assert {f.name for f in families.FAMILIES if f.from_role} - set(desired) == {"tunables"}
+
+
+def test_switched_off_families_are_absent_from_runtime():
+    values = preset_values(gpunode_tuning_mrrs_enabled=False, gpunode_tuning_cstate_enabled=False,
+                           gpunode_tuning_acs="unmanaged")
+    desired = role_state.desired_state(values)
+    names = [r["name"] for r in role_state.runtime_requests(desired, values, families.FAMILIES)]
+    assert names == ["cpufreq", "tunables", "kmod"]
+    boosted = preset_values("inference-latency")
+    cpufreq = role_state.runtime_requests(role_state.desired_state(boosted), boosted, families.FAMILIES)
+    assert {"name": "cpufreq", "options": {"governor": "performance", "epp": "performance", "boost": True,
+                                           "driver": "native", "amd_pstate_mode": "active"}} in cpufreq
+
+
+@pytest.mark.parametrize("only, skip, runtime", [
+    (None, None, ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "kmod", "gpu_settings"]),
+    (["runtime"], None, ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "kmod", "gpu_settings"]),
+    (["mrrs"], None, ["pcie_mrrs"]),
+    (["pcie_mrrs", "thp"], None, ["pcie_mrrs", "tunables"]),
+    (["runtime"], ["cstate", "acs"], ["pcie_mrrs", "cpufreq", "tunables", "kmod", "gpu_settings"]),
+    (["persistent"], None, []),
+    (["verify"], None, []),
+    (["all"], ["runtime"], []),
+])
+def test_tags_select_families_as_per_family_tasks_did(only, skip, runtime):
+    got = [f.name for f in role_state.selected_families("runtime", only, skip) if f.runtime_options]
+    assert got == runtime
+
+
+def test_tags_select_persistent_concerns_from_the_registry():
+    def names(only, skip=None):
+        return [c.name for c in role_state.selected_concerns("persistent", only, skip)]
+
+    assert names(None) == ["sysctl", "kmod", "cmdline", "boot_unit", "udev"]
+    assert names(["mrrs"]) == ["boot_unit", "udev"]
+    # The families that re-apply at boot select the boot unit (ACS and GPU settings included).
+    assert names(["acs"]) == ["cmdline", "boot_unit"] and names(["gpu_settings"]) == ["boot_unit"]
+    assert names(["sysctl"]) == ["sysctl"] and names(["thp"]) == ["boot_unit"]
+    assert names(["cpufreq"]) == ["cmdline", "boot_unit"]
+    assert names(["persistent"], ["udev", "boot_unit"]) == ["sysctl", "kmod", "cmdline"]
+
+
+def test_combinations_no_spec_can_express():
+    values = preset_values(gpunode_tuning_acs="disable_redirect", gpunode_tuning_acs_persist="kernel_arg",
+                           gpunode_tuning_cmdline_enabled=False)
+    assert [p.split(" needs ")[0] for p in role_state.combination_problems(values)] == \
+        ["gpunode_tuning_acs_persist: kernel_arg"]
+    assert "gpunode_tuning_cmdline_enabled" in role_state.combination_problems(values)[0]
+    bad_dir = role_state.combination_problems(preset_values(gpunode_tuning_report_dir="reports\nx/"))
+    assert len(bad_dir) == 1 and "line feed" in bad_dir[0]
+    assert role_state.combination_problems(preset_values()) == []
