@@ -92,7 +92,8 @@ def _state(**kw):
 @pytest.mark.parametrize("state, status, reason", [
     (_state(), "done", ""),
     (_state(unreachable=True, unreachable_msg="ssh:  timeout\n"), "unreachable", "unreachable: ssh: timeout"),
-    (_state(findings=["gpu_health.x: link x8"], cleared=False), "unhealthy", "GPU health (not tuned): gpu_health.x: link x8"),
+    (_state(findings=["gpu_health.x: link x8"], cleared=False), "unhealthy",
+     "GPU health (not tuned): gpu_health.x: link x8"),
     (_state(tune_error="Apply: boom"), "failed", "tuning failed: Apply: boom"),
     (_state(measure=True, measure_failed=True, benchmark={"reason": "measure gate: gain -0.1"}), "failed",
      "measure gate: gain -0.1"),
