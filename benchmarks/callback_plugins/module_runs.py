@@ -9,7 +9,8 @@ A task result counts as one module run per loop item that was not skipped, excep
 that never start a module (set_fact, debug, assert, ...). A task delegated to localhost counts
 on the controller for the host it ran for; results of the host `localhost` itself (the rollout
 summary play) count as ``controller_plays``. Action plugins that run several modules for one
-task (template: stat, then copy) count once, as the task.
+task (template: stat, then copy) count once, as the task, except the collection's tuning_flow, whose
+result says how many it ran (``module_runs``: 0 for the precheck, 2 for a rollback).
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ class CallbackModule(CallbackBase):
             return
         res = result._result
         runs = sum(1 for item in res["results"] if not item.get("skipped")) if "results" in res else 1
+        # The collection's tuning_flow action says how many modules it ran (0 for its precheck).
+        runs = res.get("module_runs", runs)
         host = result._host.get_name()
+        if not runs:
+            return
         if host in CONTROLLER:
             self.controller_plays += runs
             return

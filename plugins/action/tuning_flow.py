@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
             return {"failed": True, "changed": False, "msg": problem}
         desired = role_state.desired_state(values) if flow != "rollback" else None
         if flow == "precheck":
-            return {"changed": False, "desired": desired, "msg": "the role's variables are valid"}
+            return {"changed": False, "desired": desired, "msg": "the role's variables are valid", "module_runs": 0}
         tags = (context.CLIARGS.get("tags"), context.CLIARGS.get("skip_tags"), self._task.tags)
         if flow == "runtime":
             requests = role_state.runtime_requests(desired, values, role_state.selected_families(flow, *tags))
@@ -73,7 +73,8 @@ class ActionModule(ActionBase):
         removed = self._persist(concerns if args["include_persistent"] else [], {}, values, task_vars, remove=True)
         restored = self._apply(role_state.restore_requests(values, role_state.selected_families(flow, *tags)),
                                values, task_vars)
-        return role_state.rollback_result(removed, restored)
+        return dict(role_state.rollback_result(removed, restored),
+                    module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
 
     def _values(self, task_vars, entry_point):
         """``(validated variables, None)`` or ``(None, the message naming every bad variable)``."""
@@ -99,6 +100,7 @@ class ActionModule(ActionBase):
     def _apply(self, requests, values, task_vars):
         if not requests:
             return {"changed": False, "skipped": True, "families": {}, "failed_families": {}, "summary": {},
+                    "module_runs": 0,
                     "skip_reason": "no knob family of this flow is selected by the tags or has anything to do"}
         module_args = {"families": requests, "root": values["gpunode_tuning_root"],
                        "journal": values["gpunode_tuning_journal"]}
@@ -106,6 +108,7 @@ class ActionModule(ActionBase):
                                       task_vars=task_vars)
         for key in ("families", "failed_families", "summary"):
             result.setdefault(key, {})
+        result["module_runs"] = 1
         if result.get("failed") and result["failed_families"]:
             # The families' failures are the flow's to report, after every family ran (family_failures.yml).
             result["failed"] = False
@@ -115,7 +118,7 @@ class ActionModule(ActionBase):
     def _persist(self, concerns, desired, values, task_vars, remove=False):
         """One tuning_persist run for the selected concerns (the boot runner transferred first when needed)."""
         if not concerns:
-            return {"changed": False, "skipped": True, "concerns": {}, "failed_concerns": {},
+            return {"changed": False, "skipped": True, "concerns": {}, "failed_concerns": {}, "module_runs": 0,
                     "skip_reason": "no persistent concern is selected by the tags"}
         module_args = {"state": "absent" if remove else "present", "concerns": [c.name for c in concerns],
                        "desired": desired, "settings": role_state.persist_settings(values),
@@ -133,6 +136,7 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(self._connection._shell.tmpdir)
         for key in ("concerns", "failed_concerns"):
             result.setdefault(key, {})
+        result["module_runs"] = 1
         # Named as the family failures of the other flows are, for the summary that ends the role.
         result["families"] = {"persistent " + name: r for name, r in result["concerns"].items()}
         if result.get("failed") and result["failed_concerns"]:

@@ -99,12 +99,12 @@ def summary(result: dict, fam=None) -> str:
     return line
 
 
-def restored(result: dict) -> str:
-    """One line of what a family's rollback restored."""
+def restored(result: dict):
+    """What a family's rollback restored: the items' names, "nothing journaled", or its failure."""
     if result.get("failed"):
         return "failed: %s" % " ".join(str(result.get("msg") or "").split())
     names = [str(i.get("bdf") or i.get("name") or i.get("key") or "?") for i in _items(result) if _changed(i)]
-    return ", ".join(names) if names else "nothing journaled"
+    return names or "nothing journaled"
 
 
 def runnable_names() -> list:

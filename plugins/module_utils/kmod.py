@@ -695,19 +695,20 @@ def persist_modules(pc) -> dict:
     for path in pc.files.ours(LOAD_DIR) + pc.files.ours(OPTIONS_DIR):
         if path not in keep:
             pc.files.remove(path)
-    return {"modules": [dict(name=r["name"], persisted=bool(r.get("persist_ok")), message=_persist_message(r,
-                                                                                                      pc.call))
-                        for r in results]}
+    lines = [_persist_message(r, pc.call) for r in results]
+    return {"modules": [dict(name=r["name"], persisted=bool(r.get("persist_ok")), message=line)
+                        for r, line in zip(results, lines)], "summary": "; ".join(lines)}
 
 
 def _persist_message(res: dict, call) -> str:
+    name = res.get("name")
     if res.get("persist_ok"):
-        return "loads at boot"
+        return "%s loads at boot" % name
     if call.check_mode and res.get("reason_class") is None:
-        return ("is not loaded now; check mode does not load it, so whether it would be persisted is decided by a "
-                "real run (%s)" % (res.get("message") or ""))
-    return "is not persisted: it does not load (%s: %s)" % (res.get("reason_class") or "unknown",
-                                                             res.get("message") or "")
+        return ("%s is not loaded now; check mode does not load it, so whether it would be persisted is decided by "
+                "a real run (%s)" % (name, res.get("message") or ""))
+    return "%s is not persisted: it does not load (%s: %s)" % (name, res.get("reason_class") or "unknown",
+                                                                res.get("message") or "")
 
 
 def remove_modules(pc) -> dict:

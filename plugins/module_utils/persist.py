@@ -186,6 +186,16 @@ def systemd_running(node: Node) -> bool:
     return node.is_live and os.path.isdir("/run/systemd/system")
 
 
+def concern_line(result: dict) -> str:
+    """One line of what a concern did, for the flow's report."""
+    if result.get("failed"):
+        return "failed: %s" % " ".join(str(result.get("msg") or "").split())
+    if result.get("skipped"):
+        return "skipped: %s" % result.get("reason", "")
+    files = result.get("files") or {}
+    return ", ".join("%s %s" % (path, what) for path, what in files.items()) or "unchanged"
+
+
 def run_concerns(concerns: list, make_pc: Callable[[], PersistCall], remove: bool = False) -> dict:
     """``{concern name: result}``: each concern persisted (or removed), each isolated from the others."""
     results = {}
@@ -200,6 +210,7 @@ def run_concerns(concerns: list, make_pc: Callable[[], PersistCall], remove: boo
             result = {"failed": True, "changed": bool(pc.files.changes),
                       "msg": "%s: %s (a bug: please report it)" % (type(exc).__name__, exc)}
         result["files"] = dict(pc.files.changes)
+        result.setdefault("summary", concern_line(result))
         if pc.files.diffs:
             result["diff"] = list(pc.files.diffs)
         results[concern.name] = result

@@ -121,7 +121,7 @@ def main():
     wanted = [c for c in persist.concerns() if c.name in params["concerns"]]
     results = persist.run_concerns(wanted, make_pc, remove=params["state"] == "absent")
     out = dict(changed=any(r.get("changed") for r in results.values()), concerns=results,
-               failed_concerns=flow.failures(results),
+               failed_concerns=flow.failures(results), summary={n: r["summary"] for n, r in results.items()},
                reboot_required=bool((results.get("cmdline") or {}).get("reboot_required")))
     if module._diff:
         out["diff"] = flow.diffs(results)

@@ -36,7 +36,8 @@ def test_benchmark_that_gets_worse_rolls_the_canary_back_and_stops_the_rollout(t
     simfleet.build_fleet(str(tmp_path), 3, python=os.path.join(VENV_BIN, "python"))
     # A min_gain that is no fraction stops the rollout in its variable checks, before any write.
     proc, _summary, _reports = rollout(str(tmp_path), "-e", BENCH, "-e", "gpunode_tuning_rollout_benchmark_min_gain=x")
-    assert proc.returncode != 0 and "gpunode_tuning_rollout_benchmark_min_gain a fraction above -1" in proc.stdout
+    assert proc.returncode != 0
+    assert "gpunode_tuning_rollout_benchmark_min_gain must be a fraction above -1" in proc.stdout
     assert "(got x)" in proc.stdout
     assert not glob.glob(os.path.join(str(tmp_path), "nodes", "*", JOURNAL))
     nodes = os.path.join(str(tmp_path), "nodes")
