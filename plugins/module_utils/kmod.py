@@ -112,6 +112,28 @@ def validate_requests(reqs: list[dict]) -> list[str]:
     return errors
 
 
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["kmod"]``: ``{modules: [{name, params, state, required}]}``.
+
+    The requests' rules are kmod_optional's own (``validate_requests``): names, parameters, state, a module
+    given twice. Whether the module exists or loads on the node is the node's.
+    """
+    shape = contract.entry_problem(FAMILY, want, "modules")
+    if shape or want is None:
+        return shape
+    modules = want.get("modules")
+    if modules is None:
+        return []
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        return [("modules", "modules must be a list of {name, params, state, required}, got %r" % (modules,))]
+    reqs = [dict(name=m.get("name"), params=m.get("params") or {}, state=m.get("state") or "present",
+                 required=m.get("required")) for m in modules]
+    out = [("modules", msg) for msg in validate_requests(reqs)]
+    out += [("modules", "%s: required must be true or false, got %r" % (r["name"], r["required"]))
+            for r in reqs if r["required"] is not None and not isinstance(r["required"], bool)]
+    return out
+
+
 # --- state of the node --------------------------------------------------------------------------
 
 
@@ -636,4 +658,5 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     return out
 
 
-DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", run=run, evaluate=evaluate)
+DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", run=run, evaluate=evaluate,
+                    validate={FAMILY: desired_problems})
