@@ -709,6 +709,10 @@ def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal 
         wanted = {d["bdf"]: mrrs for d in devices}
     targets, planned = _plan(devices, wanted, base)
     base["failed_devices"] = [r["bdf"] for r in base["devices"] if r["failed"]]
+    named = set(selector.bdfs or []) if not restore else set()
+    base["warnings"] += ["%s: MRRS does not apply: it was named in bdfs but has no PCI Express capability (a "
+                         "conventional PCI function); it was skipped" % r["bdf"]
+                         for r in base["devices"] if r["skipped"] and r["bdf"] in named]
     if not restore and all(r["skipped"] for r in base["devices"]) and not allow_empty:
         raise MrrsError("no PCI Express device matches the selection (%s); set allow_empty: true to accept "
                         "a node without such devices" % selector.describe(), base)

@@ -20,6 +20,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import (
     cpuidle,
     families,
     family,
+    pcie,
     tunables,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils import node as node_module
@@ -295,6 +296,23 @@ def test_cpu_cstate_warns_when_the_node_has_no_cpuidle_unless_preset(build_node)
     cpuidle.run(family.Call(params=module_params(cpuidle.ARGUMENT_SPEC, root=root, max_latency_us=2,
                                                  preset_options=["max_latency_us"]), warn=quiet.append))
     assert quiet == []
+
+
+def test_setpci_mrrs_warns_about_a_named_device_without_pcie(build_node):
+    root = build_node("tiny-vm")  # virtio functions: conventional PCI, no PCI Express capability
+
+    def no_setpci():
+        raise AssertionError("nothing is written, so setpci never starts")
+
+    result = pcie.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
+                           selector=pcie.DeviceSelector(bdfs=["0000:00:03.0"]), allow_empty=True)
+    assert [d["skipped"] for d in result["devices"]] == [True]
+    assert result["warnings"] == ["0000:00:03.0: MRRS does not apply: it was named in bdfs but has no PCI Express "
+                                  "capability (a conventional PCI function); it was skipped"]
+    # Selected by vendor/class (a preset's selector), a function without PCIe is just skipped.
+    quiet = pcie.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
+                          selector=pcie.DeviceSelector(vendor="1af4"), allow_empty=True)
+    assert quiet["warnings"] == [] and all(d["skipped"] for d in quiet["devices"])
 
 
 def test_pcie_acs_warns_when_no_bridge_has_acs_unless_preset(build_node, digest):
