@@ -92,6 +92,8 @@ class ActionModule(ActionBase):
             merged = dict(raw)
             merged.update(validated)
             errors += role_state.combination_problems(merged)
+            if entry_point != "rollback":
+                errors += role_state.desired_problems(role_state.desired_state(merged), merged)
             validated = merged
         if errors:
             return None, "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))

@@ -62,6 +62,9 @@ ARGUMENT_SPEC = dict(
     restore=dict(type="bool", default=False),
     root=dict(type="path", default="/"),
 )
+# The desired-value options (what a preset may set for every node: preset_options).
+DESIRED_OPTIONS = ("mode", "vendor", "device", "class_prefixes", "bdfs")
+ARGUMENT_SPEC.update(family.preset_options_spec(DESIRED_OPTIONS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,23 +244,37 @@ def read(node: Node, selector: pcie.DeviceSelector | None = None) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _selector(params: dict) -> pcie.DeviceSelector:
-    try:
-        return pcie.DeviceSelector(vendor=params.get("vendor"), device=params.get("device"),
-                                   class_prefixes=params.get("class_prefixes"), bdfs=params.get("bdfs"))
-    except ValueError as exc:
-        raise family.FamilyError(str(exc), {"changed": False}) from None
+def _mode_problems(want: dict) -> list:
+    out = []
+    mode = want.get("mode") or "disable_redirect"
+    if mode not in MODES:
+        out.append(("mode", "mode must be one of %s, got %r" % (", ".join(MODES), mode)))
+    return out
+
+
+def desired_problems(want) -> list:
+    """``Family.validate`` of ``desired["pcie_acs"]``: ``{mode, persist, vendor, device, class_prefixes, bdfs,
+    allow_empty}`` (the selector is setpci_mrrs's, ``pcie.selector_problems``)."""
+    shape = family.entry_problem(NAME, want, "mode, persist and the PCI selector keys")
+    if shape or want is None:
+        return shape
+    out = _mode_problems(want)
+    if want.get("persist") is not None and want["persist"] not in PERSIST:
+        out.append(("persist", "persist must be one of %s, got %r" % (", ".join(PERSIST), want["persist"])))
+    return out + pcie.selector_problems(want)
 
 
 def check_params(params: dict) -> pcie.DeviceSelector:
     """Validate the options before anything is read; FamilyError naming what is allowed."""
-    mode = params.get("mode") or "disable_redirect"
-    if mode not in MODES:
-        raise family.FamilyError("mode must be one of %s, got %r" % (", ".join(MODES), mode), {"changed": False})
+    problems = _mode_problems(params) + pcie.selector_problems(params)
+    if problems:
+        raise family.FamilyError("invalid input, nothing was written: %s" % family.problems_text(problems),
+                                 {"changed": False})
     if params.get("restore") and not params.get("journal"):
         raise family.FamilyError("restore=true needs the journal option (the path of the journal on the node)",
                                  {"changed": False})
-    return _selector(params)
+    return pcie.DeviceSelector(vendor=params.get("vendor"), device=params.get("device"),
+                               class_prefixes=params.get("class_prefixes"), bdfs=params.get("bdfs"))
 
 
 def _bridge_result(entry: dict) -> dict:
@@ -520,6 +537,8 @@ def execute(call: family.Call, node: Node, selector: pcie.DeviceSelector | None,
         result["changed"] = any(r["changed"] for r in results)
     for warning in warnings:
         call.warn(warning)
+    if result["not_applicable"]:
+        family.warn_not_applicable(call, {"mode": _not_applicable_reason(gpus)})
     result.update(bridges=_public(results), failed_bridges=sorted(r["bdf"] for r in results if r["failed"]))
     diff = result.pop("diff_data")
     if call.diff:
@@ -527,6 +546,14 @@ def execute(call: family.Call, node: Node, selector: pcie.DeviceSelector | None,
     if result["failed_bridges"]:
         raise family.FamilyError(failure_message(result, restore, call.check_mode), result)
     return result
+
+
+def _not_applicable_reason(gpus: list) -> str:
+    """Why redirect cannot be disabled on the selection: no GPU, or no bridge with ACS on their paths."""
+    if not gpus:
+        return "no PCI device matches the selection (allow_empty)"
+    return "no bridge on the path of %s has an ACS capability: redirect does not exist there" % (
+        ", ".join(g["bdf"] for g in gpus))
 
 
 def _after_write(journal, results: list, targets: dict, restore: bool) -> None:
@@ -546,7 +573,8 @@ def run(call: family.Call) -> dict:
     params = call.params
     selector = check_params(params)
     try:
-        node = Node.open(params.get("root") or "/")
+        # An empty root is refused as every module refuses it (Node): it must never become the live "/".
+        node = Node.open(params.get("root", "/"))
         journal = Journal(node, params["journal"]) if params.get("journal") else None
     except NodeError as exc:
         raise family.FamilyError(str(exc), {"changed": False}) from None
@@ -704,7 +732,20 @@ def summary(result: dict) -> str:
         len(changed), len(bridges) - len(changed) - len(skipped), len(skipped))
 
 
-DEFINITION = family.Family(name=NAME, titles={NAME: "PCIe ACS redirect"}, module="pcie_acs", read=read, run=run,
-                           evaluate=evaluate, boot=boot,
-    tags=("acs",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args, summary=summary)
+DEFINITION = family.Family(
+    name=NAME,
+    titles={NAME: "PCIe ACS redirect"},
+    module="pcie_acs",
+    read=read,
+    run=run,
+    evaluate=evaluate,
+    boot=boot,
+    tags=("acs",),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    kernel_args=kernel_args,
+    summary=summary,
+    validate={NAME: desired_problems},
+)

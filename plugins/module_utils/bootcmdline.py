@@ -66,25 +66,38 @@ def arg_key(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
-def validate_arguments(arguments: list[str], unique_keys: bool = True) -> None:
-    """Raise ``CmdlineError`` listing every invalid argument (and keys given twice, with ``unique_keys``).
-
-    Removing two values of one key is fine (rollback removes every value it may have added).
-    """
-    errors = []
+def argument_problems(arguments: list, unique_keys: bool = True) -> list:
+    """``[(index, message)]`` of every invalid argument (validate.kernel_argument) and, with ``unique_keys``,
+    every key given twice with another value. Removing two values of one key is fine (rollback removes
+    every value it may have added)."""
+    out = []
     keys = {}
-    if not arguments:
-        errors.append("arguments must name at least one kernel argument (or set iommu_mode)")
-    for arg in arguments or []:
+    for index, arg in enumerate(arguments):
         try:
             kernel_argument(arg)
         except ValidationError as exc:
-            errors.append(str(exc))
+            out.append((str(index), str(exc)))
             continue
         key = arg_key(arg)
         if unique_keys and key in keys and keys[key] != arg:
-            errors.append("key %s is given twice (%s and %s)" % (key, keys[key], arg))
+            out.append((str(index), "key %s is given twice (%s and %s)" % (key, keys[key], arg)))
         keys[key] = arg
+    return out
+
+
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["cmdline"]``: a list of kernel arguments (key: the list index)."""
+    if want in (None, []):
+        return []
+    if not isinstance(want, list):
+        return [("", "cmdline must be a list of kernel arguments (KEY or KEY=VALUE), got %r" % (want,))]
+    return argument_problems(want)
+
+
+def validate_arguments(arguments: list[str], unique_keys: bool = True) -> None:
+    """Raise ``CmdlineError`` listing every invalid argument (and keys given twice, with ``unique_keys``)."""
+    errors = [] if arguments else ["arguments must name at least one kernel argument (or set iommu_mode)"]
+    errors += [msg for _index, msg in argument_problems(arguments or [], unique_keys)]
     if errors:
         raise CmdlineError("; ".join(errors))
 
@@ -609,6 +622,16 @@ def remove_cmdline(pc) -> dict:
 PERSIST = persist.Concern("cmdline", (FAMILY,), persist_cmdline, remove_cmdline, kernel_args=True)
 
 
-DEFINITION = Family(name=FAMILY, titles={"cmdline": "kernel cmdline"}, module="kernel_cmdline", run=run,
-                    evaluate=evaluate, reboot_only=("cmdline",),
-    tags=("cmdline",), from_role=from_role, argument_spec=ARGUMENT_SPEC, persist=PERSIST)
+DEFINITION = Family(
+    name=FAMILY,
+    titles={"cmdline": "kernel cmdline"},
+    module="kernel_cmdline",
+    run=run,
+    evaluate=evaluate,
+    reboot_only=("cmdline",),
+    tags=("cmdline",),
+    from_role=from_role,
+    argument_spec=ARGUMENT_SPEC,
+    persist=PERSIST,
+    validate={FAMILY: desired_problems},
+)

@@ -62,6 +62,17 @@ POLICY_FILES = {"governor": "scaling_governor", "epp": "energy_performance_prefe
 # Governors of the setpolicy drivers (active modes): known before the mode switch.
 SETPOLICY_GOVERNORS = ["performance", "powersave"]
 
+# The kernel's cpufreq governors (Documentation/admin-guide/pm/cpufreq.rst, "Generic Scaling Governors").
+# Which of them a node offers is its scaling_available_governors (checked on the node).
+GOVERNORS = ("performance", "powersave", "schedutil", "ondemand", "conservative", "userspace")
+# EPP names of amd-pstate-epp and intel_pstate (Documentation/admin-guide/pm/amd-pstate.rst, intel_pstate.rst);
+# intel_pstate with HWP also takes a raw EPP 0-255. Which ones a node offers is its
+# energy_performance_available_preferences (checked on the node).
+EPP_NAMES = ("default", "performance", "balance_performance", "balance_power", "power")
+EPP_RAW_MAX = 255
+# The desired-value options (what a preset may set for every node: preset_options).
+DESIRED_OPTIONS = ("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status")
+
 ARGUMENT_SPEC = dict(
     governor=dict(type="str"),
     epp=dict(type="str"),
@@ -71,12 +82,54 @@ ARGUMENT_SPEC = dict(
     driver=dict(type="str", choices=DRIVER_FAMILIES),
     required=dict(type="bool", default=False),
 )
+ARGUMENT_SPEC.update(contract.preset_options_spec(DESIRED_OPTIONS))
 ARGUMENT_SPEC.update(JOURNAL_ARGUMENT_SPEC)
 ARGUMENT_SPEC.update(NODE_ARGUMENT_SPEC)
 
 
 class PlanError(ValueError):
     """A request that cannot be carried out on this node; the message says what is allowed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Node-free validation (the module and the desired state's "cpufreq" entry)
+# ---------------------------------------------------------------------------------------------
+
+
+def _epp_allowed(epp: Any) -> bool:
+    if isinstance(epp, bool):
+        return False
+    if isinstance(epp, int):
+        return 0 <= epp <= EPP_RAW_MAX
+    return isinstance(epp, str) and (epp in EPP_NAMES or (epp.isascii() and epp.isdigit()
+                                                          and int(epp) <= EPP_RAW_MAX))
+
+
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["cpufreq"]`` (and cpu_freq's options): names and types only.
+
+    ``{governor, epp, boost, driver, amd_pstate_mode, intel_pstate_status}``; None is "not asked". Whether
+    the node offers the governor or EPP, and whether a setting applies to its driver, is the node's
+    (``validate``, ``applicability``).
+    """
+    shape = contract.entry_problem(FAMILY, want, ", ".join(DESIRED_OPTIONS))
+    if shape or want is None:
+        return shape
+    out = []
+    governor, epp, boost = want.get("governor"), want.get("epp"), want.get("boost")
+    if governor is not None and governor not in GOVERNORS:
+        out.append(("governor", "governor %r is not a cpufreq governor: allowed are %s"
+                    % (governor, ", ".join(GOVERNORS))))
+    if epp is not None and not _epp_allowed(epp):
+        out.append(("epp", "epp %r is not an energy performance preference: allowed are %s, or a raw value 0-%d "
+                    "(intel_pstate with HWP)" % (epp, ", ".join(EPP_NAMES), EPP_RAW_MAX)))
+    if boost is not None and not isinstance(boost, bool):
+        out.append(("boost", "boost must be true, false or null, got %r" % (boost,)))
+    for key, choices in (("driver", DRIVER_FAMILIES), ("amd_pstate_mode", AMD_PSTATE_MODES),
+                         ("intel_pstate_status", INTEL_PSTATE_MODES)):
+        if want.get(key) is not None and want[key] not in choices:
+            out.append((key, "%s must be one of %s, got %r" % (key, ", ".join(choices), want[key])))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,6 +492,8 @@ def validate(params: dict, freq: NodeFreq, vendor: str | None) -> dict:
     plan = dict(reboot_required=False, kernel_args=[], mode=None, skip={}, deferred=False,
                 driver_after=freq.driver, warnings=[])
     wanted, plan["skip"] = applicability(params, vendor, freq.view())
+    # What does not apply to this node's driver at all (the rest of skip applies after a reboot).
+    plan["not_applicable"] = dict(plan["skip"])
     plan["driver_wanted"] = wanted
     amd_mode = None if "amd_pstate_mode" in plan["skip"] else params["amd_pstate_mode"]
     plan["reboot_required"], plan["kernel_args"] = driver_change(freq.driver, wanted, vendor, amd_mode)
@@ -652,6 +707,9 @@ def check_params(params: dict) -> None:
     for key in ("governor", "epp"):
         if params[key] is not None and not params[key].strip():
             raise CpufreqError("%s must not be empty" % key)
+    problems = desired_problems({k: params[k] for k in DESIRED_OPTIONS})
+    if problems:
+        raise CpufreqError("invalid input, nothing was written: %s" % contract.problems_text(problems))
 
 
 def run(call: contract.Call) -> dict:
@@ -671,6 +729,8 @@ def run(call: contract.Call) -> dict:
         if params["required"]:
             raise CpufreqError("CPU frequency scaling cannot be controlled: " + why, result)
         result["reason"] = why
+        if not params["restore"]:
+            contract.warn_not_applicable(call, {k: why for k in DESIRED_OPTIONS if params[k] is not None})
         return result
 
     if params["restore"]:
@@ -684,6 +744,7 @@ def run(call: contract.Call) -> dict:
         raise CpufreqError(str(exc), result) from None
     for warning in plan["warnings"] + _cmdline_warnings(node, plan, freq):
         call.warn(warning)
+    contract.warn_not_applicable(call, plan["not_applicable"])
     result["reboot_required"], result["kernel_args"] = plan["reboot_required"], plan["kernel_args"]
     before = _state(freq)
     outcome = Outcome()
@@ -1258,7 +1319,19 @@ def summary(result: dict) -> str:
     return line
 
 
-DEFINITION = Family(name=FAMILY, titles={"cpufreq": "cpufreq"}, module="cpu_freq", run=run, evaluate=evaluate,
-                    boot=boot,
-    tags=("cpufreq",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, kernel_args=kernel_args, summary=summary)
+DEFINITION = Family(
+    name=FAMILY,
+    titles={"cpufreq": "cpufreq"},
+    module="cpu_freq",
+    run=run,
+    evaluate=evaluate,
+    boot=boot,
+    tags=("cpufreq",),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    kernel_args=kernel_args,
+    summary=summary,
+    validate={FAMILY: desired_problems},
+)

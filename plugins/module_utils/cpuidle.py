@@ -44,6 +44,9 @@ ARGUMENT_SPEC = dict(
     cpus=dict(type="str"),
     required=dict(type="bool", default=False),
 )
+# The desired-value options (what a preset may set for every node: preset_options).
+DESIRED_OPTIONS = ("disable", "max_latency_us", "cpus")
+ARGUMENT_SPEC.update(contract.preset_options_spec(DESIRED_OPTIONS))
 ARGUMENT_SPEC.update(JOURNAL_ARGUMENT_SPEC)
 ARGUMENT_SPEC.update(NODE_ARGUMENT_SPEC)
 MUTUALLY_EXCLUSIVE = [("disable", "max_latency_us")]
@@ -284,12 +287,54 @@ def failure_message(failed: dict, restore: bool = False, check_mode: bool = Fals
     return head + "; ".join(parts)
 
 
+def _latency_problem(value) -> str | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        return "max_latency_us must be an integer >= 0 (microseconds), got %r" % (value,)
+    return None
+
+
+def desired_problems(want) -> list:
+    """``Family.validate`` of ``desired["cpuidle"]``: ``{disable: [names], max_latency_us, cpus}``.
+
+    Node-free: state names of the shape cpuidle shows (validate.cstate_name), a latency bound >= 0, a cpulist
+    (validate.cpulist), not names and a bound together. Whether the node has those states or CPUs is the
+    module's (plan_by_names, select_cpus).
+    """
+    shape = contract.entry_problem(FAMILY, want, "disable, max_latency_us, cpus")
+    if shape or want is None:
+        return shape
+    out = []
+    names = want.get("disable")
+    if names is not None:
+        try:
+            validate.cstate_names(names)
+        except validate.ValidationError as exc:
+            out.append(("disable", str(exc)))
+    problem = _latency_problem(want.get("max_latency_us"))
+    if problem:
+        out.append(("max_latency_us", problem))
+    elif names and want.get("max_latency_us") is not None:
+        out.append(("max_latency_us", "disable (%s) and max_latency_us (%r) exclude each other: give state names "
+                    "or a latency bound" % (names, want["max_latency_us"])))
+    cpus = want.get("cpus")
+    if cpus not in (None, ""):
+        try:
+            validate.cpulist(cpus)
+        except validate.ValidationError as exc:
+            out.append(("cpus", str(exc)))
+    return out
+
+
 def _check_params(params):
-    """FamilyError on option combinations that cannot be planned, before the node is read."""
+    """FamilyError on option combinations that cannot be planned, before the node is read.
+
+    The state names are checked by ``desired_problems``' rule; a malformed ``cpus`` is refused by
+    ``select_cpus`` (same rule, its message names the node's online CPUs), still before any write.
+    """
     names, max_latency = params["disable"], params["max_latency_us"]
     problem = None
-    if max_latency is not None and max_latency < 0:
-        problem = "max_latency_us must be an integer >= 0 (microseconds), got %d" % max_latency
+    if _latency_problem(max_latency):
+        problem = _latency_problem(max_latency)
     elif max_latency is not None and params["state"] == ENABLED:
         problem = ("state=enabled cannot be combined with max_latency_us: a latency bound both disables (exit "
                    "latency above it) and enables (the others); use disable=[names] with state=enabled")
@@ -297,6 +342,8 @@ def _check_params(params):
         problem = "one of disable (state names), max_latency_us or restore=true is required"
     elif names is not None and any(not n or not n.strip() for n in names):
         problem = "disable contains an empty state name; give names such as POLL, C1, C2"
+    elif names is not None:
+        problem = contract.problems_text(desired_problems({"disable": names})) or None
     if problem:
         raise contract.FamilyError(problem)
 
@@ -319,7 +366,7 @@ def run(call: contract.Call) -> dict:
     result = dict(changed=False, supported=driver is not None, driver=driver, states={})
     states_by_cpu = read_states(node, cpus) if driver else {}
     if not driver or not any(states_by_cpu.values()):
-        return _unsupported(params, node, result, driver, cpus)
+        return _unsupported(call, node, result, driver, cpus)
 
     if restore:
         plan, journaled, failed = _restore_plan(node, journal, states_by_cpu)
@@ -359,8 +406,12 @@ def _apply(call, node, journal, journaled, writes, failed):
     return writes, after
 
 
-def _unsupported(params, node, result, driver, cpus):
-    """The result (FamilyError with required=true): no cpuidle driver, or no states on the selected CPUs."""
+def _unsupported(call, node, result, driver, cpus):
+    """The result (FamilyError with required=true): no cpuidle driver, or no states on the selected CPUs.
+
+    The options asked for by name (not from a preset: ``preset_options``) are warned about, naming why.
+    """
+    params = call.params
     result["supported"] = False
     why = "this node has no cpuidle driver (/%s is %r)" % (CURRENT_DRIVER, node.read(CURRENT_DRIVER, default=""))
     if driver:
@@ -368,6 +419,9 @@ def _unsupported(params, node, result, driver, cpus):
     if params["required"]:
         raise contract.FamilyError("C-states cannot be controlled: " + why, result)
     result["reason"] = why
+    if not params["restore"]:
+        contract.warn_not_applicable(call, {k: why for k in ("disable", "max_latency_us")
+                                            if params.get(k) is not None})
     return result
 
 
@@ -544,7 +598,18 @@ def summary(result: dict) -> str:
                                                    sum(s.get("cpus_changed") or 0 for s in states.values()))
 
 
-DEFINITION = Family(name=FAMILY, titles={"cpuidle": "C-states"}, module="cpu_cstate", run=run, evaluate=evaluate,
-                    boot=boot,
-    tags=("cstate",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, summary=summary)
+DEFINITION = Family(
+    name=FAMILY,
+    titles={"cpuidle": "C-states"},
+    module="cpu_cstate",
+    run=run,
+    evaluate=evaluate,
+    boot=boot,
+    tags=("cstate",),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    summary=summary,
+    validate={FAMILY: desired_problems},
+)

@@ -63,3 +63,15 @@ def reboot_only() -> tuple[str, ...]:
 def boot_families() -> list[tuple[str, Family]]:
     """``(desired-state key, family)`` of every family that re-applies something at boot, in order."""
     return [(fam.boot_key or fam.name, fam) for fam in FAMILIES if fam.boot is not None]
+
+
+def desired_problems(desired: dict) -> list[tuple[str, str, str]]:
+    """``(desired-state key, key inside it, message)`` of every family's ``validate`` for ``desired``.
+
+    What can be judged without the node (docs/precheck.md); an entry that is absent or None has none.
+    """
+    out = []
+    for fam in FAMILIES:
+        for entry, check in (fam.validate or {}).items():
+            out.extend((entry, key, msg) for key, msg in check(desired.get(entry)))
+    return out

@@ -97,6 +97,27 @@ class Family(NamedTuple):
     kernel_args: Callable[..., list] | None = None
     # (result) -> one line of what its runtime run did, for the flow's report (flow.summary otherwise).
     summary: Callable[[dict], str] | None = None
+    # {desired-state key: (entry) -> [(key, message)]}: what is wrong in the family's entries of the desired
+    # state that can be judged without the node (shape, syntax, ranges that do not depend on the hardware).
+    # ``entry`` is ``desired[desired-state key]`` (None: not part of it, no problem); ``key`` the key inside it
+    # ("bdfs"; a list index as text for a list entry; "" the entry as a whole); ``message`` names the value and
+    # what is allowed. The family's module refuses the same before its first write (one rule, two callers).
+    validate: dict | None = None
+
+
+Problem = tuple  # (key inside the family's entry, message): what a ``Family.validate`` function returns
+
+
+def problems_text(problems: list) -> str:
+    """``key: message; key: message`` of ``Family.validate`` problems (a module's error)."""
+    return "; ".join("%s: %s" % (key, msg) if key else msg for key, msg in problems)
+
+
+def entry_problem(name: str, entry: Any, allowed: str) -> list:
+    """``[("", message)]`` when a desired-state entry is not a mapping, else ``[]`` (None is no entry)."""
+    if entry is None or isinstance(entry, dict):
+        return []
+    return [("", "%s must be a mapping of %s, got %r" % (name, allowed, entry))]
 
 
 def normalize_value(value: Any) -> str | None:
@@ -128,6 +149,24 @@ def setting(family: str, name: str, desired: Any, running: Any, state: str, reas
         "state": state,
         "reason": reason,
     }
+
+
+def preset_options_spec(options: list) -> dict:
+    """The ``preset_options`` option of a module whose ``options`` a preset may set for every node."""
+    return dict(preset_options=dict(type="list", elements="str", default=[], choices=list(options)))
+
+
+def warn_not_applicable(call: Call, reasons: dict) -> None:
+    """Warn, naming why, about each option in ``reasons`` that the caller asked for by name.
+
+    ``reasons`` is ``{option: why it does not apply on this node}``. An option listed in the call's
+    ``preset_options`` came from a preset that sets it for every node (the role): there "not applicable"
+    is the expected answer and stays in the result only.
+    """
+    preset = set(call.params.get("preset_options") or [])
+    for key, why in sorted(reasons.items()):
+        if key not in preset:
+            call.warn("%s=%s does not apply on this node: %s" % (key, call.params.get(key), why))
 
 
 def module_call(module: Any) -> Call:

@@ -373,19 +373,30 @@ def dcgm_row(dcgm: dict | None) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def validate(want: Any) -> dict:
-    """``desired["gpu_health"]``: ``{gpu_count: int >= 1 or None, dcgm_diag: bool}``."""
-    want = dict(want or {})
-    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag"})
-    if unknown:
-        raise family.EvaluationError("gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag"
-                                     % ", ".join(unknown))
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["gpu_health"]``: ``{gpu_count: int >= 1 or None, dcgm_diag: bool}``."""
+    if want is None:
+        return []
+    if not isinstance(want, dict):
+        return [("", "gpu_health must be a mapping with the keys gpu_count, dcgm_diag, got %r" % (want,))]
+    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag"}, key=str)
+    out = [("", "gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag" % ", ".join(map(str, unknown)))
+           ] if unknown else []
     count = want.get("gpu_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-        raise family.EvaluationError("gpu_health.gpu_count must be an integer >= 1 or null, got %r" % (count,))
+        out.append(("gpu_count", "gpu_health.gpu_count must be an integer >= 1 or null, got %r" % (count,)))
     if not isinstance(want.get("dcgm_diag", False), bool):
-        raise family.EvaluationError("gpu_health.dcgm_diag must be true or false, got %r" % (want["dcgm_diag"],))
-    return {"gpu_count": count, "dcgm_diag": bool(want.get("dcgm_diag"))}
+        out.append(("dcgm_diag", "gpu_health.dcgm_diag must be true or false, got %r" % (want["dcgm_diag"],)))
+    return out
+
+
+def validate(want: Any) -> dict:
+    """``desired["gpu_health"]``: ``{gpu_count: int >= 1 or None, dcgm_diag: bool}``."""
+    problems = desired_problems(want)
+    if problems:
+        raise family.EvaluationError(family.problems_text(problems))
+    want = want or {}
+    return {"gpu_count": want.get("gpu_count"), "dcgm_diag": bool(want.get("dcgm_diag"))}
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
@@ -419,8 +430,14 @@ def from_role(v: dict, shared: dict) -> dict:
                    "dcgm_diag": bool(v.get("gpunode_tuning_dcgm_diag", False))}}
 
 
-DEFINITION = family.Family(name=NAME, titles={NAME: "GPU health"}, evaluate=evaluate,
-    tags=("gpu_health",), from_role=from_role)
+DEFINITION = family.Family(
+    name=NAME,
+    titles={NAME: "GPU health"},
+    evaluate=evaluate,
+    tags=("gpu_health",),
+    from_role=from_role,
+    validate={NAME: desired_problems},
+)
 
 
 def health_findings(result: dict) -> list:

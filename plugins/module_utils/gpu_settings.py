@@ -37,25 +37,83 @@ QUERY = ["--query-gpu=" + ",".join(FIELDS), "--format=csv,noheader,nounits"]
 DAEMON = "nvidia-persistenced.service"
 
 
+KEYS = ("persistence", "power_limit", "power_limits", "locked_clocks", "application_clocks")
+
+
+class _Refused(ValueError):
+    """One refused value inside ``desired_problems`` (its message names the value and what is allowed)."""
+
+
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["gpu_settings"]`` (and the module's options): shape, types, ranges.
+
+    ``{persistence, power_limit, power_limits: {PCI address: W}, locked_clocks: {min, max},
+    application_clocks: {memory, graphics}}``. What needs the GPU (a limit inside its min-max, a clock
+    below its maximum, a listed address) is checked against nvidia-smi's answer (``plan``, ``clock_plan``).
+    """
+    shape = family.entry_problem(NAME, want, ", ".join(KEYS))
+    if shape or want is None:
+        return shape
+    out = []
+    for key, check in (("persistence", _persistence), ("power_limit", _power_limit), ("power_limits", _power_limits),
+                       ("locked_clocks", _locked), ("application_clocks", _app)):
+        if want.get(key) is None:
+            continue
+        try:
+            check(want[key])
+        except _Refused as exc:
+            out.append((key, str(exc)))
+    return out
+
+
 def validate(params: dict) -> dict:
-    """The wanted state ``{persistence, power: {bdf or "*": watts}}``; FamilyError names what is allowed."""
-    persistence = params.get("persistence")
-    if persistence is not None and not isinstance(persistence, bool):
-        raise family.FamilyError("persistence must be true, false or null, got %r" % (persistence,))
+    """The wanted state ``{persistence, power: {bdf or "*": watts}, locked, app}``; FamilyError names every
+    refused value and what is allowed (``desired_problems``)."""
+    problems = desired_problems({k: params.get(k) for k in KEYS})
+    if problems:
+        raise family.FamilyError(family.problems_text(problems))
     power = {}
     if params.get("power_limit") is not None:
-        power["*"] = _watts("power_limit", params["power_limit"])
-    for bdf, watts in (params.get("power_limits") or {}).items():
+        power["*"] = _power_limit(params["power_limit"])
+    power.update(_power_limits(params.get("power_limits") or {}))
+    return {"persistence": params.get("persistence"), "power": power,
+            "locked": _locked(params.get("locked_clocks")), "app": _app(params.get("application_clocks"))}
+
+
+def _persistence(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Refused("persistence must be true, false or null, got %r" % (value,))
+    return value
+
+
+def _power_limit(value: Any) -> int:
+    return _watts("power_limit", value)
+
+
+def _power_limits(value: Any) -> dict:
+    """``{bdf: watts}`` of a power_limits map; every refused address or limit named."""
+    if not isinstance(value, dict):
+        raise _Refused("power_limits must be a map {PCI address: watts}, got %r" % (value,))
+    out, errors = {}, []
+    for bdf, watts in value.items():
         try:
-            power[normalize_bdf(bdf)] = _watts("power_limits[%s]" % bdf, watts)
+            out[normalize_bdf(bdf)] = _watts("power_limits[%s]" % bdf, watts)
         except ValueError as exc:
-            raise family.FamilyError("power_limits: %s" % exc) from None
-    locked = _clock_pair("locked_clocks", params.get("locked_clocks"), ("min", "max"))
+            errors.append(str(exc))
+    if errors:
+        raise _Refused("; ".join(errors))
+    return out
+
+
+def _locked(value: Any) -> dict | None:
+    locked = _clock_pair("locked_clocks", value, ("min", "max"))
     if locked and locked["min"] > locked["max"]:
-        raise family.FamilyError("locked_clocks: min %d MHz is above max %d MHz; allowed: min <= max"
-                                 % (locked["min"], locked["max"]))
-    app = _clock_pair("application_clocks", params.get("application_clocks"), ("memory", "graphics"))
-    return {"persistence": persistence, "power": power, "locked": locked, "app": app}
+        raise _Refused("min %d MHz is above max %d MHz; allowed: min <= max" % (locked["min"], locked["max"]))
+    return locked
+
+
+def _app(value: Any) -> dict | None:
+    return _clock_pair("application_clocks", value, ("memory", "graphics"))
 
 
 def _clock_pair(name: str, value: Any, keys: tuple) -> dict | None:
@@ -63,15 +121,15 @@ def _clock_pair(name: str, value: Any, keys: tuple) -> dict | None:
     if value is None:
         return None
     allowed = "a map {%s} of whole MHz > 0" % ", ".join("%s: MHz" % k for k in keys)
-    if not isinstance(value, dict) or sorted(value) != sorted(keys):
-        raise family.FamilyError("%s must be %s, got %r" % (name, allowed, value))
+    if not isinstance(value, dict) or sorted(value, key=str) != sorted(keys):
+        raise _Refused("%s must be %s, got %r" % (name, allowed, value))
     out = {}
     for key in keys:
         mhz = value[key]
         if isinstance(mhz, str) and mhz.strip().isdigit():  # a templated value arrives as text
             mhz = int(mhz)
         if isinstance(mhz, bool) or not isinstance(mhz, int) or mhz <= 0:
-            raise family.FamilyError("%s.%s must be a whole number of MHz > 0 (%s), got %r" % (name, key, allowed, mhz))
+            raise _Refused("%s.%s must be a whole number of MHz > 0 (%s), got %r" % (name, key, allowed, mhz))
         out[key] = mhz
     return out
 
@@ -80,7 +138,7 @@ def _watts(name: str, value: Any) -> int:
     if isinstance(value, str) and value.strip().isdigit():  # a templated value arrives as text
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise family.FamilyError("%s must be a whole number of watts > 0, got %r" % (name, value))
+        raise _Refused("%s must be a whole number of watts > 0, got %r" % (name, value))
     return value
 
 
@@ -487,7 +545,17 @@ def restore_options(v: dict) -> dict:
     return {"restore": True}
 
 
-DEFINITION = family.Family(name=NAME, titles={NAME: "GPU settings"}, module="gpu_settings", run=run,
-                           evaluate=evaluate, boot=boot,
-    tags=("gpu_settings",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC)
+DEFINITION = family.Family(
+    name=NAME,
+    titles={NAME: "GPU settings"},
+    module="gpu_settings",
+    run=run,
+    evaluate=evaluate,
+    boot=boot,
+    tags=("gpu_settings",),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    validate={NAME: desired_problems},
+)

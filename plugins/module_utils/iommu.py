@@ -59,19 +59,26 @@ def iommu_kernel_args(mode: str | None, cpu_vendor: str | None = None) -> IommuA
     return IommuArgs(needed, ["iommu=nopt", "intel_iommu=on", "iommu.passthrough=0"])
 
 
-def validate(want: Any) -> str:
-    """``desired["iommu"]``: ``{mode: passthrough|translated|unmanaged}`` (None: unmanaged); the mode."""
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["iommu"]``: ``{mode: passthrough|translated|unmanaged}``."""
     if want is None:
-        return "unmanaged"
+        return []
     if not isinstance(want, dict):
-        raise family.EvaluationError("iommu must be a mapping with the key mode, got %r" % (want,))
-    unknown = sorted(set(want) - {"mode"})
-    if unknown:
-        raise family.EvaluationError("iommu: unknown key(s) %s; allowed: mode" % ", ".join(unknown))
+        return [("", "iommu must be a mapping with the key mode, got %r" % (want,))]
+    unknown = sorted(set(want) - {"mode"}, key=str)
+    out = [("", "iommu: unknown key(s) %s; allowed: mode" % ", ".join(map(str, unknown)))] if unknown else []
     mode = want.get("mode") or "unmanaged"
     if mode not in MODES:
-        raise family.EvaluationError("iommu.mode must be one of %s, got %r" % (", ".join(MODES), mode))
-    return mode
+        out.append(("mode", "iommu.mode must be one of %s, got %r" % (", ".join(MODES), mode)))
+    return out
+
+
+def validate(want: Any) -> str:
+    """``desired["iommu"]``: ``{mode: passthrough|translated|unmanaged}`` (None: unmanaged); the mode."""
+    problems = desired_problems(want)
+    if problems:
+        raise family.EvaluationError(family.problems_text(problems))
+    return (want or {}).get("mode") or "unmanaged"
 
 
 def _args_state(args: list, ctx: Any) -> tuple:
@@ -160,5 +167,12 @@ def from_role(v: dict, shared: dict) -> dict:
     return {NAME: None if mode == "unmanaged" else {"mode": mode}}
 
 
-DEFINITION = family.Family(name=NAME, titles={NAME: "IOMMU mode"}, evaluate=evaluate, reboot_only=(NAME,),
-    tags=("iommu",), from_role=from_role)
+DEFINITION = family.Family(
+    name=NAME,
+    titles={NAME: "IOMMU mode"},
+    evaluate=evaluate,
+    reboot_only=(NAME,),
+    tags=("iommu",),
+    from_role=from_role,
+    validate={NAME: desired_problems},
+)

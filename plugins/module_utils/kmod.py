@@ -113,6 +113,28 @@ def validate_requests(reqs: list[dict]) -> list[str]:
     return errors
 
 
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["kmod"]``: ``{modules: [{name, params, state, required}]}``.
+
+    The requests' rules are kmod_optional's own (``validate_requests``): names, parameters, state, a module
+    given twice. Whether the module exists or loads on the node is the node's.
+    """
+    shape = contract.entry_problem(FAMILY, want, "modules")
+    if shape or want is None:
+        return shape
+    modules = want.get("modules")
+    if modules is None:
+        return []
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        return [("modules", "modules must be a list of {name, params, state, required}, got %r" % (modules,))]
+    reqs = [dict(name=m.get("name"), params=m.get("params") or {}, state=m.get("state") or "present",
+                 required=m.get("required")) for m in modules]
+    out = [("modules", msg) for msg in validate_requests(reqs)]
+    out += [("modules", "%s: required must be true or false, got %r" % (r["name"], r["required"]))
+            for r in reqs if r["required"] is not None and not isinstance(r["required"], bool)]
+    return out
+
+
 # --- state of the node --------------------------------------------------------------------------
 
 
@@ -724,6 +746,18 @@ def summary(result: dict) -> str:
     return "; ".join("%s: %s" % (m.get("name"), m.get("message")) for m in result.get("modules") or [])
 
 
-DEFINITION = Family(name=FAMILY, titles={"kmod": "modules"}, module="kmod_optional", run=run, evaluate=evaluate,
-    tags=("kmod",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, persist=PERSIST, summary=summary)
+DEFINITION = Family(
+    name=FAMILY,
+    titles={"kmod": "modules"},
+    module="kmod_optional",
+    run=run,
+    evaluate=evaluate,
+    tags=("kmod",),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    persist=PERSIST,
+    summary=summary,
+    validate={FAMILY: desired_problems},
+)

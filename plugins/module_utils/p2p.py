@@ -12,6 +12,7 @@ the pair bandwidths, judged against it. Nothing is installed or changed: no modu
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -27,18 +28,26 @@ NVBANDWIDTH_ARGS = ["-t", NVBANDWIDTH_TEST]
 ALL_OK = "OK"
 
 
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["gpu_p2p"]``: ``{min_gbps: number > 0 or None}``."""
+    if want is None:
+        return []
+    if not isinstance(want, dict):
+        return [("", "gpu_p2p must be a mapping with the key min_gbps, got %r" % (want,))]
+    unknown = sorted(set(want) - {"min_gbps"}, key=str)
+    out = [("", "gpu_p2p: unknown key(s) %s; allowed: min_gbps" % ", ".join(map(str, unknown)))] if unknown else []
+    gbps = want.get("min_gbps")
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not 0 < gbps < math.inf):
+        out.append(("min_gbps", "gpu_p2p.min_gbps must be a number > 0 (GB/s, finite) or null, got %r" % (gbps,)))
+    return out
+
+
 def validate(want: Any) -> dict:
     """``desired["gpu_p2p"]``: ``{min_gbps: number > 0 or None}``; EvaluationError naming what is allowed."""
-    if want is not None and not isinstance(want, dict):
-        raise family.EvaluationError("gpu_p2p must be a mapping with the key min_gbps, got %r" % (want,))
-    want = dict(want or {})
-    unknown = sorted(set(want) - {"min_gbps"})
-    if unknown:
-        raise family.EvaluationError("gpu_p2p: unknown key(s) %s; allowed: min_gbps" % ", ".join(unknown))
-    gbps = want.get("min_gbps")
-    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or gbps <= 0):
-        raise family.EvaluationError("gpu_p2p.min_gbps must be a number > 0 (GB/s) or null, got %r" % (gbps,))
-    return {"min_gbps": gbps}
+    problems = desired_problems(want)
+    if problems:
+        raise family.EvaluationError(family.problems_text(problems))
+    return {"min_gbps": (want or {}).get("min_gbps")}
 
 
 def parse_nvbandwidth(text: str | None) -> dict:
@@ -210,5 +219,11 @@ def from_role(v: dict, shared: dict) -> dict:
     return {NAME: {"min_gbps": None if gbps is None else float(gbps)}}
 
 
-DEFINITION = family.Family(name=NAME, titles={NAME: "GPU P2P"}, evaluate=evaluate,
-    tags=("gpu_p2p",), from_role=from_role)
+DEFINITION = family.Family(
+    name=NAME,
+    titles={NAME: "GPU P2P"},
+    evaluate=evaluate,
+    tags=("gpu_p2p",),
+    from_role=from_role,
+    validate={NAME: desired_problems},
+)

@@ -244,6 +244,53 @@ def normalize_class_prefix(value: str) -> str:
     return m.group(1).lower()
 
 
+def selector_problems(want: dict) -> list:
+    """``[(key, message)]`` of the PCI selector keys ``vendor``, ``device``, ``class_prefixes``, ``bdfs``.
+
+    The rules are ``DeviceSelector``'s (normalize_hex_id, normalize_class_prefix, normalize_bdf), applied
+    to every value so that one message lists them all. Shared by setpci_mrrs, pcie_acs and the desired
+    state's ``pcie_mrrs`` and ``pcie_acs`` entries; no node is read.
+    """
+    out = []
+    for key in ("vendor", "device"):
+        value = want.get(key)
+        if value is not None:
+            try:
+                normalize_hex_id(value, key)
+            except ValueError as exc:
+                out.append((key, str(exc)))
+    for key, check, what in (("class_prefixes", normalize_class_prefix, "class prefixes (2, 4 or 6 hex digits)"),
+                             ("bdfs", normalize_bdf, "PCI addresses (DDDD:BB:DD.F or BB:DD.F)")):
+        values = want.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, (list, tuple)):
+            out.append((key, "%r is not a list: allowed is a list of %s" % (values, what)))
+            continue
+        for value in values:
+            try:
+                check(value)
+            except ValueError as exc:
+                out.append((key, str(exc)))
+    if want.get("allow_empty") is not None and not isinstance(want.get("allow_empty"), bool):
+        out.append(("allow_empty", "allow_empty must be true or false, got %r" % (want["allow_empty"],)))
+    return out
+
+
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["pcie_mrrs"]``: ``{mrrs, vendor, device, class_prefixes, bdfs,
+    allow_empty}``."""
+    shape = contract.entry_problem(FAMILY, want, "mrrs, vendor, device, class_prefixes, bdfs, allow_empty")
+    if shape or want is None:
+        return shape
+    out = []
+    try:
+        encode_mrrs(want.get("mrrs"))
+    except ValueError as exc:
+        out.append(("mrrs", str(exc)))
+    return out + selector_problems(want)
+
+
 class DeviceSelector:
     """Which PCI functions a task applies to. Every given criterion must match (AND).
 
@@ -663,6 +710,10 @@ def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal 
         wanted = {d["bdf"]: mrrs for d in devices}
     targets, planned = _plan(devices, wanted, base)
     base["failed_devices"] = [r["bdf"] for r in base["devices"] if r["failed"]]
+    named = set(selector.bdfs or []) if not restore else set()
+    base["warnings"] += ["%s: MRRS does not apply: it was named in bdfs but has no PCI Express capability (a "
+                         "conventional PCI function); it was skipped" % r["bdf"]
+                         for r in base["devices"] if r["skipped"] and r["bdf"] in named]
     if not restore and all(r["skipped"] for r in base["devices"]) and not allow_empty:
         raise MrrsError("no PCI Express device matches the selection (%s); set allow_empty: true to accept "
                         "a node without such devices" % selector.describe(), base)
@@ -773,11 +824,16 @@ def run(call: contract.Call) -> dict:
     if params["mrrs"] is None and not params["restore"]:
         raise contract.FamilyError("mrrs is required (one of %s bytes) unless restore=true"
                                    % ", ".join(str(c) for c in MRRS_CHOICES))
-    try:
-        selector = DeviceSelector(vendor=params["vendor"], device=params["device"],
-                                  class_prefixes=params["class_prefixes"], bdfs=params["bdfs"])
-    except ValueError as exc:
-        raise contract.FamilyError(str(exc)) from None
+    problems = selector_problems(params)
+    if params["mrrs"] is not None:
+        try:
+            encode_mrrs(params["mrrs"])
+        except ValueError as exc:
+            problems.insert(0, ("mrrs", str(exc)))
+    if problems:
+        raise contract.FamilyError("invalid input, nothing was written: %s" % contract.problems_text(problems))
+    selector = DeviceSelector(vendor=params["vendor"], device=params["device"],
+                              class_prefixes=params["class_prefixes"], bdfs=params["bdfs"])
     node, journal = open_node(params)
     try:
         setpci_bin = node.bin_path(call.lookup, "setpci", "pciutils")
@@ -944,7 +1000,18 @@ def summary(result: dict) -> str:
                                                        len(devices) - len(changed) - len(skipped), len(skipped))
 
 
-DEFINITION = Family(name=FAMILY, titles={"pcie_mrrs": "PCIe MRRS"}, module="setpci_mrrs", run=run,
-                    evaluate=evaluate, boot=boot,
-    tags=("mrrs",), from_role=from_role, runtime_options=runtime_options,
-    restore_options=restore_options, argument_spec=ARGUMENT_SPEC, summary=summary)
+DEFINITION = Family(
+    name=FAMILY,
+    titles={"pcie_mrrs": "PCIe MRRS"},
+    module="setpci_mrrs",
+    run=run,
+    evaluate=evaluate,
+    boot=boot,
+    tags=("mrrs",),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    summary=summary,
+    validate={FAMILY: desired_problems},
+)

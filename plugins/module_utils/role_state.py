@@ -130,3 +130,27 @@ def rollback_result(removed: dict, restored: dict) -> dict:
     if removed.get("diff") or restored.get("diff"):
         out["diff"] = list(removed.get("diff") or []) + list(restored.get("diff") or [])
     return out
+
+
+def _variable_of(entry: str, key: str, known) -> str | None:
+    """The role variable that sets ``key`` of the desired-state ``entry`` (by the role's naming), if any."""
+    selector = dict(SELECTOR_VARIABLES)
+    if key in selector:
+        return selector[key]
+    fam = next((f for f in families.FAMILIES if entry in (f.name, f.boot_key) or entry in f.tags), None)
+    stems = [entry] + ([fam.name, *fam.tags, fam.name.split("_")[0]] if fam else [])
+    candidates = ["%s%s_%s" % (PREFIX, stem, key) for stem in stems if key] + ["%s%s" % (PREFIX, s) for s in stems]
+    candidates += ["%s%s_args" % (PREFIX, s) for s in stems]
+    return next((c for c in candidates if c in known), None)
+
+
+def desired_problems(desired: dict, known) -> list:
+    """The precheck's lines for what the families' validators find in ``desired`` (judged without the node)."""
+    out = []
+    for entry, key, message in families.desired_problems(desired):
+        name = _variable_of(entry, key, known)
+        where = "%s (%s)" % (name, key) if name and key and not name.endswith("_" + key) else name
+        line = "value of %s: %s" % (where, message) if where else "%s.%s: %s" % (entry, key, message)
+        if line not in out:  # the PCI selector is the MRRS and the ACS families' both
+            out.append(line)
+    return out

@@ -52,6 +52,34 @@ INT_RE = re.compile(r"^-?[0-9]+$")
 READONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+# Ranges the kernel documents for a sysctl, independent of the hardware: ``{name: (low, high, where)}``.
+# A value outside is refused before anything is written (module and precheck alike); a live kernel
+# refuses it too (EINVAL), but a simulated node or an older kernel's silent clamp would not say so.
+SYSCTL_RANGES = {
+    # "as a value between 0 and 200" (Linux 5.8 and later; 0-100 before, which such a kernel refuses).
+    "vm.swappiness": (0, 200, "Documentation/admin-guide/sysctl/vm.rst, swappiness"),
+    # "the result of ORing": 0 disabled, 1 NUMA_BALANCING_NORMAL, 2 NUMA_BALANCING_MEMORY_TIERING.
+    "kernel.numa_balancing": (0, 3, "Documentation/admin-guide/sysctl/kernel.rst, numa_balancing"),
+    # 0 heuristic, 1 always, 2 never overcommit.
+    "vm.overcommit_memory": (0, 2, "Documentation/admin-guide/sysctl/vm.rst, overcommit_memory"),
+    # "as a percentage of total available memory".
+    "vm.dirty_ratio": (0, 100, "Documentation/admin-guide/sysctl/vm.rst, dirty_ratio"),
+    "vm.dirty_background_ratio": (0, 100, "Documentation/admin-guide/sysctl/vm.rst, dirty_background_ratio"),
+    # "This is value OR'ed together of" 1, 2 and 4.
+    "vm.zone_reclaim_mode": (0, 7, "Documentation/admin-guide/sysctl/vm.rst, zone_reclaim_mode"),
+    # 0, 1 or 2.
+    "vm.panic_on_oom": (0, 2, "Documentation/admin-guide/sysctl/vm.rst, panic_on_oom"),
+}
+# The widest integer a sysctl takes: proc_doulongvec parses an unsigned long, proc_dointvec an int, and
+# larger numbers are refused with EINVAL (kernel/sysctl.c); nothing beyond 64 bits is ever accepted.
+SYSCTL_INT_MIN = -(2 ** 63)
+SYSCTL_INT_MAX = 2 ** 64 - 1
+# The transparent hugepage modes (Documentation/admin-guide/mm/transhuge.rst); the node's own files
+# list the ones its kernel has, and the module checks the value against them too.
+THP_MODES = {"enabled": ("always", "madvise", "never"),
+             "defrag": ("always", "defer", "defer+madvise", "madvise", "never")}
+
+
 class TunableError(ValidationError):
     """An input that cannot be applied; the message names the key and what is allowed."""
 
@@ -112,6 +140,28 @@ def _read_raw(node, rel):
         raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
 
 
+def range_problem(name: str, text: str) -> str | None:
+    """Why the sysctl value ``text`` of ``name`` (canonical dotted name) is outside the range the kernel
+    documents for it (``SYSCTL_RANGES``), or None (also for a key without a documented range)."""
+    if name not in SYSCTL_RANGES:
+        return None
+    low, high, where = SYSCTL_RANGES[name]
+    fields = text.split()
+    if len(fields) == 1 and INT_RE.match(fields[0]) and low <= int(fields[0]) <= high:
+        return None
+    return "%s: value %r is not accepted: allowed is one integer %d-%d (%s)" % (name, text, low, high, where)
+
+
+def value_problem(name: str, value: Any) -> str | None:
+    """Why a desired sysctl value is refused without looking at the node (``sysctl_problems`` and
+    ``plan_sysctl`` alike): not a value, text a drop-in could not hold, outside a documented range."""
+    try:
+        text = sysctl_value(name, value_string(value))
+    except ValidationError as exc:
+        return str(exc)
+    return range_problem(name, text)
+
+
 def validate_sysctl_value(key: str, desired: str, current: str) -> str:
     """Check a desired value (text) against the current one; return the text to write.
 
@@ -134,6 +184,9 @@ def validate_sysctl_value(key: str, desired: str, current: str) -> str:
         if len(fields) > len(cur_fields):
             raise TunableError("%s: value %r has %d fields; allowed are at most %d integers (current %r)"
                                % (key, desired, len(fields), len(cur_fields), normalize(current)))
+        if not all(SYSCTL_INT_MIN <= int(f) <= SYSCTL_INT_MAX for f in fields):
+            raise TunableError("%s: value %r does not fit in 64 bits: the kernel refuses it (allowed are integers "
+                               "%d to %d at most)" % (key, desired, SYSCTL_INT_MIN, SYSCTL_INT_MAX))
     return text
 
 
@@ -151,13 +204,12 @@ def plan_sysctl(node: Node, key: str, value: Any, seen: dict) -> dict:
     if name in seen:
         raise TunableError("%s is given twice (as %r and %r)" % (name, seen[name], key))
     seen[name] = key
+    problem = value_problem(name, value)  # the node-free rules: they hold whether or not the key exists here
+    if problem:
+        raise TunableError(problem)
     text = value_string(value)
     rel = sysctl_path(parts)
     if not _inside(node, rel, PROC_SYS) or not os.path.isfile(node.path(rel)):
-        try:  # the text checks hold whether or not the key exists here
-            sysctl_value(name, text)
-        except ValidationError as exc:
-            raise TunableError(str(exc)) from None
         return missing_item(name, rel, "sysctl", normalize(text),
                             "sysctl key %s does not exist on this node (no %s); allowed are existing keys under "
                             "/proc/sys" % (key, "/" + rel))
@@ -175,9 +227,10 @@ def plan_sysctl(node: Node, key: str, value: Any, seen: dict) -> dict:
 def plan_thp(node: Node, name: str, value: Any) -> dict:
     """Plan one transparent hugepage setting (``problem`` set when THP is not available here)."""
     key = THP_PREFIX + name
-    if name not in THP_FILES:
-        raise TunableError("%s is not a transparent hugepage setting; allowed are %s" % (name, ", ".join(THP_FILES)))
-    desired = check_text("%s: value %r" % (key, value), value_string(value)).strip()
+    problem = thp_problem(name, value)
+    if problem:
+        raise TunableError(problem)
+    desired = value_string(value).strip()
     rel = "%s/%s" % (THP_DIR, name)
     try:
         text = _read_raw(node, rel)
@@ -190,6 +243,62 @@ def plan_thp(node: Node, name: str, value: Any) -> dict:
         raise TunableError("%s: value %r is not accepted; allowed are %s" % (key, desired, ", ".join(choices)))
     return dict(key=key, path=rel, kind="thp", desired=desired, before=current, before_raw=current,
                 choices=choices, problem=None)
+
+
+def thp_problem(name: str, value: Any) -> str | None:
+    """Why a transparent hugepage setting is refused without the node: not ``enabled``/``defrag``, or a mode
+    the kernel does not document for it (``THP_MODES``)."""
+    if name not in THP_FILES:
+        return "%s is not a transparent hugepage setting; allowed are %s" % (name, ", ".join(THP_FILES))
+    key = THP_PREFIX + name
+    try:
+        check_text("%s: value %r" % (key, value), value_string(value))
+    except ValidationError as exc:
+        return str(exc)
+    if not isinstance(value, str) or value.strip() not in THP_MODES[name]:
+        return "%s: value %r is not accepted; allowed are %s (Documentation/admin-guide/mm/transhuge.rst)" % (
+            key, value, ", ".join(THP_MODES[name]))
+    return None
+
+
+def sysctl_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["sysctl"]`` (``{name: value}``): key grammar, a name given twice,
+    the value's text and a range the kernel documents. Whether the key exists on the node, and whether an
+    integer key gets integers, is the node's (``plan_sysctl``)."""
+    shape = contract.entry_problem("sysctl", want, "sysctl names to values")
+    if shape or want is None:
+        return shape
+    out, seen = [], {}
+    for key, value in want.items():
+        try:
+            name = canonical_key(key_components(key))
+        except TunableError as exc:
+            out.append((str(key), str(exc)))
+            continue
+        if name in seen:
+            out.append((key, "%s is given twice (as %r and %r)" % (name, seen[name], key)))
+        seen[name] = key
+        problem = value_problem(name, value)
+        if problem:
+            out.append((key, problem))
+    return out
+
+
+def thp_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["thp"]`` (``{enabled, defrag}``, None or "" for not managed)."""
+    shape = contract.entry_problem("thp", want, "enabled, defrag")
+    if shape or want is None:
+        return shape
+    return [(str(name), problem) for name, value in want.items() if value not in (None, "")
+            for problem in [thp_problem(name, value)] if problem]
+
+
+def numa_balancing_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["numa_balancing"]`` (kernel.numa_balancing's value; None: unmanaged)."""
+    if want is None:
+        return []
+    problem = value_problem("kernel.numa_balancing", want)
+    return [("", problem)] if problem else []
 
 
 def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) -> list[dict]:
@@ -340,7 +449,7 @@ def apply(node: Node, items: list[dict], journal: Journal | None = None, check_m
                 if item["key"] in recorded:
                     journal.drop(FAMILY, item["key"])
             else:
-                res.update(failed=True, reason=str(exc))
+                res.update(failed=True, reason=write_failure(item, value, exc))
             continue
         res["after"] = after
         if after == item["desired"]:
@@ -351,6 +460,14 @@ def apply(node: Node, items: list[dict], journal: Journal | None = None, check_m
     if journal is not None:
         journal.save()
     return results, failed_keys(results)
+
+
+def write_failure(item: dict, value: str, exc: NodeError) -> str:
+    """The reason of a refused write; EINVAL is the kernel refusing the value itself (out of its range)."""
+    if write_errno(exc) == errno.EINVAL:
+        return "the kernel refused %s = %r (Invalid argument: a value outside what this kernel accepts for it): %s" % (
+            item["key"], value, exc)
+    return str(exc)
 
 
 def restore_item(node: Node, key: str, original: Any) -> dict:
@@ -611,8 +728,20 @@ def summary(result: dict) -> str:
     return ", ".join("%s=%s" % (k, r.get("after")) for k, r in (result.get("settings") or {}).items())
 
 
-DEFINITION = Family(name=FAMILY, titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
-                    module="kernel_tunables", run=run, evaluate=evaluate, boot=boot, boot_key="thp",
-    tags=("numa_balancing", "thp", "sysctl"), from_role=from_role,
-    runtime_options=runtime_options, restore_options=restore_options, argument_spec=ARGUMENT_SPEC,
-    persist=PERSIST, summary=summary)
+DEFINITION = Family(
+    name=FAMILY,
+    titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
+    module="kernel_tunables",
+    run=run,
+    evaluate=evaluate,
+    boot=boot,
+    boot_key="thp",
+    tags=("numa_balancing", "thp", "sysctl"),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    persist=PERSIST,
+    summary=summary,
+    validate={"numa_balancing": numa_balancing_problems, "thp": thp_problems, "sysctl": sysctl_problems},
+)

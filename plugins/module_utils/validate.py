@@ -65,8 +65,13 @@ KERNEL_ARG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}")
 KERNEL_ARG_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # The one argument that needs ';': pci=disable_acs_redir= with a list of PCI addresses (the kernel's
 # separator; the GRUB drop-in quotes it, bootcmdline.grub_word). Addresses only: no other ';' passes.
-_PCI_ADDR = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
-ACS_REDIR_ARG_RE = re.compile(r"pci=disable_acs_redir=%s(?:;%s){0,127}" % (_PCI_ADDR, _PCI_ADDR))
+# pci= takes comma-separated options (kernel-parameters.txt), so the list is one option of pci=;
+# every address in it is checked, one or many: domain (4-8 hex digits, optional), bus, device 00-1f,
+# function 0-7.
+ACS_REDIR_OPTION = "disable_acs_redir="
+ACS_REDIR_MAX = 128
+PCI_ADDR_RE = re.compile(r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[01][0-9a-fA-F]\.[0-7]")
+PCI_ADDR_ALLOWED = "[DDDD:]BB:DD.F in hex (domain of 4 to 8 digits, device 00-1f, function 0-7)"
 KERNEL_ARG_ALLOWED = (
     "KEY or KEY=VALUE; KEY of letters, digits, '_', '.', '-' (not starting with '-'); VALUE of letters, digits "
     "and , . _ : / + @ % = ~ ^ - (no quotes, whitespace, control characters or shell characters such as $ ` ; |); "
@@ -208,13 +213,38 @@ def kmod_param(module: str, name: object, value: object) -> str:
 
 
 def kernel_argument(arg: object) -> str:
-    """A kernel command-line argument that fits the GRUB drop-in's double quotes and grubby's --args."""
-    if isinstance(arg, str) and ACS_REDIR_ARG_RE.fullmatch(arg):
-        return arg
-    if (not isinstance(arg, str) or not KERNEL_ARG_RE.fullmatch(arg)
-            or not KERNEL_ARG_KEY_RE.fullmatch(arg.split("=", 1)[0])):
+    """A kernel command-line argument that fits the GRUB drop-in's double quotes and grubby's --args.
+
+    In ``pci=`` every ``disable_acs_redir=`` list is checked address by address (``acs_redir_addresses``);
+    the rest of the argument, the list left out, must fit the plain grammar (no ';' anywhere else).
+    """
+    if not isinstance(arg, str):
+        raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))
+    key, sep, value = arg.partition("=")
+    plain = arg
+    if key == "pci" and sep:
+        options = value.split(",")
+        for i, option in enumerate(options):
+            if option.startswith(ACS_REDIR_OPTION):
+                acs_redir_addresses(arg, option[len(ACS_REDIR_OPTION):])
+                options[i] = ACS_REDIR_OPTION + "0"  # checked: the plain grammar sees a stand-in
+        plain = "pci=" + ",".join(options)
+    if not KERNEL_ARG_RE.fullmatch(plain) or not KERNEL_ARG_KEY_RE.fullmatch(key):
         raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))
     return arg
+
+
+def acs_redir_addresses(arg: str, text: str) -> list[str]:
+    """The addresses of a ``disable_acs_redir=`` list (``;``-separated, at most 128); the error names the bad one."""
+    addresses = text.split(";")
+    if len(addresses) > ACS_REDIR_MAX:
+        raise ValidationError("argument %r is invalid: its disable_acs_redir= list has %d addresses, at most %d are "
+                              "allowed: allowed is %s" % (arg, len(addresses), ACS_REDIR_MAX, KERNEL_ARG_ALLOWED))
+    for address in addresses:
+        if not PCI_ADDR_RE.fullmatch(address):
+            raise ValidationError("argument %r is invalid: %r in its disable_acs_redir= list is not a PCI address %s: "
+                                  "allowed is %s" % (arg, address, PCI_ADDR_ALLOWED, KERNEL_ARG_ALLOWED))
+    return addresses
 
 
 # --- systemd ------------------------------------------------------------------------------------

@@ -54,6 +54,16 @@ options:
       - Fail when the node has no cpuidle driver, instead of returning RV(supported=false).
     type: bool
     default: false
+  preset_options:
+    description:
+      - The desired-value options whose value comes from a preset that sets them for every node (the role
+        passes them). On a node without a cpuidle driver or idle states such an option is reported in the
+        result only (RV(supported=false)); any other O(disable) or O(max_latency_us) given is also warned
+        about, naming why.
+    type: list
+    elements: str
+    choices: [disable, max_latency_us, cpus]
+    default: []
   journal:
     description:
       - Path of the journal of original values on the node, for example V(/var/lib/gpunode-tuning/journal.json).

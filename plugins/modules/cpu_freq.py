@@ -10,8 +10,11 @@ version_added: 0.1.0
 description:
   - Sets the scaling governor and the energy performance preference (EPP) of every cpufreq policy, CPU boost,
     and the runtime mode of amd-pstate or intel_pstate, in one call; every write is read back.
-  - Values are checked against the node before anything is written. The governor must be in
-    C(scaling_available_governors), the EPP in C(energy_performance_available_preferences).
+  - Values are checked before the node is read (the governor one of the kernel's governors V(performance),
+    V(powersave), V(schedutil), V(ondemand), V(conservative), V(userspace); the EPP one of V(default),
+    V(performance), V(balance_performance), V(balance_power), V(power) or a raw 0-255), then against the node
+    before anything is written. The governor must be in C(scaling_available_governors), the EPP in
+    C(energy_performance_available_preferences).
   - Governor and EPP are written in an order the driver accepts. amd-pstate-epp and intel_pstate refuse an EPP
     other than V(performance) while the governor is V(performance) (EBUSY), so the governor is written first and
     that combination is refused before anything is written.
@@ -82,6 +85,16 @@ options:
       - Fail when the node has no cpufreq policies, instead of returning RV(supported=false).
     type: bool
     default: false
+  preset_options:
+    description:
+      - The desired-value options whose value comes from a preset that sets them for every node (the role
+        passes them). That such an option does not apply on this node (no cpufreq, EPP on a driver without
+        EPP, a pstate mode for another driver) is reported in the result only.
+      - Any other option given that does not apply on this node is also warned about, naming why.
+    type: list
+    elements: str
+    choices: [governor, epp, boost, driver, amd_pstate_mode, intel_pstate_status]
+    default: []
   journal:
     description:
       - Path of the journal of original values on the node, for example V(/var/lib/gpunode-tuning/journal.json).

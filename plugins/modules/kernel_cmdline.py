@@ -35,7 +35,8 @@ options:
         C(--args=); a key at most once. A bad argument fails the task naming it before anything is written.
       - The one exception is C(;) between the PCI addresses of V(pci=disable_acs_redir=BDF;BDF) (the kernel's
         separator); the GRUB drop-in writes that value in GRUB single quotes, so that neither the shell nor
-        GRUB's C(linux) line splits it.
+        GRUB's C(linux) line splits it. Every address of that list, one or many, must be C([DDDD:]BB:DD.F)
+        (device 00-1f, function 0-7); the list may be one of the comma-separated options of V(pci=).
       - May be empty when O(iommu_mode) gives the arguments.
     type: list
     elements: str

@@ -20,8 +20,14 @@ description:
     written as a space) and starts with C(-) only as a negative integer, so that the same value can
     go into a C(/etc/sysctl.d) drop-in without adding a line.
     Where the current value is an integer (or integer fields, such as C(net.ipv4.tcp_rmem)) the new
-    one must be too; a transparent hugepage value must be one of the choices the file lists.
+    one must be too, each field within 64 bits; a transparent hugepage value must be one of the modes
+    the kernel documents and one of the choices the file lists.
     Multi-field values are compared with whitespace normalized.
+  - Where the kernel documents a range for a key, independent of the hardware, the value must be in it
+    (C(vm.swappiness) 0-200, C(kernel.numa_balancing) 0-3, C(vm.overcommit_memory) 0-2, C(vm.dirty_ratio) and
+    C(vm.dirty_background_ratio) 0-100, C(vm.zone_reclaim_mode) 0-7, C(vm.panic_on_oom) 0-2). A value the
+    running kernel refuses on the write (EINVAL, for example C(vm.swappiness=150) before Linux 5.8) fails that
+    key naming the value; the other keys are still applied.
   - A key that does not exist on this node (or transparent hugepages where the kernel has none)
     fails that key alone; the other keys are applied, and the task fails at the end naming the
     missing key and listing RV(applied_keys).

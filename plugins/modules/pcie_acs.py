@@ -61,6 +61,15 @@ options:
       - Succeed without changes when no device matches the selection. By default an empty selection fails.
     type: bool
     default: false
+  preset_options:
+    description:
+      - The options whose value comes from a preset that sets them for every node (the role passes them). With
+        V(mode) listed, a selection without ACS on its paths (RV(not_applicable=true)) is reported in the result
+        only; otherwise it is also warned about, naming why.
+    type: list
+    elements: str
+    choices: [mode, vendor, device, class_prefixes, bdfs]
+    default: []
   journal:
     description:
       - Path, on the node, of the journal of original values. Before the first write the original ACS

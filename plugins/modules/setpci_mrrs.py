@@ -24,6 +24,8 @@ description:
     does not read back as written, is failed after. When the batched write fails, the devices it
     left unwritten are written one by one. The other devices are set (or restored) and reported,
     and the task fails at the end naming every failed device with its own cause.
+  - A selected function without a PCI Express capability (conventional PCI) is skipped; one named in
+    O(bdfs) is also warned about.
   - With O(restore=true), the entries of devices that could not be restored stay in the journal
     for the next attempt; the restored ones are removed.
   - Refuses, before writing anything, when kernel lockdown (C(integrity) or C(confidentiality))

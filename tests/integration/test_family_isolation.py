@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import glob
 import json
-import re
 import os
+import re
 import shutil
 import sys
 

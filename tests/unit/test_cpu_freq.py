@@ -19,8 +19,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import node as node
 
 CPU = "sys/devices/system/cpu"
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
-ACPI_GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
 EPP_CHOICES = "default performance balance_performance balance_power power"
+PASSIVE_GOVERNORS = "conservative ondemand powersave performance schedutil"
 FREQ_PRESETS = ["audited-epyc-8gpu", "epyc-pstate-epp", "locked-bus-perf", "xeon-4gpu-switch"]
 
 
@@ -86,8 +86,9 @@ def fake_kernel(monkeypatch):
                     _put(os.path.join(p, "energy_performance_preference"), "balance_performance")
                     _put(os.path.join(p, "energy_performance_available_preferences"), EPP_CHOICES)
                 else:
+                    # A kernel built without the userspace governor: the new driver's list is not the old one.
                     _put(os.path.join(p, "scaling_driver"), "amd-pstate")
-                    _put(os.path.join(p, "scaling_available_governors"), ACPI_GOVERNORS)
+                    _put(os.path.join(p, "scaling_available_governors"), PASSIVE_GOVERNORS)
                     _put(os.path.join(p, "scaling_governor"), "schedutil")
                     for f in ("energy_performance_preference", "energy_performance_available_preferences"):
                         if os.path.exists(os.path.join(p, f)):
@@ -285,7 +286,7 @@ def test_amd_pstate_mode_switch_in_check_mode_predicts_the_driver(build_node, ru
 
 def test_governor_missing_after_mode_switch_fails_naming_the_new_list(build_node, run_module, fake_kernel):
     root = build_node("epyc-pstate-epp", cpus=2)
-    result, failed = run_module("cpu_freq", {"root": root, "amd_pstate_mode": "passive", "governor": "turbo"})
+    result, failed = run_module("cpu_freq", {"root": root, "amd_pstate_mode": "passive", "governor": "userspace"})
     assert failed and result["failed_settings"] == ["governor"]
     assert "conservative, ondemand" in result["msg"]
     assert read(root, CPU + "/amd_pstate/status") == "passive"  # the mode switch itself was applied
@@ -324,9 +325,13 @@ def test_write_that_does_not_take_fails_and_the_rest_is_applied(build_node, run_
 
 BAD_INPUTS = [
     ("audited-epyc-8gpu", {"governor": "turbo"},
-     "governor turbo is not available with driver acpi-cpufreq; available governors: conservative, ondemand, "
-     "userspace, powersave, performance, schedutil"),
-    ("epyc-pstate-epp", {"epp": "fast"}, "available preferences: default, performance, balance_performance"),
+     "governor 'turbo' is not a cpufreq governor: allowed are performance, powersave, schedutil, ondemand, "
+     "conservative, userspace"),
+    ("epyc-pstate-epp", {"governor": "schedutil"},
+     "governor schedutil is not available with driver amd-pstate-epp; available governors: performance, powersave"),
+    ("epyc-pstate-epp", {"epp": "fast"}, "epp 'fast' is not an energy performance preference: allowed are default, "
+                                         "performance, balance_performance, balance_power, power, or a raw value"),
+    ("epyc-pstate-epp", {"epp": "128"}, "available preferences: default, performance, balance_performance"),
     ("epyc-pstate-epp", {"amd_pstate_mode": "turbo"}, "active, passive, guided"),
     ("epyc-pstate-epp", {"governor": "performance", "epp": "power"}, "EBUSY"),
     ("audited-epyc-8gpu", {"driver": "intel_pstate"}, "needs an Intel CPU"),
@@ -335,7 +340,7 @@ BAD_INPUTS = [
      "driver=acpi-cpufreq exists on x86 CPUs only; this node's CPU is arm64 (CPU implementer 0x41), running "
      "cppc_cpufreq: use driver=native to keep the running driver"),
     ("grace-arm64-4gpu", {"driver": "amd-pstate"}, "driver=amd-pstate exists on x86 CPUs only"),
-    ("grace-arm64-4gpu", {"governor": "turbo"}, "governor turbo is not available with driver cppc_cpufreq"),
+    ("grace-arm64-4gpu", {"governor": "turbo"}, "governor 'turbo' is not a cpufreq governor"),
     # amd-pstate running without a status file (kernels before 6.3): the mode cannot be switched.
     ("epyc-pstate-epp-no-status", {"amd_pstate_mode": "passive"},
      "amd_pstate_mode=passive needs /sys/devices/system/cpu/amd_pstate/status, which this node does not have"),

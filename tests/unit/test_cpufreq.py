@@ -275,7 +275,13 @@ def test_run_is_plain_python_returning_the_result_or_raising(build_node, digest,
         cpufreq.run(cpufreq.Call(_params(root=str(tmp_path / "gone"))))
     with pytest.raises(family.FamilyError, match="root .*gone does not exist"):
         cpufreq.run(cpufreq.Call(_params(governor="performance", root=str(tmp_path / "gone"))))
+    # A kernel governor this node's driver does not offer (amd-pstate-epp: performance, powersave).
+    epp_node = build_node("epyc-pstate-epp", cpus=2, gpus=1)
+    epp_before = digest(epp_node)
     with pytest.raises(cpufreq.CpufreqError, match="not offer|available") as exc:
-        cpufreq.run(cpufreq.Call(_params(governor="turbo", root=root)))
+        cpufreq.run(cpufreq.Call(_params(governor="schedutil", root=epp_node)))
     assert exc.value.result["supported"] is True
-    assert digest(root) == before
+    # A name that is no cpufreq governor at all is refused before the node is read.
+    with pytest.raises(cpufreq.CpufreqError, match="'turbo' is not a cpufreq governor") as exc:
+        cpufreq.run(cpufreq.Call(_params(governor="turbo", root=str(tmp_path / "gone"))))
+    assert digest(root) == before and digest(epp_node) == epp_before

@@ -158,7 +158,8 @@ def test_value_that_does_not_take_fails_that_key_only(node_root, run_module, mon
     ({"sysctl": {"/proc/sys/vm/swappiness": 10}}, "allowed is"),
     ({"sysctl": {"vm/../../../etc/hostname": "x"}}, "allowed is"),
     ({"sysctl": {"vm.swappiness;reboot": 1}}, "allowed is"),
-    ({"sysctl": {"vm.swappiness": "ten"}}, "allowed are integers"),
+    ({"sysctl": {"net.core.somaxconn": "ten"}}, "allowed are integers"),
+    ({"sysctl": {"vm.swappiness": "ten"}}, "allowed is one integer 0-200 (Documentation/admin-guide/sysctl/vm.rst"),
     ({"sysctl": {"net.ipv4.tcp_rmem": "4096 big 6291456"}}, "allowed are integers"),
     ({"sysctl": {"vm.swappiness": ""}}, "empty"),
     ({"transparent_hugepage": {"enabled": "sometimes"}}, "allowed are always, madvise, never"),
@@ -166,7 +167,7 @@ def test_value_that_does_not_take_fails_that_key_only(node_root, run_module, mon
     ({"transparent_hugepage": {"shmem": "always"}}, "Supported parameters include"),
     ({"restore": True}, "journal"),
     ({"sysctl": {"vm.swappiness": 10}, "journal": "journal.json"}, "absolute"),
-    ({"sysctl": {"vm.swappiness": 10, "vm.dirty_ratio": "x"}}, "allowed are integers"),
+    ({"sysctl": {"vm.swappiness": 10, "vm.max_map_count": "x"}}, "allowed are integers"),
     # A value or key that would add a line to the persistent drop-in is refused at runtime too,
     # and a valid key next to it is not written either.
     ({"sysctl": {"kernel.osrelease": "x\nkernel.modprobe = /x"}}, "contains line feed (\\n)"),

@@ -86,7 +86,7 @@ def test_validate_value_refuses_what_could_start_a_line_or_an_option(desired, fr
 def test_plan_collects_every_input_error(build_node):
     root = build_node("tiny-vm")
     with pytest.raises(tunables.TunableError) as exc:
-        tunables.plan_items(Node(root), {"vm.nope": "x\ny", "vm.swappiness": "x"}, {"enabled": "sometimes"})
+        tunables.plan_items(Node(root), {"vm.nope": "x\ny", "vm.max_map_count": "x"}, {"enabled": "sometimes"})
     msg = str(exc.value)
     assert "vm.nope: value 'x\\ny' contains line feed" in msg  # checked even where the key is missing
     assert "allowed are integers" in msg
