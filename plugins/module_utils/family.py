@@ -198,3 +198,12 @@ def run_argv(argv: list) -> tuple:
     env = dict(os.environ, LC_ALL="C", PATH=SYSTEM_PATH)
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def as_role_options(fam: Family, options: dict) -> dict:
+    """``options`` as the role passes them: every value is the role's (a preset's, for every node), so
+    the module does not warn about one that does not apply here (``preset_options``, where it has them)."""
+    spec = (fam.argument_spec or {}).get("preset_options")
+    if not spec:
+        return options
+    return dict(options, preset_options=[k for k in spec["choices"] if k in options])

@@ -20,7 +20,7 @@ import stat
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import report_files
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Call, FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Call, FamilyError, as_role_options
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 HEADER = "# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.\n"
@@ -157,7 +157,8 @@ def run_family(pc: PersistCall, name: str, options: dict, check_mode: bool | Non
     """A family's ``run`` with these options (check mode: the module's, or forced); FamilyError as it raises."""
     from ansible_collections.gpunode.tuning.plugins.module_utils import families  # noqa: PLC0415 (the registry imports us)
 
-    return families.by_name(name).run(pc.make_call(families.by_name(name), options, check_mode))
+    fam = families.by_name(name)
+    return fam.run(pc.make_call(fam, as_role_options(fam, options), check_mode))
 
 
 def family_kernel_args(pc: PersistCall, remove: bool = False) -> list:

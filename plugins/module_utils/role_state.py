@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import families
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import as_role_options
+from ansible_collections.gpunode.tuning.plugins.module_utils import validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import describe_characters, forbidden_characters
 
 FLOWS = ("runtime", "persistent", "rollback", "verify")
@@ -72,7 +74,7 @@ def runtime_requests(desired: dict, values: dict, selected: Iterable) -> list:
             continue
         options = fam.runtime_options(desired, values)
         if options is not None:
-            out.append({"name": fam.name, "options": options})
+            out.append({"name": fam.name, "options": as_role_options(fam, options)})
     return out
 
 
@@ -92,6 +94,16 @@ def combination_problems(values: dict) -> list:
                    "argument is written by the command-line family; with it off nothing would keep ACS redirect "
                    "off after a reboot); set gpunode_tuning_cmdline_enabled: true or gpunode_tuning_acs_persist: "
                    "boot_unit")
+    for name, check in (("gpunode_tuning_boot_unit_before", validate.systemd_unit_names),
+                        ("gpunode_tuning_boot_script", validate.absolute_path),
+                        ("gpunode_tuning_boot_python", validate.absolute_path),
+                        ("gpunode_tuning_udev_rule", validate.absolute_path)):
+        # What the boot unit and the udev rule are written with: they run as root at every boot and hot-add.
+        if values.get(name) is not None:
+            try:
+                check(values[name])
+            except validate.ValidationError as exc:
+                out.append("value of %s: %s" % (name, exc))
     report_dir = values.get("gpunode_tuning_report_dir")
     bad = forbidden_characters(report_dir) if isinstance(report_dir, str) else []
     if isinstance(report_dir, str) and (bad or not report_dir.strip()):

@@ -53,8 +53,11 @@ def test_switched_off_families_are_absent_from_runtime():
     assert names == ["cpufreq", "tunables", "kmod"]
     boosted = preset_values("inference-latency")
     cpufreq = role_state.runtime_requests(role_state.desired_state(boosted), boosted, families.FAMILIES)
+    # Every value is the role's: the module is told so (preset_options), and does not warn where one does not apply.
     assert {"name": "cpufreq", "options": {"governor": "performance", "epp": "performance", "boost": True,
-                                           "driver": "native", "amd_pstate_mode": "active"}} in cpufreq
+                                           "driver": "native", "amd_pstate_mode": "active",
+                                           "preset_options": ["governor", "epp", "boost", "driver",
+                                                              "amd_pstate_mode"]}} in cpufreq
 
 
 @pytest.mark.parametrize("only, skip, runtime", [
