@@ -25,6 +25,7 @@ Documented in plugins/modules/tuning_flow.py.
 from __future__ import annotations
 
 import os
+import time
 
 from ansible import context
 from ansible.errors import AnsibleActionFail
@@ -36,12 +37,15 @@ from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variabl
 
 display = Display()
 ARGUMENT_SPEC = {
-    "flow": {"type": "str", "required": True, "choices": ["precheck", "runtime", "persistent", "rollback"]},
+    "flow": {"type": "str", "required": True,
+             "choices": ["precheck", "runtime", "persistent", "rollback", "verify", "health"]},
+    "gate": {"type": "str", "default": "full"},
     "entry_point": {"type": "str"},
     "include_persistent": {"type": "bool", "default": True},
 }
 # The entry point whose options each flow is checked against (precheck: the playbook says which).
-ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback"}
+ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback", "verify": "verify",
+                "health": "verify"}
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 # Warnings already shown by this process (one per unknown variable name, not one per host).
 _WARNED = set()
@@ -63,6 +67,8 @@ class ActionModule(ActionBase):
         desired = role_state.desired_state(values) if flow != "rollback" else None
         if flow == "precheck":
             return {"changed": False, "desired": desired, "msg": "the role's variables are valid", "module_runs": 0}
+        if flow in ("verify", "health"):
+            return self._verify(flow, args["gate"], values, desired, task_vars)
         tags = (context.CLIARGS.get("tags"), context.CLIARGS.get("skip_tags"), self._task.tags)
         if flow == "runtime":
             requests = role_state.runtime_requests(desired, values, role_state.selected_families(flow, *tags))
@@ -117,6 +123,19 @@ class ActionModule(ActionBase):
             result["msg"] = "knob families failed: %s" % ", ".join(result["failed_families"])
         return result
 
+    def _verify(self, flow, gate, values, desired, task_vars):
+        """One tuning_info run: the node read and judged (verification), or its GPUs' health alone (health)."""
+        host = task_vars.get("inventory_hostname")
+        verified_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if flow == "verify":
+            module_args = role_state.verify_options(values, desired, host, verified_at, gate)
+        else:
+            module_args = role_state.health_options(values, desired, host)
+        result = self._execute_module(module_name="gpunode.tuning.tuning_info", module_args=module_args,
+                                      task_vars=task_vars)
+        result.update(module_runs=1, verified_at=verified_at, desired=desired)
+        return result
+
     def _persist(self, concerns, desired, values, task_vars, remove=False):
         """One tuning_persist run for the selected concerns (the boot runner transferred first when needed)."""
         if not concerns:
@@ -150,11 +169,6 @@ class ActionModule(ActionBase):
 def _module_utils_sources():
     """``{name: source}`` of every module_utils file of this collection: what the boot runner carries."""
     try:
-        out = {}
-        for name in sorted(os.listdir(MODULE_UTILS)):
-            if name.endswith(".py"):
-                with open(os.path.join(MODULE_UTILS, name), encoding="utf-8") as handle:
-                    out[name[:-3]] = handle.read()
-        return out
+        return boot.carried_sources(MODULE_UTILS)
     except OSError as exc:
         raise AnsibleActionFail("gpunode.tuning.tuning_flow: cannot read %s: %s" % (MODULE_UTILS, exc)) from exc

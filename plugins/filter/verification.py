@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side filters of the verify entry point; the logic is in module_utils/verification.py.
 
-Each filter is documented in its own file next to this one (verify_host.yml, verify_fleet.yml,
-verify_kmsg_since.yml, verify_error.yml, verify_report_dir.yml), as ansible-doc expects for a file with several filters.
+Each filter is documented in its own file next to this one (verify_fleet.yml, verify_error.yml,
+verify_report_dir.yml), as ansible-doc expects for a file with several filters.
 """
 
 from __future__ import annotations
@@ -20,19 +20,6 @@ def _call(name, func, *args, **kwargs):
         return func(*args, **kwargs)
     except verification.VerificationError as exc:
         raise AnsibleFilterError("gpunode.tuning.%s: %s" % (name, exc)) from exc
-
-
-def verify_host(facts, desired, context=None, kmsg_since=None, gpu=None, fail_on_pending=False,
-                fail_classes=verification.DEFAULT_FAIL_CLASSES, host=None, verified_at=None, gate="full"):
-    """Per-setting states and the kernel-log verdict of one host."""
-    return _call("verify_host", verification.evaluate_host, facts, desired, context=context,
-                 kernel_log_since=kmsg_since, gpu=gpu, fail_on_pending=fail_on_pending,
-                 fail_classes=list(fail_classes or []), host=host, verified_at=verified_at, gate=gate)
-
-
-def verify_kmsg_since(journal, boot_id=None, override=None):
-    """From when the kernel log counts (journal marker of this boot, an override, else boot)."""
-    return _call("verify_kmsg_since", verification.kmsg_since, journal, boot_id, override)
 
 
 def verify_fleet(results, hosts=None, generated_at=None):
@@ -62,8 +49,6 @@ class FilterModule:
 
     def filters(self):
         return {
-            "verify_host": verify_host,
-            "verify_kmsg_since": verify_kmsg_since,
             "verify_fleet": verify_fleet,
             "verify_error": verify_error,
             "verify_report_dir": verify_report_dir,

@@ -177,6 +177,23 @@ sys.exit(boot.main())
 '''
 
 
+def carried_sources(directory: str) -> dict:
+    """``{name: source}`` of every module_utils file below ``directory`` (the collection's, on the controller).
+
+    A file in a package is named with dots (``families.pcie_mrrs``); the runner imports it under that name.
+    """
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+        rel = os.path.relpath(dirpath, directory)
+        prefix = "" if rel == "." else rel.replace(os.sep, ".") + "."
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                with open(os.path.join(dirpath, name), encoding="utf-8") as handle:
+                    out[prefix + name[:-3]] = handle.read()
+    return out
+
+
 def runner_text(sources: dict) -> str:
     """The boot runner: one Python file carrying ``sources`` (module_utils name -> text) that runs ``main``.
 

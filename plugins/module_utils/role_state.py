@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families
+from ansible_collections.gpunode.tuning.plugins.module_utils import families, validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import as_role_options
-from ansible_collections.gpunode.tuning.plugins.module_utils import validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import describe_characters, forbidden_characters
 
 FLOWS = ("runtime", "persistent", "rollback", "verify")
@@ -166,3 +165,40 @@ def desired_problems(desired: dict, known) -> list:
         if line not in out:  # the PCI selector is the MRRS and the ACS families' both
             out.append(line)
     return out
+
+
+def _gpu_selector_options(values: dict) -> dict:
+    return {k: v for k, v in gpu_selector(values).items() if v is not None}
+
+
+def verify_options(values: dict, desired: dict, host: str, verified_at: str, gate: str = "full") -> dict:
+    """tuning_info's options for verification: the node read and judged against the whole desired state."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, persist  # noqa: PLC0415
+
+    verify = {"bootloader": values["gpunode_tuning_cmdline_bootloader"],
+              "cmdline_dropin": values["gpunode_tuning_cmdline_dropin"],
+              "sysctl_file": values["gpunode_tuning_sysctl_file"], "journal": values["gpunode_tuning_journal"],
+              "boot_unit_link": boot.WANTS_LINK, "file_prefix": persist.FILE_PREFIX,
+              "gpu": bool(values["gpunode_tuning_verify_gpu_enabled"]),
+              "fail_on_pending": bool(values["gpunode_tuning_verify_fail_on_pending"]),
+              "fail_classes": values["gpunode_tuning_kmsg_fail_classes"], "gate": gate, "host": host,
+              "verified_at": verified_at}
+    if values.get("gpunode_tuning_kmsg_since") is not None:
+        verify["kmsg_since"] = values["gpunode_tuning_kmsg_since"]
+    return {"pci_selector": _gpu_selector_options(values), "sysctls": list(desired.get("sysctl") or {}),
+            "modules": [m["name"] for m in (desired.get("kmod") or {}).get("modules") or []],
+            "kmsg_levels": values["gpunode_tuning_kmsg_levels"], "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"],
+            "root": values["gpunode_tuning_root"], "desired": desired, "verify": verify}
+
+
+def health_options(values: dict, desired: dict, host: str) -> dict:
+    """tuning_info's options for the rollout's health gate: gpu_health alone, the whole boot's kernel log.
+
+    An Xid 79 from before the last tuning is still a GPU off the bus; gpunode_tuning_kmsg_since, when set, wins.
+    """
+    since = values.get("gpunode_tuning_kmsg_since")
+    return {"pci_selector": _gpu_selector_options(values), "kmsg_levels": values["gpunode_tuning_kmsg_levels"],
+            "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"], "root": values["gpunode_tuning_root"],
+            "desired": {"gpu_health": desired.get("gpu_health")},
+            "verify": {"kmsg_since": 0 if since is None else since,
+                       "gpu": bool(values["gpunode_tuning_verify_gpu_enabled"]), "host": host}}

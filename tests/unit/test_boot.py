@@ -1,8 +1,8 @@
 """module_utils/boot.py, the boot re-apply runner, run as the boot unit runs it.
 
-Each test installs the runner the way persistent_boot_code.yml does (the runner template, which
-carries every module_utils file (the boot_sources filter), at the
-default ``gpunode_tuning_boot_script``, the desired state at ``__gpunode_tuning_boot_desired``)
+Each test installs the runner the way the persistent flow does (boot.runner_text, which carries
+every module_utils file (boot.carried_sources), at the default ``gpunode_tuning_boot_script``, the
+desired state at boot.DESIRED_PATH)
 into a simulated node and runs it as a subprocess (``python -I -B RUNNER --desired ...``). The
 reference is a second node of the same preset tuned by the modules themselves: the runner must
 leave every file the runtime tuning writes exactly as the modules left it.
@@ -15,19 +15,16 @@ import os
 import subprocess
 import sys
 
-import jinja2
 import pytest
 import yaml
 
-from ansible_collections.gpunode.tuning.plugins.filter.boot_state import boot_sources
+from ansible_collections.gpunode.tuning.plugins.module_utils import boot as boot_code
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(REPO, "roles", "tuning")
-with open(os.path.join(ROLE, "vars", "main.yml"), encoding="utf-8") as _fh:
-    ROLE_VARS = yaml.safe_load(_fh)
 with open(os.path.join(ROLE, "defaults", "main.yml"), encoding="utf-8") as _fh:
     RUNNER = yaml.safe_load(_fh)["gpunode_tuning_boot_script"]
-DESIRED = ROLE_VARS["__gpunode_tuning_boot_desired"]
+DESIRED = boot_code.DESIRED_PATH
 PRESETS = ("audited-epyc-8gpu", "xeon-4gpu-switch", "grace-arm64-4gpu", "tiny-vm")
 # inference-latency, the preset with every family at work (EPP and boost where the node has them).
 STATE = {
@@ -44,12 +41,7 @@ STATE = {
 def install(root, state=None):
     """What the persistent flow puts on the node for the boot unit, below ``root``."""
     state = STATE if state is None else state
-    env = jinja2.Environment(keep_trailing_newline=True, trim_blocks=True)  # the template module's defaults
-    env.filters["to_json"] = json.dumps
-    sources = boot_sources(os.path.join(REPO, "plugins", "module_utils"))
-    with open(os.path.join(ROLE, "templates", "gpunode-tuning-boot.py.j2"), encoding="utf-8") as fh:
-        loader = env.from_string(fh.read()).render(ansible_managed="test", gpunode_tuning_boot_python=sys.executable,
-                                                   __gpunode_tuning_boot_sources=sources)
+    loader = boot_code.runner_text(boot_code.carried_sources(os.path.join(REPO, "plugins", "module_utils")))
     runner = os.path.join(root, RUNNER.lstrip("/"))
     os.makedirs(os.path.dirname(runner), exist_ok=True)
     with open(runner, "w", encoding="utf-8") as fh:

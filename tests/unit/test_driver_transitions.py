@@ -19,8 +19,7 @@ import sys
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.filter.cpufreq_driver_args import cpufreq_driver_args
-from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline, cpufreq
 from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
 from ansible_collections.gpunode.tuning.plugins.module_utils import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
@@ -186,7 +185,7 @@ def test_transition_is_pending_then_applied_after_the_reboot(build_node, tmp_pat
     assert row["state"] == "applied", row
     assert plan(run_module, root, desired)["reboot_required"] is False
     # The rollback removes every argument the flow configured.
-    assert set(args) <= set(cpufreq_driver_args(desired["driver"], desired.get("amd_pstate_mode")))
+    assert set(args) <= set(cpufreq.driver_kernel_args(desired["driver"], desired.get("amd_pstate_mode")).removable)
 
 
 def test_acpi_cpufreq_on_an_amd_pstate_epp_node_is_pending_not_drifted(build_node, tmp_path, run_module):

@@ -1,4 +1,4 @@
-"""The controller-side filters: verification (plugins/filter/verification.py) and cpufreq_driver_args."""
+"""The controller-side filters of verification (plugins/filter/verification.py) and the rollout's."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpunode.tuning.plugins.filter.cpufreq_driver_args import FilterModule as CpufreqFilters
+from ansible_collections.gpunode.tuning.plugins.filter.rollout import FilterModule as RolloutFilters
 from ansible_collections.gpunode.tuning.plugins.filter.verification import FilterModule
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, verification
 
 FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
 
 
 def test_every_filter_is_exported_and_documented():
-    filters = FilterModule().filters()
-    assert set(filters) == {"verify_host", "verify_kmsg_since", "verify_fleet", "verify_error", "verify_report_dir"}
+    filters = dict(FilterModule().filters(), **RolloutFilters().filters())
+    assert set(filters) == {"verify_fleet", "verify_error", "verify_report_dir", "rollout_settings", "rollout_serial",
+                            "rollout_host_result", "rollout_gate", "rollout_summary", "rollout_benchmark"}
     for name in filters:
         with open(os.path.join(FILTER_DIR, name + ".yml"), encoding="utf-8") as fh:
             doc = yaml.safe_load(fh)
@@ -26,29 +27,13 @@ def test_every_filter_is_exported_and_documented():
         assert doc["EXAMPLES"] and "_value" in doc["RETURN"]
 
 
-def test_cpufreq_driver_args_is_exported_documented_and_checks_its_input():
-    filters = CpufreqFilters().filters()
-    assert set(filters) == {"cpufreq_driver_args"}
-    with open(os.path.join(FILTER_DIR, "cpufreq_driver_args.yml"), encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh)
-    assert doc["DOCUMENTATION"]["name"] == "cpufreq_driver_args"
-    choices = doc["DOCUMENTATION"]["options"]["_input"]["choices"]
-    assert sorted(choices) == sorted(cpufreq.DRIVER_FAMILIES)  # documented = cpu_freq's driver choices
-    f = filters["cpufreq_driver_args"]
-    assert f("native", "guided") == ["amd_pstate=guided", "intel_pstate=active"]
-    assert f(None) == [] and f("") == []
-    for driver in choices:
-        assert f(driver)
-    allowed = "driver must be one of: native, amd-pstate, acpi-cpufreq, intel_pstate"
-    with pytest.raises(AnsibleFilterError, match=allowed):
-        f("amd-pstate-epp")
-
-
-def test_verify_kmsg_since_errors_become_filter_errors():
-    f = FilterModule().filters()["verify_kmsg_since"]
-    assert f(None, "id")["source"] == "boot"
-    with pytest.raises(AnsibleFilterError, match="gpunode.tuning.verify_kmsg_since: .*>= 0"):
-        f(None, "id", -5)
+def test_the_driver_switch_arguments_rollback_removes():
+    # What the persistent flow's rollback removes for a desired driver (cpufreq.kernel_args with remove).
+    # (The driver's choices are the argument spec's: the precheck refuses another before this runs.)
+    assert list(cpufreq.driver_kernel_args("native", "guided").removable) == ["amd_pstate=guided",
+                                                                                "intel_pstate=active"]
+    for driver in cpufreq.DRIVER_FAMILIES:
+        assert cpufreq.driver_kernel_args(driver).removable
 
 
 def test_verify_host_and_fleet(build_node):
@@ -58,13 +43,11 @@ def test_verify_host_and_fleet(build_node):
     root = build_node("tiny-vm")
     facts = {"tuning_facts": facts_mod.gather(Node(root), sysctls=["vm.swappiness"])}
     f = FilterModule().filters()
-    res = f["verify_host"](facts, {"sysctl": {"vm.swappiness": 60}}, context={"root": root}, host="vm",
-                           verified_at="T")
+    res = verification.evaluate_host(facts, {"sysctl": {"vm.swappiness": 60}}, context={"root": root}, host="vm",
+                                     verified_at="T")
     assert res["status"] == "pass" and res["host"] == "vm" and res["verified_at"] == "T"
     fleet = f["verify_fleet"]({"vm": res, "x": f["verify_error"]("x", "no facts")}, ["vm", "x"], "T")
     assert [r["host"] for r in fleet["failing"]] == ["x"]
-    with pytest.raises(AnsibleFilterError, match="verify_host"):
-        f["verify_host"]("not a dict", {})
 
 
 def test_verify_report_dir_is_below_the_working_directory(tmp_path, monkeypatch):
@@ -88,9 +71,9 @@ def test_verify_host_passes_the_gate_through(build_node):
     facts = {"tuning_facts": facts_mod.gather(Node(root))}
     f = FilterModule().filters()
     desired = {"cpufreq": {"driver": "native", "amd_pstate_mode": "active"}}
-    res = f["verify_host"](facts, desired, context={"root": root}, gate="runtime")
+    res = verification.evaluate_host(facts, desired, context={"root": root}, gate="runtime")
     assert res["status"] == "fail" and res["gate"]["name"] == "runtime" and res["gate"]["ok"] is True
     assert res["needs_reboot"][0].startswith("cpufreq driver: amd-pstate (active) wanted, acpi-cpufreq runs")
-    with pytest.raises(AnsibleFilterError, match="gpunode.tuning.verify_host: gate must be one of"):
-        f["verify_host"](facts, desired, gate="nope")
+    with pytest.raises(verification.VerificationError, match="gate must be one of"):
+        verification.evaluate_host(facts, desired, gate="nope")
     assert f["verify_error"]("x", "no facts", None, "runtime")["gate"]["name"] == "runtime"

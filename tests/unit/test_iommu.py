@@ -5,10 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-import yaml
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpunode.tuning.plugins.filter.iommu_kernel_args import FilterModule
 from ansible_collections.gpunode.tuning.plugins.module_utils import family, iommu
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
@@ -116,16 +113,3 @@ def test_bad_desired_is_refused_and_missing_facts_unsupported():
     assert iommu.DEFINITION.reboot_only == ("iommu",) and iommu.DEFINITION.module is None
 
 
-def test_the_filter_is_the_same_mapping_and_documented():
-    f = FilterModule().filters()["iommu_kernel_args"]
-    assert f("passthrough", "AuthenticAMD") == ["iommu=pt"]
-    assert f("translated", "GenuineIntel") == ["iommu=nopt", "intel_iommu=on"]
-    assert f("translated", None, True) == iommu.iommu_kernel_args("translated").removable
-    assert f(None) == [] and f("unmanaged") == []
-    with pytest.raises(AnsibleFilterError, match="passthrough, translated, unmanaged"):
-        f("on")
-    doc_path = os.path.join(os.path.dirname(__file__), "../../plugins/filter/iommu_kernel_args.yml")
-    with open(doc_path, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh)
-    assert doc["DOCUMENTATION"]["name"] == "iommu_kernel_args"
-    assert set(doc["DOCUMENTATION"]["options"]) == {"_input", "cpu_vendor", "removable"}

@@ -151,18 +151,14 @@ def test_write_problem(tmp_path):
     assert os.path.exists(str(target))
 
 
-def test_validation_error_filter_names_the_variable():
-    from ansible.errors import AnsibleFilterError
+def test_the_precheck_names_the_variable_of_a_bad_boot_value():
+    from ansible_collections.gpunode.tuning.plugins.module_utils import role_state
 
-    from ansible_collections.gpunode.tuning.plugins.filter.validation_error import FilterModule
-
-    check = FilterModule().filters()["validation_error"]
-    assert check(["vllm.service"], "systemd_unit_names", "gpunode_tuning_boot_unit_before") == ""
-    msg = check(["a\nb.service"], "systemd_unit_names", "gpunode_tuning_boot_unit_before")
-    assert msg.startswith("gpunode_tuning_boot_unit_before: unit name 'a\\nb.service' is invalid: allowed is")
-    assert "allowed is an absolute path" in check("x y", "absolute_path", "gpunode_tuning_boot_script")
-    with pytest.raises(AnsibleFilterError, match="kind must be one of: absolute_path, cpulist, "):
-        check("x", "nope", "v")
+    assert role_state.combination_problems({"gpunode_tuning_boot_unit_before": ["vllm.service"]}) == []
+    (msg,) = role_state.combination_problems({"gpunode_tuning_boot_unit_before": ["a\nb.service"]})
+    assert msg.startswith("value of gpunode_tuning_boot_unit_before: unit name 'a\\nb.service' is invalid: allowed is")
+    (msg,) = role_state.combination_problems({"gpunode_tuning_boot_script": "x y"})
+    assert "gpunode_tuning_boot_script" in msg and "allowed is an absolute path" in msg
 
 
 # --- what the boot script renders (issue 12, class 2: the boot script and the udev rule) ---------
@@ -246,37 +242,13 @@ def test_sysfs_word_refuses(word):
         v.sysfs_word(word)
 
 
-def test_validated_filter_normalizes_and_fails_naming_the_variable():
-    from ansible.errors import AnsibleFilterError
-
-    from ansible_collections.gpunode.tuning.plugins.filter.validation_error import FilterModule
-
-    filters = FilterModule().filters()
-    check, validated = filters["validation_error"], filters["validated"]
-    assert validated("0-2,5", "cpulist", "gpunode_tuning_cstate_cpus") == [0, 1, 2, 5]
-    assert validated(["41:00.0"], "pci_addresses", "gpunode_tuning_mrrs_bdfs") == ["0000:41:00.0"]
-    # optional: "" and null are the variables' "not set", returned as they are.
-    assert validated("", "pci_id", "gpunode_tuning_mrrs_device", optional=True) == ""
-    assert check(None, "sysfs_word", "gpunode_tuning_cpufreq_epp", optional=True) == ""
-    assert "gpunode_tuning_mrrs_device: value must be" in check("", "pci_id", "gpunode_tuning_mrrs_device")
-    msg = check(["C2", 'x"; touch /tmp/x'], "cstate_names", "gpunode_tuning_cstate_disable")
-    assert msg.startswith("gpunode_tuning_cstate_disable: idle state name 'x\"; touch /tmp/x' is invalid: "
-                          "allowed is an idle state name")
-    with pytest.raises(AnsibleFilterError, match="gpunode_tuning_cstate_cpus: cpulist '0-3\\\\n8' is invalid"):
-        validated("0-3\n8", "cpulist", "gpunode_tuning_cstate_cpus")
-    with pytest.raises(AnsibleFilterError, match="kind must be one of: absolute_path, cpulist, cstate_names"):
-        validated("x", "nope", "v")
-
-
-def test_every_kind_is_documented():
-    import yaml
-
-    from ansible_collections.gpunode.tuning.plugins.filter.validation_error import KINDS, FilterModule
-
-    here = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
-    for name in FilterModule().filters():
-        with open(os.path.join(here, name + ".yml"), encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)["DOCUMENTATION"]
-        assert doc["name"] == name
-        assert sorted(doc["options"]["kind"]["choices"]) == sorted(KINDS)
-        assert doc["options"]["optional"]["default"] is False
+def test_validators_normalize_what_the_boot_files_get():
+    assert v.cpulist("0-2,5") == [0, 1, 2, 5]
+    assert v.pci_addresses(["41:00.0"]) == ["0000:41:00.0"]
+    with pytest.raises(v.ValidationError, match="value must be"):
+        v.pci_id("")
+    with pytest.raises(v.ValidationError, match="idle state name 'x\"; touch /tmp/x' is invalid: allowed is an idle "
+                                                "state name"):
+        v.cstate_names(["C2", 'x"; touch /tmp/x'])
+    with pytest.raises(v.ValidationError, match="cpulist '0-3\\\\n8' is invalid"):
+        v.cpulist("0-3\n8")
