@@ -97,3 +97,17 @@ def test_combinations_no_spec_can_express():
     bad_dir = role_state.combination_problems(preset_values(gpunode_tuning_report_dir="reports\nx/"))
     assert len(bad_dir) == 1 and "line feed" in bad_dir[0]
     assert role_state.combination_problems(preset_values()) == []
+
+
+def test_the_defaults_python_and_the_role_share_are_one():
+    """A module's default for what the role also sets is the role's default (one place for each)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, bootcmdline, journal, verify_node
+
+    with open(os.path.join(REPO, "roles", "tuning", "defaults", "main.yml"), encoding="utf-8") as handle:
+        role = yaml.safe_load(handle)
+    defaults = verify_node.VERIFY_DEFAULTS
+    assert defaults["fail_classes"] == role["gpunode_tuning_kmsg_fail_classes"]
+    assert defaults["sysctl_file"] == role["gpunode_tuning_sysctl_file"]
+    assert defaults["journal"] == role["gpunode_tuning_journal"] == journal.DEFAULT_JOURNAL
+    assert defaults["cmdline_dropin"] == role["gpunode_tuning_cmdline_dropin"] == bootcmdline.DEFAULT_DROPIN
+    assert defaults["boot_unit_link"] == boot.WANTS_LINK

@@ -532,7 +532,7 @@ def test_desired_verifies_in_the_same_call_as_the_filter_did(build_node, run_mod
     assert s["pcie_mrrs.0000:41:00.0"] == "drifted" and s["gpu.count"] == "not_applicable"
     assert res["pending"] == ["cpufreq.driver", "cmdline.iommu=pt"]
     assert res["status"] == "fail" and res["ok"] is False and res["gate"]["name"] == "full"
-    assert res["junit"]["tests"] == len(res["settings"]) + 3  # + aer, xid, fallen_off_bus
+    assert res["junit"]["tests"] == len(res["settings"]) + 2  # + aer, fallen_off_bus (Xids: gpu_health)
     assert digest(root) == before
     # Check mode reads the same and writes nothing either.
     assert verify_of(run_module, root, check=True)["verification"] == res

@@ -353,14 +353,14 @@ def test_runtime_gate_lists_a_configured_driver_as_pending_and_keeps_kernel_erro
     dropin = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n'
     ctx = {"root": root, "cmdline": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
     facts = gather(root)
-    facts["kernel_log"] = {"available": True, "counts": {"xid": 2}}
+    facts["kernel_log"] = {"available": True, "counts": {"aer": 2}}
     res = v.evaluate_host(facts, {"cpufreq": {"driver": "amd-pstate", "amd_pstate_mode": "active"}}, ctx,
                           fail_on_pending=True, gate="runtime")
     assert res["needs_reboot"] == ["cpufreq driver: amd-pstate (active) wanted, acpi-cpufreq runs "
                                    "(configured, a reboot applies it)"]
     assert len(res["failures"]) == 2 and "pending a reboot" in res["failures"][1]
     # Waiting for a reboot is not the runtime flow's to fail; new kernel errors are.
-    assert res["gate"]["failures"] == [res["failures"][0]] and res["failures"][0].startswith("kernel log: 2 xid")
+    assert res["gate"]["failures"] == [res["failures"][0]] and res["failures"][0].startswith("kernel log: 2 aer")
     with pytest.raises(v.VerificationError, match="gate must be one of: full, runtime"):
         v.evaluate_host(facts, {}, gate="canary")
     assert v.error_result("h", "boom", gate="runtime")["gate"] == {
@@ -381,11 +381,13 @@ def test_junit_classification_is_computed_in_python(build_node):
     assert cases["pcie_mrrs.0000:41:00.0"]["classname"] == "n1.pcie_mrrs"
     assert cases["pcie_mrrs.0000:41:00.0"]["detail"].startswith("desired: 4096\nrunning: 512\npersisted: null")
     assert cases["kmod.nvidia_peermem"]["kind"] == "skipped"
-    assert cases["kernel_log.xid"] == {"classname": "n1.kernel_log", "name": "kernel_log.xid", "kind": "pass",
+    assert cases["kernel_log.aer"] == {"classname": "n1.kernel_log", "name": "kernel_log.aer", "kind": "pass",
                                        "type": "kernel_log", "detail": "",
-                                       "message": "0 new xid record(s) %s" % res["kernel_log"]["since_detail"]}
+                                       "message": "0 new aer record(s) %s" % res["kernel_log"]["since_detail"]}
+    # Xids are gpu_health's to judge (the role's default fail classes: aer, fallen_off_bus).
+    assert "kernel_log.xid" not in cases
     kinds = [c["kind"] for c in res["junit"]["cases"]]
-    assert res["junit"]["tests"] == len(res["settings"]) + 3
+    assert res["junit"]["tests"] == len(res["settings"]) + 2
     assert (res["junit"]["failures"], res["junit"]["skipped"], res["junit"]["errors"]) == (
         kinds.count("failure"), kinds.count("skipped"), 0)
     assert res["pending"] == ["cpufreq.driver"]
