@@ -73,6 +73,13 @@ class Family(NamedTuple):
     reboot_only: tuple = ()
     # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
     boot_key: str | None = None
+    # (facts, desired, ctx) -> {file name: JSON document}: what the family exports for programs. The
+    # verification result carries them (``exports``) and the reports are written beside the host's
+    # (``<host>.<file name>``); None when the family exports nothing.
+    export: Callable[..., dict] | None = None
+    # (facts, desired, ctx) -> Markdown text or None: the family's own section of the host's Markdown
+    # report (the verification result's ``sections``, titled with the family's title).
+    report: Callable[..., str | None] | None = None
 
 
 def normalize_value(value: Any) -> str | None:
