@@ -383,15 +383,15 @@ PRESETS = {
 # GPU0-NIC0 PIX, GPU4-NVMe1 PXB, GPU6-NIC1 PHB, GPU2-NIC0 NODE, GPU0-NIC1 SYS. MSI-X IRQs with
 # affinities in /proc/irq, some served on the other socket, and irqbalance running.
 PRESETS["xeon-2s-8gpu-switches"] = dict(
-    description="2x Intel Xeon (2 NUMA nodes), 8 NVIDIA H100 PCIe (class 0x0302) behind 4 PCIe switches "
-    "(one host bridge each, two per socket), a ConnectX-7 and an NVMe drive under switch 0, an NVMe drive "
-    "behind a nested switch under switch 2, a ConnectX-6 Dx on a root port of socket 1; MSI-X IRQs in /proc/irq "
+    description="2x Intel Xeon (2 NUMA nodes, 112 cores, SMT off), 8 NVIDIA H100 PCIe (class 0x0302) behind 4 "
+    "PCIe switches (one host bridge each, two per socket), a ConnectX-7 and an NVMe drive under switch 0, an NVMe "
+    "drive behind a nested switch under switch 2, a ConnectX-6 Dx on a root port of socket 1; MSI-X IRQs in /proc/irq "
     "(some served on the other socket) and irqbalance running.",
     cpu_vendor="GenuineIntel",
     cpu_model="Intel(R) Xeon(R) Platinum 8480+",
     cpu_family=6,
     sockets=2,
-    cpus=224,
+    cpus=112,
     idle_driver="intel_idle",
     idle_states=IDLE_INTEL_XEON,
     freq_driver="intel_pstate",

@@ -187,12 +187,18 @@ def device_path(node: Node, bdf: str) -> tuple:
 # ---------------------------------------------------------------------------------------------
 
 
+def cpuset(text: str | None) -> set:
+    """The CPUs of a kernel cpulist; empty for anything that is not one (a read error, a VM's odd file)."""
+    text = (text or "").strip()
+    return set(parse_cpulist(text)) if _CPULIST.match(text) else set()
+
+
 def numa_layout(node: Node) -> tuple:
     """``({node: set of online CPUs}, set of online CPUs)`` from /sys/devices/system."""
-    online = set(parse_cpulist(_read(node.path("sys/devices/system/cpu/online")) or ""))
+    online = cpuset(_read(node.path("sys/devices/system/cpu/online")))
     nodes = {}
-    for n in parse_cpulist(_read(node.path("sys/devices/system/node/online")) or ""):
-        cpus = set(parse_cpulist(_read(node.path("sys/devices/system/node/node%d/cpulist" % n)) or ""))
+    for n in sorted(cpuset(_read(node.path("sys/devices/system/node/online")))):
+        cpus = cpuset(_read(node.path("sys/devices/system/node/node%d/cpulist" % n)))
         nodes[n] = (cpus & online) if online else cpus
     return nodes, online
 
@@ -279,26 +285,29 @@ def resolve_numa(dev: dict) -> tuple:
     return None, None
 
 
-def _affinity(node: Node, irq: int) -> tuple:
-    """``(CPUs serving the IRQ, which file said so)``: the effective affinity, else the requested one."""
-    base = node.path("proc/irq", str(irq))
-    for name, source in (("effective_affinity_list", "effective"), ("smp_affinity_list", "smp")):
-        text = _read(os.path.join(base, name))
-        if text and _CPULIST.match(text):
-            return set(parse_cpulist(text)), source
-    return None, None
-
-
 def irq_summary(node: Node, numbers: list, mode: str | None, local: set | None) -> dict:
-    """A device's MSI/MSI-X IRQs counted: how many, served only off ``local`` (remote), unreadable."""
+    """A device's MSI/MSI-X IRQs counted: how many, served only off ``local`` (remote), unreadable.
+
+    The CPUs of an IRQ are ``/proc/irq/N/effective_affinity_list`` (where the kernel delivers it),
+    else ``smp_affinity_list`` (what was asked): one read per IRQ, the second only where the first
+    is missing; equal lists are parsed once.
+    """
+    base = node.path("proc/irq") + os.sep
+    parsed: dict = {}
     remote, remote_cpus, unread, sources = 0, set(), 0, {"effective": 0, "smp": 0}
     for irq in numbers:
-        cpus, source = _affinity(node, irq)
-        if cpus is None:
+        cpus = source = None
+        for name, kind in (("/effective_affinity_list", "effective"), ("/smp_affinity_list", "smp")):
+            text = _read(base + str(irq) + name)
+            cpus = parsed[text] if text in parsed else parsed.setdefault(text, cpuset(text))
+            if cpus:
+                source = kind
+                break
+        if source is None:
             unread += 1
             continue
         sources[source] += 1
-        if local and cpus and not cpus & local:
+        if local and not cpus & local:
             remote += 1
             remote_cpus |= cpus
     return {"count": len(numbers), "mode": mode, "remote": remote if local else None,
@@ -327,7 +336,7 @@ def _located(dev: dict, nodes: dict, online: set) -> dict:
     numa, source = resolve_numa(dev)
     if numa is None and len(nodes) == 1:
         numa, source = next(iter(nodes)), "the only NUMA node"
-    local = set(parse_cpulist(dev["local_cpulist"] or "")) if _CPULIST.match(dev["local_cpulist"] or "") else set()
+    local = cpuset(dev["local_cpulist"])
     cpus = (local & online) if online else local
     bridges = dev["path"]["bridges"]
     out = {"bdf": dev["bdf"], "vendor": dev["vendor"], "device": dev["device"], "class": dev["class"],
@@ -477,12 +486,12 @@ def affinity_disagreement(gpu: dict, smi: dict | None) -> str | None:
         return None
     problems = []
     cpus = smi.get("cpus")
-    if cpus and _CPULIST.match(cpus) and set(parse_cpulist(cpus)) != set(parse_cpulist(gpu["cpus"] or "")):
+    if cpuset(cpus) and cpuset(cpus) != cpuset(gpu["cpus"]):
         problems.append("CPU affinity %s (sysfs: %s)" % (cpus, gpu["cpus"] or "none"))
     numa = smi.get("numa")
-    if numa and _CPULIST.match(numa) and gpu["numa_node"] not in parse_cpulist(numa):
-        problems.append("NUMA affinity %s (sysfs: %s)" % (numa, "none" if gpu["numa_node"] is None
-                                                            else gpu["numa_node"]))
+    if cpuset(numa) and gpu["numa_node"] not in cpuset(numa):
+        mine = "none" if gpu["numa_node"] is None else gpu["numa_node"]
+        problems.append("NUMA affinity %s (sysfs: %s)" % (numa, mine))
     return "nvidia-smi topo -m gives %s" % "; ".join(problems) if problems else None
 
 
@@ -579,8 +588,8 @@ def gpu_row(gpu: dict, loc: dict, want: dict, smi: dict) -> dict:
     state = "drifted" if findings or (remote and want["remote_irqs_fail"]) else "applied"
     if remote and want["remote_irqs_fail"]:
         findings.append("remote IRQs fail verification (gpunode_tuning_locality_remote_irqs_fail)")
-    return _row(gpu["bdf"], "NUMA affinity published" + ("; IRQs on the GPU's node" if want["remote_irqs_fail"]
-                                                        else ""), running, state, "; ".join(findings + notes))
+    desired = "NUMA affinity published" + ("; IRQs on the GPU's node" if want["remote_irqs_fail"] else "")
+    return _row(gpu["bdf"], desired, running, state, "; ".join(findings + notes))
 
 
 def _relation_text(near: dict | None) -> str:

@@ -596,8 +596,8 @@ tuning_facts:
           from sysfs alone. C(gpus) per selected GPU its C(numa_node) (null when unknown; C(numa_source) says
           whether the device or its nearest bridge published it, C(numa_node_published) the raw value), C(cpus) (its
           local CPUs that are online), C(host_bridge), C(root_port), C(switches), C(irqs), C(nics) and C(nvme) (every
-          NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m): PIX, PXB, PHB, NODE, SYS,
-          nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
+          NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m), one of PIX, PXB, PHB, NODE,
+          SYS, nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
         - C(nics) (classes 0x0200 and 0x0207, physical functions) and C(nvme) (0x010802) with the same placement fields
           and their names (C(netdevs), C(rdma), C(names)); C(irqs) of GPUs and NICs counts the MSI/MSI-X IRQs and
           those served only on another NUMA node (C(remote), C(remote_cpus)). C(irqbalance) says whether it runs;

@@ -607,3 +607,20 @@ def test_the_family_is_registered_with_its_hooks():
     assert fam.module is None and fam.read is gpu_locality.read and fam.boot is gpu_locality.boot
     assert fam.export is gpu_locality.export and fam.report is gpu_locality.report
     assert ("gpu_locality", fam) in families.boot_families()
+
+
+def test_odd_or_missing_files_leave_the_values_unknown_and_never_stop_the_read(build_node):
+    root = build_node("xeon-2s-8gpu-switches", cpus=16)
+    d = os.path.realpath(os.path.join(root, "sys/bus/pci/devices/0000:13:00.0"))
+    write(os.path.join(d, "local_cpulist"), "garbage")
+    os.unlink(os.path.join(d, "numa_node"))
+    for irq in os.listdir(os.path.join(d, "msi_irqs")):
+        write(os.path.join(root, "proc/irq", irq, "effective_affinity_list"), "ff,zz")
+        write(os.path.join(root, "proc/irq", irq, "smp_affinity_list"), "")
+    write(os.path.join(root, "sys/devices/system/node/node1/cpulist"), "?")
+    loc = gpu_locality.read(Node.open(root))
+    gpu = loc["gpus"][0]
+    # numa_node gone: the switch's downstream port above it still says node 0.
+    assert (gpu["numa_node"], gpu["numa_source"], gpu["numa_node_published"]) == (0, "bridge 0000:12:00.0", None)
+    assert gpu["cpus"] == "0-7" and gpu["irqs"]["unread"] == 1
+    assert [n["node"] for n in loc["numa_nodes"]] == [0, 1] and loc["numa_nodes"][1]["cpus"] == ""
