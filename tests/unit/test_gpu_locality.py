@@ -624,3 +624,15 @@ def test_odd_or_missing_files_leave_the_values_unknown_and_never_stop_the_read(b
     assert (gpu["numa_node"], gpu["numa_source"], gpu["numa_node_published"]) == (0, "bridge 0000:12:00.0", None)
     assert gpu["cpus"] == "0-7" and gpu["irqs"]["unread"] == 1
     assert [n["node"] for n in loc["numa_nodes"]] == [0, 1] and loc["numa_nodes"][1]["cpus"] == ""
+
+
+def test_tuning_info_returns_the_facts_of_the_preset_and_writes_nothing(build_node, run_module, digest):
+    root = build_node("xeon-2s-8gpu-switches", cpus=16)
+    before = digest(root)
+    result, failed = run_module("tuning_info", {"root": root})
+    assert not failed and result["changed"] is False and digest(root) == before
+    loc = result["tuning_facts"]["gpu_locality"]
+    assert {g["bdf"]: (g["numa_node"], g["nearest_nic"]["bdf"], g["nearest_nic"]["relation"],
+                       g["nearest_nvme"]["bdf"], g["nearest_nvme"]["relation"]) for g in loc["gpus"]} == {
+        b: (v[0],) + v[3:] for b, v in LAYOUT.items()}
+    assert {n["bdf"]: n["irqs"]["remote"] for n in loc["nics"]} == {"0000:15:00.0": 4, "0000:7a:00.0": 0}
