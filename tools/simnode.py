@@ -145,6 +145,14 @@ class Preset:
     arch: str = "x86_64"  # or "arm64": /proc/cpuinfo layout, sim modprobe's loadable modules
     cpu_part: int = 0  # arm64 only: "CPU implementer" 0x41 (Arm), "CPU part" (0xd4f Neoverse V2)
     freq_khz: tuple = (1500000, 3800000, 2450000)  # cpuinfo_min, cpuinfo_max, scaling_cur
+    # GPU locality (module_utils/gpu_locality.py): MSI/MSI-X IRQs with /proc/irq affinities, an
+    # irqbalance process, NUMA nodes whose firmware publishes no proximity (numa_node -1), MSI-X
+    # vectors per NIC, and a NIC under every Nth PCIe switch too (0: only the first; benchmarks).
+    msi: bool = False
+    irqbalance: bool = False
+    numa_unknown_nodes: tuple = ()
+    nic_queues: int = 16
+    nics_every: int = 0
 
 
 PRESETS = {
@@ -367,6 +375,60 @@ PRESETS = {
     ),
 }
 
+# A 2-socket PCIe-switch node for GPU locality (module_utils/gpu_locality.py): 8 GPUs behind 4 PCIe
+# switches, each switch on its own host bridge (root complex), two per socket. Switch 0 carries a
+# ConnectX-7 (InfiniBand) and an NVMe drive beside its GPUs; switch 2 (the first on socket 1) has an
+# NVMe drive behind a second, nested switch; a ConnectX-6 Dx (Ethernet, RoCE) sits on its own root
+# port of switch 3's host bridge. So every relation of nvidia-smi topo -m's legend occurs:
+# GPU0-NIC0 PIX, GPU4-NVMe1 PXB, GPU6-NIC1 PHB, GPU2-NIC0 NODE, GPU0-NIC1 SYS. MSI-X IRQs with
+# affinities in /proc/irq, some served on the other socket, and irqbalance running.
+PRESETS["xeon-2s-8gpu-switches"] = dict(
+    description="2x Intel Xeon (2 NUMA nodes, 112 cores, SMT off), 8 NVIDIA H100 PCIe (class 0x0302) behind 4 "
+    "PCIe switches (one host bridge each, two per socket), a ConnectX-7 and an NVMe drive under switch 0, an NVMe "
+    "drive behind a nested switch under switch 2, a ConnectX-6 Dx on a root port of socket 1; MSI-X IRQs in /proc/irq "
+    "(some served on the other socket) and irqbalance running.",
+    cpu_vendor="GenuineIntel",
+    cpu_model="Intel(R) Xeon(R) Platinum 8480+",
+    cpu_family=6,
+    sockets=2,
+    cpus=112,
+    idle_driver="intel_idle",
+    idle_states=IDLE_INTEL_XEON,
+    freq_driver="intel_pstate",
+    governors=PSTATE_GOVERNORS,
+    governor="powersave",
+    epp="balance_performance",
+    boost=None,
+    amd_pstate_status=None,
+    intel_pstate=("active", "0"),
+    gpus=8,
+    gpu_device=0x2331,
+    gpu_class=0x030200,
+    topology="switches",
+    cmdline="BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5e2b7c1d-90aa-4f31-8c6e-2d4b1a7f0e55 ro quiet",
+    lockdown="[none] integrity confidentiality",
+    numa_balancing="1",
+    thp_enabled="[always] madvise never",
+    thp_defrag="always defer defer+madvise [madvise] never",
+    modules={"nvidia": {}, "nvidia_uvm": {}, "nvme": {}, "mlx5_core": {}, "mlx5_ib": {}},
+    kmsg=[
+        (6, "Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) #1 SMP Debian 6.1.119-1"),
+        (6, "intel_idle: MWAIT substates: 0x2020"),
+        (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.124.06"),
+    ],
+    extra_devices=("nic", "nvme"),
+    msi=True,
+    irqbalance=True,
+)
+# The same node with firmware that publishes no NUMA proximity for socket 1's root complexes:
+# numa_node is -1 on every function below them (local_cpulist then lists every CPU).
+PRESETS["xeon-2s-8gpu-switches-nonuma"] = dict(
+    PRESETS["xeon-2s-8gpu-switches"],
+    description="xeon-2s-8gpu-switches whose firmware publishes numa_node -1 for socket 1's host bridges "
+    "(GPUs 4-7, the nested-switch NVMe drive and the ConnectX-6 Dx).",
+    numa_unknown_nodes=(1,),
+)
+
 # Root-complex buses used for GPUs, alternating between the two sockets as on real EPYC boards.
 GPU_BUSES = [0x41, 0x61, 0x81, 0xA1, 0xC1, 0xE1, 0x01, 0x21]
 
@@ -383,6 +445,8 @@ def build_pci_topology(p: Preset) -> list:
         return funcs
     if p.topology == "segments":
         return _segment_topology(p)
+    if p.topology == "switches":
+        return _switches_topology(p)
     amd = p.cpu_vendor == "AuthenticAMD"
     port_vendor, port_device = (0x1022, 0x14AB) if amd else (0x8086, 0x352A)
     gpu_sub = (0x10DE, 0x204E)
@@ -477,6 +541,77 @@ def _segment_topology(p: Preset) -> list:
         funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=node,
                                  mps=p.gpu_mps, mrrs=512, secondary_bus=1, subordinate_bus=1))
         funcs.append(PciFunction(f"{segment:04x}:01:00.0", numa_node=node, mps=p.gpu_mps, parent=rp, **endpoint))
+    return funcs
+
+
+# Vendor/device ids of the switch topology: a Broadcom PEX890xx Gen5 switch (both port types), a
+# Sapphire Rapids root port, ConnectX-7 (InfiniBand), ConnectX-6 Dx (Ethernet), a Samsung NVMe drive.
+SWITCH_IDS = (0x1000, 0xC030)
+SPR_ROOT_PORT = (0x8086, 0x352A)
+CX7_IB = dict(vendor=0x15B3, device=0x1021, class_code=0x020700, subsystem_vendor=0x15B3, subsystem_device=0x0040)
+CX6DX_ETH = dict(vendor=0x15B3, device=0x101D, class_code=0x020000, subsystem_vendor=0x15B3, subsystem_device=0x0016)
+NVME_DRIVE = dict(vendor=0x144D, device=0xA80A, class_code=0x010802, subsystem_vendor=0x144D, subsystem_device=0xA801,
+                  link_speed_cap=4, link_width_cap=4, link_speed=4, link_width=4)
+
+
+def _switch_numa(p: Preset, socket: int) -> int:
+    """The numa_node a socket's functions publish: -1 where its firmware gives no proximity."""
+    return -1 if socket in p.numa_unknown_nodes else socket
+
+
+def _switch_port(p: Preset, bdf: str, kind: str, node: int, secondary: int, subordinate: int, parent=None):
+    ids = SPR_ROOT_PORT if kind == "root_port" else SWITCH_IDS
+    return PciFunction(bdf, ids[0], ids[1], 0x060400, kind=kind, numa_node=node, mps=p.gpu_mps, mrrs=512,
+                       secondary_bus=secondary, subordinate_bus=subordinate, parent=parent)
+
+
+def _switch_endpoint(p: Preset, bus: int, node: int, parent: str, ids: dict) -> PciFunction:
+    return PciFunction(f"0000:{bus:02x}:00.0", numa_node=node, mps=p.gpu_mps, mrrs=ids.pop("mrrs", 512), parent=parent,
+                       **ids)
+
+
+def _switches_topology(p: Preset) -> list:
+    """GPUs in pairs behind PCIe switches, one host bridge per switch, switches spread over the sockets.
+
+    Switch i sits on host bridge ``0000:BB`` (BB = 0x10 + 0x1e * i): root port BB:01.0, the switch's
+    upstream port on bus BB+1, its downstream ports on bus BB+2, endpoints on BB+3... Switch 0 (and,
+    with ``nics_every``, every Nth switch) adds a ConnectX-7; switch 0 an NVMe drive; the first switch
+    of the last socket an NVMe drive behind a nested switch; the last host bridge a ConnectX-6 Dx on a
+    second root port.
+    """
+    funcs, sockets = [], max(p.sockets, 1)
+    n_sw = max(1, (p.gpus + 1) // 2)
+    nested_sw = next((i for i in range(n_sw) if i * sockets // n_sw == sockets - 1), n_sw - 1)
+    gpu = dict(vendor=0x10DE, device=p.gpu_device, class_code=p.gpu_class, subsystem_vendor=0x10DE,
+               subsystem_device=0x1839)
+    for i in range(n_sw):
+        hb = 0x10 + 0x1E * i
+        node = _switch_numa(p, i * sockets // n_sw)
+        rp, usp = f"0000:{hb:02x}:01.0", f"0000:{hb + 1:02x}:00.0"
+        funcs.append(_switch_port(p, rp, "root_port", node, hb + 1, hb + 0x0F))
+        funcs.append(_switch_port(p, usp, "upstream", node, hb + 2, hb + 0x0F, rp))
+        ends = [dict(gpu, mrrs=p.gpu_mrrs) for _g in range(min(2, p.gpus - 2 * i))]
+        if i == 0 or (p.nics_every and i % p.nics_every == 0):
+            ends.append(dict(CX7_IB))
+        if i == 0 and "nvme" in p.extra_devices:
+            ends.append(dict(NVME_DRIVE))
+        for k, ids in enumerate(ends):
+            dsp = f"0000:{hb + 2:02x}:{k:02x}.0"
+            funcs.append(_switch_port(p, dsp, "downstream", node, hb + 3 + k, hb + 3 + k, usp))
+            funcs.append(_switch_endpoint(p, hb + 3 + k, node, dsp, ids))
+        if i == nested_sw and n_sw > 1 and "nvme" in p.extra_devices:
+            dsp = f"0000:{hb + 2:02x}:{len(ends):02x}.0"
+            funcs.append(_switch_port(p, dsp, "downstream", node, hb + 7, hb + 9, usp))
+            funcs.append(_switch_port(p, f"0000:{hb + 7:02x}:00.0", "upstream", node, hb + 8, hb + 9, dsp))
+            funcs.append(_switch_port(p, f"0000:{hb + 8:02x}:00.0", "downstream", node, hb + 9, hb + 9,
+                                      f"0000:{hb + 7:02x}:00.0"))
+            funcs.append(_switch_endpoint(p, hb + 9, node, f"0000:{hb + 8:02x}:00.0", dict(NVME_DRIVE)))
+    if "nic" in p.extra_devices:
+        hb = 0x10 + 0x1E * (n_sw - 1)
+        node = _switch_numa(p, sockets - 1)
+        rp = f"0000:{hb:02x}:02.0"
+        funcs.append(_switch_port(p, rp, "root_port", node, hb + 0x10, hb + 0x10))
+        funcs.append(_switch_endpoint(p, hb + 0x10, node, rp, dict(CX6DX_ETH)))
     return funcs
 
 
@@ -698,6 +833,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     if nvidia_smi or faults:
         write_nvidia_smi(t, p, funcs, faults, missing)
     write_iommu_vfio(t, p, funcs, iommu, vfio)
+    write_locality(t, p, funcs)
     if benchmark is not None:
         write_benchmark(root, benchmark)
     gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
@@ -1013,13 +1149,27 @@ def p2p_cell(gpus, i, j, kind):
     return "CNS" if acs_redirect(gpus[i]["pci.bus_id"]) or acs_redirect(gpus[j]["pci.bus_id"]) else "OK"
 
 
+def affinity(g):
+    """topo -m's CPU Affinity, NUMA Affinity and GPU NUMA ID cells, from the GPU's sysfs as the driver reads it."""
+    d = os.path.join(ROOT, "sys/bus/pci/devices", g["pci.bus_id"].lower()[-12:])
+    cells = []
+    for name in ("local_cpulist", "numa_node"):
+        try:
+            with open(os.path.join(d, name)) as fh:
+                cells.append(fh.read().strip())
+        except OSError:
+            cells.append("N/A")
+    return [cells[0], "N/A" if cells[1].startswith("-") else cells[1], "", "N/A"]
+
+
 def topo(gpus, args):
     n = len(gpus)
     kind = args[args.index("-p2p") + 1] if "-p2p" in args and args.index("-p2p") + 1 < len(args) else None
-    print("\t" + "\t".join("GPU%d" % i for i in range(n)))
+    extra = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"] if "-m" in args else []
+    print("\t" + "\t".join(["GPU%d" % i for i in range(n)] + extra))
     for i in range(n):
-        print("GPU%d\t" % i + "\t".join("X" if i == j else ("NODE" if "-m" in args else p2p_cell(gpus, i, j, kind))
-                                         for j in range(n)))
+        print("GPU%d\t" % i + "\t".join(["X" if i == j else ("NODE" if "-m" in args else p2p_cell(gpus, i, j, kind))
+                                          for j in range(n)] + (affinity(gpus[i]) if "-m" in args else [])))
     legend = "\n  OK   = Status Ok\n  CNS  = Chipset not supported\n  NS   = Not supported" if kind else ""
     print("\nLegend:\n\n  X    = Self" + legend)
 
@@ -1300,6 +1450,86 @@ def write_iommu_vfio(t: _Tree, p: Preset, funcs: list, iommu: str | None, vfio: 
         t.symlink(os.path.relpath(device(f.bdf), os.path.join(group, "devices")),
                   f"sys/kernel/iommu_groups/{n}/devices/{f.bdf}")
         os.symlink(os.path.relpath(group, device(f.bdf)), os.path.join(device(f.bdf), "iommu_group"))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU locality: local CPUs, device names, MSI/MSI-X IRQs and their affinities, irqbalance
+# ---------------------------------------------------------------------------------------------
+
+MSI_IRQ_BASE = 200  # the first MSI/MSI-X IRQ number (legacy INTx numbers are below, see _write_pci)
+IRQBALANCE_PID = 3104
+
+
+def _node_cpus(p: Preset, node: int) -> list:
+    """The CPUs of a NUMA node; every CPU for -1 (what the kernel gives a device without a node)."""
+    return [c for c in range(p.cpus) if node < 0 or _cpu_node(p, c) == node]
+
+
+def _device_names(f: PciFunction, index: dict) -> dict:
+    """Class directories below a function, as the drivers create them: net/IF, infiniband/mlx5_N, nvme/nvmeN."""
+    cls = f.class_code >> 8
+    if cls in (0x0200, 0x0207) and f.vendor == 0x15B3:
+        n = index.setdefault("mlx5", 0)
+        index["mlx5"] = n + 1
+        bus = int(f.bdf[5:7], 16)
+        netdev = f"ibp{bus}s0" if cls == 0x0207 else f"enp{bus}s0np0"
+        return {"infiniband": f"mlx5_{n}", "net": netdev}
+    if cls == 0x0108 and f.class_code & 0xFF == 0x02:
+        n = index.setdefault("nvme", 0)
+        index["nvme"] = n + 1
+        return {"nvme": f"nvme{n}"}
+    return {}
+
+
+def _irq_cpus(p: Preset, f: PciFunction, vector: int, remote: bool) -> list:
+    """The CPU one vector is served on: its node's CPUs in turn, or the other socket's when ``remote``."""
+    cpus = _node_cpus(p, f.numa_node)
+    if remote:
+        other = (f.numa_node + 1) % max(p.sockets, 1)
+        cpus = _node_cpus(p, other) or cpus
+    return [cpus[vector % len(cpus)]]
+
+
+def _write_irqs(t: _Tree, p: Preset, funcs: list) -> None:
+    """MSI-X vectors of GPUs (1 each) and NICs (``nic_queues``) with their affinities in /proc/irq.
+
+    Served on the other socket: GPU 5's vector and the last 4 vectors of the first NIC (a fresh node
+    where irqbalance spread them), so each device has a known count of remote IRQs.
+    """
+    irq = MSI_IRQ_BASE
+    gpus = nics = 0
+    for f in funcs:
+        cls = f.class_code >> 8
+        if f.kind != "endpoint" or cls not in (0x0300, 0x0302, 0x0200, 0x0207):
+            continue
+        is_gpu = cls in (0x0300, 0x0302)
+        vectors = 1 if is_gpu else max(p.nic_queues, 1)
+        d = os.path.realpath(t.path(f"sys/bus/pci/devices/{f.bdf}"))
+        for v in range(vectors):
+            remote = p.sockets > 1 and f.numa_node >= 0 and (
+                (is_gpu and gpus == 5) or (not is_gpu and nics == 0 and v >= vectors - 4))
+            cpus = _cpulist(_irq_cpus(p, f, v, remote))
+            t.write(os.path.relpath(os.path.join(d, "msi_irqs", str(irq)), t.root), "msix")
+            t.write(f"proc/irq/{irq}/smp_affinity_list", cpus)
+            t.write(f"proc/irq/{irq}/effective_affinity_list", cpus)
+            irq += 1
+        gpus, nics = gpus + is_gpu, nics + (not is_gpu)
+
+
+def write_locality(t: _Tree, p: Preset, funcs: list) -> None:
+    """What gpu_locality reads besides numa_node: each function's local_cpulist, the class directories
+    naming its netdev, RDMA or NVMe device, and (``msi`` presets) IRQs and an irqbalance process."""
+    index: dict = {}
+    for f in funcs:
+        d = os.path.realpath(t.path(f"sys/bus/pci/devices/{f.bdf}"))
+        t.write(os.path.relpath(os.path.join(d, "local_cpulist"), t.root), _cpulist(_node_cpus(p, f.numa_node)))
+        for cls_dir, name in _device_names(f, index).items():
+            t.mkdir(os.path.relpath(os.path.join(d, cls_dir, name), t.root))
+    if p.msi:
+        _write_irqs(t, p, funcs)
+    if p.irqbalance:
+        t.write(f"proc/{IRQBALANCE_PID}/comm", "irqbalance")
+        t.write(f"proc/{IRQBALANCE_PID}/cmdline", b"/usr/sbin/irqbalance\0--foreground\0")
 
 
 def main(argv=None) -> int:

@@ -13,7 +13,8 @@ Options (the role's verify_report.yml is the caller):
 
 - ``dir`` (str, required): absolute report directory, created when missing.
 - ``result`` (dict): the host's verification result: writes ``<inventory_hostname>.json``,
-  ``.junit.xml`` and ``.md``.
+  ``.junit.xml`` and ``.md``, and ``<inventory_hostname>.<name>`` for each document of the result's
+  ``exports`` (``{name: document}``, the knob families' exports, e.g. ``topology.json``) as JSON.
 - ``fleet`` (dict): the fleet summary (filter gpunode.tuning.verify_fleet): writes
   ``fleet-summary.md``.
 
@@ -22,7 +23,9 @@ Returns ``changed``, ``dir`` and ``files`` (each path: created, updated, mode or
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_native
@@ -40,6 +43,8 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
                          "roles", "tuning", "templates")
 HOST_REPORTS = ((".json", "verify_host.json.j2"), (".junit.xml", "verify_junit.xml.j2"), (".md", "verify_host.md.j2"))
 FLEET_REPORT = ("fleet-summary.md", "verify_fleet.md.j2")
+# A family's export, written beside the host's reports as <host>.<name> (module_utils/family.py: Family.export).
+EXPORT_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*\.json$")
 # ansible.builtin.template's defaults: the reports must stay byte-identical to what it wrote.
 JINJA_OPTIONS = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
 ARGUMENT_SPEC = {
@@ -69,6 +74,9 @@ class ActionModule(ActionBase):
         # Render everything before the first write: a template error leaves the old reports whole.
         rendered = [(os.path.join(directory, name), self._render(src, task_vars, extra))
                     for name, src, extra in reports]
+        if args["result"] is not None:
+            rendered += [(os.path.join(directory, "%s.%s" % (host, name)), data)
+                         for name, data in _exports(args["result"])]
         return self._write(directory, rendered, bool(self._task.check_mode))
 
     def _render(self, src, task_vars, extra):
@@ -102,6 +110,17 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("gpunode.tuning.verify_reports: %s" % exc) from exc
         changed = created or any(state != "unchanged" for state in files.values())
         return {"changed": changed, "dir": directory, "files": files}
+
+
+def _exports(result):
+    """``[(file name suffix, JSON bytes)]`` of a result's exports; a name that could leave the directory fails."""
+    out = []
+    for name, document in sorted((result.get("exports") or {}).items()):
+        if not isinstance(name, str) or not EXPORT_NAME.match(name):
+            raise AnsibleActionFail("gpunode.tuning.verify_reports: export name %r is not a file name ending in .json "
+                                    "(letters, digits, '.', '_', '-')" % (name,))
+        out.append((name, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")))
+    return out
 
 
 def _report_dir(path):

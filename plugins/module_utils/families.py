@@ -15,6 +15,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import (
     cpufreq,
     cpuidle,
     gpu_health,
+    gpu_locality,
     gpu_settings,
     iommu,
     kmod,
@@ -36,6 +37,7 @@ FAMILIES: tuple[Family, ...] = (
     gpu_settings.DEFINITION,
     gpu_health.DEFINITION,
     p2p.DEFINITION,
+    gpu_locality.DEFINITION,
 )
 
 

@@ -103,6 +103,13 @@ class Family(NamedTuple):
     # ("bdfs"; a list index as text for a list entry; "" the entry as a whole); ``message`` names the value and
     # what is allowed. The family's module refuses the same before its first write (one rule, two callers).
     validate: dict | None = None
+    # (facts, desired, ctx) -> {file name: JSON document}: what the family exports for programs. The
+    # verification result carries them (``exports``) and the reports are written beside the host's
+    # (``<host>.<file name>``); None when the family exports nothing.
+    export: Callable[..., dict] | None = None
+    # (facts, desired, ctx) -> Markdown text or None: the family's own section of the host's Markdown
+    # report (the verification result's ``sections``, titled with the family's title).
+    report: Callable[..., str | None] | None = None
 
 
 Problem = tuple  # (key inside the family's entry, message): what a ``Family.validate`` function returns

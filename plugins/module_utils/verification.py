@@ -469,6 +469,7 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
     for fam in registry.FAMILIES:
         if fam.evaluate is not None:
             settings += fam.evaluate(facts, desired, ctx)
+    exports, sections = family_outputs(facts, desired, ctx)
     gpu_info, gpu_settings = gpu_section(facts, gpu, ctx.root)
     settings += gpu_settings
     mark_runtime(settings, facts)
@@ -493,9 +494,31 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
         "kernel_log": klog,
         "gpu": gpu_info,
         "pending": [s["id"] for s in pending],
+        "exports": exports,
+        "sections": sections,
     }
     result["junit"] = junit_section(result, fail_on_pending)
     return result
+
+
+def family_outputs(facts: dict, desired: dict, ctx: Context) -> tuple[dict, list[dict]]:
+    """``(exports, sections)``: each family's export documents ``{file name: document}`` and its report
+    section ``{family, title, markdown}``, from the registry's ``export`` and ``report`` hooks.
+
+    A family whose hook fails gets a section saying so, and no export; the others are still rendered.
+    """
+    exports, sections = {}, []
+    for fam in registry.FAMILIES:
+        title = fam.titles.get(fam.name) or fam.name
+        try:
+            if fam.export is not None:
+                exports.update(fam.export(facts, desired, ctx) or {})
+            text = fam.report(facts, desired, ctx) if fam.report is not None else None
+        except (EvaluationError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            text = "Not rendered: %s: %s" % (type(exc).__name__, exc)
+        if text:
+            sections.append({"family": fam.name, "title": title, "markdown": text})
+    return exports, sections
 
 
 def _junit_setting_case(host, s, fail_on_pending):
@@ -651,6 +674,8 @@ def error_result(host: str | None, message: str, verified_at: str | None = None,
         "kernel_log": kernel_log_section({}, {}, ()),
         "gpu": {"state": "error", "reason": message},
         "pending": [],
+        "exports": {},
+        "sections": [],
     }
     result["junit"] = junit_section(result)
     return result

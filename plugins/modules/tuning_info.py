@@ -590,6 +590,20 @@ tuning_facts:
           IOMMU group and its default domain type, and the IOMMU kernel arguments running.
       returned: always
       type: dict
+    gpu_locality:
+      description:
+        - Where each GPU sits (module_utils/gpu_locality.py, the C(gpu_locality) family's read; docs/gpu-locality.md),
+          from sysfs alone. C(gpus) per selected GPU its C(numa_node) (null when unknown; C(numa_source) says
+          whether the device or its nearest bridge published it, C(numa_node_published) the raw value), C(cpus) (its
+          local CPUs that are online), C(host_bridge), C(root_port), C(switches), C(irqs), C(nics) and C(nvme) (every
+          NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m), one of PIX, PXB, PHB, NODE,
+          SYS, nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
+        - C(nics) (classes 0x0200 and 0x0207, physical functions) and C(nvme) (0x010802) with the same placement fields
+          and their names (C(netdevs), C(rdma), C(names)); C(irqs) of GPUs and NICs counts the MSI/MSI-X IRQs and
+          those served only on another NUMA node (C(remote), C(remote_cpus)). C(irqbalance) says whether it runs;
+          C(numa_nodes), C(multi_node), C(online_cpus), C(host_bridges) (host bridge -> NUMA node) and C(hostname).
+      returned: always
+      type: dict
     pci:
       description: The PCI functions selected by O(pci_selector) and their PCI Express settings.
       returned: always
@@ -918,6 +932,18 @@ verification:
       elements: str
       returned: always
       sample: [cpufreq.driver]
+    exports:
+      description:
+        - The knob families' documents for programs, file name -> JSON document (the C(gpu_locality) family's
+          C(topology.json)); the role writes each beside the host's reports as C(<host>.<file name>).
+      type: dict
+      returned: always
+    sections:
+      description:
+        - The knob families' own sections of the Markdown report, C({family, title, markdown}) each.
+      type: list
+      elements: dict
+      returned: always
     junit:
       description:
         - The JUnit classification, C({cases, tests, failures, errors, skipped}); each case is C({classname, name,

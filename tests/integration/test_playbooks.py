@@ -417,7 +417,7 @@ def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
         assert "[madvise]" in fh.read()
     # One line per family for journald.
     families = [ln.split(":")[1].strip() for ln in run.stdout.splitlines()]
-    assert families == ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "thp"]
+    assert families == ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "thp", "gpu_locality"]
     # The udev form touches one device only.
     fresh2 = build_node(tmp_path / "fresh2", cpus=2, gpus=2)
     run = run_boot_runner(tuned, fresh2, "--only-mrrs", "--bdf", "0000:61:00.0")

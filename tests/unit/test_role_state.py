@@ -79,13 +79,14 @@ def test_tags_select_persistent_concerns_from_the_registry():
     def names(only, skip=None):
         return [c.name for c in role_state.selected_concerns("persistent", only, skip)]
 
-    assert names(None) == ["sysctl", "kmod", "cmdline", "boot_unit", "udev"]
+    assert names(None) == ["sysctl", "kmod", "cmdline", "gpu_locality", "boot_unit", "udev"]
+    assert names(["locality"]) == ["gpu_locality", "boot_unit"]
     assert names(["mrrs"]) == ["boot_unit", "udev"]
     # The families that re-apply at boot select the boot unit (ACS and GPU settings included).
     assert names(["acs"]) == ["cmdline", "boot_unit"] and names(["gpu_settings"]) == ["boot_unit"]
     assert names(["sysctl"]) == ["sysctl"] and names(["thp"]) == ["boot_unit"]
     assert names(["cpufreq"]) == ["cmdline", "boot_unit"]
-    assert names(["persistent"], ["udev", "boot_unit"]) == ["sysctl", "kmod", "cmdline"]
+    assert names(["persistent"], ["udev", "boot_unit"]) == ["sysctl", "kmod", "cmdline", "gpu_locality"]
 
 
 def test_combinations_no_spec_can_express():

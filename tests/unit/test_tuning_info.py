@@ -16,8 +16,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import facts as fac
 from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
-SECTIONS = ["cpu", "cpufreq", "cpuidle", "kernel", "kernel_log", "memory", "modules", "nvidia", "os", "pci", "pcie_acs",
-            "sysctl"]
+SECTIONS = ["cpu", "cpufreq", "cpuidle", "gpu_locality", "kernel", "kernel_log", "memory", "modules", "nvidia", "os",
+            "pci", "pcie_acs", "sysctl"]
 CPU = "sys/devices/system/cpu"
 
 

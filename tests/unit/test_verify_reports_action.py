@@ -144,3 +144,24 @@ def test_the_documentation_stub_matches_the_argument_spec():
     assert {k: (v["type"], v.get("required", False)) for k, v in options.items()} == {
         k: (v["type"], v.get("required", False)) for k, v in ARGUMENT_SPEC.items()}
     assert set(yaml.safe_load(stub.RETURN)) == {"dir", "files"}
+
+
+def test_a_familys_export_is_written_beside_the_host_reports(tmp_path):
+    """Family.export documents (gpu_locality's topology.json) become <host>.<name>, as sorted, indented JSON."""
+    document = {"schema": "gpunode.tuning/topology", "gpus": {"b": 1, "a": 2}}
+    result = dict(result_of(), exports={"topology.json": document})
+    res = run_action({"dir": str(tmp_path), "result": result})
+    path = tmp_path / (HOST + ".topology.json")
+    assert res["files"][str(path)] == "created"
+    assert path.read_text() == ('{\n  "gpus": {\n    "a": 2,\n    "b": 1\n  },\n'
+                                '  "schema": "gpunode.tuning/topology"\n}\n')
+    assert json.loads((tmp_path / (HOST + ".json")).read_text())["exports"] == result["exports"]
+    again = run_action({"dir": str(tmp_path), "result": result})
+    assert again["changed"] is False
+
+
+@pytest.mark.parametrize("name", ["../escape.json", "topology.yml", ".hidden.json", "a/b.json"])
+def test_an_export_name_that_is_no_plain_json_file_name_fails_before_any_write(tmp_path, name):
+    with pytest.raises(AnsibleActionFail, match="is not a file name ending in .json"):
+        run_action({"dir": str(tmp_path / "r"), "result": dict(result_of(), exports={name: {}})})
+    assert not (tmp_path / "r").exists()
