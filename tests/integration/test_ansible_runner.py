@@ -62,18 +62,20 @@ def test_rollout_through_ansible_runner_reads_back_from_artifacts(tmp_path):
     assert proc.returncode == 0
 
     evs = events(artifacts)
-    ok = [(e["event_data"]["host"], e["event_data"]["task_action"]) for e in evs if e["event"] == "runner_on_ok"]
+    ok = [e["event_data"] for e in evs if e["event"] == "runner_on_ok"]
+    # The collection's tasks that ran a module on the node (the precheck says it ran none: module_runs 0).
+    node = [(d["host"], d["task"]) for d in ok if d["task_action"].startswith("gpunode.tuning.")
+            and (d.get("res") or {}).get("module_runs", 1) > 0]
+    verify_task = "Read the node and verify it against the desired state"
     hosts = [simfleet.host_name(n) for n in (1, 2)]
-    for host in hosts:  # every host tuned (its families) and verified, as events AWX would record
-        assert (host, "gpunode.tuning.tuning_info") in ok, host
-        assert sum(1 for h, a in ok if h == host and a.startswith("gpunode.tuning.")) >= 6, host
-    # The canary batch (sim-0001) is health-checked, tuned and verified (two tuning_info calls: the
-    # health gate's, which is also its connection check, and verification's) before the other host starts.
-    order = [h for h, a in ok if a == "gpunode.tuning.tuning_info"]
-    assert order[:2] == ["sim-0001", "sim-0001"], order
-    canary_verified = [i for i, (h, a) in enumerate(ok) if h == "sim-0001" and a == "gpunode.tuning.tuning_info"][1]
-    first_other = next(i for i, (h, a) in enumerate(ok) if h != "sim-0001" and a.startswith("gpunode.tuning."))
-    assert canary_verified < first_other, ok
+    for host in hosts:  # every host health-checked, tuned and verified, as events AWX would record
+        tasks = [t for h, t in node if h == host]
+        assert verify_task in tasks and "Check the health of the host's GPUs" in tasks, tasks
+        assert len(tasks) == 3, tasks  # the health gate, the runtime flow, verification: one module run each
+    # The canary batch (sim-0001) is health-checked, tuned and verified before the other host starts.
+    canary_verified = node.index(("sim-0001", verify_task))
+    first_other = next(i for i, (h, _t) in enumerate(node) if h != "sim-0001")
+    assert canary_verified < first_other, node
     assert evs[-1]["event"] == "playbook_on_stats"
     assert set(evs[-1]["event_data"]["ok"]) >= set(hosts)
     assert not evs[-1]["event_data"]["failures"]
