@@ -36,11 +36,13 @@ def rollout_host_result(state):
 
 
 def rollout_gate(results, batch, canary, max_fail_percentage):
-    return rollout.batch_gate(plain(list(results)), int(batch), bool(canary), float(max_fail_percentage))
+    """The batch gate; ``{}`` (not null: before ansible-core 2.19 a template's null is "") when it passes."""
+    return rollout.batch_gate(plain(list(results)), int(batch), bool(canary), float(max_fail_percentage)) or {}
 
 
 def rollout_summary(results, hosts, stopped, config, generated_at):
-    summ = rollout.summary(plain(list(hosts)), plain(list(results)), plain(stopped), plain(config), str(generated_at))
+    summ = rollout.summary(plain(list(hosts)), plain(list(results)), plain(stopped) or None, plain(config),
+                           str(generated_at))
     summ["lines"] = rollout.summary_lines(summ)
     return summ
 
