@@ -23,7 +23,9 @@ import simfleet  # noqa: E402  (tools/ is put on sys.path above)
 import simnode  # noqa: E402
 from conftest import tree_digest  # noqa: E402
 
-VENV_BIN = os.path.join(REPO, ".venv", "bin")
+# The ansible-core under test: GPUNODE_ANSIBLE_BIN names a virtual environment's bin directory
+# (tests/matrix/run.sh points it at each version's); by default the shared .venv.
+VENV_BIN = os.environ.get("GPUNODE_ANSIBLE_BIN") or os.path.join(REPO, ".venv", "bin")
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 # What a tune run plans on a node; none of it may appear on the controller.
 HOST_PATHS = ["/etc/sysctl.d/90-gpunode-tuning.conf", "/etc/default/grub.d/60-gpunode-tuning.cfg",

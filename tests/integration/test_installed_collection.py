@@ -1,0 +1,106 @@
+"""The collection as a user installs it, on the ansible-core under test (GPUNODE_ANSIBLE_BIN).
+
+The tarball of ``ansible-galaxy collection build``, installed with ``ansible-galaxy collection
+install`` into a collections path of its own, its playbooks run by their FQCNs from a directory
+outside the checkout (no ansible.cfg of ours, no .collections link), against a simulated node:
+the steps of docs/compatibility.md. The dependencies of galaxy.yml are the ones the environment
+already has, as the ``ansible`` package from PyPI brings them: the install must accept them and
+not ask Galaxy (unreachable here), which it only does while galaxy.yml's ranges hold them.
+
+The version matrix (scripts/matrix.py) runs this file on every supported ansible-core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from test_playbooks import (  # noqa: E402  (the directory is put on sys.path above)
+    JOURNAL,
+    RECAP,
+    REPO,
+    VENV_BIN,
+    build_node,
+    read_mrrs,
+    snapshot,
+    tree_changes,
+    write_inventory,
+)
+
+GPUS = ["0000:41:00.0", "0000:61:00.0"]
+DEPENDENCIES = ("ansible.posix", "ansible.utils", "community.general")
+
+
+def user_env(collections):
+    """A user's shell: the venv on PATH, the collections path of the install, no ansible.cfg (cwd has none)."""
+    env = dict(os.environ)
+    env.pop("ANSIBLE_CONFIG", None)
+    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+    env["ANSIBLE_COLLECTIONS_PATH"] = collections
+    env["ANSIBLE_NOCOLOR"] = "1"
+    return env
+
+
+def run(cwd, collections, *cmd):
+    proc = subprocess.run([os.path.join(VENV_BIN, cmd[0]), *cmd[1:]], cwd=cwd, env=user_env(collections),
+                          capture_output=True, text=True, timeout=600, check=False)
+    proc.recap = {m.group(1): int(m.group(3)) for m in RECAP.finditer(proc.stdout)}
+    return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(working directory, collections path) with the collection installed from its tarball."""
+    base = tmp_path_factory.mktemp("installed")
+    collections = str(base / "collections")
+    build = run(str(base), collections, "ansible-galaxy", "collection", "build", "--output-path", str(base), REPO)
+    assert build.returncode == 0, build.stdout + build.stderr
+    tarball = re.search(r"Created collection for gpunode\.tuning at (\S+\.tar\.gz)", build.stdout).group(1)
+    install = run(str(base), collections, "ansible-galaxy", "collection", "install", "-p", collections, tarball)
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert "gpunode.tuning:" in install.stdout and "was installed successfully" in install.stdout, install.stdout
+    for name in DEPENDENCIES:  # found in the environment, within galaxy.yml's range: Galaxy not asked
+        assert re.search(r"'%s:[^']+' is already installed, skipping" % re.escape(name), install.stdout), install.stdout
+    manifest = os.path.join(collections, "ansible_collections", "gpunode", "tuning", "MANIFEST.json")
+    assert os.path.isfile(manifest) and not os.path.islink(os.path.dirname(manifest))
+    return str(base), collections
+
+
+def test_verify_and_runtime_tuning_from_the_installed_tarball(installed, tmp_path):
+    cwd, collections = installed
+    root = build_node(tmp_path / "node", cpus=8, gpus=2)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"node1": root})
+    before = snapshot(root)
+
+    audit = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.verify")
+    assert audit.returncode == 2, audit.stdout[-4000:] + audit.stderr[-2000:]  # the untuned node drifts
+    assert "does not support Ansible version" not in audit.stderr  # meta/runtime.yml admits this core
+    with open(os.path.join(cwd, "reports", "node1.json"), encoding="utf-8") as fh:
+        assert json.load(fh)["status"] == "fail"
+    assert tree_changes(before, snapshot(root)) == []
+
+    tuned = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.tune", "--tags", "runtime")
+    assert tuned.returncode == 0, tuned.stdout[-6000:] + tuned.stderr[-2000:]
+    assert tuned.recap["node1"] >= 4
+    assert [read_mrrs(root, bdf) for bdf in GPUS] == [4096, 4096]
+    assert os.path.isfile(os.path.join(root, JOURNAL))
+
+    again = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.tune", "--tags", "runtime")
+    assert again.returncode == 0 and again.recap["node1"] == 0, again.stdout[-4000:]
+
+    verified = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.verify")
+    with open(os.path.join(cwd, "reports", "node1.json"), encoding="utf-8") as fh:
+        report = json.load(fh)
+    # What runtime tuning cannot do: the driver switch needs the persistent flow and a reboot.
+    assert verified.returncode == 2 and report["failures"] == ["1 drifted: cpufreq driver"], report["failures"]
+
+    rollback = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.rollback")
+    assert rollback.returncode == 0, rollback.stdout[-4000:] + rollback.stderr[-2000:]
+    assert tree_changes(before, snapshot(root)) == []
