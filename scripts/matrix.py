@@ -20,8 +20,10 @@ is needed.
 ``test`` runs MATRIX_TESTS (the flows that matter, from tests/integration) once per version with
 GPUNODE_ANSIBLE_BIN set to that environment's bin directory, MATRIX_JOBS versions at a time
 (default 2: the machine's cores), and prints one line per version; logs go to reports/matrix/.
-The full integration suite runs on the shared .venv (the newest version) in its own stage.
-Environment: MATRIX_JOBS, PYTHON (the interpreter for the environments; default this one).
+The full integration suite runs on the shared .venv (the newest version) in its own stage, so on
+the newest version only the installed-tarball test runs here (MATRIX_NEWEST=all: every one).
+Environment: MATRIX_JOBS, MATRIX_NEWEST, PYTHON (the interpreter for the environments; default
+this one).
 """
 
 from __future__ import annotations
@@ -52,26 +54,42 @@ LOGS = os.path.join(REPO, "reports", "matrix")
 # Bump to rebuild every environment when what setup does changes.
 SETUP_REVISION = "1"
 
-# The flows that matter on every version, on simulated nodes (pytest node ids). The full suite
-# runs on the newest version in the integration stage.
+# The collection installed from its tarball into the environment as it is: the one test whose
+# result depends on what the environment holds besides ansible-core.
+INSTALLED_TEST = "tests/integration/test_installed_collection.py"
+# The flows that matter on every version, on simulated nodes (pytest node ids). On the newest
+# version only INSTALLED_TEST runs here (MATRIX_NEWEST=all: every one): the integration stage runs
+# the full suite, these included, with the same ansible-core and collection versions (.venv, whose
+# pins tests/unit/test_version_matrix.py holds equal to the newest version's).
 MATRIX_TESTS = [
     # runtime + persistent in check mode write nothing
     "tests/integration/test_playbooks.py::test_check_mode_writes_nothing",
-    # the precheck: bad values named before any change
+    # the precheck: bad values named before any change, by every playbook; unknown names warned about
     "tests/integration/test_playbooks.py::test_bad_values_fail_validation_before_any_change",
+    *("tests/integration/test_precheck.py::test_" + name for name in (
+        "bad_variable_is_one_short_line", "every_playbook_names_the_variable_its_value_and_what_is_allowed",
+        "an_empty_or_relative_root_plans_nothing", "unknown_variable_warns_with_the_nearest_name",
+        "unknown_variable_fails_when_strict")),
     # runtime, idempotent rerun (changed=0), rollback byte-identical
     "tests/integration/test_playbooks.py::test_runtime_is_idempotent_and_rollback_restores_the_tree",
     # runtime + persistent + verify, persistent rerun (changed=0), rollback removes every file
     "tests/integration/test_playbooks.py::test_persistent_then_rollback_removes_every_file",
-    # verify: states, kernel-log classes, reports, exit status, the tuning_facts redirect
-    "tests/integration/test_verify.py",
+    # verify: states, kernel-log classes, reports, exit status (one tuning run, one verify run),
+    # the tuning_facts redirect (plugin routing), one module run per host (a callback plugin counts)
+    *("tests/integration/test_verify.py::test_" + name for name in (
+        "verify_leaves_every_node_byte_identical", "exit_status_is_nonzero_when_a_host_drifts",
+        "applied_after_runtime_tuning", "pending_reboot_from_the_grub_dropin", "drifted_on_the_untuned_audited_node",
+        "not_applicable_on_tiny_vm", "kernel_log_classes", "kernel_log_counts_from_boot_after_a_reboot",
+        "a_host_that_errors_is_reported", "junit_parses_as_testsuite_testcase", "markdown_reports_read_well",
+        "fleet_summary_lists_failing_and_missing_hosts_first", "tuning_facts_still_works_redirected_with_a_deprecation",
+        "verification_is_one_module_run_on_the_node")),
     # the rollout: canary and batches, the batch gate, the health gate, the measure gate
     "tests/integration/test_rollout.py::test_default_runtime_rollout_passes_an_acpi_cpufreq_fleet_canary_first",
     "tests/integration/test_rollout.py::test_failing_canary_stops_the_rollout",
     "tests/integration/test_rollout.py::test_unhealthy_canary_is_not_tuned_and_stops_the_rollout",
     "tests/integration/test_rollout_measure_gate.py",
     # the tarball installed with ansible-galaxy, its playbooks run by FQCN outside the checkout
-    "tests/integration/test_installed_collection.py",
+    INSTALLED_TEST,
 ]
 SUMMARY = re.compile(r"^=* ?(\d+ (?:passed|failed|error|errors|skipped|deselected)[^=]*?)=*$", re.M)
 
@@ -263,7 +281,8 @@ def test_version(version, tests):
     env = dict(os.environ, GPUNODE_ANSIBLE_BIN=bin_dir(version))
     # Each version's pytest its own base temp: pytest prunes other numbered runs under the shared one.
     basetemp = tempfile.mkdtemp(prefix="gpunode-matrix-%s." % version)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", basetemp, *tests]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=10", "--basetemp", basetemp,
+           *tests]
     start = time.monotonic()
     with open(logfile, "w", encoding="utf-8") as handle:
         handle.write("$ GPUNODE_ANSIBLE_BIN=%s %s\n" % (bin_dir(version), " ".join(cmd)))
@@ -282,8 +301,10 @@ def test(selected, tests, jobs):
     held = setup(selected)
     log("environments ready in %.0f s; running %d test selection(s) on %s, %d at a time"
         % (time.monotonic() - start, len(tests), ", ".join(selected), jobs))
+    newest = versions()[-1]
+    newest_tests = tests if os.environ.get("MATRIX_NEWEST") == "all" else [INSTALLED_TEST]
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(lambda v: test_version(v, tests), selected))
+        results = list(pool.map(lambda v: test_version(v, newest_tests if v == newest else tests), selected))
     failed = []
     for version, rc, seconds, summary in results:
         status = "passed" if rc == 0 else "FAILED"
