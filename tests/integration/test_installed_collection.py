@@ -7,18 +7,23 @@ the steps of docs/compatibility.md. The dependencies of galaxy.yml are the ones 
 already has, as the ``ansible`` package from PyPI brings them: the install must accept them and
 not ask Galaxy (unreachable here), which it only does while galaxy.yml's ranges hold them.
 
-The version matrix (scripts/matrix.py) runs this file on every supported ansible-core.
+A second node's modules run with Python 3.8, the managed node's floor, where this machine has one
+(pyenv's), so the floor is held on every controller version. The version matrix
+(scripts/matrix.py) runs this file on every supported ansible-core.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,6 +41,34 @@ from test_playbooks import (  # noqa: E402  (the directory is put on sys.path ab
 
 GPUS = ["0000:41:00.0", "0000:61:00.0"]
 DEPENDENCIES = ("ansible.posix", "ansible.utils", "community.general")
+
+
+def python38():
+    """A Python 3.8 that runs (a pyenv shim of a version not selected does not), or None."""
+    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    candidates = [shutil.which("python3.8"), *pyenv]
+    for path in filter(None, candidates):
+        probe = subprocess.run([path, "-c", "import sys; assert sys.version_info[:2] == (3, 8)"], capture_output=True,
+                               check=False)
+        if probe.returncode == 0:
+            return path
+    return None
+
+
+def fleet(tmp_path):
+    """{host: root} and the inventory: node1 with the controller's Python, node38 with 3.8 if there is one."""
+    roots = {"node1": build_node(tmp_path / "node1", cpus=8, gpus=2)}
+    inventory = write_inventory(tmp_path / "hosts.yml", roots)
+    py38 = python38()
+    if py38:
+        roots["node38"] = build_node(tmp_path / "node38", cpus=8, gpus=2)
+        with open(inventory, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+        data["all"]["children"]["gpunodes"]["hosts"]["node38"] = {"gpunode_tuning_root": roots["node38"],
+                                                                    "ansible_python_interpreter": py38}
+        with open(inventory, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(data, fh)
+    return roots, inventory
 
 
 def user_env(collections):
@@ -73,34 +106,42 @@ def installed(tmp_path_factory):
     return str(base), collections
 
 
+def reports(cwd, roots):
+    out = {}
+    for host in roots:
+        with open(os.path.join(cwd, "reports", host + ".json"), encoding="utf-8") as fh:
+            out[host] = json.load(fh)
+    return out
+
+
 def test_verify_and_runtime_tuning_from_the_installed_tarball(installed, tmp_path):
     cwd, collections = installed
-    root = build_node(tmp_path / "node", cpus=8, gpus=2)
-    inventory = write_inventory(tmp_path / "hosts.yml", {"node1": root})
-    before = snapshot(root)
+    roots, inventory = fleet(tmp_path)
+    before = {host: snapshot(root) for host, root in roots.items()}
 
     audit = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.verify")
-    assert audit.returncode == 2, audit.stdout[-4000:] + audit.stderr[-2000:]  # the untuned node drifts
+    assert audit.returncode == 2, audit.stdout[-4000:] + audit.stderr[-2000:]  # the untuned nodes drift
     assert "does not support Ansible version" not in audit.stderr  # meta/runtime.yml admits this core
-    with open(os.path.join(cwd, "reports", "node1.json"), encoding="utf-8") as fh:
-        assert json.load(fh)["status"] == "fail"
-    assert tree_changes(before, snapshot(root)) == []
+    assert all(r["status"] == "fail" for r in reports(cwd, roots).values())
+    assert all(tree_changes(before[host], snapshot(root)) == [] for host, root in roots.items())
 
     tuned = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.tune", "--tags", "runtime")
     assert tuned.returncode == 0, tuned.stdout[-6000:] + tuned.stderr[-2000:]
-    assert tuned.recap["node1"] >= 4
-    assert [read_mrrs(root, bdf) for bdf in GPUS] == [4096, 4096]
-    assert os.path.isfile(os.path.join(root, JOURNAL))
+    for host, root in roots.items():
+        assert tuned.recap[host] >= 4, host
+        assert [read_mrrs(root, bdf) for bdf in GPUS] == [4096, 4096], host
+        assert os.path.isfile(os.path.join(root, JOURNAL)), host
 
     again = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.tune", "--tags", "runtime")
-    assert again.returncode == 0 and again.recap["node1"] == 0, again.stdout[-4000:]
+    assert again.returncode == 0 and set(again.recap.values()) == {0}, again.stdout[-4000:]
 
     verified = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.verify")
-    with open(os.path.join(cwd, "reports", "node1.json"), encoding="utf-8") as fh:
-        report = json.load(fh)
+    assert verified.returncode == 2
     # What runtime tuning cannot do: the driver switch needs the persistent flow and a reboot.
-    assert verified.returncode == 2 and report["failures"] == ["1 drifted: cpufreq driver"], report["failures"]
+    for host, report in reports(cwd, roots).items():
+        assert report["failures"] == ["1 drifted: cpufreq driver"], (host, report["failures"])
 
     rollback = run(cwd, collections, "ansible-playbook", "-i", inventory, "gpunode.tuning.rollback")
     assert rollback.returncode == 0, rollback.stdout[-4000:] + rollback.stderr[-2000:]
-    assert tree_changes(before, snapshot(root)) == []
+    for host, root in roots.items():
+        assert tree_changes(before[host], snapshot(root)) == [], host
