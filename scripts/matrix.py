@@ -318,7 +318,7 @@ def test(selected, tests, jobs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("command", choices=["test", "setup", "bin", "versions"])
     parser.add_argument("versions", nargs="*", help="default: every version of requirements/matrix-*.txt")
     args = parser.parse_args(argv)
