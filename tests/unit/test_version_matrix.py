@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -53,3 +55,13 @@ def test_galaxy_ranges_are_checked_like_galaxy_reads_them():
     assert not matrix.in_range("1.6.1", ">=1.6.2,<3.0.0")
     assert not matrix.in_range("3.0.0", ">=1.6.2,<3.0.0")
     assert matrix.in_range("8.6.8", "*")
+
+
+def test_every_matrix_test_exists():
+    # A renamed or removed integration test must not silently leave the matrix.
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           *matrix.MATRIX_TESTS], cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    collected = [line for line in proc.stdout.splitlines() if "::" in line]
+    for test in matrix.MATRIX_TESTS:
+        assert any(line == test or line.startswith((test + "::", test + "[")) for line in collected), test
