@@ -64,8 +64,8 @@ def fleet(tmp_path):
         roots["node38"] = build_node(tmp_path / "node38", cpus=8, gpus=2)
         with open(inventory, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
-        data["all"]["children"]["gpunodes"]["hosts"]["node38"] = {"gpunode_tuning_root": roots["node38"],
-                                                                    "ansible_python_interpreter": py38}
+        hosts = data["all"]["children"]["gpunodes"]["hosts"]
+        hosts["node38"] = {"gpunode_tuning_root": roots["node38"], "ansible_python_interpreter": py38}
         with open(inventory, "w", encoding="utf-8") as fh:
             yaml.safe_dump(data, fh)
     return roots, inventory
