@@ -10,7 +10,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 
 # Stages of `make test`, run in this order; each is a target below. Adding a stage is one
 # line, e.g. `TEST_STAGES += test-molecule`.
-TEST_STAGES := lint unit integration sanity
+TEST_STAGES := lint unit integration matrix sanity
 TEST_STAGES += test-molecule
 TEST_STAGES += test-vm
 
@@ -27,7 +27,7 @@ help:
 	@echo "make setup-tests  the same plus every test stage's apt packages"
 	@echo "make demo     setup, then run tools/demo.py"
 	@echo "make test     setup, then every stage: $(TEST_STAGES)"
-	@echo "make lint | unit | integration | sanity | test-molecule | bench | clean | distclean"
+	@echo "make lint | unit | integration | matrix | sanity | test-molecule | bench | clean | distclean"
 
 setup:
 	@scripts/setup.sh
@@ -65,8 +65,22 @@ INTEGRATION_WORKERS ?= 2
 integration: $(SETUP_TESTS)
 	@$(PY) -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) tests/integration
 
+# The flows that matter (scripts/matrix.py MATRIX_TESTS) on every supported ansible-core, each in
+# its own environment under .cache/matrix (created on first use from requirements/matrix-*.txt,
+# then cached; no apt package), two versions at a time. One version: make matrix MATRIX_VERSIONS=2.16
+matrix: $(SETUP_TESTS)
+	@$(PY) scripts/matrix.py test $(MATRIX_VERSIONS)
+
+# ansible-test sanity with the newest supported ansible-core (.venv) and with the oldest (its
+# matrix environment): each ansible-core brings its own ansible-test.
 sanity: $(SETUP_TESTS)
-	@scripts/sanity.sh $(SANITY_ARGS)
+	@rc=0; scripts/sanity.sh $(SANITY_ARGS) || rc=$$?; \
+	oldest=$$($(PY) scripts/matrix.py versions | head -n 1); \
+	echo "=== sanity with ansible-core $$oldest"; \
+	if bin=$$($(PY) scripts/matrix.py bin "$$oldest"); then \
+		GPUNODE_ANSIBLE_BIN=$$bin scripts/sanity.sh $(SANITY_ARGS) || rc=$$?; \
+	else rc=1; fi; \
+	exit $$rc
 
 # Molecule scenarios in podman, both Debian releases; images are built once and cached
 # (docs/molecule.md). One scenario: make test-molecule MOLECULE_SCENARIOS=default

@@ -4,19 +4,25 @@
 # reached through a symlink, so the files are copied into a temporary tree of that shape.
 # Extra arguments go to ansible-test, e.g. `scripts/sanity.sh --test validate-modules`.
 # The results (tests/output) are copied to reports/sanity/ for inspection.
+# GPUNODE_ANSIBLE_BIN: the bin directory of another ansible-core's environment, whose ansible-test
+# runs instead of .venv's (`scripts/matrix.py bin 2.16`); results then go to reports/sanity-2.16.19/.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 REPO=$PWD
-VENV=$REPO/.venv
-[[ -x $VENV/bin/ansible-test ]] || {
-    echo "sanity: $VENV/bin/ansible-test missing; run scripts/setup.sh" >&2
+BIN=${GPUNODE_ANSIBLE_BIN:-$REPO/.venv/bin}
+[[ -x $BIN/ansible-test ]] || {
+    echo "sanity: $BIN/ansible-test missing; run scripts/setup.sh (or scripts/matrix.py setup)" >&2
     exit 1
 }
-export PATH=$VENV/bin:$PATH
+export PATH=$BIN:$PATH
+RESULTS=reports/sanity
+if [[ -n ${GPUNODE_ANSIBLE_BIN:-} ]]; then
+    RESULTS=reports/sanity-$("$BIN/python" -c 'from ansible.release import __version__; print(__version__)')
+fi
 
 # Test the venv's Python only: without --python ansible-test tries every pyenv shim.
-PY_VERSION=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+PY_VERSION=$("$BIN/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpunode-sanity.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -33,9 +39,9 @@ git ls-files -z --cached --others --exclude-standard |
 rc=0
 (cd "$COLLECTION" && ansible-test sanity --python "$PY_VERSION" --color no "$@") || rc=$?
 
-rm -rf reports/sanity
+rm -rf "$RESULTS"
 if [[ -d $COLLECTION/tests/output ]]; then
     mkdir -p reports
-    cp -r "$COLLECTION/tests/output" reports/sanity
+    cp -r "$COLLECTION/tests/output" "$RESULTS"
 fi
 exit "$rc"

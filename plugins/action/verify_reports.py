@@ -35,7 +35,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import report_files
 
 try:  # ansible-core 2.19+: template text from a file is rendered only once trusted
     from ansible.template import trust_as_template
-except ImportError:  # 2.17, 2.18: every string is a template
+except ImportError:  # 2.16 to 2.18: every string is a template
     def trust_as_template(value):
         return value
 
@@ -95,7 +95,7 @@ class ActionModule(ActionBase):
         if hasattr(self._templar, "evaluate_expression"):  # ansible-core 2.19+: options per template call
             templar = self._templar.copy_with_new_env(searchpath=[TEMPLATES], available_variables=variables)
             return templar.template(text, escape_backslashes=False, overrides=JINJA_OPTIONS)
-        from ansible.template import AnsibleEnvironment  # noqa: PLC0415  (2.17/2.18 only; gone from 2.19's API)
+        from ansible.template import AnsibleEnvironment  # noqa: PLC0415  (2.16 to 2.18 only; gone from 2.19's API)
 
         templar = self._templar.copy_with_new_env(environment_class=AnsibleEnvironment, searchpath=[TEMPLATES],
                                                   available_variables=variables, **JINJA_OPTIONS)

@@ -30,7 +30,9 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 import simfleet  # noqa: E402  (tools/ is put on sys.path above)
 import simnode  # noqa: E402
 
-VENV_BIN = os.path.join(REPO, ".venv", "bin")
+# The ansible-core under test: GPUNODE_ANSIBLE_BIN names a virtual environment's bin directory
+# (tests/matrix/run.sh points it at each version's); by default the shared .venv.
+VENV_BIN = os.environ.get("GPUNODE_ANSIBLE_BIN") or os.path.join(REPO, ".venv", "bin")
 JOURNAL = "var/lib/gpunode-tuning/journal.json"
 
 

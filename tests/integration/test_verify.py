@@ -23,7 +23,9 @@ sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 import simnode  # noqa: E402
 from conftest import tree_digest  # noqa: E402
 
-VENV_BIN = os.path.join(REPO, ".venv", "bin")
+# The ansible-core under test: GPUNODE_ANSIBLE_BIN names a virtual environment's bin directory
+# (tests/matrix/run.sh points it at each version's); by default the shared .venv.
+VENV_BIN = os.environ.get("GPUNODE_ANSIBLE_BIN") or os.path.join(REPO, ".venv", "bin")
 JOURNAL = "var/lib/gpunode-tuning/journal.json"
 UPTIME = 86400.0  # simnode's /proc/uptime; the journal marker of a runtime tuning carries it
 
