@@ -17,7 +17,7 @@ description:
   - V(precheck) runs nothing on the node; its result holds the desired state.
   - V(runtime) runs every knob family the run's tags select (C(--tags mrrs), C(--skip-tags cstate), the
     flow's own tag V(runtime), or none) in one M(gpunode.tuning.tuning_apply) run on the node. A family
-    that fails does not stop the others, and does not fail this task: RV(failed_families) names it and the
+    that fails does not stop the others, and does not fail this task; RV(failed_families) names it and the
     role fails the host once, at the end of the flow.
   - V(rollback) restores what the journal holds for every selected family, in the same one module run.
   - Meant for the role (C(roles/tuning/tasks)): it reads the role's variables from the task's variables.
