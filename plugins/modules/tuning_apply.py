@@ -11,8 +11,8 @@ description:
   - Runs each family in O(families), in the order given, with the options its own module takes
     (M(gpunode.tuning.setpci_mrrs), M(gpunode.tuning.pcie_acs), M(gpunode.tuning.cpu_cstate),
     M(gpunode.tuning.cpu_freq), M(gpunode.tuning.kernel_tunables), M(gpunode.tuning.kmod_optional),
-    M(gpunode.tuning.gpu_settings), M(gpunode.tuning.kernel_cmdline)): the same family code, validated and
-    completed with the same argument spec, in one Python process on the node.
+    M(gpunode.tuning.gpu_settings), M(gpunode.tuning.kernel_cmdline)). It is the same family code, validated
+    and completed with the same argument spec, in one Python process on the node.
   - Each family is isolated. One that fails (bad options, a device that refuses a write, kernel lockdown) or
     crashes is recorded with its message and the next family still runs; the module fails at the end naming
     every failed family, and returns every family's result either way.

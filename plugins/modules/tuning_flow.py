@@ -19,7 +19,12 @@ description:
     flow's own tag V(runtime), or none) in one M(gpunode.tuning.tuning_apply) run on the node. A family
     that fails does not stop the others, and does not fail this task; RV(failed_families) names it and the
     role fails the host once, at the end of the flow.
-  - V(rollback) restores what the journal holds for every selected family, in the same one module run.
+  - V(persistent) writes the selected persistent concerns (sysctl drop-in, module drop-ins, kernel arguments,
+    boot unit, udev rule, the GPU locality export) in one M(gpunode.tuning.tuning_persist) run.
+  - V(rollback) removes them (one M(gpunode.tuning.tuning_persist) run) and restores what the journal holds
+    for every selected family (one M(gpunode.tuning.tuning_apply) run).
+  - V(verify) reads the node and judges it against the whole desired state in one M(gpunode.tuning.tuning_info)
+    run; V(health) judges the GPUs' health alone (the rollout's health gate).
   - Meant for the role (C(roles/tuning/tasks)): it reads the role's variables from the task's variables.
 author:
   - gpunode.tuning contributors (@gpunode)
@@ -28,16 +33,20 @@ options:
     description: The flow to run.
     type: str
     required: true
-    choices: [precheck, runtime, rollback]
+    choices: [precheck, runtime, persistent, rollback, verify, health]
   entry_point:
     description:
       - The role entry point whose options the variables are checked against; default the flow's own (V(main)
         for V(precheck)).
     type: str
+  gate:
+    description: With V(verify), the verdict's gate (V(full), or V(runtime) for the runtime rollout).
+    type: str
+    default: full
   include_persistent:
     description:
-      - With V(rollback), also remove the persistent artifacts (V(false): only restore the journal, as the
-        rollout's measure gate does for the runtime flow).
+      - With V(rollback), also remove the persistent artifacts. V(false) only restores the journal, as the
+        rollout's measure gate does for the runtime flow.
     type: bool
     default: true
 attributes:
