@@ -37,7 +37,7 @@ options:
         required: true
       options:
         description:
-          - The options of the family's module, for example V({restore: true}) to restore the journal.
+          - The options of the family's module, for example C(restore=true) to restore the journal.
         type: dict
         default: {}
   journal:

@@ -25,7 +25,7 @@ description:
     for every selected family (one M(gpunode.tuning.tuning_apply) run).
   - V(verify) reads the node and judges it against the whole desired state in one M(gpunode.tuning.tuning_info)
     run; V(health) judges the GPUs' health alone (the rollout's health gate).
-  - Meant for the role (C(roles/tuning/tasks)): it reads the role's variables from the task's variables.
+  - Meant for the role (C(roles/tuning/tasks)). It reads the role's variables from the task's variables.
 author:
   - gpunode.tuning contributors (@gpunode)
 options:
