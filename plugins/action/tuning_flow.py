@@ -111,15 +111,14 @@ class ActionModule(ActionBase):
                     "module_runs": 0,
                     "skip_reason": "no knob family of this flow is selected by the tags or has anything to do"}
         module_args = {"families": requests, "root": values["gpunode_tuning_root"],
-                       "journal": values["gpunode_tuning_journal"]}
+                       "journal": values["gpunode_tuning_journal"], "fail_on_error": False}
         result = self._execute_module(module_name="gpunode.tuning.tuning_apply", module_args=module_args,
                                       task_vars=task_vars)
         for key in ("families", "failed_families", "summary"):
             result.setdefault(key, {})
         result["module_runs"] = 1
-        if result.get("failed") and result["failed_families"]:
+        if result["failed_families"]:
             # The families' failures are the flow's to report, after every family ran (family_failures.yml).
-            result["failed"] = False
             result["msg"] = "knob families failed: %s" % ", ".join(result["failed_families"])
         return result
 
@@ -143,7 +142,8 @@ class ActionModule(ActionBase):
                     "skip_reason": "no persistent concern is selected by the tags"}
         module_args = {"state": "absent" if remove else "present", "concerns": [c.name for c in concerns],
                        "desired": desired, "settings": role_state.persist_settings(values),
-                       "root": values["gpunode_tuning_root"], "journal": values["gpunode_tuning_journal"]}
+                       "root": values["gpunode_tuning_root"], "journal": values["gpunode_tuning_journal"],
+                       "fail_on_error": False}
         try:
             if not remove and "boot_unit" in module_args["concerns"]:
                 tmp = self._connection._shell.tmpdir or self._make_tmp_path()
@@ -160,8 +160,7 @@ class ActionModule(ActionBase):
         result["module_runs"] = 1
         # Named as the family failures of the other flows are, for the summary that ends the role.
         result["families"] = {"persistent " + name: r for name, r in result["concerns"].items()}
-        if result.get("failed") and result["failed_concerns"]:
-            result["failed"] = False
+        if result["failed_concerns"]:
             result["msg"] = "persistent concerns failed: %s" % ", ".join(result["failed_concerns"])
         return result
 

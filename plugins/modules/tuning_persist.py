@@ -49,6 +49,12 @@ options:
     description: Journal of original values (the V(kmod) concern loads the modules it persists, as at runtime).
     type: str
     default: /var/lib/gpunode-tuning/journal.json
+  fail_on_error:
+    description:
+      - Fail the task when a concern failed (after every other one ran). V(false) returns ok with the failures in
+        RV(failed_concerns), for a caller that reports them itself (the role fails the host once, at the end of a flow).
+    type: bool
+    default: true
 extends_documentation_fragment:
   - gpunode.tuning.node
   - gpunode.tuning.node.attributes
@@ -92,6 +98,7 @@ ARGUMENT_SPEC = dict(
     settings=dict(type="dict", default={}),
     runner_src=dict(type="path"),
     journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
+    fail_on_error=dict(type="bool", default=True),
     **NODE_ARGUMENT_SPEC,
 )
 
@@ -125,7 +132,7 @@ def main():
                reboot_required=bool((results.get("cmdline") or {}).get("reboot_required")))
     if module._diff:
         out["diff"] = flow.diffs(results)
-    if out["failed_concerns"]:
+    if out["failed_concerns"] and module.params["fail_on_error"]:
         module.fail_json(msg="these persistent concerns failed (every other concern ran): %s"
                          % " | ".join("%s: %s" % kv for kv in out["failed_concerns"].items()), **out)
     module.exit_json(**out)

@@ -161,3 +161,75 @@ def test_rollout_stops_before_the_first_batch(tmp_path):
     assert "value of gpunode_tuning_thp_mode must be one of: always, madvise, never, got: sometimes" in proc.stdout
     assert "Count the batch" not in proc.stdout
     assert {h: tree_digest(r) for h, r in nodes.items()} == before
+
+
+# Issue 22, class 1 and the role-level cases of class 4: everything that can be judged without the node is
+# refused by the precheck, before any family ran (on 1752866 each of these applied the other families first,
+# or wrote the value into a file).
+NODE_FREE = [
+    ({"gpunode_tuning_mrrs_bdfs": ["bogus"]}, "value of gpunode_tuning_mrrs_bdfs: 'bogus' is not a PCI address"),
+    ({"gpunode_tuning_mrrs_class_prefixes": ["030"]},
+     "value of gpunode_tuning_mrrs_class_prefixes: class prefix '030'"),
+    ({"gpunode_tuning_gpu_power_limits": {"bogus": 300}}, "value of gpunode_tuning_gpu_power_limits: 'bogus'"),
+    ({"gpunode_tuning_gpu_locked_clocks": {"min": 1500}},
+     "value of gpunode_tuning_gpu_locked_clocks: locked_clocks must be a map {min: MHz, max: MHz}"),
+    ({"gpunode_tuning_cstate_disable": ["C2;reboot"]}, "value of gpunode_tuning_cstate_disable: idle state name"),
+    ({"gpunode_tuning_cstate_cpus": "0-3,x"}, "value of gpunode_tuning_cstate_cpus: cpulist '0-3,x' is invalid"),
+    ({"gpunode_tuning_sysctl_extra": {"vm swappiness": 1}}, "sysctl key 'vm swappiness' is invalid"),
+    ({"gpunode_tuning_sysctl_extra": {"vm.swappiness": -5}}, "vm.swappiness: value '-5' is not accepted"),
+    ({"gpunode_tuning_kmod_modules": [{"name": "-r"}]}, "value of gpunode_tuning_kmod_modules: module name '-r'"),
+    ({"gpunode_tuning_cmdline_args": ["pci=disable_acs_redir=ZZZZ:00:01.1"]}, "gpunode_tuning_cmdline_args"),
+    ({"gpunode_tuning_acs": "disable_redirect", "gpunode_tuning_acs_persist": "kernel_arg",
+      "gpunode_tuning_cmdline_enabled": False},
+     "gpunode_tuning_acs_persist: kernel_arg needs gpunode_tuning_cmdline_enabled: true"),
+    ({"gpunode_tuning_report_dir": "reports\nx"}, "value of gpunode_tuning_report_dir must be a directory path"),
+]
+
+
+@pytest.mark.parametrize("extra, expected", NODE_FREE, ids=[next(iter(e)).replace("gpunode_tuning_", "")
+                                                            for e, _x in NODE_FREE])
+def test_what_needs_no_node_is_refused_before_any_family_runs(node, extra, expected):
+    root, inventory = node
+    digest = tree_digest(root)
+    proc = run("tune.yml", inventory, "-e", json.dumps(extra))
+    assert_nothing_done(proc, root, digest)
+    text = failure_text(proc)
+    assert "bad variable(s), nothing was changed" in text and expected in text, text[-3000:]
+
+
+# Issue 22, class 2: nonsense batch settings are refused before any host is touched (on 1752866 0 and -1
+# became one batch of every host, "0%" batches of one, "abc" crashed ansible-playbook with rc 250).
+@pytest.mark.parametrize("extra, variable", [
+    ({"gpunode_tuning_rollout_batch": 0}, "gpunode_tuning_rollout_batch"),
+    ({"gpunode_tuning_rollout_batch": -1}, "gpunode_tuning_rollout_batch"),
+    ({"gpunode_tuning_rollout_batch": "0%"}, "gpunode_tuning_rollout_batch"),
+    ({"gpunode_tuning_rollout_batch": "-50%"}, "gpunode_tuning_rollout_batch"),
+    ({"gpunode_tuning_rollout_batch": "abc"}, "gpunode_tuning_rollout_batch"),
+    ({"gpunode_tuning_rollout_batch": [1, "abc"]}, "gpunode_tuning_rollout_batch"),
+    ({"gpunode_tuning_rollout_max_fail_percentage": "abc"}, "gpunode_tuning_rollout_max_fail_percentage"),
+], ids=["batch-0", "batch-minus-1", "batch-0pct", "batch-minus-50pct", "batch-abc", "batch-list-abc", "maxfail-abc"])
+def test_the_rollout_refuses_nonsense_batch_settings_before_any_host(node, extra, variable):
+    root, inventory = node
+    digest = tree_digest(root)
+    proc = run("rollout.yml", inventory, "-e", json.dumps(extra))
+    assert proc.returncode not in (0, 250), proc.stdout[-3000:]
+    assert "Unexpected Exception" not in proc.stdout + proc.stderr
+    assert "bad rollout setting(s), nothing was changed: %s must be" % variable in proc.stdout, proc.stdout[-3000:]
+    assert tree_digest(root) == digest
+
+
+def test_what_needs_the_node_stays_that_familys_failure_and_the_others_are_applied(tmp_path):
+    # 0-999 is a well-formed cpulist: only the node can say that it has 4 CPUs.
+    root = str(tmp_path / "node")
+    simnode.build(root, "audited-epyc-8gpu", cpus=4, gpus=1)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "children": {"gpunodes": {"hosts": {"sim-cpus": {"gpunode_tuning_root": root}}}},
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python"),
+                 "gpunode_tuning_cstate_cpus": "0-999"}}}))
+    proc = run("tune.yml", str(inventory), "--tags", "runtime")
+    assert proc.returncode != 0
+    text = failure_text(proc)
+    assert "failed for these knob families (every other family ran): cpuidle: cpus='0-999'" in text, text[-3000:]
+    with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), encoding="utf-8") as handle:
+        assert handle.read().strip() == "0"  # the other families were applied
