@@ -24,6 +24,7 @@ author:
   - gpunode.tuning contributors (@gpunode)
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 options:
   persistence:
@@ -112,7 +113,7 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_settings
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, gpu_settings
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
@@ -124,6 +125,7 @@ ARGUMENT_SPEC = dict(
     application_clocks=dict(type="dict"),
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 

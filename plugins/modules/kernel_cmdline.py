@@ -25,6 +25,7 @@ author:
   - gpunode.tuning contributors (@gpunode)
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 options:
   arguments:
@@ -187,7 +188,7 @@ changed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline, family
+from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline, command, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 ARGUMENT_SPEC = dict(
@@ -198,6 +199,7 @@ ARGUMENT_SPEC = dict(
     update_bootloader=dict(type="bool", default=True),
     iommu_mode=dict(type="str", choices=list(bootcmdline.iommu.MODES), default="unmanaged"),
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 

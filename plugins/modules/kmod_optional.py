@@ -29,6 +29,7 @@ author:
   - gpunode.tuning contributors (@gpunode)
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 options:
   name:
@@ -255,7 +256,7 @@ log:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, kmod
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, kmod
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
@@ -272,6 +273,7 @@ ARGUMENT_SPEC = dict(
     )),
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 

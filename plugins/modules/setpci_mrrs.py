@@ -82,6 +82,7 @@ options:
     default: false
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 notes:
   - Needs root (only the first 64 bytes of config space are readable otherwise; the message
@@ -207,7 +208,7 @@ setpci_calls:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, pcie
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
@@ -223,6 +224,7 @@ def build_module():
     )
     argument_spec.update(JOURNAL_ARGUMENT_SPEC)
     argument_spec.update(NODE_ARGUMENT_SPEC)
+    argument_spec.update(command.ARGUMENT_SPEC)
     return AnsibleModule(
         argument_spec=argument_spec,
         supports_check_mode=True,
