@@ -8,6 +8,8 @@ Molecule scenarios, benchmarks and the demo exercise the real code paths (includ
 Usage::
 
     tools/simnode.py build --preset audited-epyc-8gpu DIR [--cpus N] [--gpus N] [--kmsg-records N]
+    tools/simnode.py build --preset audited-epyc-8gpu DIR --smi-driver r470 --smi-mode hang --smi-ansi \
+        --gpu-fault dead=2 --benchmark hang      # the real quirks: an older driver, a wedged GPU, ...
     tools/simnode.py list
 
 Presets are x86_64 (AMD EPYC, Intel Xeon, a VM) or arm64 (``grace-arm64-4gpu``: psci_idle,

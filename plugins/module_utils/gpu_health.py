@@ -23,7 +23,13 @@ Severities (the state of each row; ``drifted`` fails verification):
   hardware slowdown, hardware thermal slowdown and power brake fail; others are reported.
   ``driver_version``: reported. Persistence mode: the ``gpu.persistence_mode`` row.
 - ``xid``: the codes in ``SERIOUS_XIDS`` fail, the others are reported.
-- ``dcgm_diag``: a failing ``dcgmi diag -r 1`` fails; dcgmi missing is ``unsupported``.
+- ``dcgm_diag``: a failing ``dcgmi diag -r 1`` fails (any test whose result or GPU line is Fail, DCGM 3.x and
+  4.x tables); dcgmi missing is ``unsupported``.
+- ``responding``: a GPU whose config space reads all 0xff (vendor id ffff) fails, named.
+- ``nvidia_smi``: on a node with NVIDIA GPUs on the bus, an nvidia-smi that hangs, fails (exit 9, a lost
+  GPU) or answers something that does not match the query fails; the health gate of a rollout with it.
+- one ``unsupported`` row per health field the driver does not know (``nvidia_smi.query``'s ``missing``),
+  named by the field; the rows that need only such fields are left out, the others are judged.
 
 Plain Python (3.8+), no Ansible import.
 """
@@ -550,8 +556,9 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
     The nvidia-smi and DCGM answers are ``verify_node.gpu_probe``'s result, taken from ``ctx.gpu``
     or else ``facts["gpu_probe"]`` (absent: the rows that need them are left out): ``health``
-    ({rc, stdout, stderr} of ``HEALTH_ARGS``) and ``dcgm`` when they ran. No rows when ``desired``
-    has no ``gpu_health`` key; ``{}`` asks for the checks without an expected count or DCGM.
+    (``nvidia_smi.query``'s {rc, stdout, stderr, timed_out, fields, missing}; without ``fields``, the
+    columns of ``HEALTH_FIELDS``) and ``dcgm`` when they ran. No rows when ``desired`` has no
+    ``gpu_health`` key; ``{}`` asks for the checks without an expected count or DCGM.
     """
     if NAME not in (desired or {}):
         return []  # not part of the desired state (the role always asks; tuning_info alone may not)
