@@ -127,3 +127,14 @@ def test_an_ansi_underlined_topology_still_names_each_broken_pair(build_node):
     rows = p2p.evaluate(facts, {"gpu_p2p": {}}, type("Ctx", (), {"gpu": probe})())
     assert len(rows) == 28 and {r["state"] for r in rows} == {"drifted"}  # 8 GPUs behind redirecting ports
     assert "ACS redirect is on above GPU0 (0000:01:00.0) (bridge 0000:00:01.1)" in rows[0]["reason"]
+
+
+def test_gpu_settings_refuses_an_nvidia_smi_that_lists_no_gpu_while_gpus_are_on_the_bus(build_node, run_module):
+    # Before: ok, changed=false, no GPU read, nothing set. An nvidia-smi that answers nothing with rc 0.
+    root = build_node(cpus=2)
+    smi = os.path.join(root, "usr/bin/nvidia-smi")
+    with open(smi, "w") as fh:
+        fh.write("#!/bin/sh\nexit 0\n")
+    os.chmod(smi, 0o755)
+    result, failed = run_module("gpu_settings", {"persistence": True, "root": root})
+    assert failed and "nvidia-smi lists no GPU while 8 NVIDIA GPU(s) are on the PCI bus" in result["msg"]
