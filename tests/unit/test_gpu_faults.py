@@ -133,6 +133,7 @@ def test_gpu_settings_refuses_an_nvidia_smi_that_lists_no_gpu_while_gpus_are_on_
     # Before: ok, changed=false, no GPU read, nothing set. An nvidia-smi that answers nothing with rc 0.
     root = build_node(cpus=2)
     smi = os.path.join(root, "usr/bin/nvidia-smi")
+    os.makedirs(os.path.dirname(smi), exist_ok=True)
     with open(smi, "w") as fh:
         fh.write("#!/bin/sh\nexit 0\n")
     os.chmod(smi, 0o755)
