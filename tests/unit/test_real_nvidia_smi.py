@@ -236,3 +236,13 @@ def test_a_lost_gpu_stops_the_conversation_and_is_named(real, name, bdf):
     # The same line inside an answer with rc 0 (other GPUs still listed) is an answer that does not match.
     rows, unparsed = nvidia_smi.parse_csv(text, list(gpu_health.HEALTH_FIELDS))
     assert rows == [] and unparsed == [text.strip()]
+
+
+def test_a_gpu_the_driver_lists_but_the_bus_no_longer_shows_fails_the_count(real):
+    text = project(real("smi-query-gpu-h200-590.48.01.txt").text, gpu_health.HEALTH_FIELDS)
+    facts = facts_with(["0000:41:00.0"])  # the bus shows another GPU; the driver's 0000:83:00.0 is gone from it
+    facts["gpu_probe"] = answered(text, gpu_health.HEALTH_FIELDS)
+    row = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}["gpu_count"]
+    assert row["state"] == "drifted"
+    assert "listed by the driver (nvidia-smi) but no longer on the PCI bus: 0000:83:00.0" in row["reason"]
+    assert "on the bus but not listed by the driver (nvidia-smi): 0000:41:00.0" in row["reason"]
