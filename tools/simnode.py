@@ -1223,10 +1223,12 @@ def apply_gpu_faults(p: Preset, funcs: list, faults: dict) -> set:
 # The drivers the stand-in can play (build(smi_driver=...)): the field set it knows and its version.
 # "r470": an R470-era driver, before the clocks_event_reasons rename (it knows only clocks_throttle_reasons.*)
 # and without remapped_rows.*; it refuses an unknown field as the real one does (exit 2, message on stdout).
-SMI_DRIVERS = {"current": None, "r470": {"version": "470.256.02", "drop": ("clocks_event_reasons.active",
-                                                                        "remapped_rows.pending",
-                                                                        "remapped_rows.failure"),
-                                         "add": {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}}}
+SMI_DRIVERS = {
+    "current": None,
+    "r470": {"version": "470.256.02",
+             "drop": ("clocks_event_reasons.active", "remapped_rows.pending", "remapped_rows.failure"),
+             "add": {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}},
+}
 # How the stand-in answers (build(smi_mode=...)): "answer" as a healthy driver, "hang" never (a wedged GPU),
 # "exit9" exit 9 "couldn't communicate with the NVIDIA driver", "garbled" a query answer one column short.
 SMI_MODES = ("answer", "hang", "exit9", "garbled")

@@ -395,9 +395,7 @@ def _answer_row(facts: dict, gpus: list, unparsed: list, fields) -> dict | None:
     problems = []
     if unparsed:
         problems.append(nvidia_smi.mismatch(unparsed, list(fields)))
-    lost = _each(gpus, lambda g: "answers %s for %s" % ("/".join(sorted({g[f] for f in nvidia_smi.lost_fields(g)})),
-                                                       ", ".join(nvidia_smi.lost_fields(g)))
-                 if nvidia_smi.lost_fields(g) else "")
+    lost = _each(gpus, _lost_cells)
     problems += lost
     if not problems:
         return None
@@ -589,3 +587,11 @@ def health_findings(result: dict) -> list:
                                      % type(result).__name__)
     return ["%s: %s" % (s["id"], s.get("reason") or s["state"]) for s in result.get("settings") or []
             if s.get("family") == NAME and s.get("state") in ("drifted", "pending_reboot")]
+
+
+def _lost_cells(gpu: dict[str, str]) -> str:
+    """What a GPU answered where it lost its values (``[GPU is lost]``, ``[Unknown Error]``), "" when none."""
+    lost = nvidia_smi.lost_fields(gpu)
+    if not lost:
+        return ""
+    return "answers %s for %s" % ("/".join(sorted({gpu[f] for f in lost})), ", ".join(lost))

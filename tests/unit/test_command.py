@@ -34,7 +34,7 @@ def test_a_hanging_command_and_its_children_are_killed_at_the_timeout_and_named(
     assert result[2] == "nvidia-smi did not answer within 1 s: a wedged GPU or driver; it was killed"
     assert command.failure("nvidia-smi --query-gpu", result) == result[2]
     child = int(pidfile.read_text())
-    for _ in range(50):  # the whole process group went, the grandchild too
+    for _attempt in range(50):  # the whole process group went, the grandchild too
         try:
             os.kill(child, 0)
         except ProcessLookupError:

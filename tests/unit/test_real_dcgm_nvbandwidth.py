@@ -65,9 +65,8 @@ def test_a_diagnostic_that_could_not_run_prints_no_table_and_fails(real):
 
 
 def test_a_dcgmi_that_hangs_is_named_as_a_hang():
-    row = gpu_health.dcgm_row({"rc": 124, "stdout": "", "stderr": "dcgmi did not answer within 600 s: a wedged GPU, "
-                                                                   "or nv-hostengine not answering; it was killed",
-                               "timed_out": True})
+    said = "dcgmi did not answer within 600 s: a wedged GPU, or nv-hostengine not answering; it was killed"
+    row = gpu_health.dcgm_row({"rc": 124, "stdout": "", "stderr": said, "timed_out": True})
     assert row["state"] == "drifted" and row["reason"].startswith("dcgmi did not answer within 600 s")
 
 

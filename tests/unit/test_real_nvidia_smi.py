@@ -81,7 +81,7 @@ def test_a_query_for_the_r465_driver_never_asks_a_field_it_refuses(real):
         bad = [n for n in names if n not in known]
         if bad:
             return command.Result(2, 'Field "%s" is not a valid field to query.\n\n' % bad[0], "")
-        return command.Result(0, ", ".join("0" for _ in names) + "\n", "")
+        return command.Result(0, ", ".join("0" for _name in names) + "\n", "")
     answer = nvidia_smi.query(run, "nvidia-smi", gpu_health.HEALTH_FIELDS, known)
     assert len(seen) == 1 and answer["rc"] == 0
     assert answer["missing"] == ["remapped_rows.pending", "remapped_rows.failure"]
