@@ -130,8 +130,8 @@ def test_rollout_marks_every_sick_host_unhealthy_and_goes_on_with_the_others(tmp
     assert summary["stopped"] is None, summary["stopped"]
     results = by_host(summary)
     assert results["healthy"]["status"] == "done" and results["healthy"]["verification"] == "pass"
-    sick = ("hang", "exit9", "dead")
-    assert {h: results[h]["status"] for h in sick} == dict.fromkeys(sick, "unhealthy")
+    unhealthy = ("hang", "exit9", "dead")
+    assert {h: results[h]["status"] for h in unhealthy} == dict.fromkeys(unhealthy, "unhealthy")
     assert results["hang"]["findings"] == [
         "gpu_health.nvidia_smi: nvidia-smi did not answer within 2 s: a wedged GPU or driver; it was killed"]
     assert any("couldn't communicate with the NVIDIA driver" in f for f in results["exit9"]["findings"])
