@@ -8,6 +8,8 @@ Molecule scenarios, benchmarks and the demo exercise the real code paths (includ
 Usage::
 
     tools/simnode.py build --preset audited-epyc-8gpu DIR [--cpus N] [--gpus N] [--kmsg-records N]
+    tools/simnode.py build --preset audited-epyc-8gpu DIR --smi-driver r470 --smi-mode hang --smi-ansi \
+        --gpu-fault dead=2 --benchmark hang      # the real quirks: an older driver, a wedged GPU, ...
     tools/simnode.py list
 
 Presets are x86_64 (AMD EPYC, Intel Xeon, a VM) or arm64 (``grace-arm64-4gpu``: psci_idle,
@@ -62,6 +64,7 @@ class PciFunction:
     subsystem_device: int = 0
     revision: int = 0xA1
     parent: str | None = None  # bdf of the upstream bridge, None for a root-complex device
+    dead: bool = False  # fell off the bus: config space reads all 0xff (sysfs keeps vendor and class)
 
 
 IDLE_ACPI_EPYC = [
@@ -788,9 +791,10 @@ def write_kmsg(tree: _Tree, messages, extra_records: int = 0) -> None:
     tree.write("dev/kmsg", "".join(lines).encode())
 
 
-def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = None,
+def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = None,  # noqa: PLR0913
           kmsg_records: int = 0, nvidia_smi: bool = False, gpu_faults: dict | None = None,
-          iommu: str | None = None, vfio: list | None = None, benchmark: str | None = None) -> dict:
+          iommu: str | None = None, vfio: list | None = None, benchmark: str | None = None,
+          smi_driver: str = "current", smi_mode: str = "answer", smi_ansi: bool = False) -> dict:
     """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
 
     ``nvidia_smi``: ship a node-local nvidia-smi stand-in (``usr/bin``) answering from its own
@@ -798,7 +802,10 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     ``nvidia_smi``). ``iommu``: an active IOMMU whose groups have this default domain type
     (``identity``, ``DMA``, ``DMA-FQ``); ``vfio``: BDFs bound to vfio-pci (a ``driver`` link).
     ``benchmark``: ship the benchmark stand-in ``usr/bin/gpunode-sim-bench`` (``normal``: tuning
-    raises its number; ``inverse``: tuning lowers it), for the rollout's measure gate.
+    raises its number; ``inverse``: tuning lowers it; ``hang``: it never answers), for the rollout's measure gate.
+    ``smi_driver`` (``SMI_DRIVERS``: ``r470`` an older driver's field set), ``smi_mode`` (``SMI_MODES``: ``hang``,
+    ``exit9``, ``garbled``) and ``smi_ansi`` (the ANSI-underlined topo header of drivers 590-610) shape the
+    nvidia-smi stand-in and imply ``nvidia_smi``; a ``dead`` GPU fault reads all 0xff from config space.
     Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
     """
     if preset not in PRESETS:
@@ -817,6 +824,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     funcs = build_pci_topology(p)
     faults = {k: list(v) for k, v in (gpu_faults or {}).items()}
     missing = apply_gpu_faults(p, funcs, faults)  # before the first write: a bad fault writes nothing
+    _smi_driver(p, smi_driver, smi_mode, smi_ansi)  # likewise for a bad stand-in option
     check_iommu_vfio(funcs, iommu, vfio)
     if benchmark is not None and benchmark not in BENCHMARK_KINDS:
         raise ValueError(f"benchmark {benchmark!r} is not one of {', '.join(BENCHMARK_KINDS)}")
@@ -830,8 +838,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     write_kmsg(t, p.kmsg, extra_records=kmsg_records)
     _write_standard_dirs(t, p)
     write_modprobe(t, p)
-    if nvidia_smi or faults:
-        write_nvidia_smi(t, p, funcs, faults, missing)
+    if nvidia_smi or faults or (smi_driver, smi_mode, smi_ansi) != ("current", "answer", False):
+        write_nvidia_smi(t, p, funcs, faults, missing, smi_driver, smi_mode, smi_ansi)
     write_iommu_vfio(t, p, funcs, iommu, vfio)
     write_locality(t, p, funcs)
     if benchmark is not None:
@@ -952,7 +960,8 @@ def _write_pci(t: _Tree, funcs: list) -> None:
 
     for f in funcs:
         d = device_dir(f)
-        t.write(f"{d}/config", config_space(f))
+        cfg = config_space(f)
+        t.write(f"{d}/config", b"\xff" * len(cfg) if f.dead else cfg)
         t.write(f"{d}/vendor", f"0x{f.vendor:04x}")
         t.write(f"{d}/device", f"0x{f.device:04x}")
         t.write(f"{d}/class", f"0x{f.class_code:06x}")
@@ -1074,6 +1083,7 @@ GPU_FAULTS = {
     "row_remap_pending": "nvidia-smi reports a remapped row pending (a GPU reset activates it)",
     "xid79": "the kernel log has Xid 79 (GPU has fallen off the bus) for the GPU",
     "driver_missing": "the GPU is on the PCI bus but nvidia-smi does not list it",
+    "dead": "the GPU fell off the bus: its config space reads all 0xff (lspci: rev ff), nvidia-smi does not list it",
 }
 SMI_STATE = "var/lib/simnode/nvidia-smi.json"
 SMI_IDLE_CLOCK = 180  # MHz: the graphics clock of an idle, unlocked GPU in the stand-in
@@ -1081,9 +1091,11 @@ SMI_IDLE_CLOCK = 180  # MHz: the graphics clock of an idle, unlocked GPU in the 
 # Stand-in for nvidia-smi on a simulated node (written by tools/simnode.py): the subset the
 # collection uses, answered from and written to the node's own table (SMI_STATE), never a GPU.
 NVIDIA_SMI_SCRIPT = r'''#!/usr/bin/env python3
-import json, os, sys
+import json, os, sys, time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STATE = os.path.join(ROOT, "@STATE@")
+DRIVER = json.loads(@DRIVER@)  # {fields, mode, ansi}: the driver this stand-in plays (simnode SMI_DRIVERS)
+ALIASES = {"pci.bus_id": "gpu_bus_id", "name": "gpu_name", "index": "gpu_index"}
 UNITS = {"power.limit": " W", "power.default_limit": " W", "power.max_limit": " W", "power.min_limit": " W",
          "utilization.gpu": " %"}
 UNITS.update({k: " MHz" for k in ("clocks.current.graphics", "clocks.applications.graphics",
@@ -1113,14 +1125,29 @@ def selected(gpus, ids):
     return chosen
 
 
-def query(gpus, fields, fmt):
+def query(gpus, fields, fmt, known):
     names = fields.split(",")
     for name in names:
-        if gpus and name not in gpus[0]:
-            fail('Field "%s" is not a valid field to query.' % name)
+        if name not in known:  # as the real one: the message on stdout, stderr empty, exit 2
+            print('Field "%s" is not a valid field to query.' % name)
+            print("")
+            sys.exit(2)
     for g in gpus:
-        vals = [g[n] + ("" if "nounits" in fmt else UNITS.get(n, "")) for n in names]
+        vals = [g.get(n, "[N/A]") + ("" if "nounits" in fmt else UNITS.get(n, "")) for n in names]
+        if DRIVER.get("mode") == "garbled":
+            vals = vals[:-1]  # an answer that does not match the query: one column short
         print(", ".join(vals))
+
+
+def help_query_gpu(known):
+    """The field list in nvidia-smi's format: a quoted name (aliases joined by "or"), its description."""
+    print('List of valid properties to query for the switch "--query-gpu":')
+    print("")
+    for name in sorted(known):
+        alias = ALIASES.get(name)
+        print('"%s"' % name + (' or "%s"' % alias if alias else ""))
+        print("The %s of the GPU (simulated)." % name)
+        print("")
 
 
 def acs_redirect(bus_id):
@@ -1165,6 +1192,8 @@ def affinity(g):
 def topo(gpus, args):
     n = len(gpus)
     kind = args[args.index("-p2p") + 1] if "-p2p" in args and args.index("-p2p") + 1 < len(args) else None
+    if DRIVER.get("ansi"):
+        return topo_ansi(gpus, kind)
     extra = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"] if "-m" in args else []
     print("\t" + "\t".join(["GPU%d" % i for i in range(n)] + extra))
     for i in range(n):
@@ -1200,10 +1229,45 @@ def clocks(g, key, value):
         print("All done.")
 
 
+def topo_ansi(gpus, kind):
+    """As drivers 590-610 print it: the header row underlined with ANSI escapes even into a pipe."""
+    n = len(gpus)
+    if kind is None:
+        head = "\t".join("GPU%d" % i for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+        print("\t\x1b[4m" + head + "\x1b[0m")
+        for i in range(n):
+            print("GPU%d\t" % i + "\t".join(" X " if i == j else "NODE" for j in range(n)) + "\t"
+                  + "\t".join(affinity(gpus[i])))
+        print("\nLegend:\n\n  X    = Self\n  NODE = Connection traversing PCIe as well as the interconnect "
+              "between PCIe Host Bridges within a NUMA node")
+        return 0
+    print(" \t\x1b[4m" + "\t".join("GPU%d" % i for i in range(n)) + "\t\x1b[0m")
+    for i in range(n):
+        print(" GPU%d\t" % i + "\t".join("X" if i == j else p2p_cell(gpus, i, j, kind) for j in range(n)) + "\t")
+    print("\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n  GNS  = GPU not supported"
+          "\n  TNS  = Topology not supported\n  NS   = Not supported\n  DR   = Disabled by regkey\n  U    = Unknown")
+    return 0
+
+
+def misbehave():
+    """The driver's failure modes: a wedged GPU (never answers), a driver user space cannot reach (exit 9)."""
+    if DRIVER.get("mode") == "hang":
+        while True:
+            time.sleep(3600)
+    if DRIVER.get("mode") == "exit9":
+        msg = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+               "latest NVIDIA driver is installed and running.")
+        print(msg + "\n")
+        sys.stderr.write(msg + "\n")
+        sys.exit(9)
+
+
 def main(argv):
+    misbehave()
     with open(STATE) as fh:
         table = json.load(fh)
     gpus = table["gpus"]
+    known = set(DRIVER.get("fields") or (gpus[0] if gpus else {}))
     ids = fields = fmt = None
     action = None
     i = 0
@@ -1225,11 +1289,13 @@ def main(argv):
             action = (a, "")
         elif a == "topo":
             return topo(gpus, argv[i + 1:])
+        elif a == "--help-query-gpu":
+            return help_query_gpu(known)
         else:
             fail("Invalid combination of input arguments: %s" % a)
         i += 1
     if fields:
-        return query(selected(gpus, ids), fields, fmt or "csv")
+        return query(selected(gpus, ids), fields, fmt or "csv", known)
     if action is None:
         fail("this stand-in answers --query-gpu, topo, -pm, -pl, -lgc, -rgc, -ac and -rac only")
     key, value = action
@@ -1297,15 +1363,58 @@ def apply_gpu_faults(p: Preset, funcs: list, faults: dict) -> set:
         for f in (gpus[i], by_bdf.get(gpus[i].parent)):
             if f is not None:
                 f.link_width = 8
+    for i in faults.get("dead", ()):
+        gpus[i].dead = True
     for i in faults.get("xid79", ()):
         p.kmsg.append((3, f"NVRM: Xid (PCI:{gpus[i].bdf[:-2]}): 79, pid='<unknown>', name=<unknown>, "
                           "GPU has fallen off the bus."))
-    return set(faults.get("driver_missing", ()))
+    return set(faults.get("driver_missing", ())) | set(faults.get("dead", ()))
 
 
-def write_nvidia_smi(t: _Tree, p: Preset, funcs: list, faults: dict, missing: set) -> None:
+# The drivers the stand-in can play (build(smi_driver=...)): the field set it knows and its version.
+# "r470": an R470-era driver, before the clocks_event_reasons rename (it knows only clocks_throttle_reasons.*)
+# and without remapped_rows.*; it refuses an unknown field as the real one does (exit 2, message on stdout).
+SMI_DRIVERS = {
+    "current": None,
+    "r470": {"version": "470.256.02",
+             "drop": ("clocks_event_reasons.active", "remapped_rows.pending", "remapped_rows.failure"),
+             "add": {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}},
+}
+# How the stand-in answers (build(smi_mode=...)): "answer" as a healthy driver, "hang" never (a wedged GPU),
+# "exit9" exit 9 "couldn't communicate with the NVIDIA driver", "garbled" a query answer one column short.
+SMI_MODES = ("answer", "hang", "exit9", "garbled")
+
+
+def _smi_driver(p: Preset, smi_driver: str, smi_mode: str, smi_ansi: bool) -> dict:
+    """What the stand-in plays ({} for a current driver answering in the default format)."""
+    if smi_driver not in SMI_DRIVERS:
+        raise ValueError(f"smi_driver {smi_driver!r} is not one of {', '.join(SMI_DRIVERS)}")
+    if smi_mode not in SMI_MODES:
+        raise ValueError(f"smi_mode {smi_mode!r} is not one of {', '.join(SMI_MODES)}")
+    out = {}
+    if smi_mode != "answer":
+        out["mode"] = smi_mode
+    if smi_ansi:
+        out["ansi"] = True
+    return out
+
+
+def _driver_entry(entry: dict, driver: dict | None) -> dict:
+    """A table entry as an older driver reports it: its fields renamed or absent, its version."""
+    if not driver:
+        return entry
+    out = {k: v for k, v in entry.items() if k not in driver["drop"]}
+    out.update({new: entry[old] for new, old in driver["add"].items()})
+    out["driver_version"] = driver["version"]
+    return out
+
+
+def write_nvidia_smi(t: _Tree, p: Preset, funcs: list, faults: dict, missing: set, smi_driver: str = "current",
+                     smi_mode: str = "answer", smi_ansi: bool = False) -> None:
     """The node-local nvidia-smi (<root>/usr/bin) and its table, with the faults' fields set."""
     gpus = [f for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
+    driver = SMI_DRIVERS[smi_driver]
+    plays = _smi_driver(p, smi_driver, smi_mode, smi_ansi)
     table = []
     # nvidia-smi numbers GPUs in PCI bus order; fault indices follow build()'s gpu_bdfs.
     for i, f in sorted(enumerate(gpus), key=lambda item: item[1].bdf):
@@ -1314,15 +1423,16 @@ def write_nvidia_smi(t: _Tree, p: Preset, funcs: list, faults: dict, missing: se
         entry = gpu_table_entry(len(table), f.bdf, p)
         if i in faults.get("row_remap_pending", ()):
             entry["remapped_rows.pending"] = "Yes"
-        table.append(entry)
+        table.append(_driver_entry(entry, driver))
     t.write(SMI_STATE, json.dumps({"gpus": table}, indent=1))
     if "nvidia" in p.modules:  # the loaded kernel module's version, which nvidia-smi's must match
-        t.write("sys/module/nvidia/version", _driver_version(p))
+        t.write("sys/module/nvidia/version", driver["version"] if driver else _driver_version(p))
     script = NVIDIA_SMI_SCRIPT.replace("@STATE@", SMI_STATE).replace("@IDLE_CLOCK@", str(SMI_IDLE_CLOCK))
+    script = script.replace("@DRIVER@", repr(json.dumps(plays, sort_keys=True)))
     t.write("usr/bin/nvidia-smi", script.encode(), mode=0o755)
 
 
-BENCHMARK_KINDS = ("normal", "inverse")
+BENCHMARK_KINDS = ("normal", "inverse", "hang")
 BENCHMARK_BIN = "usr/bin/gpunode-sim-bench"
 
 # Stand-in for a node benchmark (the rollout's measure gate, gpunode_tuning_rollout_benchmark_command):
@@ -1331,7 +1441,7 @@ BENCHMARK_BIN = "usr/bin/gpunode-sim-bench"
 # off). The inverse kind prints 100 / that score, so tuning makes it WORSE. The node root is
 # GPUNODE_ROOT, else the directory two levels above this file's usr/bin.
 BENCH_SCRIPT = r"""#!/usr/bin/env python3
-import glob, os, sys
+import glob, os, sys, time
 ROOT = os.environ.get("GPUNODE_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KIND = "@KIND@"
 
@@ -1379,6 +1489,9 @@ def score(gpu):
     return value + 1.0
 
 
+if KIND == "hang":  # a benchmark that never finishes (a wedged GPU under load)
+    while True:
+        time.sleep(3600)
 total = 0.0
 for dev in sorted(glob.glob(os.path.join(ROOT, "sys/bus/pci/devices/*"))):
     cfg = config(dev)
@@ -1543,6 +1656,11 @@ def main(argv=None) -> int:
     b.add_argument("--nvidia-smi", action="store_true", help="ship a node-local nvidia-smi stand-in")
     b.add_argument("--gpu-fault", action="append", default=[], metavar="KIND=I[,J]",
                    help="a sick GPU (implies --nvidia-smi); kinds: " + ", ".join(GPU_FAULTS))
+    b.add_argument("--smi-driver", choices=sorted(SMI_DRIVERS), default="current",
+                   help="the driver the nvidia-smi stand-in plays (r470: no clocks_event_reasons, no remapped_rows)")
+    b.add_argument("--smi-mode", choices=SMI_MODES, default="answer",
+                   help="how the nvidia-smi stand-in answers (hang: never; exit9: driver unreachable)")
+    b.add_argument("--smi-ansi", action="store_true", help="ANSI-underlined topo header (drivers 590-610)")
     b.add_argument("--iommu", choices=IOMMU_TYPES, help="an active IOMMU, groups of this default domain type")
     b.add_argument("--vfio", action="append", default=[], metavar="BDF", help="bind this function to vfio-pci")
     b.add_argument("--benchmark", choices=BENCHMARK_KINDS,
@@ -1558,7 +1676,8 @@ def main(argv=None) -> int:
         faults = _parse_faults(args.gpu_fault)
         info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records,
                      nvidia_smi=args.nvidia_smi, gpu_faults=faults, iommu=args.iommu, vfio=args.vfio,
-                     benchmark=args.benchmark)
+                     benchmark=args.benchmark, smi_driver=args.smi_driver, smi_mode=args.smi_mode,
+                     smi_ansi=args.smi_ansi)
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2

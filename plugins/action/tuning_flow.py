@@ -111,7 +111,8 @@ class ActionModule(ActionBase):
                     "module_runs": 0,
                     "skip_reason": "no knob family of this flow is selected by the tags or has anything to do"}
         module_args = {"families": requests, "root": values["gpunode_tuning_root"],
-                       "journal": values["gpunode_tuning_journal"], "fail_on_error": False}
+                       "journal": values["gpunode_tuning_journal"], "fail_on_error": False,
+                       "command_timeouts": values.get("gpunode_tuning_command_timeouts")}
         result = self._execute_module(module_name="gpunode.tuning.tuning_apply", module_args=module_args,
                                       task_vars=task_vars)
         for key in ("families", "failed_families", "summary"):
@@ -143,7 +144,7 @@ class ActionModule(ActionBase):
         module_args = {"state": "absent" if remove else "present", "concerns": [c.name for c in concerns],
                        "desired": desired, "settings": role_state.persist_settings(values),
                        "root": values["gpunode_tuning_root"], "journal": values["gpunode_tuning_journal"],
-                       "fail_on_error": False}
+                       "fail_on_error": False, "command_timeouts": values.get("gpunode_tuning_command_timeouts")}
         try:
             if not remove and "boot_unit" in module_args["concerns"]:
                 tmp = self._connection._shell.tmpdir or self._make_tmp_path()

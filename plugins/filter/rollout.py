@@ -47,9 +47,9 @@ def rollout_summary(results, hosts, stopped, config, generated_at):
     return summ
 
 
-def rollout_benchmark(run, host, phase, bench=None):
+def rollout_benchmark(run, host, phase, bench=None, limit=None):
     """The benchmark run read (``value``, ``problem``) and merged into ``bench``; after tuning, its verdict."""
-    value, problem = rollout.benchmark_reading(_mapping("rollout_benchmark", run), str(host), str(phase))
+    value, problem = rollout.benchmark_reading(_mapping("rollout_benchmark", run), str(host), str(phase), limit)
     out = dict(plain(bench) or {})
     out[str(phase)] = value
     out = rollout.benchmark_verdict(out, problem) if phase == "after" else out

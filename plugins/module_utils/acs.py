@@ -19,9 +19,8 @@ import os
 import re
 import shutil
 import struct
-import subprocess
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, pcie, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_PCI_DEVICES,
@@ -61,6 +60,7 @@ ARGUMENT_SPEC = dict(
     journal=dict(type="str"),
     restore=dict(type="bool", default=False),
     root=dict(type="path", default="/"),
+    **command.ARGUMENT_SPEC,
 )
 # The desired-value options (what a preset may set for every node: preset_options).
 DESIRED_OPTIONS = ("mode", "vendor", "device", "class_prefixes", "bdfs")
@@ -176,6 +176,10 @@ def _read_bridge(bridge: str, path: str) -> dict:
             cfg = fh.read()
     except OSError as exc:
         entry.update(acs_state="unreadable", error="cannot read %s/config: %s" % (path, exc.strerror or exc))
+        return entry
+    dead = pcie.not_responding(cfg)
+    if dead:  # a bridge off the bus reads all ones: never written, named with its cause
+        entry.update(acs_state="unreadable", error=dead)
         return entry
     decoded = pcie.decode_pcie(cfg)
     entry["port_type"] = decoded["port_type"] if decoded else None
@@ -601,17 +605,11 @@ class _Finder:
         return shutil.which(name, path=_SYSTEM_PATH)
 
 
-def _run(argv: list) -> tuple:
-    env = dict(os.environ, LC_ALL="C", PATH=_SYSTEM_PATH)
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def boot(node: Node, want: dict) -> tuple:
     """Re-apply ``desired["pcie_acs"]`` at boot (firmware and the kernel set redirect again): ``(ok, message)``."""
     if (want.get("mode") or "disable_redirect") != "disable_redirect":
         return True, "mode %s: ACS is left as it is" % want.get("mode")
-    call = family.Call(params=dict(want, restore=False, journal=None), run_command=_run, lookup=_Finder())
+    call = family.Call(params=dict(want, restore=False, journal=None), run_command=family.run_argv, lookup=_Finder())
     try:
         result = execute(call, node, check_params(call.params), None, False)
     except family.FamilyError as exc:

@@ -19,7 +19,7 @@ import re
 import tempfile
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, iommu, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, cpufreq, iommu, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
@@ -585,6 +585,7 @@ ARGUMENT_SPEC = dict(
     update_bootloader=dict(type="bool", default=True),
     iommu_mode=dict(type="str", choices=list(iommu.MODES), default="unmanaged"),
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 def from_role(v: dict, shared: dict) -> dict:

@@ -38,6 +38,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import (
     DeviceSelector,
     decode_pcie,
     list_devices,
+    not_responding,
     pcie_bus_perf,
     read_config,
 )
@@ -356,18 +357,27 @@ def pci_facts(node: Node, selector: DeviceSelector) -> dict:
     """``pci``: the selected devices with their PCIe settings, decoded from config space."""
     devices = []
     present = set()
+    nvidia_gpus = []
+    default = DeviceSelector()
     for dev in list_devices(node):
         present.add(dev["bdf"])
+        if default.matches(dev):
+            nvidia_gpus.append(dev["bdf"])
         if not selector.matches(dev):
             continue
         entry = {k: dev[k] for k in ("bdf", "vendor", "device", "class", "numa_node")}
         entry.update(pcie=False, port_type=None, mps=None, mps_supported=None, mrrs=None,
                      link_speed=None, link_width=None, link_speed_capable=None, link_width_capable=None,
-                     error=None)
+                     error=None, responding=True)
         try:
             cfg = read_config(dev)
         except NodeError as exc:  # a device that vanished or is unreadable must not hide the others
             entry["error"] = str(exc)
+            devices.append(entry)
+            continue
+        dead = not_responding(cfg)
+        if dead:  # a GPU off the bus: all ones, no capability to decode
+            entry.update(error=dead, responding=False)
             devices.append(entry)
             continue
         if len(cfg) < 0x100:
@@ -393,6 +403,8 @@ def pci_facts(node: Node, selector: DeviceSelector) -> dict:
         "count": len(devices),
         "missing_bdfs": [b for b in (selector.bdfs or []) if b not in present],
         "devices": devices,
+        # Every NVIDIA GPU on the bus, selected or not (a GPU nvidia-smi lists that the bus no longer shows).
+        "nvidia_gpus": nvidia_gpus,
     }
 
 

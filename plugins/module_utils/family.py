@@ -12,10 +12,10 @@ Plain Python (3.8+), no Ansible import: the boot runner loads this on the node w
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from typing import Any, Callable, NamedTuple
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import command
 
 # The state of one setting in verification (docs/verify.md).
 STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
@@ -177,10 +177,18 @@ def warn_not_applicable(call: Call, reasons: dict) -> None:
 
 
 def module_call(module: Any) -> Call:
-    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible)."""
+    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible).
+
+    Commands run through ``command.runner`` (bounded by the module's ``command_timeouts`` option, or the
+    defaults): AnsibleModule.run_command has no timeout in the ansible-core releases supported.
+    Raises FamilyError for timeouts that ``command.validate`` refuses.
+    """
+    try:
+        run = command.runner(module.params.get("command_timeouts"))
+    except command.TimeoutsError as exc:
+        raise FamilyError(str(exc), {"changed": False}) from None
     return Call(params=module.params, check_mode=module.check_mode, diff=module._diff, warn=module.warn,
-                run_command=lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}),
-                atomic_move=module.atomic_move, lookup=module)
+                run_command=run, atomic_move=module.atomic_move, lookup=module)
 
 
 def run_module(module: Any, run: Callable[[Call], dict]) -> None:
@@ -201,10 +209,9 @@ class SystemLookup:
 
 
 def run_argv(argv: list) -> tuple:
-    """``(rc, stdout, stderr)`` of a command in the C locale on the system PATH (boot re-apply)."""
-    env = dict(os.environ, LC_ALL="C", PATH=SYSTEM_PATH)
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
+    """``(rc, stdout, stderr)`` of a command in the C locale on the system PATH (boot re-apply), bounded by
+    the default timeout of its kind (``command.DEFAULT_TIMEOUTS``)."""
+    return command.run(argv, command.DEFAULT_TIMEOUTS[command.kind_of(argv)], {"PATH": SYSTEM_PATH})
 
 
 def as_role_options(fam: Family, options: dict) -> dict:

@@ -23,7 +23,13 @@ Severities (the state of each row; ``drifted`` fails verification):
   hardware slowdown, hardware thermal slowdown and power brake fail; others are reported.
   ``driver_version``: reported. Persistence mode: the ``gpu.persistence_mode`` row.
 - ``xid``: the codes in ``SERIOUS_XIDS`` fail, the others are reported.
-- ``dcgm_diag``: a failing ``dcgmi diag -r 1`` fails; dcgmi missing is ``unsupported``.
+- ``dcgm_diag``: a failing ``dcgmi diag -r 1`` fails (any test whose result or GPU line is Fail, DCGM 3.x and
+  4.x tables); dcgmi missing is ``unsupported``.
+- ``responding``: a GPU whose config space reads all 0xff (vendor id ffff) fails, named.
+- ``nvidia_smi``: on a node with NVIDIA GPUs on the bus, an nvidia-smi that hangs, fails (exit 9, a lost
+  GPU) or answers something that does not match the query fails; the health gate of a rollout with it.
+- one ``unsupported`` row per health field the driver does not know (``nvidia_smi.query``'s ``missing``),
+  named by the field; the rows that need only such fields are left out, the others are judged.
 
 Plain Python (3.8+), no Ansible import.
 """
@@ -33,7 +39,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
 
 NAME = "gpu_health"
 # Xid codes that fail verification. Source: NVIDIA's Xid catalog ("Xid Errors", Analyzing Xid
@@ -51,7 +57,8 @@ SERIOUS_XIDS = {
     119: "GSP RPC timeout",
     120: "GSP error",
 }
-# nvidia-smi --query-gpu fields of the health check, in the order of the CSV columns.
+# nvidia-smi --query-gpu fields of the health check, in the order of the CSV columns. Each one the driver
+# does not know is left out (nvidia_smi.query) and costs only the rows that need it.
 HEALTH_FIELDS = (
     "index", "pci.bus_id", "persistence_mode", "ecc.mode.current", "ecc.mode.pending",
     "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
@@ -62,34 +69,39 @@ HEALTH_FIELDS = (
     # gpu_settings' clock rows; last, and optional in parse_health: a probe stored before them still parses.
     "clocks.current.graphics", "clocks.applications.graphics", "clocks.applications.memory",
 )
-HEALTH_ARGS = ["--query-gpu=" + ",".join(HEALTH_FIELDS), "--format=csv,noheader,nounits"]
+HEALTH_ARGS = ["--query-gpu=" + ",".join(HEALTH_FIELDS), nvidia_smi.CSV_FORMAT]
+# The fields each health row judges; a row none of whose fields the driver knows is left out.
+ROW_FIELDS = {
+    "ecc": ("ecc.mode.current", "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total"),
+    "memory_remap": ("retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure"),
+    "power_limit": ("power.limit", "power.default_limit"),
+    "clocks_event": ("clocks_event_reasons.active",),
+    "driver_version": ("driver_version",),
+}
 DCGM_ARGS = ["diag", "-r", "1"]
 BUSY_UTILIZATION = 10  # percent: a GPU this busy keeps its link at full speed
 # clocks_event_reasons bits (nvml.h nvmlClocksEventReason*): which fail, which are reported.
 CLOCK_EVENTS_FAILING = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
 CLOCK_EVENTS_REPORTED = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x4: "SW power cap",
                          0x10: "sync boost", 0x20: "SW thermal slowdown", 0x100: "display clock setting"}
-_BDF = re.compile(r"^0*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$")
 
 
 def normalize_bus_id(bus_id: str) -> str:
     """nvidia-smi's 8-digit domain (00000000:41:00.0) as sysfs writes it (0000:41:00.0)."""
-    text = (bus_id or "").strip().lower()
-    m = _BDF.match(text)
-    return m.group(1) if m else text
+    return nvidia_smi.normalize_bus_id(bus_id)
 
 
-def parse_health(text: str | None) -> list:
-    """The CSV of ``HEALTH_ARGS``: one dict per GPU keyed by field name, plus ``bdf``."""
-    gpus = []
-    for line in (text or "").splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) not in (len(HEALTH_FIELDS), len(HEALTH_FIELDS) - 3) or not parts[0].isdigit():
-            continue
-        gpu = dict(zip(HEALTH_FIELDS, parts))
-        gpu["bdf"] = normalize_bus_id(gpu["pci.bus_id"])
-        gpus.append(gpu)
-    return gpus
+def parse_health(text: str | None, fields: list | None = None) -> list:
+    """The CSV of the health query: one dict per GPU keyed by field name, plus ``bdf``.
+
+    ``fields``: the columns asked for (the probe's ``fields``); without them, the columns of ``HEALTH_FIELDS``
+    (a probe stored before the clock fields has three fewer).
+    """
+    if fields is None:
+        short = list(HEALTH_FIELDS[:-3])
+        gpus = nvidia_smi.parse_csv(text, list(HEALTH_FIELDS))[0]
+        return gpus or nvidia_smi.parse_csv(text, short)[0]
+    return nvidia_smi.parse_csv(text, list(fields))[0]
 
 
 def _number(value: Any) -> float | None:
@@ -167,7 +179,8 @@ def _speed_row(gpus: list, busy: dict) -> dict:
 def count_row(facts: dict, want: int | None, smi: list | None) -> dict | None:
     """``gpu_count``: expected count against the PCI bus and, when nvidia-smi answered, the driver.
 
-    None when neither a count is wanted nor nvidia-smi's list is known (nothing to compare).
+    A GPU on the bus that the driver does not list fails, and so does one the driver lists that the bus
+    no longer shows. None when neither a count is wanted nor nvidia-smi's list is known.
     """
     on_bus = [g["bdf"] for g in _gpus(facts)]
     problems = []
@@ -178,6 +191,11 @@ def count_row(facts: dict, want: int | None, smi: list | None) -> dict | None:
         missing = [b for b in on_bus if b not in listed]
         if missing:
             problems.append("on the bus but not listed by the driver (nvidia-smi): %s" % ", ".join(missing))
+        bus = set((facts.get("pci") or {}).get("nvidia_gpus") or on_bus)
+        gone = sorted(b for b in listed if b not in bus)
+        if gone:
+            problems.append("listed by the driver (nvidia-smi) but no longer on the PCI bus: %s (fallen off the bus?)"
+                            % ", ".join(gone))
     if want is None and smi is None:
         return None
     running = "%d on the PCI bus%s" % (len(on_bus), "" if smi is None else ", %d listed by nvidia-smi" % len(smi))
@@ -185,6 +203,18 @@ def count_row(facts: dict, want: int | None, smi: list | None) -> dict | None:
     if problems:
         return _row("gpu_count", desired, running, "drifted", "; ".join(problems))
     return _row("gpu_count", desired, running, "applied", "")
+
+
+def responding_row(facts: dict) -> dict:
+    """``responding``: a GPU whose config space reads all 0xff (vendor id ffff) has stopped answering: fails."""
+    gpus = _gpus(facts)
+    if not gpus:
+        return _row("responding", None, None, "not_applicable", "no selected NVIDIA GPU on the PCI bus")
+    dead = ["%s %s" % (g["bdf"], g.get("error")) for g in gpus if g.get("responding") is False]
+    if dead:
+        return _row("responding", "all", "; ".join(dead), "drifted",
+                    "%s; reseat or replace the GPU (a reboot may bring it back for a while)" % "; ".join(dead))
+    return _row("responding", "all", "all", "applied", "%d GPU(s) answer config-space reads" % len(gpus))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,19 +330,77 @@ def driver_row(gpus: list, facts: dict) -> dict:
     return _row("driver_version", None, "/".join(versions), "applied", "")
 
 
+def _driver_of(gpus: list, facts: dict) -> str:
+    versions = sorted({g.get("driver_version") for g in gpus if g.get("driver_version")})
+    return "/".join(versions) or (facts.get("nvidia") or {}).get("driver_version") or "of unknown version"
+
+
+def _field_rows(missing: list, driver: str) -> list:
+    """One ``unsupported`` row per health field the driver does not know: only that field's judgement is lost."""
+    return [_row(field, "answered", None, "unsupported",
+                 "the driver (%s) does not know the nvidia-smi field %s: what needs it is not judged"
+                 % (driver, field)) for field in missing]
+
+
+def _failed_query(facts: dict, health: dict) -> list:
+    """The row of a health query that did not answer: unhealthy when NVIDIA GPUs are on the bus."""
+    why = nvidia_smi.driver_down(_result(health)) or command.failure("nvidia-smi --query-gpu", _result(health))
+    if nvidia_smi.refused_field(_result(health)):
+        return [_row("nvidia_smi", "answers", None, "unsupported", why)]
+    if not _gpus(facts):
+        return [_row("nvidia_smi", "answers", None, "unsupported", why + " (and no NVIDIA GPU is on the PCI bus)")]
+    return [_row("nvidia_smi", "answers", None, "drifted", why)]
+
+
+def _result(health: dict) -> command.Result:
+    return command.Result(health.get("rc", 0), health.get("stdout") or "", health.get("stderr") or "",
+                          timed_out=bool(health.get("timed_out")))
+
+
 def smi_rows(facts: dict, health: dict | None) -> tuple:
-    """``(rows, gpus)`` from the health query's ``{rc, stdout, stderr}``; gpus None when not run."""
+    """``(rows, gpus)`` from the health query (``nvidia_smi.query``'s dict); gpus None when it did not answer."""
     if health is None:
         return [], None
-    if health.get("rc", 0) != 0:
-        why = "nvidia-smi --query-gpu failed (rc %s): %s" % (
-            health.get("rc"), (health.get("stderr") or health.get("stdout") or "").strip()[:300])
-        return [_row("nvidia_smi", "answers", None, "unsupported", why)], None
-    gpus = parse_health(health.get("stdout"))
+    if health.get("rc", 0) != 0 or health.get("timed_out"):
+        return _failed_query(facts, health), None
+    fields = health.get("fields")
+    gpus, unparsed = nvidia_smi.parse_csv(health.get("stdout"), list(fields or HEALTH_FIELDS))
+    if fields is None and not gpus:
+        gpus, unparsed = nvidia_smi.parse_csv(health.get("stdout"), list(HEALTH_FIELDS[:-3]))
+    missing = list(health.get("missing") or [])
+    rows = _field_rows(missing, _driver_of(gpus, facts))
+    answer = _answer_row(facts, gpus, unparsed, fields or HEALTH_FIELDS)
+    if answer is not None:
+        rows.append(answer)
     if not gpus:
-        return [_row("nvidia_smi", "answers", None, "not_applicable", "nvidia-smi lists no GPU")], gpus
-    rows = ecc_rows(gpus) + [remap_row(gpus), power_row(gpus), clocks_row(gpus), driver_row(gpus, facts)]
+        if answer is None:
+            rows.append(_row("nvidia_smi", "answers", None, "not_applicable", "nvidia-smi lists no GPU"))
+        return rows, (gpus if answer is None else None)
+    for g in gpus:  # a field the driver lacks reads as [N/A]: the rows that need only it are left out below
+        for field in missing:
+            g.setdefault(field, "[N/A]")
+    known = set(fields or HEALTH_FIELDS)
+
+    def has(row):
+        return any(f in known for f in ROW_FIELDS[row])
+    rows += ecc_rows(gpus) if has("ecc") else []
+    rows += [r(gpus) for name, r in (("memory_remap", remap_row), ("power_limit", power_row),
+                                     ("clocks_event", clocks_row)) if has(name)]
+    rows += [driver_row(gpus, facts)] if has("driver_version") else []
     return rows, gpus
+
+
+def _answer_row(facts: dict, gpus: list, unparsed: list, fields) -> dict | None:
+    """A health answer that does not match the query, or that says a GPU is lost: drifted; else None."""
+    problems = []
+    if unparsed:
+        problems.append(nvidia_smi.mismatch(unparsed, list(fields)))
+    lost = _each(gpus, _lost_cells)
+    problems += lost
+    if not problems:
+        return None
+    state = "drifted" if _gpus(facts) or lost else "unsupported"
+    return _row("nvidia_smi", "answers", "; ".join(problems)[:300], state, "; ".join(problems))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,19 +441,92 @@ def xid_row(facts: dict) -> dict:
     return _row("xid", "no serious Xid", running, "applied", ("reported: " + "; ".join(other)) if other else "")
 
 
+_DCGM_SECTION = re.compile(r"^[|+]-+\s+(\w[\w ]*?)\s+-+[+|]")
+_DCGM_GPU = re.compile(r"^GPU\s?(\d+):\s*(\w+)")
+_DCGM_NOTES = ("Info", "Warning")
+_DCGM_WRAP = 45  # dcgmi wraps a long value into chunks of 45 characters, one per row of the 46-wide column
+
+
+def _dcgm_cells(line: str) -> tuple | None:
+    """``(name, value chunk)`` of a ``| name | value |`` table row (the chunk as dcgmi wrapped it), None otherwise."""
+    if not line.startswith("|") or line.startswith("|-") or line.count("|") < 3:
+        return None
+    cells = line.split("|")
+    return cells[1].strip(), cells[2][1:1 + _DCGM_WRAP]
+
+
+def parse_dcgm_diag(text: str | None) -> dict:
+    """``dcgmi diag``'s table (DCGM 3.x and 4.x): ``{version, tests: [{name, section, result, gpus, notes}]}``.
+
+    3.x prints one result per test (``Pass - All``, ``Fail - All``, ``Skip - All``), 4.x a result and one
+    ``GPU<n>: <result>`` line per GPU; ``Info`` and ``Warning`` rows wrap over continuation rows.
+    """
+    out = {"version": None, "tests": []}
+    section, note = None, None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        m = _DCGM_SECTION.match(line)
+        if m:
+            section, note = m.group(1), None
+            continue
+        cells = _dcgm_cells(line)
+        if cells is None or cells[0] == "Diagnostic":
+            continue
+        name, value = cells
+        if name == "DCGM Version":
+            out["version"] = value.strip()
+        if section in (None, "Metadata"):
+            continue
+        test = out["tests"][-1] if out["tests"] else None
+        gpu = _DCGM_GPU.match(value.strip())
+        if name in _DCGM_NOTES and test is not None:
+            note = [value]
+            test["notes"].append(note)
+        elif not name and gpu and test is not None:
+            test["gpus"][int(gpu.group(1))], note = gpu.group(2), None
+        elif not name and note is not None:
+            note.append(value)
+        elif name:
+            out["tests"].append({"name": name, "section": section, "result": value.strip(), "gpus": {}, "notes": []})
+            note = None
+    for test in out["tests"]:
+        test["notes"] = [" ".join("".join(n).split()) for n in test["notes"]]
+    return out
+
+
+def _dcgm_failing(diag: dict) -> list:
+    """``"<test>: Fail (GPU0, GPU3): <warning>"`` of each test that failed."""
+    out = []
+    for t in diag["tests"]:
+        bad = sorted(g for g, r in t["gpus"].items() if r.lower() == "fail")
+        if not t["result"].lower().startswith("fail") and not bad:
+            continue
+        where = " (%s)" % ", ".join("GPU%d" % g for g in bad) if bad else ""
+        notes = "; ".join(t["notes"])
+        out.append("%s: %s%s%s" % (t["name"], t["result"], where, ": " + notes if notes else ""))
+    return out
+
+
 def dcgm_row(dcgm: dict | None) -> dict:
-    """``dcgm_diag``: ``dcgmi diag -r 1``'s verdict (missing dcgmi: unsupported)."""
+    """``dcgm_diag``: ``dcgmi diag -r 1``'s verdict, per test (missing dcgmi: unsupported)."""
     if not dcgm or dcgm.get("skipped"):
         why = (dcgm or {}).get("reason") or "dcgmi diag was not run (a simulated node without dcgmi?)"
         return _row("dcgm_diag", "pass", None, "unsupported", why)
     if dcgm.get("rc") == 127:
         return _row("dcgm_diag", "pass", None, "unsupported", dcgm.get("stderr") or "dcgmi is not installed")
-    out = dcgm.get("stdout") or ""
-    failed = [" ".join(line.replace("|", " ").split()) for line in out.splitlines() if "fail" in line.lower()]
-    if dcgm.get("rc", 0) != 0 or failed:
-        detail = "; ".join(failed[:5]) or (dcgm.get("stderr") or out).strip()[:300]
-        return _row("dcgm_diag", "pass", "fail", "drifted", "dcgmi diag -r 1 (rc %s): %s" % (dcgm.get("rc"), detail))
-    return _row("dcgm_diag", "pass", "pass", "applied", "dcgmi diag -r 1 passed")
+    if dcgm.get("timed_out"):
+        return _row("dcgm_diag", "pass", "no answer", "drifted", (dcgm.get("stderr") or "").strip().splitlines()[-1])
+    diag = parse_dcgm_diag(dcgm.get("stdout"))
+    failing = _dcgm_failing(diag)
+    version = " (DCGM %s)" % diag["version"] if diag["version"] else ""
+    if failing or dcgm.get("rc", 0) != 0 or not diag["tests"]:
+        out = dcgm.get("stdout") or ""
+        detail = "; ".join(failing[:5]) or " ".join(((dcgm.get("stderr") or "") + " " + out).split())[:300] \
+            or "no result table"
+        return _row("dcgm_diag", "pass", "fail", "drifted", "dcgmi diag -r 1%s (rc %s): %s"
+                    % (version, dcgm.get("rc"), detail))
+    summary = ", ".join("%s %s" % (t["name"], t["result"]) for t in diag["tests"])
+    return _row("dcgm_diag", "pass", "pass", "applied", "dcgmi diag -r 1 passed%s: %s" % (version, summary[:300]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,8 +565,9 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
     The nvidia-smi and DCGM answers are ``verify_node.gpu_probe``'s result, taken from ``ctx.gpu``
     or else ``facts["gpu_probe"]`` (absent: the rows that need them are left out): ``health``
-    ({rc, stdout, stderr} of ``HEALTH_ARGS``) and ``dcgm`` when they ran. No rows when ``desired``
-    has no ``gpu_health`` key; ``{}`` asks for the checks without an expected count or DCGM.
+    (``nvidia_smi.query``'s {rc, stdout, stderr, timed_out, fields, missing}; without ``fields``, the
+    columns of ``HEALTH_FIELDS``) and ``dcgm`` when they ran. No rows when ``desired`` has no
+    ``gpu_health`` key; ``{}`` asks for the checks without an expected count or DCGM.
     """
     if NAME not in (desired or {}):
         return []  # not part of the desired state (the role always asks; tuning_info alone may not)
@@ -413,8 +575,9 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     probe = getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {}
     health = probe.get("health") if probe.get("probe") == "present" else None
     rows, smi = smi_rows(facts, health)
-    busy = {g["bdf"]: _number(g["utilization.gpu"]) for g in smi or [] if _number(g["utilization.gpu"]) is not None}
-    out = link_rows(facts, busy)
+    busy = {g["bdf"]: _number(g.get("utilization.gpu")) for g in smi or []
+            if _number(g.get("utilization.gpu")) is not None}
+    out = link_rows(facts, busy) + [responding_row(facts)]
     count = count_row(facts, want["gpu_count"], smi)
     out += [count] if count else []
     out += rows + [xid_row(facts)]
@@ -448,3 +611,11 @@ def health_findings(result: dict) -> list:
                                      % type(result).__name__)
     return ["%s: %s" % (s["id"], s.get("reason") or s["state"]) for s in result.get("settings") or []
             if s.get("family") == NAME and s.get("state") in ("drifted", "pending_reboot")]
+
+
+def _lost_cells(gpu: dict[str, str]) -> str:
+    """What a GPU answered where it lost its values (``[GPU is lost]``, ``[Unknown Error]``), "" when none."""
+    lost = nvidia_smi.lost_fields(gpu)
+    if not lost:
+        return ""
+    return "answers %s for %s" % ("/".join(sorted({gpu[f] for f in lost})), ", ".join(lost))

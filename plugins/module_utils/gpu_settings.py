@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, gpu_health, nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import normalize_bdf
+from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import DeviceSelector, normalize_bdf, select_devices
 
 NAME = "gpu_settings"
 FIELDS = ("index", "pci.bus_id", "persistence_mode", "power.limit", "power.min_limit", "power.max_limit",
@@ -142,23 +142,44 @@ def _watts(name: str, value: Any) -> int:
     return value
 
 
-def read_gpus(run, smi: str) -> list:
-    """Every GPU nvidia-smi lists: ``{bdf, index, persistence_mode, limit, min, max, clock, app, max_gr, max_mem}``."""
-    rc, out, err = run([smi, *QUERY])
-    if rc != 0:
-        raise family.FamilyError("nvidia-smi --query-gpu failed (rc %s): %s" % (rc, (err or out).strip()[:300]))
+def read_gpus(run, smi: str, gpus_on_bus: int = 0) -> list:
+    """Every GPU nvidia-smi lists: ``{bdf, index, persistence_mode, limit, min, max, clock, app, max_gr, max_mem}``.
+
+    The query is negotiated (``nvidia_smi.query``): a field the driver refuses reads as unknown (None). Raises
+    FamilyError naming what nvidia-smi did when it hangs, fails, or answers something that does not match the
+    query, and when it lists no GPU while ``gpus_on_bus`` NVIDIA GPUs are on the PCI bus.
+    """
+    answer = nvidia_smi.query(run, smi, FIELDS)
+    result = command.Result(answer["rc"], answer["stdout"], answer["stderr"], timed_out=answer["timed_out"])
+    if answer["rc"] != 0 or answer["timed_out"]:
+        raise family.FamilyError("GPU settings not read: %s" % command.failure("nvidia-smi --query-gpu", result))
+    rows, unparsed = nvidia_smi.parse_csv(answer["stdout"], answer["fields"])
+    if unparsed:
+        raise family.FamilyError("GPU settings not read: %s" % nvidia_smi.mismatch(unparsed, answer["fields"]))
+    if not rows and gpus_on_bus:
+        raise family.FamilyError("GPU settings not read: nvidia-smi lists no GPU while %d NVIDIA GPU(s) are on the "
+                                 "PCI bus (output: %r)" % (gpus_on_bus, (answer["stdout"] or "").strip()[:200]))
     gpus = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(FIELDS) or not parts[0].isdigit():
-            continue
-        row = dict(zip(FIELDS, parts))
-        gpus.append({"bdf": gpu_health.normalize_bus_id(row["pci.bus_id"]), "index": row["index"],
-                     "persistence_mode": row["persistence_mode"], "limit": _float(row["power.limit"]),
-                     "min": _float(row["power.min_limit"]), "max": _float(row["power.max_limit"]),
-                     "clock": _float(row["clocks.current.graphics"]), "app": _app_clocks(row),
-                     "max_gr": _float(row["clocks.max.graphics"]), "max_mem": _float(row["clocks.max.memory"])})
+    for row in rows:
+        lost = nvidia_smi.lost_fields(row)
+        if lost:
+            raise family.FamilyError("GPU settings not read: nvidia-smi answers %s for %s of %s"
+                                     % (row[lost[0]], ", ".join(lost), row["bdf"]))
+        gpus.append({"bdf": row["bdf"], "index": row["index"],
+                     "persistence_mode": row.get("persistence_mode"), "limit": _float(row.get("power.limit")),
+                     "min": _float(row.get("power.min_limit")), "max": _float(row.get("power.max_limit")),
+                     "clock": _float(row.get("clocks.current.graphics")), "app": _app_clocks(row),
+                     "app_state": _app_state(row), "max_gr": _float(row.get("clocks.max.graphics")),
+                     "max_mem": _float(row.get("clocks.max.memory"))})
     return gpus
+
+
+def _app_state(row: dict) -> str | None:
+    """Why a GPU has no application clocks: ``deprecated`` (R590 on), ``not supported`` ([N/A]), None when it has."""
+    values = (row.get("clocks.applications.memory"), row.get("clocks.applications.graphics"))
+    if nvidia_smi.DEPRECATED in values:
+        return "deprecated"
+    return None if _app_clocks(row) is not None else "not supported"
 
 
 def _app_clocks(row: dict) -> dict | None:
@@ -209,6 +230,10 @@ def clock_plan(gpus: list, want: dict, locked_by_us: set) -> list:
             if not (inside and g["bdf"] in locked_by_us):  # no query shows a lock: the journal is its record
                 steps.append((g["bdf"], "locked_clocks", "unlocked", dict(locked)))
         if app:
+            if g["app"] is None and g.get("app_state") == "deprecated":
+                raise family.FamilyError("application_clocks: %s answers [Requested functionality has been "
+                                         "deprecated]: application clocks are deprecated from driver R590 on (lock "
+                                         "the clocks with locked_clocks instead); nothing was changed" % g["bdf"])
             if g["app"] is None:
                 raise family.FamilyError("application_clocks: %s reports no application clocks ([N/A]); it does not "
                                          "support them; nothing was changed" % g["bdf"])
@@ -373,7 +398,7 @@ def run(call: family.Call) -> dict:
         return _result([], None, [])
     try:
         smi = find_smi(node, call.lookup)
-        gpus = read_gpus(call.run_command, smi)
+        gpus = read_gpus(call.run_command, smi, len(select_devices(node, DeviceSelector())))
         daemon = daemon_state(node, call)
     except NodeError as exc:
         raise family.FamilyError(str(exc)) from None
@@ -454,13 +479,17 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
         raise family.EvaluationError(str(exc)) from None
     probe = getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {}
     health = probe.get("health") or {}
-    if probe.get("probe") != "present" or health.get("rc", 0) != 0:
-        why = "nvidia-smi did not answer (%s)" % (probe.get("probe") or "not probed")
-        return [family.setting(NAME, k, v, None, "not_applicable", why)
+    if probe.get("probe") != "present" or health.get("rc", 0) != 0 or health.get("timed_out"):
+        state, why = "not_applicable", "nvidia-smi is not available (%s)" % (probe.get("probe") or "not probed")
+        if probe.get("probe") == "present":
+            state, why = "unsupported", "nvidia-smi did not answer the GPU query: %s" % command.failure(
+                "nvidia-smi", command.Result(health.get("rc"), health.get("stdout") or "", health.get("stderr") or "",
+                                             timed_out=bool(health.get("timed_out"))))
+        return [family.setting(NAME, k, v, None, state, why)
                 for k, v in (("persistence", want["persistence"]), ("power_limit", want["power"] or None),
                              ("locked_clocks", want["locked"]), ("application_clocks", want["app"]))
                 if v is not None]
-    gpus = gpu_health.parse_health(health.get("stdout"))
+    gpus = gpu_health.parse_health(health.get("stdout"), health.get("fields"))
     rows = []
     if want["persistence"] is not None:
         mode = "Enabled" if want["persistence"] else "Disabled"
@@ -471,9 +500,9 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
         off = []
         for g in gpus:
             watts = want["power"].get(g["bdf"], want["power"].get("*"))
-            limit = _float(g["power.limit"])
+            limit = _float(g.get("power.limit"))
             if watts is not None and (limit is None or abs(limit - watts) >= 0.5):
-                off.append("%s %s W of %d W" % (g["bdf"], g["power.limit"], watts))
+                off.append("%s %s W of %d W" % (g["bdf"], g.get("power.limit"), watts))
         rows.append(family.setting(NAME, "power_limit", want["power"], "; ".join(off) or "as wanted",
                                    "drifted" if off else "applied", "; ".join(off)))
     return rows + clock_rows(want, gpus)
@@ -496,12 +525,21 @@ def clock_rows(want: dict, gpus: list) -> list:
         rows.append(family.setting(NAME, "locked_clocks", want["locked"], "; ".join(off) or "inside the range",
                                    state, why))
     if want["app"]:
-        off = ["%s %s" % (g["bdf"], _app_clocks(g)) for g in gpus if _app_clocks(g) != want["app"]]
-        rows.append(family.setting(NAME, "application_clocks", want["app"], "; ".join(off) or "as wanted",
-                                   "drifted" if off else "applied",
-                                   "application clocks (memory, graphics MHz) differ on %s" % ", ".join(off)
-                                   if off else ""))
+        rows.append(_app_row(want["app"], gpus))
     return rows
+
+
+def _app_row(app: dict, gpus: list) -> dict:
+    """Application clocks: the query's pair; deprecated from R590 on (the answer says so): unsupported."""
+    deprecated = [g["bdf"] for g in gpus if _app_state(g) == "deprecated"]
+    if deprecated:
+        return family.setting(NAME, "application_clocks", app, nvidia_smi.DEPRECATED, "unsupported",
+                              "the driver answers %s for %s: application clocks are deprecated from R590 on; lock the "
+                              "graphics clock (locked_clocks) instead" % (nvidia_smi.DEPRECATED, ", ".join(deprecated)))
+    off = ["%s %s" % (g["bdf"], _app_clocks(g)) for g in gpus if _app_clocks(g) != app]
+    return family.setting(NAME, "application_clocks", app, "; ".join(off) or "as wanted",
+                          "drifted" if off else "applied",
+                          "application clocks (memory, graphics MHz) differ on %s" % ", ".join(off) if off else "")
 
 
 def boot(node: Node, want: dict) -> tuple:
@@ -525,6 +563,7 @@ ARGUMENT_SPEC = dict(
     application_clocks=dict(type="dict"),
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 ROLE_SETTINGS = ("persistence", "power_limit", "power_limits", "locked_clocks", "application_clocks")

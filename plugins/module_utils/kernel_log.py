@@ -80,6 +80,17 @@ _MODULE_FAILURE = re.compile(
 _TROUBLE_KEYWORDS = ("Xid", "fallen off the bus", "PCIe Bus Error", "AER:", "error status/mask=", "Lockdown:",
                      "disagrees about version", "Unknown symbol", "ERROR", "module verification failed")
 _MODULE_NAME = re.compile(r"^([A-Za-z0-9_-]+)(?::| )")
+# /dev/kmsg escapes a non-printable byte inside one record as \xNN: a newline of a multi-line message
+# is \x0a ("...installed in this system has\x0aNVRM: fallen off the bus..."). Continuation lines repeat
+# the NVRM: prefix, which the joined text drops.
+_KMSG_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+_CONTINUATION = re.compile(r"\s*\n\s*(?:NVRM: )?")
+# AER severities as kernels spell them: "Corrected" before 4.19's rename, "Correctable" after (and the
+# "Uncorrected"/"Uncorrectable" pair likewise): counted under the newer spelling.
+_AER_SEVERITY_NAMES = {"corrected": "Correctable", "correctable": "Correctable",
+                       "uncorrected (non-fatal)": "Uncorrectable (Non-Fatal)",
+                       "uncorrectable (non-fatal)": "Uncorrectable (Non-Fatal)",
+                       "uncorrected (fatal)": "Uncorrectable (Fatal)", "uncorrectable (fatal)": "Uncorrectable (Fatal)"}
 _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 _IPV6_CANDIDATE = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Fa-f:])")
 
@@ -286,8 +297,30 @@ def parse_kmsg(data: bytes, levels: Iterable[int] | None = None, since_usec: int
     return records, {"total": total, "malformed": malformed, "selected": len(records), "last_usec": last_usec}
 
 
+def unescape(message: str) -> str:
+    """A /dev/kmsg message with its ``\\xNN`` escapes decoded (``\\x0a`` is a newline inside the record)."""
+    if "\\x" not in message:
+        return message
+    return _KMSG_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), message)
+
+
+def joined(message: str) -> str:
+    """One line of a multi-line message: its continuation lines appended, their ``NVRM:`` prefix dropped."""
+    text = unescape(message)
+    return _CONTINUATION.sub(" ", text.strip()) if "\n" in text else text
+
+
+def aer_severity(text: str) -> str:
+    """The AER severity as newer kernels spell it (``Corrected`` and ``Correctable`` are one class)."""
+    return _AER_SEVERITY_NAMES.get(text.strip().lower(), text.strip())
+
+
 def classify(message: str, ignore_rules: Iterable[IgnoreRule] = ()) -> tuple[str, dict]:
-    """Return ``(class, extra)`` for one message; ``extra`` holds the extracted fields."""
+    """Return ``(class, extra)`` for one message; ``extra`` holds the extracted fields.
+
+    A multi-line record (``\\x0a`` inside it) is classified as one line (``joined``).
+    """
+    message = joined(message)
     for rule in ignore_rules:
         address = rule.match(message)
         if address is not None:
@@ -309,7 +342,7 @@ def classify(message: str, ignore_rules: Iterable[IgnoreRule] = ()) -> tuple[str
         extra = _device_extra(message)
         sev = _AER_SEVERITY.search(message)
         if sev:
-            extra["severity"] = sev.group(1).strip()
+            extra["severity"] = aer_severity(sev.group(1))
         return "aer", extra
     m = _LOCKDOWN.search(message)
     if m:
@@ -344,7 +377,7 @@ def summarize(records: list, ignore_rules: Iterable[IgnoreRule] = (), samples: i
         elif cls == "aer" and "severity" in extra:
             aer_severities[extra["severity"]] = aer_severities.get(extra["severity"], 0) + 1
         if len(firsts[cls]) < samples:
-            rec = {"level": LEVEL_NAMES[level], "time": round(usec / 1e6, 6), "seq": seq, "message": message}
+            rec = {"level": LEVEL_NAMES[level], "time": round(usec / 1e6, 6), "seq": seq, "message": joined(message)}
             rec.update(extra)
             firsts[cls].append(rec)
     return {

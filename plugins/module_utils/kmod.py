@@ -22,8 +22,8 @@ import os
 import re
 from typing import Any, Callable, Iterable
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils import persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, normalize_value, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
@@ -673,6 +673,7 @@ ARGUMENT_SPEC = dict(
     )),
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 def from_role(v: dict, shared: dict) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Call, FamilyError
 
 
@@ -19,6 +20,10 @@ class CallMaker:
 
     def __init__(self, module):
         self.module = module
+        try:  # every command bounded (command_timeouts, or the defaults): run_command has no timeout
+            self.run = command.runner(module.params.get("command_timeouts"))
+        except command.TimeoutsError as exc:
+            module.fail_json(msg=str(exc))
         self.base = self.call({}, module.check_mode, "")
 
     def call(self, params, check_mode, name):
@@ -26,13 +31,13 @@ class CallMaker:
         prefix = "%s: " % name if name else ""
         return Call(params=params, check_mode=check_mode, diff=module._diff,
                     warn=lambda msg: module.warn(prefix + msg),
-                    run_command=lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}),
+                    run_command=self.run,
                     atomic_move=module.atomic_move, lookup=module)
 
     def __call__(self, fam, options, check_mode=None):
         spec = fam.argument_spec or {}
         options = dict(options)
-        for key in ("root", "journal"):
+        for key in ("root", "journal", "command_timeouts"):
             if key in spec and key not in options and key in self.module.params:
                 options[key] = self.module.params[key]
         result = ArgumentSpecValidator(spec).validate(options)

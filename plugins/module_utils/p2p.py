@@ -53,11 +53,15 @@ def validate(want: Any) -> dict:
 def parse_nvbandwidth(text: str | None) -> dict:
     """The GPU x GPU matrix of ``nvbandwidth -t device_to_device_memcpy_read_ce``: ``{(row, col): GB/s}``.
 
-    nvbandwidth prints ``memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)``, a header of column
-    indices, then one line per row index; ``N/A`` (the diagonal, an unmeasured pair) is left out.
+    nvbandwidth prints ``memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)`` (the arrow points the
+    other way in v0.8), a header of column indices, then one line per row index, indented or not. The
+    diagonal is not a pair: before v0.2 it reads ``0.00``, later ``N/A`` (an unmeasured pair too); both
+    are left out.
     """
     lines = (text or "").splitlines()
-    start = next((i for i, line in enumerate(lines) if "bandwidth (GB/s)" in line), None)
+    start = next((i for i, line in enumerate(lines) if "bandwidth (GB/s)" in line and "GPU(row)" in line), None)
+    if start is None:
+        start = next((i for i, line in enumerate(lines) if "bandwidth (GB/s)" in line), None)
     if start is None or start + 1 >= len(lines):
         return {}
     cols = [int(c) for c in lines[start + 1].split() if c.isdigit()]
@@ -66,10 +70,24 @@ def parse_nvbandwidth(text: str | None) -> dict:
         fields = line.split()
         if not fields or not fields[0].isdigit():
             break
+        row = int(fields[0])
         for col, cell in zip(cols, fields[1:]):
-            if re.match(r"^\d+(\.\d+)?$", cell):
-                out[(int(fields[0]), col)] = float(cell)
+            if col != row and re.match(r"^\d+(\.\d+)?$", cell):
+                out[(row, col)] = float(cell)
     return out
+
+
+def nvbandwidth_arrow(text: str | None) -> str:
+    """The direction nvbandwidth printed for its matrix: ``<-`` (row reads from column) or ``->``."""
+    m = re.search(r"GPU\(row\)\s*(<-|->|<->)\s*GPU\(column\)", text or "")
+    return m.group(1) if m else "<-"
+
+
+def nvbandwidth_waived(text: str | None) -> str | None:
+    """The device-to-device test nvbandwidth waived (``Waiving device_to_device_memcpy_read_ce.``: the GPUs
+    cannot map each other's memory), None when it waived none."""
+    m = re.search(r"^Waiving (device_to_device_\S+?)\.?$", text or "", re.MULTILINE)
+    return m.group(1) if m else None
 
 
 def _outputs(probe: dict) -> dict:
@@ -102,17 +120,15 @@ def _row(name: str, running: Any, state: str, reason: str, desired: Any = ALL_OK
 def _matrices(smi: dict) -> tuple:
     """``({kind: parse_p2p result}, [unsupported rows])`` of the read, write and NVLink matrices."""
     # verification imports the registry, which imports this file: import its parser when called.
-    from ansible_collections.gpunode.tuning.plugins.module_utils.verification import parse_p2p
+    from ansible_collections.gpunode.tuning.plugins.module_utils.verification import parse_p2p, smi_failure
 
     parsed, rows = {}, []
     for key, kind in MATRICES:
         res = smi.get(key)
         if not res:
             continue  # an older probe without the NVLink matrix
-        if res.get("rc", 0) != 0:
-            why = (res.get("stderr") or res.get("stdout") or "").strip()[:300]
-            rows.append(_row(kind, None, "unsupported", "nvidia-smi topo -p2p %s failed (rc %s): %s"
-                             % (kind[0], res.get("rc"), why or "no message")))
+        if res.get("rc", 0) != 0 or res.get("timed_out"):
+            rows.append(_row(kind, None, "unsupported", smi_failure(res, "nvidia-smi topo -p2p %s" % kind[0])))
             continue
         parsed[kind] = parse_p2p(res.get("stdout"))
     return parsed, rows
@@ -175,18 +191,28 @@ def bandwidth_rows(bench: dict | None, min_gbps: float, bdfs: dict) -> list:
         return [_row("bandwidth", None, "unsupported", "nvbandwidth was not run", want)]
     if bench.get("rc") == 127:
         return [_row("bandwidth", None, "unsupported", bench.get("stderr") or "nvbandwidth is not installed", want)]
-    values = parse_nvbandwidth(bench.get("stdout"))
-    if bench.get("rc", 0) != 0 or not values:
-        why = (bench.get("stderr") or bench.get("stdout") or "").strip()[-300:] or "no bandwidth matrix"
+    text = bench.get("stdout") or ""
+    values = parse_nvbandwidth(text)
+    waived = nvbandwidth_waived(text)
+    if waived:
+        return [_row("bandwidth", "waived", "drifted", "nvbandwidth waived %s: the GPUs cannot map each other's memory "
+                     "(no peer-to-peer access)" % waived, want)]
+    if bench.get("rc", 0) != 0 or bench.get("timed_out") or not values:
+        if bench.get("timed_out"):
+            why = (bench.get("stderr") or "").strip().splitlines()[-1]
+        else:
+            why = (bench.get("stderr") or text).strip()[-300:] or "no bandwidth matrix"
         return [_row("bandwidth", None, "drifted", "nvbandwidth -t %s (rc %s): %s"
                      % (NVBANDWIDTH_TEST, bench.get("rc"), why), want)]
     slow = [(r, c, v) for (r, c), v in sorted(values.items()) if v < min_gbps]
     if not slow:
         return [_row("bandwidth", "min %.2f GB/s" % min(values.values()), "applied",
                      "%d GPU pairs measured by nvbandwidth (%s)" % (len(values), NVBANDWIDTH_TEST), want)]
+    arrow = nvbandwidth_arrow(text)
     return [_row("bandwidth.GPU%d-GPU%d" % (r, c), "%.2f GB/s" % v, "drifted",
-                 "%s reads from %s at %.2f GB/s, below %g GB/s (nvbandwidth %s)"
-                 % (_label("GPU%d" % r, bdfs), _label("GPU%d" % c, bdfs), v, min_gbps, NVBANDWIDTH_TEST), want)
+                 "%s %s %s at %.2f GB/s, below %g GB/s (nvbandwidth %s, GPU(row) %s GPU(column))"
+                 % (_label("GPU%d" % r, bdfs), arrow, _label("GPU%d" % c, bdfs), v, min_gbps, NVBANDWIDTH_TEST,
+                    arrow), want)
             for r, c, v in slow]
 
 
@@ -205,8 +231,9 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
             smi.get("probe"), "nvidia-smi is not installed on this node (no NVIDIA driver user space)")
         return [_row("pairs", None, "not_applicable", why)]
     if (smi.get("query") or {}).get("rc", 0) != 0:
-        return [_row("pairs", None, "unsupported", "nvidia-smi failed (rc %s): the GPUs cannot be listed"
-                     % smi["query"].get("rc"))]
+        from ansible_collections.gpunode.tuning.plugins.module_utils.verification import smi_failure
+
+        return [_row("pairs", None, "unsupported", "the GPUs cannot be listed: %s" % smi_failure(smi["query"]))]
     rows = pair_rows(facts, smi)
     if want["min_gbps"] is not None and not any(r["state"] == "not_applicable" for r in rows):
         rows += bandwidth_rows(smi.get("nvbandwidth"), want["min_gbps"], _gpu_bdfs(smi))

@@ -22,6 +22,7 @@ import re
 import struct
 from typing import Any, Callable
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import command
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
@@ -482,12 +483,31 @@ def _not_root():
     return hasattr(os, "geteuid") and os.geteuid() != 0
 
 
+def not_responding(cfg: bytes) -> str | None:
+    """Why a device that reads all ``0xff`` (or vendor id ``ffff``) has stopped answering; None when it answers.
+
+    A function that fell off the bus (an Xid 79 GPU, a link down, a device reset that never completed)
+    answers config reads with all ones: lspci shows ``rev ff`` and ``Unknown header type 7f``, while sysfs
+    still has the vendor and class the kernel read at enumeration.
+    """
+    cfg = bytes(cfg)
+    if len(cfg) < 2 or cfg[:2] != b"\xff\xff":
+        return None
+    if cfg.count(0xFF) == len(cfg):
+        return "not responding: config space reads 0xff (the device fell off the bus or lost power)"
+    return "not responding: vendor id reads ffff (the device fell off the bus or lost power)"
+
+
 def config_fault(cfg: bytes) -> str | None:
-    """Why config bytes read in full are too short to hold the PCIe capability; None when usable.
+    """Why config bytes read in full are unusable: the device does not respond, or they are too short to hold
+    the PCIe capability; None when usable.
 
     A config file is 256 or 4096 bytes for root; the kernel shows only the 64-byte header to
     other users. A device without a capability list needs no more than its header.
     """
+    dead = not_responding(cfg)
+    if dead:
+        return dead
     size = len(cfg)
     if size >= 0x100:
         return None
@@ -968,6 +988,7 @@ ARGUMENT_SPEC = dict(
     allow_empty=dict(type="bool", default=False),
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 def from_role(v: dict, shared: dict) -> dict:

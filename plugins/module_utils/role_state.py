@@ -186,6 +186,7 @@ def verify_options(values: dict, desired: dict, host: str, verified_at: str, gat
     if values.get("gpunode_tuning_kmsg_since") is not None:
         verify["kmsg_since"] = values["gpunode_tuning_kmsg_since"]
     return {"pci_selector": _gpu_selector_options(values), "sysctls": list(desired.get("sysctl") or {}),
+            "command_timeouts": values.get("gpunode_tuning_command_timeouts"),
             "modules": [m["name"] for m in (desired.get("kmod") or {}).get("modules") or []],
             "kmsg_levels": values["gpunode_tuning_kmsg_levels"], "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"],
             "root": values["gpunode_tuning_root"], "desired": desired, "verify": verify}
@@ -200,5 +201,6 @@ def health_options(values: dict, desired: dict, host: str) -> dict:
     return {"pci_selector": _gpu_selector_options(values), "kmsg_levels": values["gpunode_tuning_kmsg_levels"],
             "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"], "root": values["gpunode_tuning_root"],
             "desired": {"gpu_health": desired.get("gpu_health")},
+            "command_timeouts": values.get("gpunode_tuning_command_timeouts"),
             "verify": {"kmsg_since": 0 if since is None else since,
                        "gpu": bool(values["gpunode_tuning_verify_gpu_enabled"]), "host": host}}

@@ -139,14 +139,22 @@ def serial(raw: dict) -> list:
     return got["serial"] if not errors and got["serial"] else [1]
 
 
-def benchmark_reading(run: dict, host: str, phase: str) -> tuple[float | None, str]:
-    """``(value, problem)`` of a benchmark run (the command task's result): one finite positive number."""
+def benchmark_reading(run: dict, host: str, phase: str, limit: Any = None) -> tuple[float | None, str]:
+    """``(value, problem)`` of a benchmark run (the command task's result): one finite positive number.
+
+    The benchmark runs under coreutils' timeout with ``limit`` seconds: its exit status 124 is a hang.
+    """
     out = str(run.get("stdout") or "").strip()
     rc = run.get("rc")
     value = _number(out) if rc == 0 else None
     if value is not None and value > 0:
         return value, ""
-    did = "printed" if rc == 0 else "exited with %s" % (rc if rc is not None else "no status")
+    if rc == 0:
+        did = "printed"
+    elif rc == 124 and limit is not None:
+        did = "did not answer within %s s (killed; a wedged GPU, or a benchmark that does not finish)" % limit
+    else:
+        did = "exited with %s" % (rc if rc is not None else "no status")
     text = ("%s %s" % (out, str(run.get("stderr") or "").strip())).strip()
     if not text:
         cmd = run.get("cmd")

@@ -27,6 +27,7 @@ import json
 import re
 from typing import Any, Iterable
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import command
 from ansible_collections.gpunode.tuning.plugins.module_utils import families as registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import (
     has_arg,
@@ -54,6 +55,8 @@ FAMILIES = tuple(FAMILY_TITLES)
 DEFAULT_FAIL_CLASSES = ("aer", "fallen_off_bus")
 KMSG_CLASSES = ("aer", "xid", "fallen_off_bus", "lockdown", "module_failure", "noise", "other")
 BOOT_UNIT = "gpunode-tuning-boot.service"
+# The codes of nvidia-smi topo -p2p, as its legend spells them (drivers 525-610); a legend the output
+# prints itself explains a code missing here (parse_p2p).
 P2P_LEGEND = {
     "X": "self",
     "OK": "ok",
@@ -61,8 +64,12 @@ P2P_LEGEND = {
     "GNS": "GPU not supported",
     "TNS": "topology not supported",
     "NS": "not supported",
+    "DR": "disabled by regkey",
     "U": "unknown",
 }
+# ANSI escapes (drivers 590-610 underline the topo header row even when stdout is a file or a pipe).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LEGEND_LINE = re.compile(r"^\s*([A-Z#]+)\s+=\s+(.+?)\s*$")
 
 
 # The input of an evaluation is malformed; the message names what was expected.
@@ -146,11 +153,21 @@ def kmsg_since(journal: Any = None, boot_id: str | None = None, override: float 
             "detail": "since boot (the last runtime tuning, %s, was in an earlier boot)" % marker.get("time")}
 
 
+def strip_ansi(text: str | None) -> str:
+    """``text`` without ANSI escape sequences."""
+    return _ANSI.sub("", text or "")
+
+
 def _matrix(text):
-    """GPU x GPU cells of an ``nvidia-smi topo`` matrix: ``(names, {(row, col): cell})``."""
+    """GPU x GPU cells of an ``nvidia-smi topo`` matrix: ``(names, {(row, col): cell})``.
+
+    Tolerant of what real output and pastes of it look like: ANSI escapes around the header, tabs or
+    runs of spaces, a leading space or indentation, a trailing tab, NIC rows and columns after the GPUs,
+    a legend with or without a blank line before it.
+    """
     names = []
     cells = {}
-    for line in (text or "").splitlines():
+    for line in strip_ansi(text).splitlines():
         fields = line.replace("\t", " ").split()
         if not fields:
             if names and cells:
@@ -159,7 +176,7 @@ def _matrix(text):
         if fields[0] == "Legend:":
             break
         if not names:
-            if fields[0].startswith("GPU"):
+            if re.match(r"^GPU\d+$", fields[0]):
                 names = [f for f in fields if re.match(r"^GPU\d+$", f)]
             continue
         if re.match(r"^GPU\d+$", fields[0]):
@@ -167,6 +184,18 @@ def _matrix(text):
             for col, cell in zip(names, fields[1:1 + len(names)]):
                 cells[(row, col)] = cell
     return names, cells
+
+
+def parse_legend(text: str | None) -> dict:
+    """``{code: meaning}`` of the legend an ``nvidia-smi topo`` output prints below its matrix."""
+    out = {}
+    lines = strip_ansi(text).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Legend:"), None)
+    for line in lines[start + 1:] if start is not None else []:
+        m = _LEGEND_LINE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
 
 
 def parse_topology(text: str | None) -> dict:
@@ -186,13 +215,15 @@ def parse_p2p(text: str | None) -> dict:
     Pairs are ordered (a -> b); the diagonal is left out.
     """
     names, cells = _matrix(text)
+    legend = parse_legend(text)
     pairs = []
     for a in names:
         for b in names:
             if a == b or (a, b) not in cells:
                 continue
             status = cells[(a, b)]
-            pairs.append({"a": a, "b": b, "status": status, "meaning": P2P_LEGEND.get(status, "unknown code")})
+            meaning = P2P_LEGEND.get(status) or (legend.get(status) or "unknown code").lower()
+            pairs.append({"a": a, "b": b, "status": status, "meaning": meaning})
     return {"gpus": names, "pairs": pairs, "not_ok": [p for p in pairs if p["status"] != "OK"]}
 
 
@@ -287,6 +318,13 @@ def _dropin_arguments(cmdline):
 # ---------------------------------------------------------------------------------------------
 
 
+def smi_failure(res: dict, what: str = "nvidia-smi") -> str:
+    """Why an nvidia-smi answer (``{rc, stdout, stderr, timed_out}``) failed: its hang, or its exit and message."""
+    result = command.Result(res.get("rc"), res.get("stdout") or "", res.get("stderr") or "",
+                            timed_out=bool(res.get("timed_out")))
+    return command.failure(what, result)
+
+
 def _pci_gpu_count(facts):
     devices = (facts.get("pci") or {}).get("devices") or []
     return sum(1 for d in devices if str(d.get("vendor")).lower() in ("0x10de", "10de")
@@ -322,8 +360,7 @@ def gpu_section(facts, gpu, root="/"):
     query = gpu.get("query") or {}
     pci_count = _pci_gpu_count(facts)
     if query.get("rc", 0) != 0:
-        why = "nvidia-smi failed (rc %s): %s" % (query.get("rc"), (query.get("stderr") or query.get("stdout")
-                                                                   or "").strip()[:300])
+        why = smi_failure(query)
         section = {"state": "error", "reason": why, "pci_gpus": pci_count}
         return section, [setting("gpu", "count", pci_count, None, "drifted", why),
                          setting("gpu", "persistence_mode", "Enabled", None, "drifted", why)]

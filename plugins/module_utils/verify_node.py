@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import gpu_health, p2p, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, gpu_health, nvidia_smi, p2p, verification
 from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
@@ -41,15 +41,14 @@ VERIFY_DEFAULTS = {
     "verified_at": None,
 }
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-# nvidia-smi calls of the GPU section, keyed as verification.gpu_section reads them; ``health``
-# is gpu_health's query (its own call: a field an older driver lacks must not cost the others).
+# nvidia-smi calls of the GPU section, keyed as verification.gpu_section reads them; ``health``, gpu_health's
+# query, is negotiated (nvidia_smi.query) from the fields ``--help-query-gpu`` lists, asked first.
 GPU_COMMANDS = (
     ("query", ["--query-gpu=index,pci.bus_id,persistence_mode", "--format=csv,noheader"]),
     ("topology", ["topo", "-m"]),
     ("p2p_read", ["topo", "-p2p", "r"]),
     ("p2p_write", ["topo", "-p2p", "w"]),
     ("p2p_nvlink", ["topo", "-p2p", "n"]),
-    ("health", gpu_health.HEALTH_ARGS),
 )
 
 
@@ -140,6 +139,9 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
     stand-in answering from its own table; ``tools.find`` never returns the controller's there).
     ``dcgm``: ``dcgmi diag -r 1`` when ``desired["gpu_health"]["dcgm_diag"]`` asks for it.
     Exit codes are kept, not failed on: a driver that does not answer is a finding per GPU setting.
+    Every command is bounded (``tools.run``); once nvidia-smi hangs or the driver is down
+    (``nvidia_smi.driver_down``), it is asked nothing more: each later answer is that failure, marked
+    ``not_run``, so a wedged GPU costs one timeout, not one per command.
     """
     if not options["gpu"]:
         return {"probe": "disabled"}
@@ -147,20 +149,46 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
     if not smi:
         return {"probe": "absent" if node.is_live else "simulated"}
     out: dict[str, Any] = {"probe": "present"}
-    for key, args in GPU_COMMANDS:
-        rc, stdout, stderr = tools.run([smi, *args])
-        out[key] = {"rc": rc, "stdout": stdout, "stderr": stderr}
+    help_result = tools.run([smi, *nvidia_smi.HELP_ARGS])
+    down = nvidia_smi.driver_down(help_result)
+    if down:
+        stopped = _answer(help_result, down)
+        out.update({key: dict(stopped) for key, _args in GPU_COMMANDS}, health=dict(stopped))
+    else:
+        known = nvidia_smi.parse_help_fields(help_result[1]) if help_result[0] == 0 else None
+        out["health"] = nvidia_smi.query(tools.run, smi, gpu_health.HEALTH_FIELDS, known)
+        down = nvidia_smi.driver_down(_tuple(out["health"]))
+        for key, args in GPU_COMMANDS:
+            if down:
+                out[key] = _answer(_tuple(out["health"]), down)
+                continue
+            out[key] = _answer(tools.run([smi, *args]))
+            down = nvidia_smi.driver_down(_tuple(out[key]))
     if ((desired or {}).get(gpu_health.NAME) or {}).get("dcgm_diag"):
-        dcgmi = tools.find("dcgmi", "datacenter-gpu-manager")
-        if not dcgmi:
-            out["dcgm"] = {"rc": 127, "stdout": "", "stderr": "dcgmi not found: install DCGM "
-                           "(datacenter-gpu-manager) on the node"}
-        else:
-            rc, stdout, stderr = tools.run([dcgmi, *gpu_health.DCGM_ARGS])
-            out["dcgm"] = {"rc": rc, "stdout": stdout, "stderr": stderr}
+        out["dcgm"] = _dcgm(tools)
     if ((desired or {}).get(p2p.NAME) or {}).get("min_gbps") is not None:
         out["nvbandwidth"] = _nvbandwidth(tools)
     return out
+
+
+def _answer(result: tuple, not_run: str | None = None) -> dict[str, Any]:
+    """``{rc, stdout, stderr, timed_out}`` of a command; ``not_run`` when an earlier failure stopped it."""
+    out = {"rc": result[0], "stdout": result[1], "stderr": result[2], "timed_out": command.timed_out(result)}
+    if not_run:
+        out["not_run"] = not_run
+    return out
+
+
+def _tuple(answer: dict[str, Any]) -> command.Result:
+    return command.Result(answer["rc"], answer["stdout"], answer["stderr"], timed_out=answer.get("timed_out", False))
+
+
+def _dcgm(tools: Tools) -> dict[str, Any]:
+    """``dcgmi diag -r 1`` (bounded by the dcgmi timeout); dcgmi missing: rc 127 with what to install."""
+    dcgmi = tools.find("dcgmi", "datacenter-gpu-manager")
+    if not dcgmi:
+        return {"rc": 127, "stdout": "", "stderr": "dcgmi not found: install DCGM (datacenter-gpu-manager) on the node"}
+    return _answer(tools.run([dcgmi, *gpu_health.DCGM_ARGS]))
 
 
 def _nvbandwidth(tools: Tools) -> dict[str, Any]:
@@ -169,8 +197,7 @@ def _nvbandwidth(tools: Tools) -> dict[str, Any]:
     if not nvb:
         return {"rc": 127, "stdout": "", "stderr": "nvbandwidth not found on the node: build it from "
                 "github.com/NVIDIA/nvbandwidth to measure GPU pair bandwidth"}
-    rc, stdout, stderr = tools.run([nvb, *p2p.NVBANDWIDTH_ARGS])
-    return {"rc": rc, "stdout": stdout, "stderr": stderr}
+    return _answer(tools.run([nvb, *p2p.NVBANDWIDTH_ARGS]))
 
 
 def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,

@@ -25,6 +25,7 @@ author:
   - gpunode.tuning contributors (@gpunode)
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 options:
   arguments:

@@ -84,6 +84,7 @@ options:
     default: false
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 notes:
   - Needs root (the extended capabilities are only in the 4096-byte config space root reads) and the

@@ -84,6 +84,7 @@ options:
     default: false
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 notes:
   - Needs root (only the first 64 bytes of config space are readable otherwise; the message

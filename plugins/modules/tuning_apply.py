@@ -53,6 +53,7 @@ options:
     default: true
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 """
 
@@ -94,7 +95,7 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families, flow, module_calls
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, families, flow, module_calls
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 ARGUMENT_SPEC = dict(
@@ -105,6 +106,7 @@ ARGUMENT_SPEC = dict(
     journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
     fail_on_error=dict(type="bool", default=True),
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 

@@ -201,6 +201,7 @@ options:
         type: str
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes_read_only
 notes:
   - The module fails, naming the root, when O(root) is empty, does not exist, is not a directory or has no
@@ -630,6 +631,14 @@ tuning_facts:
           elements: str
           returned: always
           sample: []
+        nvidia_gpus:
+          description:
+            - Every NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) on the PCI bus, selected or not; GPU health
+              compares it with the GPUs nvidia-smi lists.
+          type: list
+          elements: str
+          returned: always
+          sample: ["0000:41:00.0", "0000:61:00.0"]
         devices:
           description: The selected devices, sorted by address.
           type: list
@@ -707,10 +716,21 @@ tuning_facts:
               returned: always
               sample: 16
             error:
-              description: Why the PCIe values are unknown (config space unreadable or truncated); null otherwise.
+              description:
+                - >-
+                  Why the PCIe values are unknown (config space unreadable or truncated, or C(not responding -
+                  config space reads 0xff)); null otherwise.
               type: str
               returned: always
               sample: null
+            responding:
+              description:
+                - >-
+                  False when the device's config space reads all 0xff (or vendor id ffff), that is when it fell off
+                  the bus (lspci shows C(rev ff)); GPU health fails such a GPU.
+              type: bool
+              returned: always
+              sample: true
     modules:
       description: Kernel modules.
       returned: always
@@ -880,10 +900,13 @@ tuning_facts:
           returned: always
           sample: {"79": 1}
         aer_severities:
-          description: AER severity as printed -> number of records.
+          description:
+            - >-
+              AER severity -> number of records, as newer kernels spell it (C(Corrected) of older kernels counts as
+              C(Correctable), C(Uncorrected) as C(Uncorrectable)).
           type: dict
           returned: always
-          sample: {Corrected: 3}
+          sample: {Correctable: 3}
 verification:
   description:
     - The node against O(desired), as C(roles/tuning) writes its JSON, JUnit and Markdown reports from it; see
@@ -954,7 +977,7 @@ verification:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log, verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, kernel_log, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import FactsError, gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NODE_ARGUMENT_SPEC,
@@ -1012,6 +1035,7 @@ ARGUMENT_SPEC = dict(
         ),
     ),
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 
@@ -1029,10 +1053,8 @@ def tools(module, node):
         except BinaryNotFound:
             return None
 
-    def run(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C"})
-
-    return verify_node.Tools(find, run)
+    # Bounded (command.py): AnsibleModule.run_command has no timeout on the ansible-core releases supported.
+    return verify_node.Tools(find, command.runner(module.params["command_timeouts"]))
 
 
 def main():
@@ -1042,14 +1064,15 @@ def main():
         module.fail_json(msg=missing_required_lib("netaddr", reason="for kmsg_ignore rules with a cidr"))
     try:
         node = Node.open(p["root"])
-    except NodeError as exc:
+        run_tools = tools(module, node)
+    except (NodeError, command.TimeoutsError) as exc:
         module.fail_json(msg=str(exc))
     options = dict(pci_selector=p["pci_selector"], sysctls=p["sysctls"], kmsg_levels=p["kmsg_levels"],
                    kmsg_ignore=p["kmsg_ignore"], modules=p["modules"], detail=p["detail"])
     try:
         if p["desired"] is None:
             module.exit_json(changed=False, tuning_facts=gather(node, kmsg_since=p["kmsg_since"], **options))
-        facts, result = verify_node.verify(node, p["desired"], p["verify"], tools(module, node), options)
+        facts, result = verify_node.verify(node, p["desired"], p["verify"], run_tools, options)
     except (FactsError, NodeError, VerificationError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, tuning_facts=facts, verification=result)

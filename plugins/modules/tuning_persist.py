@@ -57,6 +57,7 @@ options:
     default: true
 extends_documentation_fragment:
   - gpunode.tuning.node
+  - gpunode.tuning.node.command_timeouts
   - gpunode.tuning.node.attributes
 """
 
@@ -88,7 +89,7 @@ reboot_required:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import flow, module_calls, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, flow, module_calls, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
 
 ARGUMENT_SPEC = dict(
@@ -100,6 +101,7 @@ ARGUMENT_SPEC = dict(
     journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
     fail_on_error=dict(type="bool", default=True),
     **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
 )
 
 

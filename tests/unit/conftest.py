@@ -101,3 +101,25 @@ def run_module(monkeypatch):
         raise AssertionError("module %s returned without exit_json/fail_json" % name)
 
     return _run
+
+
+REAL_CAPTURES = os.path.join(REPO, "tests", "data", "real")
+CAPTURE_MARK = "==> capture follows <==\n"
+
+
+class Capture:
+    """One file of tests/data/real: its header (source, who/when, command, converted) and the output itself."""
+
+    def __init__(self, name):
+        with open(os.path.join(REAL_CAPTURES, name), encoding="utf-8", newline="") as fh:
+            head, sep, self.text = fh.read().partition(CAPTURE_MARK)
+        assert sep, "%s has no %r line" % (name, CAPTURE_MARK)
+        self.name = name
+        self.meta = dict(line.split(": ", 1) for line in head.splitlines())
+        assert self.meta.get("source"), "%s names no source" % name
+
+
+@pytest.fixture
+def real():
+    """``real(name)``: the Capture of tests/data/real/<name> (real output other people posted, with its source)."""
+    return Capture

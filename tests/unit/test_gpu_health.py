@@ -9,22 +9,18 @@ import subprocess
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_health, verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, gpu_health, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 
-def _tools(root):
-    """verify_node.Tools as tuning_info builds them for a simulated node: only commands the node ships."""
+def _tools(root, timeouts=None):
+    """verify_node.Tools as tuning_info builds them for a simulated node: only commands the node ships, bounded."""
     def find(name, _package):
         path = os.path.join(root, "usr/bin", name)
         return path if os.access(path, os.X_OK) else None
 
-    def run(argv):
-        p = subprocess.run(argv, capture_output=True, text=True, check=False)
-        return p.returncode, p.stdout, p.stderr
-
-    return verify_node.Tools(find, run)
+    return verify_node.Tools(find, command.runner(timeouts))
 
 
 def _evaluate(root, desired=None):
@@ -50,8 +46,8 @@ def test_healthy_node_has_no_finding(build_node):
     root = build_node(cpus=4, nvidia_smi=True)
     rows = _evaluate(root, {"gpu_health": {"gpu_count": 8}})
     assert {n: r["state"] for n, r in rows.items()} == dict.fromkeys(
-        ["link_width", "link_speed", "gpu_count", "ecc_mode", "ecc_uncorrected", "memory_remap", "power_limit",
-         "clocks_event", "driver_version", "xid"], "applied")
+        ["link_width", "link_speed", "responding", "gpu_count", "ecc_mode", "ecc_uncorrected", "memory_remap",
+         "power_limit", "clocks_event", "driver_version", "xid"], "applied")
     assert rows["gpu_count"]["running"] == "8 on the PCI bus, 8 listed by nvidia-smi"
     assert rows["driver_version"]["running"] == "570.124.06"
     assert rows["clocks_event"]["reason"] == "reported: GPU idle on all 8 GPUs"
@@ -60,7 +56,7 @@ def test_healthy_node_has_no_finding(build_node):
 def test_simulated_node_without_nvidia_smi_judges_link_and_xid_only(build_node):
     root = build_node(cpus=4)
     rows = _evaluate(root)
-    assert sorted(rows) == ["link_speed", "link_width", "xid"]
+    assert sorted(rows) == ["link_speed", "link_width", "responding", "xid"]
     assert rows["link_width"]["state"] == "applied"
 
 
@@ -148,17 +144,21 @@ def test_other_xids_are_reported_serious_ones_fail():
     assert gpu_health.xid_row(facts)["state"] == "unsupported"
 
 
-def test_dcgm_diag_when_asked(build_node):
+def test_dcgm_diag_when_asked(build_node, real, tmp_path):
     root = build_node(cpus=4, nvidia_smi=True)
     # No dcgmi on the node: unsupported, with what to install.
     rows = _evaluate(root, {"gpu_health": {"dcgm_diag": True}})
     assert rows["dcgm_diag"]["state"] == "unsupported" and "datacenter-gpu-manager" in rows["dcgm_diag"]["reason"]
+    # A dcgmi that prints what DCGM 4.2.3 printed on a node whose pcie test failed, and exits as dcgmi does.
+    answer = tmp_path / "diag.txt"
+    answer.write_text(real("dcgmi-diag-4.2.3-fail-pcie-4gpu-dcgm-253.txt").text)
     dcgmi = os.path.join(root, "usr/bin/dcgmi")
     with open(dcgmi, "w") as fh:
-        fh.write("#!/bin/sh\necho '| PCIe | Fail - GPU 0 link degraded |'\nexit 226\n")
+        fh.write("#!/bin/sh\ncat '%s'\nexit 226\n" % answer)
     os.chmod(dcgmi, 0o755)
     row = _evaluate(root, {"gpu_health": {"dcgm_diag": True}})["dcgm_diag"]
-    assert row["state"] == "drifted" and "PCIe Fail - GPU 0 link degraded" in row["reason"]
+    assert row["state"] == "drifted"
+    assert "(DCGM 4.2.3) (rc 226): pcie: Fail: There was an internal error" in row["reason"]
     assert "dcgm_diag" not in _evaluate(root)
 
 

@@ -101,7 +101,7 @@ def test_parse_message_with_semicolons_and_invalid_utf8():
 @pytest.mark.parametrize("message, cls, extra", [
     ("pcieport 0000:40:01.1: AER: Corrected error received: 0000:41:00.0", "aer", {"device": "0000:40:01.1"}),
     ("nvidia 0000:41:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)",
-     "aer", {"device": "0000:41:00.0", "severity": "Uncorrected (Non-Fatal)"}),
+     "aer", {"device": "0000:41:00.0", "severity": "Uncorrectable (Non-Fatal)"}),
     ("nvidia 0000:41:00.0:   device [10de:2bb5] error status/mask=00004000/00000000", "aer",
      {"device": "0000:41:00.0"}),
     ("NVRM: Xid (PCI:0000:41:00): 79, pid=2231, name=python3, GPU has fallen off the bus.", "xid",
@@ -178,7 +178,7 @@ def test_summarize_counts_samples_and_codes():
                            "noise": 2, "other": 2}
     assert s["trouble"] == 10
     assert s["xid_codes"] == {"79": 1}
-    assert s["aer_severities"] == {"Corrected": 1}
+    assert s["aer_severities"] == {"Correctable": 1}
     assert s["records"]["xid"] == [{
         "level": "err", "time": 3.0, "seq": 4, "code": 79, "device": "0000:61:00",
         "message": "NVRM: Xid (PCI:0000:61:00): 79, pid=2231, name=python3, GPU has fallen off the bus.",

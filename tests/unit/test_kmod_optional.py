@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import command
+
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
 
@@ -155,15 +157,13 @@ def test_failed_load_leaves_no_journal_entry(build_node, run_module):
 def test_simulated_root_never_runs_host_modprobe(build_node, run_module, monkeypatch):
     root = build_node("tiny-vm")
     seen = []
-    from ansible.module_utils import basic
+    real = command.run
 
-    real = basic.AnsibleModule.run_command
+    def spy(argv, *a, **k):
+        seen.append(list(argv))
+        return real(argv, *a, **k)
 
-    def spy(self, args, **kwargs):
-        seen.append(list(args))
-        return real(self, args, **kwargs)
-
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", spy)
+    monkeypatch.setattr(command, "run", spy)
     run_module("kmod_optional", {"name": "msr", "root": root})
     assert seen == [[os.path.join(root, "usr/sbin/modprobe"), "--", "msr"]]
 
@@ -211,16 +211,14 @@ def test_simulated_root_without_modprobe_fails_cleanly(build_node, run_module, d
 
 def spy_commands(monkeypatch):
     """Record every command the module runs (and still run it)."""
-    from ansible.module_utils import basic
-
     seen = []
-    real = basic.AnsibleModule.run_command
+    real = command.run
 
-    def spy(self, args, **kwargs):
-        seen.append(list(args))
-        return real(self, args, **kwargs)
+    def spy(argv, *a, **k):
+        seen.append(list(argv))
+        return real(argv, *a, **k)
 
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", spy)
+    monkeypatch.setattr(command, "run", spy)
     return seen
 
 

@@ -17,9 +17,8 @@ import struct
 import subprocess
 
 import pytest
-from ansible.module_utils import basic
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, pcie
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SETPCI = shutil.which("setpci")
@@ -141,13 +140,13 @@ def inject_static_faults(root):
 @pytest.fixture
 def commands_run(monkeypatch):
     seen = []
-    real = basic.AnsibleModule.run_command
+    real = command.run
 
-    def spy(self, args, *a, **k):
-        seen.append(list(args))
-        return real(self, args, *a, **k)
+    def spy(argv, *a, **k):
+        seen.append(list(argv))
+        return real(argv, *a, **k)
 
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", spy)
+    monkeypatch.setattr(command, "run", spy)
     return seen
 
 

@@ -139,3 +139,8 @@ def test_the_summary_counts_skips_and_says_why():
                                  "skipped (the rollout stopped after batch 2): c"]
     whole = rollout.summary(["a"], results[:1], None, {}, "T")
     assert whole["complete"] is True and whole["skipped"] == []
+
+
+def test_a_benchmark_killed_at_its_timeout_is_named_a_hang():
+    _value, problem = rollout.benchmark_reading({"stdout": "", "rc": 124}, "h1", "after", 3)
+    assert "it did not answer within 3 s (killed; a wedged GPU, or a benchmark that does not finish)" in problem

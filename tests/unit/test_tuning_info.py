@@ -605,7 +605,10 @@ def test_grubby_and_nvidia_smi_on_a_live_node(build_node):
         calls.append(argv)
         if argv[0] == "/usr/sbin/grubby":
             return 0, 'index=0\nargs="ro intel_pstate=active"\n', ""
-        return (0, "0, 00000000:41:00.0, Enabled\n", "") if "--format=csv,noheader" in argv else (9, "", "no")
+        if argv[1:] == ["--help-query-gpu"]:
+            return 0, '"index"\n"pci.bus_id"\n"persistence_mode"\n', ""
+        # exit 2 (not 9, which means the driver is down and stops the probe): the answer is kept.
+        return (0, "0, 00000000:41:00.0, Enabled\n", "") if "--format=csv,noheader" in argv else (2, "", "no")
 
     tools = verify_node.Tools(lambda name, package: "/usr/sbin/" + name, run)
     node = LiveNode(root)
@@ -614,8 +617,10 @@ def test_grubby_and_nvidia_smi_on_a_live_node(build_node):
     assert cmdline["bootloader"] == "grubby" and cmdline["grubby"]["rc"] == 0
     assert calls == [["/usr/sbin/grubby", "--info=DEFAULT"]]
     gpu = verify_node.gpu_probe(node, opts, tools)
-    assert gpu["probe"] == "present" and gpu["query"]["rc"] == 0 and gpu["p2p_read"]["rc"] == 9
-    assert [c[1:] for c in calls[1:]] == [list(a) for _k, a in verify_node.GPU_COMMANDS]
+    assert gpu["probe"] == "present" and gpu["query"]["rc"] == 0 and gpu["p2p_read"]["rc"] == 2
+    # The field list first, then the health query of the fields it names, then each GPU command once.
+    assert calls[1][1:] == ["--help-query-gpu"] and calls[2][1].startswith("--query-gpu=index,pci.bus_id")
+    assert [c[1:] for c in calls[3:]] == [list(a) for _k, a in verify_node.GPU_COMMANDS]
     # Without grubby the configuration is unknown, with the reason; without nvidia-smi the GPUs are absent.
     none = verify_node.Tools(lambda name, package: None, run)
     assert "grubby not found" in verify_node.boot_configuration(node, {"cmdline": ["x=1"]}, opts, none)["grubby"][
