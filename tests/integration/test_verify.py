@@ -385,13 +385,15 @@ CONTROLLER_ACTIONS = {"ansible.builtin." + a for a in ("set_fact", "assert", "de
 
 def test_verification_is_one_module_run_on_the_node(fleet, tmp_path):
     # Before: slurps of the journal, boot id, GRUB and sysctl drop-ins, a find and tuning_facts
-    # (plus grubby and nvidia-smi on live nodes), then the verdict in Jinja. Now one tuning_info call.
+    # (plus grubby and nvidia-smi on live nodes), then the verdict in Jinja. Now one tuning_info run, made by
+    # the verify flow's task (tuning_flow, which says how many modules it ran).
     inv = write_inventory(tmp_path / "one.yml", {"pending": fleet["roots"]["pending"]}, tmp_path / "reports")
     env = dict(ansible_env(), ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, os.path.join(REPO, "playbooks", "verify.yml")]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = [t["hosts"]["pending"] for p in json.loads(proc.stdout)["plays"] for t in p["tasks"]]
-    ran = [r["action"] for r in results if not r.get("skipped") and r["action"] not in CONTROLLER_ACTIONS
-           and r.get("module_runs", 1) > 0]
-    assert ran == ["gpunode.tuning.tuning_info"], ran
+    ran = [(r["action"], r.get("module_runs", 1)) for r in results
+           if not r.get("skipped") and r["action"] not in CONTROLLER_ACTIONS and r.get("module_runs", 1) > 0]
+    assert ran == [("gpunode.tuning.tuning_flow", 1)], ran
+    assert "verification" in next(r for r in results if r.get("module_runs") == 1)
