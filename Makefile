@@ -52,10 +52,12 @@ test: $(SETUP_TESTS)
 lint: $(SETUP_TESTS)
 	@scripts/lint.sh
 
-# pytest exits 5 when it collects no tests: not a failure while the suite is being written.
+# pytest exits 5 when it collects no tests: not a failure while the suite is being written. Two
+# pytest-xdist workers (2 cores): every test builds its nodes under its own tmp_path.
+UNIT_WORKERS ?= 2
 unit: $(SETUP_TESTS)
 	@if [[ ! -d tests/unit ]]; then echo "unit: no tests/unit directory"; exit 0; fi; \
-	rc=0; $(PY) -m pytest -q tests/unit || rc=$$?; \
+	rc=0; $(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit || rc=$$?; \
 	if (( rc == 5 )); then echo "unit: no tests collected"; rc=0; fi; \
 	exit $$rc
 
