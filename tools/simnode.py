@@ -148,7 +148,7 @@ class Preset:
     arch: str = "x86_64"  # or "arm64": /proc/cpuinfo layout, sim modprobe's loadable modules
     cpu_part: int = 0  # arm64 only: "CPU implementer" 0x41 (Arm), "CPU part" (0xd4f Neoverse V2)
     freq_khz: tuple = (1500000, 3800000, 2450000)  # cpuinfo_min, cpuinfo_max, scaling_cur
-    # GPU locality (module_utils/gpu_locality.py): MSI/MSI-X IRQs with /proc/irq affinities, an
+    # GPU locality (module_utils/families/gpu_locality.py): MSI/MSI-X IRQs with /proc/irq affinities, an
     # irqbalance process, NUMA nodes whose firmware publishes no proximity (numa_node -1), MSI-X
     # vectors per NIC, and a NIC under every Nth PCIe switch too (0: only the first; benchmarks).
     msi: bool = False
@@ -378,7 +378,7 @@ PRESETS = {
     ),
 }
 
-# A 2-socket PCIe-switch node for GPU locality (module_utils/gpu_locality.py): 8 GPUs behind 4 PCIe
+# A 2-socket PCIe-switch node for GPU locality (module_utils/families/gpu_locality.py): 8 GPUs behind 4 PCIe
 # switches, each switch on its own host bridge (root complex), two per socket. Switch 0 carries a
 # ConnectX-7 (InfiniBand) and an NVMe drive beside its GPUs; switch 2 (the first on socket 1) has an
 # NVMe drive behind a second, nested switch; a ConnectX-6 Dx (Ethernet, RoCE) sits on its own root

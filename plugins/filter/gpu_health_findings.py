@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller-side view of module_utils/gpu_health.py's verdict: the findings that make a host unhealthy.
+"""Controller-side view of module_utils/families/gpu_health.py's verdict: the findings that make a host unhealthy.
 
 For a rollout's health gate (a canary with a sick GPU is not tuned). Documented in
 gpu_health_findings.yml next to this file.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
 
 
 def gpu_health_findings(result):

@@ -33,13 +33,14 @@ import json
 import os
 import sys
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families, pcie, persist, validate
+from ansible_collections.gpunode.tuning.plugins.module_utils import persist, registry, validate
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 VERSION = 1
 # The desired-state keys boot re-applies, in order (the registry's families with a boot function).
-FAMILIES = tuple(key for key, _fam in families.boot_families())
+FAMILIES = tuple(key for key, _fam in registry.boot_families())
 PREFIX = "gpunode-tuning-boot"
 
 
@@ -55,7 +56,7 @@ def _say(line):
 
 def boot_state(desired: dict) -> dict:
     """The part of a desired state that boot re-applies: ``version`` and each boot family that is set."""
-    known = {fam.name for fam in families.FAMILIES} | set(FAMILIES) | set(families.report_titles())
+    known = {fam.name for fam in registry.FAMILIES} | set(FAMILIES) | set(registry.report_titles())
     unknown = sorted(set(desired) - known - {"version"})
     if unknown:
         raise BootError("unknown families %s; known are %s" % (", ".join(unknown), ", ".join(sorted(known))))
@@ -89,7 +90,7 @@ def _boot_one(fam, node: Node, want: dict, bdf: str | None) -> tuple[bool, str]:
     """One family's re-apply; its error, expected or not, is its failure and never stops the others."""
     try:
         return fam.boot(node, want, bdf) if bdf is not None else fam.boot(node, want)
-    except (BootError, NodeError, ValueError, FamilyError, pcie.MrrsError) as exc:
+    except (BootError, NodeError, ValueError, FamilyError, pcie_mrrs.MrrsError) as exc:
         return False, str(exc)
     except Exception as exc:  # noqa: BLE001 (a bug in one family must not stop the others at boot)
         return False, "%s: %s" % (type(exc).__name__, exc)
@@ -101,11 +102,11 @@ def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | 
     A failure does not stop the others. Prints one line per family; returns 1 when one failed, else 0.
     """
     status = 0
-    for key, fam in families.boot_families():
+    for key, fam in registry.boot_families():
         want = desired.get(key)
-        if want is None or (only_mrrs and key != pcie.FAMILY):
+        if want is None or (only_mrrs and key != pcie_mrrs.FAMILY):
             continue
-        ok, msg = _boot_one(fam, node, want, bdf if key == pcie.FAMILY else None)
+        ok, msg = _boot_one(fam, node, want, bdf if key == pcie_mrrs.FAMILY else None)
         _say("%s: %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
         status |= 0 if ok else 1
     return status
@@ -157,7 +158,10 @@ class _Carried(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         parts = PACKAGE.split(".")
         if name in {".".join(parts[: i + 1]) for i in range(len(parts))}:
             return importlib.util.spec_from_loader(name, self, is_package=True)
-        if name.startswith(PACKAGE + ".") and name[len(PACKAGE) + 1:] in SOURCES:
+        short = name[len(PACKAGE) + 1:] if name.startswith(PACKAGE + ".") else None
+        if short is not None and short + ".__init__" in SOURCES:  # a package of module_utils (families)
+            return importlib.util.spec_from_loader(name, self, origin="%s (%s)" % (__file__, name), is_package=True)
+        if short in SOURCES:
             return importlib.util.spec_from_loader(name, self, origin="%s (%s)" % (__file__, name))
         return None
 
@@ -166,12 +170,14 @@ class _Carried(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         short = module.__name__[len(PACKAGE) + 1:]
-        if short in SOURCES and module.__name__.startswith(PACKAGE + "."):
-            exec(compile(SOURCES[short], "%s/module_utils/%s.py" % (__file__, short), "exec"), module.__dict__)
+        key = short if short in SOURCES else short + ".__init__"
+        if key in SOURCES and module.__name__.startswith(PACKAGE + "."):
+            path = "%s/module_utils/%s.py" % (__file__, key.replace(".", "/"))
+            exec(compile(SOURCES[key], path, "exec"), module.__dict__)
 
 
 sys.meta_path.insert(0, _Carried())
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils import boot
 
 sys.exit(boot.main())
 '''
@@ -246,7 +252,7 @@ def unit_text(settings: dict) -> str:
 def rule_text(settings: dict, desired: dict) -> str:
     """The udev rule that sets MRRS again on a matching PCI function added after boot."""
     python, script, _before = _boot_settings(settings)
-    vendor = (desired.get(pcie.FAMILY) or {}).get("vendor")
+    vendor = (desired.get(pcie_mrrs.FAMILY) or {}).get("vendor")
     try:
         vendor = validate.pci_id(vendor) if vendor else None
     except validate.ValidationError as exc:
@@ -303,7 +309,7 @@ def remove_boot_unit(pc) -> dict:
 def persist_udev(pc) -> dict:
     """The udev rule for hot-added GPUs, when MRRS is re-applied at boot."""
     rule = pc.settings["udev_rule"]
-    if not (pc.settings.get("udev_enabled") and boot_wanted(pc).get(pcie.FAMILY)):
+    if not (pc.settings.get("udev_enabled") and boot_wanted(pc).get(pcie_mrrs.FAMILY)):
         return {"changed": False, "skipped": True, "reason": "the udev rule is off, or MRRS is not re-applied"}
     if pc.files.write(rule, rule_text(pc.settings, pc.desired)):
         persist.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
@@ -319,8 +325,8 @@ def remove_udev(pc) -> dict:
 def concerns() -> list:
     """The boot unit's and the udev rule's concerns; their tags follow the registry's boot families."""
     # A family that re-applies one of its settings at boot (tunables: THP) is selected by that setting's tag.
-    boot_tags = {tag for _key, fam in families.boot_families()
+    boot_tags = {tag for _key, fam in registry.boot_families()
                  for tag in ((fam.name, fam.boot_key) if fam.boot_key else (fam.name, *fam.tags))}
-    mrrs_tags = {tag for fam in families.FAMILIES if fam.name == pcie.FAMILY for tag in (fam.name, *fam.tags)}
+    mrrs_tags = {tag for fam in registry.FAMILIES if fam.name == pcie_mrrs.FAMILY for tag in (fam.name, *fam.tags)}
     return [persist.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit, remove_boot_unit),
             persist.Concern("udev", tuple(sorted(mrrs_tags | {"udev"})), persist_udev, remove_udev)]

@@ -20,9 +20,9 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families, kernel_log
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import vendor_from_cpuinfo
-from ansible_collections.gpunode.tuning.plugins.module_utils.kmod import NAME_ALLOWED, NAME_RE, sysfs_name
+from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log, registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import vendor_from_cpuinfo
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.kmod import NAME_ALLOWED, NAME_RE, sysfs_name
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_CPU,
     Node,
@@ -34,7 +34,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     parse_cpulist,
     selected_bracket,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
     DeviceSelector,
     decode_pcie,
     list_devices,
@@ -485,7 +485,7 @@ def gather(node: Node, pci_selector: dict | None = None, sysctls: list[str] | No
         "nvidia": nvidia_facts(node),
         "kernel_log": kernel_log.kernel_log_facts(node, kmsg_levels, kmsg_since, kmsg_ignore),
     }
-    for fam in families.FAMILIES:  # the facts of the families that read their own (the registry's read)
+    for fam in registry.FAMILIES:  # the facts of the families that read their own (the registry's read)
         if fam.read is not None:
             facts[fam.name] = fam.read(node, selector)
     return facts

@@ -15,7 +15,7 @@ from __future__ import annotations
 import traceback
 from typing import Any, Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Call, FamilyError
 
 # Keys of a family result that hold its items, each with ``changed`` (and ``skipped``) keys.
@@ -31,7 +31,7 @@ def run_families(requests: list, make_call: Callable[[Any, dict], Call]) -> dict
     """
     results = {}
     for request in requests:
-        fam = families.by_name(request["name"])
+        fam = registry.by_name(request["name"])
         try:
             results[fam.name] = fam.run(make_call(fam, dict(request.get("options") or {})))
         except FamilyError as exc:
@@ -109,4 +109,4 @@ def restored(result: dict):
 
 def runnable_names() -> list:
     """Names of the families this module can run: those with a module (``run`` and its options)."""
-    return [fam.name for fam in families.FAMILIES if fam.run is not None and fam.argument_spec is not None]
+    return [fam.name for fam in registry.FAMILIES if fam.run is not None and fam.argument_spec is not None]

@@ -155,18 +155,18 @@ def _remove_tree(path: str) -> None:
 
 def run_family(pc: PersistCall, name: str, options: dict, check_mode: bool | None = None) -> dict:
     """A family's ``run`` with these options (check mode: the module's, or forced); FamilyError as it raises."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import families  # noqa: PLC0415 (the registry imports us)
+    from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 
-    fam = families.by_name(name)
+    fam = registry.by_name(name)
     return fam.run(pc.make_call(fam, as_role_options(fam, options), check_mode))
 
 
 def family_kernel_args(pc: PersistCall, remove: bool = False) -> list:
     """The kernel arguments every family asks for (``Family.kernel_args``), or may have added (``remove``)."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import families  # noqa: PLC0415 (the registry imports us)
+    from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 
     out = []
-    for fam in families.FAMILIES:
+    for fam in registry.FAMILIES:
         if fam.kernel_args is not None:
             out += [a for a in fam.kernel_args(pc, remove) if a not in out]
     return out
@@ -220,10 +220,10 @@ def run_concerns(concerns: list, make_pc: Callable[[], PersistCall], remove: boo
 
 def concerns() -> list:
     """Every concern, in the order the persistent flow runs them: the families' (registry order), then boot's."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, families  # noqa: PLC0415
+    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, registry
 
-    arg_tags = tuple(t for fam in families.FAMILIES if fam.kernel_args is not None or fam.reboot_only
+    arg_tags = tuple(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
                      for t in (fam.name, *fam.tags))
-    out = [fam.persist for fam in families.FAMILIES if fam.persist is not None]
+    out = [fam.persist for fam in registry.FAMILIES if fam.persist is not None]
     out = [c._replace(tags=tuple(sorted(set(c.tags + arg_tags)))) if c.kernel_args else c for c in out]
     return out + boot.concerns()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families, validate
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry, validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import as_role_options
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import describe_characters, forbidden_characters
 
@@ -35,7 +35,7 @@ def desired_state(values: dict) -> dict:
     """The desired state, one key per family (and per tunables setting), from the validated variables."""
     shared = {"selector": gpu_selector(values)}
     out: dict = {}
-    for fam in families.FAMILIES:
+    for fam in registry.FAMILIES:
         if fam.from_role is not None:
             out.update(fam.from_role(values, shared))
     return out
@@ -62,7 +62,7 @@ def selected_families(flow: str, only, skip, inherited: Iterable[str] = ()) -> l
     (from the play, the role import, a block), like the per-family tasks of earlier releases were.
     """
     base = {flow, *inherited} - {"always"}
-    return [fam for fam in families.FAMILIES if tags_select(base | family_tags(fam), only, skip)]
+    return [fam for fam in registry.FAMILIES if tags_select(base | family_tags(fam), only, skip)]
 
 
 def runtime_requests(desired: dict, values: dict, selected: Iterable) -> list:
@@ -113,7 +113,7 @@ def combination_problems(values: dict) -> list:
 
 def selected_concerns(flow: str, only, skip, inherited: Iterable[str] = ()) -> list:
     """The persistent concerns (persist.concerns()) that ``flow`` (persistent or rollback) runs under these tags."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import persist  # noqa: PLC0415
+    from ansible_collections.gpunode.tuning.plugins.module_utils import persist
 
     base = {flow, *inherited} - {"always"}
     return [c for c in persist.concerns() if tags_select(base | {c.name, *c.tags}, only, skip)]
@@ -148,7 +148,7 @@ def _variable_of(entry: str, key: str, known) -> str | None:
     selector = dict(SELECTOR_VARIABLES)
     if key in selector:
         return selector[key]
-    fam = next((f for f in families.FAMILIES if entry in (f.name, f.boot_key) or entry in f.tags), None)
+    fam = next((f for f in registry.FAMILIES if entry in (f.name, f.boot_key) or entry in f.tags), None)
     stems = [entry] + ([fam.name, *fam.tags, fam.name.split("_")[0]] if fam else [])
     candidates = ["%s%s_%s" % (PREFIX, stem, key) for stem in stems if key] + ["%s%s" % (PREFIX, s) for s in stems]
     candidates += ["%s%s_args" % (PREFIX, s) for s in stems]
@@ -158,7 +158,7 @@ def _variable_of(entry: str, key: str, known) -> str | None:
 def desired_problems(desired: dict, known) -> list:
     """The precheck's lines for what the families' validators find in ``desired`` (judged without the node)."""
     out = []
-    for entry, key, message in families.desired_problems(desired):
+    for entry, key, message in registry.desired_problems(desired):
         name = _variable_of(entry, key, known)
         where = "%s (%s)" % (name, key) if name and key and not name.endswith("_" + key) else name
         line = "value of %s: %s" % (where, message) if where else "%s.%s: %s" % (entry, key, message)
@@ -173,7 +173,7 @@ def _gpu_selector_options(values: dict) -> dict:
 
 def verify_options(values: dict, desired: dict, host: str, verified_at: str, gate: str = "full") -> dict:
     """tuning_info's options for verification: the node read and judged against the whole desired state."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, persist  # noqa: PLC0415
+    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, persist
 
     verify = {"bootloader": values["gpunode_tuning_cmdline_bootloader"],
               "cmdline_dropin": values["gpunode_tuning_cmdline_dropin"],

@@ -27,14 +27,13 @@ import json
 import re
 from typing import Any, Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command
-from ansible_collections.gpunode.tuning.plugins.module_utils import families as registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import (
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.cmdline import (
     has_arg,
     parse_dropin,
     parse_grubby_info,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpufreq import driver_family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import driver_family
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import (
     STATES,
     EvaluationError,

@@ -18,9 +18,11 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, gpu_health, nvidia_smi, p2p, verification
-from ansible_collections.gpunode.tuning.plugins.module_utils.bootcmdline import DEFAULT_DROPIN, choose_bootloader
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, nvidia_smi, verification
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.cmdline import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 # The ``verify`` option's defaults: the role's defaults for the same paths and switches.

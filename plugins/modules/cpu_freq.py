@@ -270,7 +270,8 @@ failed_settings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, family
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
 
 
 def build_module():

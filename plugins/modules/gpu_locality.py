@@ -18,7 +18,7 @@ description:
   - The document holds no volatile values (no IRQ affinity), so an unchanged node gives the same file and a
     rerun reports no change. The schema is in C(docs/gpu-locality.md) and C(docs/topology.schema.json).
   - The persistent flow of C(roles/tuning) runs this module; the boot unit refreshes the file at every boot
-    (module_utils/gpu_locality.py's C(boot)), since PCI addresses and NUMA can change with the hardware.
+    (module_utils/families/gpu_locality.py's C(boot)), since PCI addresses and NUMA can change with the hardware.
     Verification reads the same facts (C(gpunode.tuning.tuning_info), section C(gpu_locality)).
 author:
   - gpunode.tuning contributors (@gpunode)
@@ -83,7 +83,8 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_locality
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality
 
 
 def build_module():

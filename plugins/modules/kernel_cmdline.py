@@ -189,7 +189,8 @@ changed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline, family
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
 
 
 def build_module():

@@ -210,18 +210,19 @@ setpci_calls:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs
 
 
 def build_module():
     return AnsibleModule(
-        argument_spec=pcie.ARGUMENT_SPEC,
+        argument_spec=pcie_mrrs.ARGUMENT_SPEC,
         supports_check_mode=True,
     )
 
 
 def main():
-    family.run_module(build_module(), pcie.run)
+    family.run_module(build_module(), pcie_mrrs.run)
 
 
 if __name__ == "__main__":

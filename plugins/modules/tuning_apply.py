@@ -95,7 +95,7 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, families, flow, module_calls
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, flow, module_calls, registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
 
 ARGUMENT_SPEC = dict(
@@ -124,7 +124,7 @@ def main():
     restore = all((r.get("options") or {}).get("restore") for r in module.params["families"])
     out = dict(changed=any(r.get("changed") for r in results.values()), families=results,
                failed_families=flow.failures(results),
-               summary={n: flow.restored(r) if restore else flow.summary(r, families.by_name(n))
+               summary={n: flow.restored(r) if restore else flow.summary(r, registry.by_name(n))
                         for n, r in results.items()})
     if module._diff:
         out["diff"] = flow.diffs(results)

@@ -30,7 +30,7 @@ _spec.loader.exec_module(_unit)
 CPUS, DROPIN, read, set_driver, write = _unit.CPUS, _unit.DROPIN, _unit.read, _unit.set_driver, _unit.write
 from test_verify import run_playbook  # noqa: E402
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline  # noqa: E402
 
 # host -> (preset, driver to start from or None for the preset's, role variables, driver and mode after the reboot)
 HOSTS = {

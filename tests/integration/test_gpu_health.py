@@ -21,7 +21,7 @@ from test_verify import run_playbook, write_inventory  # noqa: E402
 
 
 def _registered():
-    with open(os.path.join(REPO, "plugins/module_utils/families.py"), encoding="utf-8") as fh:
+    with open(os.path.join(REPO, "plugins/module_utils/registry.py"), encoding="utf-8") as fh:
         return "gpu_health" in fh.read()
 
 

@@ -23,7 +23,7 @@ from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/ro
 )
 
 sys.path.insert(0, os.path.join(REPO, ".collections"))
-from ansible_collections.gpunode.tuning.plugins.module_utils import acs  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node  # noqa: E402
 
 DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"

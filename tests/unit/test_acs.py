@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import acs, family, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SETPCI = shutil.which("setpci")
@@ -315,7 +316,7 @@ def test_facts_iommu_groups_and_args(build_node):
     root = build_node(gpus=1, iommu="DMA-FQ")
     with open(os.path.join(root, "proc/cmdline"), "w") as fh:
         fh.write("ro quiet iommu=pt amd_iommu=on\n")
-    facts = acs.read(Node(root), pcie.DeviceSelector())
+    facts = acs.read(Node(root), pci.DeviceSelector())
     assert facts["iommu"] == {"active": True, "units": ["ivhd0"], "kernel_args": ["iommu=pt", "amd_iommu=on"],
                               "acs_kernel_args": []}
     group = facts["gpus"][0]["iommu_group"]

@@ -1,4 +1,4 @@
-"""module_utils/bootcmdline.py: arguments, drop-in render/parse, GRUB config parsing, the configure flow."""
+"""module_utils/families/cmdline.py: arguments, drop-in render/parse, GRUB config parsing, the configure flow."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline as bc
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bc
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 DEBIAN_GRUB = ('GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'

@@ -13,9 +13,11 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import acs, bootcmdline, verification
 from ansible_collections.gpunode.tuning.plugins.module_utils import validate as v
+from ansible_collections.gpunode.tuning.plugins.module_utils import verification
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"

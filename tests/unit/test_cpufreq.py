@@ -1,10 +1,11 @@
-"""Pure planning functions of module_utils/cpufreq.py, plus reading a simulated node."""
+"""Pure planning functions of module_utils/families/cpufreq.py, plus reading a simulated node."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, family
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 

@@ -1,10 +1,10 @@
-"""Pure planning functions of module_utils/cpuidle.py, plus reading a simulated node."""
+"""Pure planning functions of module_utils/families/cpuidle.py, plus reading a simulated node."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpuidle
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 

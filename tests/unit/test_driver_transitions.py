@@ -19,9 +19,10 @@ import sys
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import bootcmdline, cpufreq
 from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
 from ansible_collections.gpunode.tuning.plugins.module_utils import verification as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 CPUS = 4

@@ -14,16 +14,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import (
-    acs,
-    cpufreq,
-    cpuidle,
-    families,
-    family,
-    pcie,
-    tunables,
-)
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, pci, registry
 from ansible_collections.gpunode.tuning.plugins.module_utils import node as node_module
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, cpuidle, pcie_mrrs, tunables
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
@@ -122,7 +116,7 @@ BAD = [
 
 def validator(entry: str):
     """The registry's validator of a desired-state entry (the precheck's way in)."""
-    found = [fam.validate[entry] for fam in families.FAMILIES if entry in (fam.validate or {})]
+    found = [fam.validate[entry] for fam in registry.FAMILIES if entry in (fam.validate or {})]
     assert len(found) == 1, "%s is validated by %d families" % (entry, len(found))
     return found[0]
 
@@ -130,12 +124,12 @@ def validator(entry: str):
 def test_every_entry_of_the_desired_state_has_one_validator():
     for entry in GOOD:
         validator(entry)
-    assert {e for fam in families.FAMILIES for e in (fam.validate or {})} == set(GOOD)
+    assert {e for fam in registry.FAMILIES for e in (fam.validate or {})} == set(GOOD)
 
 
 def test_the_role_desired_state_passes():
-    assert families.desired_problems(GOOD) == []
-    assert families.desired_problems({}) == []  # no entry, no problem
+    assert registry.desired_problems(GOOD) == []
+    assert registry.desired_problems({}) == []  # no entry, no problem
 
 
 @pytest.mark.parametrize("entry,value,key,fragment", BAD, ids=["%s-%d" % (b[0], i) for i, b in enumerate(BAD)])
@@ -149,7 +143,7 @@ def test_every_problem_of_the_desired_state_is_listed_with_its_entry():
     desired = dict(GOOD, pcie_mrrs=dict(GOOD["pcie_mrrs"], bdfs=["bogus", "41:00.0", "zz"]),
                    gpu_settings={"power_limits": {"bogus": 300}, "locked_clocks": {"min": 1500}},
                    cmdline=["pci=disable_acs_redir=ZZZZ:00:01.1"])
-    problems = families.desired_problems(desired)
+    problems = registry.desired_problems(desired)
     assert [(e, k) for e, k, _m in problems] == [("pcie_mrrs", "bdfs"), ("pcie_mrrs", "bdfs"),
                                                  ("cmdline", "0"), ("gpu_settings", "power_limits"),
                                                  ("gpu_settings", "locked_clocks")]
@@ -304,14 +298,14 @@ def test_setpci_mrrs_warns_about_a_named_device_without_pcie(build_node):
     def no_setpci():
         raise AssertionError("nothing is written, so setpci never starts")
 
-    result = pcie.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
-                           selector=pcie.DeviceSelector(bdfs=["0000:00:03.0"]), allow_empty=True)
+    result = pcie_mrrs.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
+                           selector=pci.DeviceSelector(bdfs=["0000:00:03.0"]), allow_empty=True)
     assert [d["skipped"] for d in result["devices"]] == [True]
     assert result["warnings"] == ["0000:00:03.0: MRRS does not apply: it was named in bdfs but has no PCI Express "
                                   "capability (a conventional PCI function); it was skipped"]
     # Selected by vendor/class (a preset's selector), a function without PCIe is just skipped.
-    quiet = pcie.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
-                          selector=pcie.DeviceSelector(vendor="1af4"), allow_empty=True)
+    quiet = pcie_mrrs.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
+                          selector=pci.DeviceSelector(vendor="1af4"), allow_empty=True)
     assert quiet["warnings"] == [] and all(d["skipped"] for d in quiet["devices"])
 
 

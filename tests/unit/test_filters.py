@@ -10,7 +10,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpunode.tuning.plugins.filter.rollout import FilterModule as RolloutFilters
 from ansible_collections.gpunode.tuning.plugins.filter.verification import FilterModule
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
 
 FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, gpu_health, p2p, verification, verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, verification, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 

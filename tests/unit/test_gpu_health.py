@@ -9,8 +9,9 @@ import subprocess
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, gpu_health, verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 

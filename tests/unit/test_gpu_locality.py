@@ -1,4 +1,4 @@
-"""The gpu_locality family (module_utils/gpu_locality.py) and its module, on real layouts and simulated nodes.
+"""The gpu_locality family (module_utils/families/gpu_locality.py) and its module, on real layouts and simulated nodes.
 
 The relations are proven on real machines: tests/data/real/locality-*.txt hold `lspci -tv` and
 `nvidia-smi topo -m` captured on the same machine by other people (each file names its source); a
@@ -18,7 +18,8 @@ import jsonschema
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_locality, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, parse_cpulist
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -601,13 +602,13 @@ def test_a_hanging_nvidia_smi_is_cut_off(build_node):
 
 
 def test_the_family_is_registered_with_its_hooks():
-    from ansible_collections.gpunode.tuning.plugins.module_utils import families
+    from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 
-    fam = families.by_name("gpu_locality")
+    fam = registry.by_name("gpu_locality")
     assert fam.module == "gpu_locality" and fam.read is gpu_locality.read and fam.boot is gpu_locality.boot
     assert fam.runtime_options is None and fam.persist is gpu_locality.PERSIST  # read-only: persisted, never tuned
     assert fam.export is gpu_locality.export and fam.report is gpu_locality.report
-    assert ("gpu_locality", fam) in families.boot_families()
+    assert ("gpu_locality", fam) in registry.boot_families()
 
 
 def test_odd_or_missing_files_leave_the_values_unknown_and_never_stop_the_read(build_node):

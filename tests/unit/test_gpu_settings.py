@@ -8,7 +8,8 @@ import os
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, gpu_settings
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, iommu
+from ansible_collections.gpunode.tuning.plugins.module_utils import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import iommu
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.verification import Context
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import tunables
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"

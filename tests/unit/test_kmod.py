@@ -1,10 +1,10 @@
-"""Pure functions of module_utils/kmod.py: validation, classification, kernel log cursor."""
+"""Pure functions of module_utils/families/kmod.py: validation, classification, kernel log cursor."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kmod
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 # Messages as printed by kmod's modprobe and by the kernel (dmesg text without timestamps).

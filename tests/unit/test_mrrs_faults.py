@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SETPCI = shutil.which("setpci")
@@ -66,7 +66,7 @@ def setpci_mrrs(root, bdfs):
     for bdf in bdfs:
         argv += ["-s", bdf, "CAP_EXP+08.w"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
-    return {b: pcie.mrrs_of_devctl(int(v, 16)) for b, v in zip(bdfs, out, strict=True)}
+    return {b: pci.mrrs_of_devctl(int(v, 16)) for b, v in zip(bdfs, out, strict=True)}
 
 
 def assert_only_mrrs_changed(before, after, expected):
@@ -79,7 +79,7 @@ def assert_only_mrrs_changed(before, after, expected):
         assert len(new) == len(old) and old[:DEVCTL] == new[:DEVCTL] and old[DEVCTL + 2:] == new[DEVCTL + 2:], bdf
         o, n = struct.unpack_from("<H", old, DEVCTL)[0], struct.unpack_from("<H", new, DEVCTL)[0]
         assert (o ^ n) & ~0x7000 == 0, "%s: bits outside 14:12 changed: %04x -> %04x" % (bdf, o, n)
-        assert pcie.mrrs_of_devctl(n) == expected[bdf], bdf
+        assert pci.mrrs_of_devctl(n) == expected[bdf], bdf
 
 
 def journal_entries(root):
@@ -332,6 +332,6 @@ def test_restore_of_an_immutable_config_keeps_its_entry(build_node, run_module, 
         assert failed
         assert_causes(dict(result, _root=root), [IMMUTABLE])
         assert journal_entries(root) == {IMMUTABLE: 512}
-        assert pcie.mrrs_of_devctl(struct.unpack_from("<H", read_cfg(root, IMMUTABLE), DEVCTL)[0]) == 4096
+        assert pci.mrrs_of_devctl(struct.unpack_from("<H", read_cfg(root, IMMUTABLE), DEVCTL)[0]) == 4096
         others = [b for b in GPUS if b != IMMUTABLE]
         assert setpci_mrrs(root, others) == {b: 512 for b in others}

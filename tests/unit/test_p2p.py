@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, p2p, verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils import family, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 needs_setpci = pytest.mark.skipif(shutil.which("setpci") is None, reason="setpci (pciutils) is not installed")

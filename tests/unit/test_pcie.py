@@ -1,4 +1,4 @@
-"""module_utils/pcie.py: decoding, selection and batched setpci on simulated nodes."""
+"""module_utils/pci.py: decoding, selection and batched setpci on simulated nodes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SETPCI = shutil.which("setpci")
@@ -31,35 +32,35 @@ def _config(root, bdf):
 
 @pytest.mark.parametrize("size,field", [(128, 0), (256, 1), (512, 2), (1024, 3), (2048, 4), (4096, 5)])
 def test_mrrs_encoding_round_trips(size, field):
-    assert pcie.encode_mrrs(size) == field
-    assert pcie.decode_mrrs(field) == size
+    assert pci.encode_mrrs(size) == field
+    assert pci.decode_mrrs(field) == size
 
 
 @pytest.mark.parametrize("bad", [0, 64, 300, 8192, -1, True, "4096", None])
 def test_encode_mrrs_rejects_sizes_naming_the_allowed_ones(bad):
     with pytest.raises(ValueError, match="128, 256, 512, 1024, 2048, 4096"):
-        pcie.encode_mrrs(bad)
+        pci.encode_mrrs(bad)
 
 
 def test_decode_mrrs_reserved_and_out_of_range():
-    assert pcie.decode_mrrs(6) is None and pcie.decode_mrrs(7) is None
+    assert pci.decode_mrrs(6) is None and pci.decode_mrrs(7) is None
     for bad in (8, -1, "5"):
         with pytest.raises(ValueError):
-            pcie.decode_mrrs(bad)
+            pci.decode_mrrs(bad)
 
 
 def test_setpci_assignment_uses_mask_7000_only():
-    assert pcie.setpci_mrrs_assignment(4096) == "CAP_EXP+08.w=5000:7000"
-    assert pcie.setpci_mrrs_assignment(128) == "CAP_EXP+08.w=0000:7000"
-    for size in pcie.MRRS_CHOICES:
-        value, mask = pcie.setpci_mrrs_assignment(size).split("=")[1].split(":")
+    assert pci.setpci_mrrs_assignment(4096) == "CAP_EXP+08.w=5000:7000"
+    assert pci.setpci_mrrs_assignment(128) == "CAP_EXP+08.w=0000:7000"
+    for size in pci.MRRS_CHOICES:
+        value, mask = pci.setpci_mrrs_assignment(size).split("=")[1].split(":")
         assert mask == "7000" and int(value, 16) & ~0x7000 == 0
 
 
 def test_devctl_with_mrrs_keeps_every_other_bit():
-    assert pcie.devctl_with_mrrs(0xA93F, 4096) == 0xD93F
-    assert pcie.devctl_with_mrrs(0xFFFF, 128) == 0x8FFF
-    assert pcie.mrrs_of_devctl(0x293F) == 512 and pcie.mps_of_devctl(0x293F) == 256
+    assert pci.devctl_with_mrrs(0xA93F, 4096) == 0xD93F
+    assert pci.devctl_with_mrrs(0xFFFF, 128) == 0x8FFF
+    assert pci.mrrs_of_devctl(0x293F) == 512 and pci.mps_of_devctl(0x293F) == 256
 
 
 # --- capability walk and decoding ----------------------------------------------------------
@@ -67,29 +68,29 @@ def test_devctl_with_mrrs_keeps_every_other_bit():
 
 def test_decode_pcie_of_simulated_gpu_nvme_and_root_port(build_node):
     root = build_node("audited-epyc-8gpu", cpus=4)
-    gpu = pcie.decode_pcie(_config(root, "0000:41:00.0"))
-    assert gpu["cap_offset"] == 0x78 == pcie.find_capability(_config(root, "0000:41:00.0"), 0x10)
+    gpu = pci.decode_pcie(_config(root, "0000:41:00.0"))
+    assert gpu["cap_offset"] == 0x78 == pci.find_capability(_config(root, "0000:41:00.0"), 0x10)
     assert gpu["port_type"] == "endpoint"
     assert (gpu["mps"], gpu["mrrs"], gpu["devcap_mps_max"]) == (256, 512, 512)
     assert gpu["devctl"] == 0x293F
     assert (gpu["link_speed_capable"], gpu["link_speed_capable_code"]) == ("32.0 GT/s", 5)
     assert gpu["link_width_capable"] == 16
     assert (gpu["link_speed_current"], gpu["link_width_current"]) == ("32.0 GT/s", 16)
-    nvme = pcie.decode_pcie(_config(root, "0000:e3:00.0"))
+    nvme = pci.decode_pcie(_config(root, "0000:e3:00.0"))
     assert (nvme["link_speed_current"], nvme["link_width_current"]) == ("16.0 GT/s", 4)
-    assert pcie.decode_pcie(_config(root, "0000:40:01.1"))["port_type"] == "root_port"
+    assert pci.decode_pcie(_config(root, "0000:40:01.1"))["port_type"] == "root_port"
     # The MSI capability (0x05) is found too; an absent ID is None.
-    assert pcie.find_capability(_config(root, "0000:41:00.0"), 0x05) == 0x68
-    assert pcie.find_capability(_config(root, "0000:41:00.0"), 0x11) is None
+    assert pci.find_capability(_config(root, "0000:41:00.0"), 0x05) == 0x68
+    assert pci.find_capability(_config(root, "0000:41:00.0"), 0x11) is None
 
 
 def test_decode_pcie_none_without_capability(build_node):
     root = build_node("tiny-vm")
-    assert pcie.decode_pcie(_config(root, "0000:00:03.0")) is None
+    assert pci.decode_pcie(_config(root, "0000:00:03.0")) is None
     cfg = bytearray(_config(build_node("audited-epyc-8gpu", cpus=4), "0000:41:00.0"))
     cfg[0x06] &= ~0x10  # Status: no capability list
-    assert pcie.find_capability(cfg, 0x10) is None
-    assert pcie.decode_pcie(b"\xff" * 64) is None  # header only (unprivileged read)
+    assert pci.find_capability(cfg, 0x10) is None
+    assert pci.decode_pcie(b"\xff" * 64) is None  # header only (unprivileged read)
 
 
 def test_find_capability_survives_a_pointer_loop():
@@ -98,7 +99,7 @@ def test_find_capability_survives_a_pointer_loop():
     cfg[0x34] = 0x40
     cfg[0x40], cfg[0x41] = 0x01, 0x50
     cfg[0x50], cfg[0x51] = 0x05, 0x40  # points back
-    assert pcie.find_capability(cfg, 0x10) is None
+    assert pci.find_capability(cfg, 0x10) is None
 
 
 @pytest.mark.parametrize("preset", ["audited-epyc-8gpu", "xeon-4gpu-switch", "locked-bus-perf"])
@@ -107,11 +108,11 @@ def test_decode_agrees_with_real_lspci(build_node, preset):
     node = Node(root)
     rc, out, err = _run([LSPCI] + node.pciutils_args() + ["-D", "-vvv"])
     assert rc == 0, err
-    parsed = pcie.parse_lspci_devctl(out)
-    devices = pcie.list_devices(node)
+    parsed = pci.parse_lspci_devctl(out)
+    devices = pci.list_devices(node)
     assert set(parsed) == {d["bdf"] for d in devices}
     for dev in devices:
-        decoded = pcie.decode_pcie(pcie.read_config(dev))
+        decoded = pci.decode_pcie(pci.read_config(dev))
         assert parsed[dev["bdf"]] == {"mps": decoded["mps"], "mrrs": decoded["mrrs"]}, dev["bdf"]
 
 
@@ -122,14 +123,14 @@ def test_parse_lspci_devctl_ignores_devcap_line():
         "\t\tDevCtl:\tCorrErr+ NonFatalErr+\n"
         "\t\t\tMaxPayload 256 bytes, MaxReadReq 4096 bytes\n"
     )
-    assert pcie.parse_lspci_devctl(text) == {"0000:41:00.0": {"mps": 256, "mrrs": 4096}}
+    assert pci.parse_lspci_devctl(text) == {"0000:41:00.0": {"mps": 256, "mrrs": 4096}}
 
 
 # --- listing and selection ------------------------------------------------------------------
 
 
 def test_list_devices_fields(build_node):
-    devices = pcie.list_devices(Node(build_node("audited-epyc-8gpu", cpus=4)))
+    devices = pci.list_devices(Node(build_node("audited-epyc-8gpu", cpus=4)))
     bdfs = [d["bdf"] for d in devices]
     assert bdfs == sorted(bdfs) and len(bdfs) == 21
     gpu = next(d for d in devices if d["bdf"] == "0000:41:00.0")
@@ -139,9 +140,9 @@ def test_list_devices_fields(build_node):
 
 def test_default_selector_takes_gpus_only(build_node):
     node = Node(build_node("audited-epyc-8gpu", cpus=4))
-    sel = pcie.DeviceSelector()
+    sel = pci.DeviceSelector()
     assert sel.is_default
-    chosen = [d["bdf"] for d in pcie.list_devices(node) if sel.matches(d)]
+    chosen = [d["bdf"] for d in pci.list_devices(node) if sel.matches(d)]
     assert chosen == ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0", "0000:81:00.0",
                       "0000:a1:00.0", "0000:c1:00.0", "0000:e1:00.0"]
     # Not the GPU's audio function, not the NIC, the NVMe drive or any bridge.
@@ -151,37 +152,37 @@ def test_default_selector_takes_gpus_only(build_node):
 
 def test_default_selector_on_switch_topology(build_node):
     node = Node(build_node("xeon-4gpu-switch", cpus=4))
-    chosen = [d for d in pcie.list_devices(node) if pcie.DeviceSelector.nvidia_gpus().matches(d)]
+    chosen = [d for d in pci.list_devices(node) if pci.DeviceSelector.nvidia_gpus().matches(d)]
     assert [d["bdf"] for d in chosen] == ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0", "0000:1b:00.0"]
     assert all(d["class"] == "0x030000" for d in chosen)
 
 
 def test_selector_criteria_combine():
     dev = {"bdf": "0000:c2:00.0", "vendor": "0x15b3", "device": "0x1021", "class": "0x020000"}
-    assert pcie.DeviceSelector(vendor="15b3").matches(dev)
-    assert pcie.DeviceSelector(vendor=0x15B3, class_prefixes=["02"]).matches(dev)
-    assert pcie.DeviceSelector(vendor="0x15B3", device="1021", class_prefixes=["0200"]).matches(dev)
-    assert not pcie.DeviceSelector(vendor="15b3", class_prefixes=["0207"]).matches(dev)
-    assert pcie.DeviceSelector(bdfs=["c2:00.0"]).matches(dev)
-    assert not pcie.DeviceSelector(bdfs=["c2:00.0"], vendor="10de").matches(dev)
-    assert pcie.DeviceSelector(class_prefixes=["020000"]).matches(dict(dev, **{"class": 0x020000}))
+    assert pci.DeviceSelector(vendor="15b3").matches(dev)
+    assert pci.DeviceSelector(vendor=0x15B3, class_prefixes=["02"]).matches(dev)
+    assert pci.DeviceSelector(vendor="0x15B3", device="1021", class_prefixes=["0200"]).matches(dev)
+    assert not pci.DeviceSelector(vendor="15b3", class_prefixes=["0207"]).matches(dev)
+    assert pci.DeviceSelector(bdfs=["c2:00.0"]).matches(dev)
+    assert not pci.DeviceSelector(bdfs=["c2:00.0"], vendor="10de").matches(dev)
+    assert pci.DeviceSelector(class_prefixes=["020000"]).matches(dict(dev, **{"class": 0x020000}))
 
 
 @pytest.mark.parametrize("text,expected", [
     ("0000:41:00.0", "0000:41:00.0"), ("41:00.0", "0000:41:00.0"), ("0001:C2:1F.7", "0001:c2:1f.7"),
 ])
 def test_normalize_bdf(text, expected):
-    assert pcie.normalize_bdf(text) == expected
+    assert pci.normalize_bdf(text) == expected
 
 
 @pytest.mark.parametrize("bad", ["41:00", "41:20.0", "41:00.8", "0:41:00.0", "41:00.0;reboot", "$(id)", "",
                                  "0000:41:00.0 ", "0000:41:00.0\n-s", None, 4100])
 def test_normalize_bdf_rejects(bad):
     if bad == "0000:41:00.0 ":
-        assert pcie.normalize_bdf(bad) == "0000:41:00.0"  # surrounding blanks are trimmed
+        assert pci.normalize_bdf(bad) == "0000:41:00.0"  # surrounding blanks are trimmed
         return
     with pytest.raises(ValueError, match="DDDD:BB:DD.F or BB:DD.F"):
-        pcie.normalize_bdf(bad)
+        pci.normalize_bdf(bad)
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -195,16 +196,16 @@ def test_normalize_bdf_rejects(bad):
 ])
 def test_selector_rejects_malformed_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        pcie.DeviceSelector(**kwargs)
+        pci.DeviceSelector(**kwargs)
 
 
 def test_pcie_bus_perf_detection(build_node):
-    assert pcie.pcie_bus_perf(Node(build_node("locked-bus-perf", cpus=4)))
-    assert not pcie.pcie_bus_perf(Node(build_node("audited-epyc-8gpu", cpus=4)))
+    assert pci.pcie_bus_perf(Node(build_node("locked-bus-perf", cpus=4)))
+    assert not pci.pcie_bus_perf(Node(build_node("audited-epyc-8gpu", cpus=4)))
     root = build_node("tiny-vm")
     with open(os.path.join(root, "proc/cmdline"), "w") as fh:
         fh.write("ro pci=noaer,pcie_bus_perf quiet\n")
-    assert pcie.pcie_bus_perf(Node(root))
+    assert pci.pcie_bus_perf(Node(root))
 
 
 # --- batched setpci ----------------------------------------------------------------------------
@@ -223,30 +224,30 @@ def _counting_runner():
 def test_setpci_reads_many_devices_in_one_process(build_node):
     node = Node(build_node("audited-epyc-8gpu", cpus=4, gpus=16))
     run, calls = _counting_runner()
-    sp = pcie.Setpci(run, SETPCI, node.pciutils_args())
-    devices = [d for d in pcie.list_devices(node) if pcie.decode_pcie(pcie.read_config(d))]
+    sp = pci.Setpci(run, SETPCI, node.pciutils_args())
+    devices = [d for d in pci.list_devices(node) if pci.decode_pcie(pci.read_config(d))]
     values, errors = sp.read_devctl([d["bdf"] for d in devices])
     assert not errors and len(calls) == 1
     for d in devices:
-        assert values[d["bdf"]] == pcie.decode_pcie(pcie.read_config(d))["devctl"]
+        assert values[d["bdf"]] == pci.decode_pcie(pci.read_config(d))["devctl"]
 
 
 def test_setpci_writes_many_devices_in_one_process(build_node):
     root = build_node("audited-epyc-8gpu", cpus=4)
     node = Node(root)
     run, calls = _counting_runner()
-    sp = pcie.Setpci(run, SETPCI, node.pciutils_args())
+    sp = pci.Setpci(run, SETPCI, node.pciutils_args())
     assert sp.write_mrrs({"0000:41:00.0": 4096, "0000:61:00.0": 1024}) == (0, "")
     assert len(calls) == 1
-    assert pcie.decode_pcie(_config(root, "0000:41:00.0"))["mrrs"] == 4096
-    assert pcie.decode_pcie(_config(root, "0000:61:00.0"))["mrrs"] == 1024
+    assert pci.decode_pcie(_config(root, "0000:41:00.0"))["mrrs"] == 4096
+    assert pci.decode_pcie(_config(root, "0000:61:00.0"))["mrrs"] == 1024
 
 
 def test_setpci_read_falls_back_per_device_when_one_is_gone(build_node):
     root = build_node("audited-epyc-8gpu", cpus=4)
     node = Node(root)
     run, calls = _counting_runner()
-    sp = pcie.Setpci(run, SETPCI, node.pciutils_args())
+    sp = pci.Setpci(run, SETPCI, node.pciutils_args())
     values, errors = sp.read_devctl(["0000:41:00.0", "0000:99:00.0", "0000:61:00.0"])
     assert values == {"0000:41:00.0": 0x293F, "0000:61:00.0": 0x293F}
     assert list(errors) == ["0000:99:00.0"]
@@ -255,10 +256,10 @@ def test_setpci_read_falls_back_per_device_when_one_is_gone(build_node):
 
 def test_setpci_batches_are_bounded(build_node, monkeypatch):
     node = Node(build_node("audited-epyc-8gpu", cpus=4))
-    monkeypatch.setattr(pcie.Setpci, "BATCH", 3)
+    monkeypatch.setattr(pci.Setpci, "BATCH", 3)
     run, calls = _counting_runner()
-    sp = pcie.Setpci(run, SETPCI, node.pciutils_args())
-    gpus = [d["bdf"] for d in pcie.list_devices(node) if pcie.DeviceSelector().matches(d)]
+    sp = pci.Setpci(run, SETPCI, node.pciutils_args())
+    gpus = [d["bdf"] for d in pci.list_devices(node) if pci.DeviceSelector().matches(d)]
     values, errors = sp.read_devctl(gpus)
     assert len(values) == 8 and not errors and len(calls) == 3
 
@@ -283,8 +284,8 @@ def test_run_mrrs_reports_refused_writes_and_keeps_the_journal(build_node):
         return _run(argv)
 
     journal = Journal(node, "/var/lib/gpunode-tuning/journal.json")
-    result = pcie.run_mrrs(node, lambda: pcie.Setpci(run, SETPCI, node.pciutils_args()), journal, False,
-                           mrrs=4096, selector=pcie.DeviceSelector())
+    result = pcie_mrrs.run_mrrs(node, lambda: pci.Setpci(run, SETPCI, node.pciutils_args()), journal, False,
+                           mrrs=4096, selector=pci.DeviceSelector())
     assert len(result["failed_devices"]) == 8 and not result["changed"]
     assert all(d["reason"] == "write refused: setpci rc 1: setpci: sysfs_write: write failed: Operation not "
                "permitted" and d["mrrs_after"] == 512 for d in result["devices"])
@@ -299,4 +300,4 @@ def test_run_mrrs_reports_refused_writes_and_keeps_the_journal(build_node):
 def test_run_mrrs_validates_mrrs_for_library_callers(build_node):
     node = Node(build_node("tiny-vm"))
     with pytest.raises(ValueError, match="128, 256"):
-        pcie.run_mrrs(node, None, None, True, mrrs=300)
+        pcie_mrrs.run_mrrs(node, None, None, True, mrrs=300)

@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, gpu_health, gpu_settings, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_settings
 
 QUERY_CAPTURES = {
     "smi-query-gpu-h100-590.48.01.txt": ("0000:00:09.0", "590.48.01"),

@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import acs, gpu_health, p2p, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import pci_facts
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 _DUMP = re.compile(r"^([0-9a-f]{2,3}): ((?:[0-9a-f]{2} ?){1,16})$")
@@ -39,11 +42,11 @@ def test_the_gpu_link_is_x4_of_x4_as_lspci_decoded_it(real):
     text = real("lspci-vvv-xxxx-gpu-gp108m-x4-pciutils.txt").text
     cfg = config_bytes(text)
     assert len(cfg) >= 0x100 and cfg[:4] == bytes.fromhex("de10101d")  # vendor 10de, device 1d10
-    decoded = pcie.decode_pcie(cfg)
+    decoded = pci.decode_pcie(cfg)
     assert lspci_says(text, "LnkSta").startswith("Speed 8GT/s (ok), Width x4 (ok)")
     assert (decoded["link_width_current"], decoded["link_width_capable"]) == (4, 4)
     assert decoded["link_speed_current"] == "8.0 GT/s" and decoded["mrrs"] == 512 and decoded["mps"] == 256
-    assert pcie.not_responding(cfg) is None
+    assert pci.not_responding(cfg) is None
 
 
 def test_acs_control_off_and_on_as_lspci_decoded_it(real):
@@ -55,11 +58,11 @@ def test_acs_control_off_and_on_as_lspci_decoded_it(real):
         decoded = acs.decode_acs(config_bytes(text))
         assert decoded["redirect"] is redirect
         assert acs.describe(decoded["ctl"]) == lspci_says(text, "ACSCtl")
-    assert pcie.decode_pcie(config_bytes(on))["port_type"] == "root_port"
+    assert pci.decode_pcie(config_bytes(on))["port_type"] == "root_port"
     # The switch port's file holds a 256-byte dump (-xxx): lspci read ACS at 0xf24, the dump has no extended space.
     assert "Capabilities: [f24 v1] Access Control Services" in switch and len(config_bytes(switch)) == 256
     assert acs.decode_acs(config_bytes(switch)) is None
-    assert pcie.decode_pcie(config_bytes(switch))["port_type"] == "downstream_port"
+    assert pci.decode_pcie(config_bytes(switch))["port_type"] == "downstream_port"
 
 
 def test_a_bridge_that_stopped_answering_reads_all_ff(real):
@@ -67,9 +70,9 @@ def test_a_bridge_that_stopped_answering_reads_all_ff(real):
     assert "!!! Unknown header type 7f" in text
     cfg = config_bytes(text)
     assert len(cfg) == 0xF0 and set(cfg) == {0xFF}
-    assert pcie.not_responding(cfg) == (
+    assert pci.not_responding(cfg) == (
         "not responding: config space reads 0xff (the device fell off the bus or lost power)")
-    assert pcie.config_fault(cfg).startswith("not responding")  # MRRS fails that device, never writes it
+    assert pci.config_fault(cfg).startswith("not responding")  # MRRS fails that device, never writes it
     assert acs.decode_acs(cfg) is None
 
 
@@ -80,8 +83,8 @@ def test_rev_ff_and_prog_if_ff_are_a_config_space_of_all_ones(real):
     # What the kernel hands lspci for it: every byte 0xff (revision 0x08, prog-if 0x09, header type 0x0e & 0x7f).
     cfg = b"\xff" * 256
     assert (cfg[0x08], cfg[0x09], cfg[0x0E] & 0x7F) == (0xFF, 0xFF, 0x7F)
-    assert pcie.not_responding(cfg).startswith("not responding: config space reads 0xff")
-    assert pcie.not_responding(b"\xff\xff" + bytes(254)) == (
+    assert pci.not_responding(cfg).startswith("not responding: config space reads 0xff")
+    assert pci.not_responding(b"\xff\xff" + bytes(254)) == (
         "not responding: vendor id reads ffff (the device fell off the bus or lost power)")
 
 
@@ -114,7 +117,7 @@ def test_a_real_gpu_below_a_real_redirecting_root_port_is_named_with_its_bridge(
     gpu = config_bytes(real("lspci-vvv-xxxx-gpu-gp108m-x4-pciutils.txt").text)
     bridge = config_bytes(real("lspci-vvv-xxxx-root-port-acs-redirect-haswell-e-pciutils.txt").text)
     node = node_from_captures(tmp_path, bridge, gpu)
-    facts = {"pcie_acs": acs.read(node), "pci": pci_facts(node, pcie.DeviceSelector())}
+    facts = {"pcie_acs": acs.read(node), "pci": pci_facts(node, pci.DeviceSelector())}
     assert facts["pcie_acs"]["gpus"][0]["bridges"] == ["0000:00:1c.0"]
     assert p2p._redirecting(facts) == {"0000:02:00.0": ["0000:00:1c.0"]}
     rows = {r["name"]: r for r in gpu_health.link_rows(facts, {})}
@@ -128,7 +131,7 @@ def test_a_dead_gpu_below_a_live_bridge_fails_gpu_health_and_is_never_written(re
     # sysfs keeps the vendor and class the kernel read at enumeration; only config reads fail.
     with open(node.path("sys/bus/pci/devices/0000:02:00.0/vendor"), "w") as fh:
         fh.write("0x10de\n")
-    facts = {"pci": pci_facts(node, pcie.DeviceSelector())}
+    facts = {"pci": pci_facts(node, pci.DeviceSelector())}
     entry = facts["pci"]["devices"][0]
     assert entry["responding"] is False and entry["error"].startswith("not responding: config space reads 0xff")
     row = gpu_health.responding_row(facts)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import p2p, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 
 
 def links(text):

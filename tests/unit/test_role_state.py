@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import families, role_state
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry, role_state
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,17 +42,17 @@ def test_the_presets_null_stays_null_and_means_leave_alone():
     assert desired["gpu_settings"] is None and desired["iommu"] is None
     assert desired["pcie_acs"]["persist"] == "boot_unit"
     # Every family of the registry that has role variables has its key.
-    assert {f.name for f in families.FAMILIES if f.from_role} - set(desired) == {"tunables"}
+    assert {f.name for f in registry.FAMILIES if f.from_role} - set(desired) == {"tunables"}
 
 
 def test_switched_off_families_are_absent_from_runtime():
     values = preset_values(gpunode_tuning_mrrs_enabled=False, gpunode_tuning_cstate_enabled=False,
                            gpunode_tuning_acs="unmanaged")
     desired = role_state.desired_state(values)
-    names = [r["name"] for r in role_state.runtime_requests(desired, values, families.FAMILIES)]
+    names = [r["name"] for r in role_state.runtime_requests(desired, values, registry.FAMILIES)]
     assert names == ["cpufreq", "tunables", "kmod"]
     boosted = preset_values("inference-latency")
-    cpufreq = role_state.runtime_requests(role_state.desired_state(boosted), boosted, families.FAMILIES)
+    cpufreq = role_state.runtime_requests(role_state.desired_state(boosted), boosted, registry.FAMILIES)
     # Every value is the role's: the module is told so (preset_options), and does not warn where one does not apply.
     assert {"name": "cpufreq", "options": {"governor": "performance", "epp": "performance", "boost": True,
                                            "driver": "native", "amd_pstate_mode": "active",
@@ -102,7 +102,8 @@ def test_combinations_no_spec_can_express():
 
 def test_the_defaults_python_and_the_role_share_are_one():
     """A module's default for what the role also sets is the role's default (one place for each)."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, bootcmdline, journal, verify_node
+    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, journal, verify_node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
 
     with open(os.path.join(REPO, "roles", "tuning", "defaults", "main.yml"), encoding="utf-8") as handle:
         role = yaml.safe_load(handle)

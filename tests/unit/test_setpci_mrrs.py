@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from ansible.module_utils import basic
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, pcie
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SETPCI = shutil.which("setpci")
@@ -42,17 +42,17 @@ def assert_only_mrrs_changed(before, after, expected):
         if bdf not in expected:
             assert new == old, "%s was touched" % bdf
             continue
-        cap = pcie.find_capability(old, 0x10)
+        cap = pci.find_capability(old, 0x10)
         assert old[:cap + 8] == new[:cap + 8] and old[cap + 10:] == new[cap + 10:], bdf
         o, n = struct.unpack_from("<H", old, cap + 8)[0], struct.unpack_from("<H", new, cap + 8)[0]
         assert (o ^ n) & ~0x7000 == 0, "%s: bits outside 14:12 changed: %04x -> %04x" % (bdf, o, n)
-        assert pcie.mrrs_of_devctl(n) == expected[bdf], bdf
+        assert pci.mrrs_of_devctl(n) == expected[bdf], bdf
 
 
 def lspci_devctl(root):
     argv = [LSPCI] + Node(root).pciutils_args() + ["-D", "-vvv"]
     proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), check=True)
-    return pcie.parse_lspci_devctl(proc.stdout)
+    return pci.parse_lspci_devctl(proc.stdout)
 
 
 @pytest.fixture
@@ -224,7 +224,7 @@ def test_restore_keeps_entries_of_absent_devices(build_node, run_module, warning
     assert any("0000:99:00.0" in w for w in warnings_seen)
     with open(path) as fh:
         assert list(json.load(fh)["families"]["pcie_mrrs"]) == ["0000:99:00.0"]
-    assert pcie.mrrs_of_devctl(devctl(configs(root)["0000:41:00.0"])) == 512
+    assert pci.mrrs_of_devctl(devctl(configs(root)["0000:41:00.0"])) == 512
 
 
 # --- refusals and failures ------------------------------------------------------------------
@@ -353,7 +353,7 @@ def test_header_only_config_asks_for_root_when_not_root(build_node, run_module, 
         with open(os.path.join(root, "sys/bus/pci/devices", bdf, "config"), "r+b") as fh:
             fh.truncate(64)
     snap = digest(root)
-    monkeypatch.setattr(pcie.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(pci.os, "geteuid", lambda: 1000)
     result, failed = run_module("setpci_mrrs", {"mrrs": 4096, "root": root})
     assert failed and result["failed_devices"] == AUDITED_GPUS and not result["changed"]
     assert all("only 64 bytes" in d["reason"] and d["reason"].endswith("run the module as root (become: true)")

@@ -1,4 +1,4 @@
-"""Pure functions of module_utils/tunables.py: key parsing, value checks, planning."""
+"""Pure functions of module_utils/families/tunables.py: key parsing, value checks, planning."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import tunables
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 

@@ -456,7 +456,7 @@ def test_large_node_is_cheap(build_node, run_module):
 
 
 def test_arm64_vendor_is_cpu_freqs_and_sockets_come_from_the_topology(build_node, run_module):
-    from ansible_collections.gpunode.tuning.plugins.module_utils import cpufreq
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
 
     root = build_node("grace-arm64-4gpu", cpus=8)
     with open(os.path.join(root, "proc/cpuinfo")) as fh:

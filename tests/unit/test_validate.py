@@ -203,7 +203,7 @@ def test_cpulist_refuses(text):
 
 
 def test_pci_selectors_are_the_modules_rules_normalized_as_sysfs_shows_them():
-    from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import DeviceSelector
+    from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector
 
     assert v.pci_addresses(["41:00.0", "0000:C1:00.1"]) == ["0000:41:00.0", "0000:c1:00.1"]
     assert v.pci_id("10DE") == "0x10de" and v.pci_id("0x2330") == "0x2330" and v.pci_id("de") == "0x00de"

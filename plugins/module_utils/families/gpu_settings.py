@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, gpu_health, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_mrrs import select_devices
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import DeviceSelector, normalize_bdf, select_devices
+from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector, normalize_bdf
 
 NAME = "gpu_settings"
 FIELDS = ("index", "pci.bus_id", "persistence_mode", "power.limit", "power.min_limit", "power.max_limit",

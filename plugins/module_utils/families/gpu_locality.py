@@ -44,7 +44,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     format_cpulist,
     parse_cpulist,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.pcie import DeviceSelector
+from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector
 
 NAME = "gpu_locality"
 EXPORT_NAME = "topology.json"

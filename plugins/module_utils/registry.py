@@ -9,9 +9,8 @@ the fleet summary has a column per report family of each entry. A new family is 
 
 from __future__ import annotations
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import (
-    acs,
-    bootcmdline,
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
     cpufreq,
     cpuidle,
     gpu_health,
@@ -19,14 +18,15 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import (
     gpu_settings,
     iommu,
     kmod,
-    p2p,
-    pcie,
+    pcie_mrrs,
     tunables,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family
 
 FAMILIES: tuple[Family, ...] = (
-    pcie.DEFINITION,
+    pcie_mrrs.DEFINITION,
     acs.DEFINITION,
     iommu.DEFINITION,
     cpuidle.DEFINITION,

@@ -19,8 +19,9 @@ import re
 import tempfile
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, cpufreq, iommu, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, iommu
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NODE_ARGUMENT_SPEC,

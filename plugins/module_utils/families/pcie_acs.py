@@ -20,7 +20,7 @@ import re
 import shutil
 import struct
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, pcie, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, pci, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_PCI_DEVICES,
@@ -162,7 +162,7 @@ def vfio_below(devices: list, bridge_path: str) -> list:
 
 def _all_devices(node: Node) -> list:
     out = []
-    for dev in pcie.list_devices(node):
+    for dev in pci.list_devices(node):
         path = device_dir(node, dev["bdf"])
         out.append(dict(dev, dir=path, driver=driver_of(path)))
     return out
@@ -177,11 +177,11 @@ def _read_bridge(bridge: str, path: str) -> dict:
     except OSError as exc:
         entry.update(acs_state="unreadable", error="cannot read %s/config: %s" % (path, exc.strerror or exc))
         return entry
-    dead = pcie.not_responding(cfg)
+    dead = pci.not_responding(cfg)
     if dead:  # a bridge off the bus reads all ones: never written, named with its cause
         entry.update(acs_state="unreadable", error=dead)
         return entry
-    decoded = pcie.decode_pcie(cfg)
+    decoded = pci.decode_pcie(cfg)
     entry["port_type"] = decoded["port_type"] if decoded else None
     acs = decode_acs(cfg)
     if acs is None and len(cfg) <= EXT_CAP_START:
@@ -192,7 +192,7 @@ def _read_bridge(bridge: str, path: str) -> dict:
     return entry
 
 
-def gpu_paths(node: Node, selector: pcie.DeviceSelector) -> dict:
+def gpu_paths(node: Node, selector: pci.DeviceSelector) -> dict:
     """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those.
 
     ``{"gpus": [{bdf, bridges: [bdf, ...root port first], iommu_group, iommu_group_type}],
@@ -231,9 +231,9 @@ def iommu_facts(node: Node) -> dict:
             "acs_kernel_args": [a for a in cmdline_args(node) if "disable_acs_redir=" in a]}
 
 
-def read(node: Node, selector: pcie.DeviceSelector | None = None) -> dict:
+def read(node: Node, selector: pci.DeviceSelector | None = None) -> dict:
     """The family's facts (``facts["pcie_acs"]``): GPU paths, their bridges' ACS, vfio-pci below them, IOMMU."""
-    paths = gpu_paths(node, selector or pcie.DeviceSelector())
+    paths = gpu_paths(node, selector or pci.DeviceSelector())
     for entry in paths["bridges"].values():
         entry.pop("path", None)
         if entry["acs"]:  # registers in hex, as lspci and the module's result show them
@@ -258,26 +258,26 @@ def _mode_problems(want: dict) -> list:
 
 def desired_problems(want) -> list:
     """``Family.validate`` of ``desired["pcie_acs"]``: ``{mode, persist, vendor, device, class_prefixes, bdfs,
-    allow_empty}`` (the selector is setpci_mrrs's, ``pcie.selector_problems``)."""
+    allow_empty}`` (the selector is setpci_mrrs's, ``pci.selector_problems``)."""
     shape = family.entry_problem(NAME, want, "mode, persist and the PCI selector keys")
     if shape or want is None:
         return shape
     out = _mode_problems(want)
     if want.get("persist") is not None and want["persist"] not in PERSIST:
         out.append(("persist", "persist must be one of %s, got %r" % (", ".join(PERSIST), want["persist"])))
-    return out + pcie.selector_problems(want)
+    return out + pci.selector_problems(want)
 
 
-def check_params(params: dict) -> pcie.DeviceSelector:
+def check_params(params: dict) -> pci.DeviceSelector:
     """Validate the options before anything is read; FamilyError naming what is allowed."""
-    problems = _mode_problems(params) + pcie.selector_problems(params)
+    problems = _mode_problems(params) + pci.selector_problems(params)
     if problems:
         raise family.FamilyError("invalid input, nothing was written: %s" % family.problems_text(problems),
                                  {"changed": False})
     if params.get("restore") and not params.get("journal"):
         raise family.FamilyError("restore=true needs the journal option (the path of the journal on the node)",
                                  {"changed": False})
-    return pcie.DeviceSelector(vendor=params.get("vendor"), device=params.get("device"),
+    return pci.DeviceSelector(vendor=params.get("vendor"), device=params.get("device"),
                                class_prefixes=params.get("class_prefixes"), bdfs=params.get("bdfs"))
 
 
@@ -324,7 +324,7 @@ def _plan(paths: dict, originals: dict | None) -> tuple:
             r["reason"] = ("refused: %s below this bridge is bound to vfio-pci, and ACS redirect is what isolates a "
                            "passthrough device; unbind it or set mode=unmanaged" % ", ".join(entry["vfio"]))
             continue
-        fault = pcie.write_fault({"path": entry["path"]})
+        fault = pci.write_fault({"path": entry["path"]})
         if fault:
             r["failed"], r["reason"] = True, fault
             continue
@@ -479,7 +479,7 @@ def _originals(journal) -> dict:
     return originals
 
 
-def _select_paths(node: Node, selector: pcie.DeviceSelector, allow_empty: bool) -> dict:
+def _select_paths(node: Node, selector: pci.DeviceSelector, allow_empty: bool) -> dict:
     """The GPU paths of the selection; FamilyError (nothing written) for absent BDFs or an empty selection."""
     if selector.bdfs:
         present = set(node.listdir(SYSFS_PCI_DEVICES))
@@ -500,7 +500,7 @@ def _absent(bdf: str) -> dict:
             "refused": False, "reason": "recorded in the journal but not present on the node; journal entry kept"}
 
 
-def execute(call: family.Call, node: Node, selector: pcie.DeviceSelector | None, journal, restore: bool) -> dict:
+def execute(call: family.Call, node: Node, selector: pci.DeviceSelector | None, journal, restore: bool) -> dict:
     """Plan, journal, write and read back (or restore the journal's originals); the result dict.
 
     Raises FamilyError before any write (lockdown, bad selection, journal) and after the writes when a

@@ -1,0 +1,1 @@
+"""The knob families: one file each, listed by the registry (module_utils/registry.py)."""

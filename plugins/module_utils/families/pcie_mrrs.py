@@ -1,0 +1,507 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The PCIe Max Read Request Size family: plan, journal, write (setpci, mask 0x7000 only), read back,
+restore, verify and re-apply at boot, for the selected devices (default: the NVIDIA GPUs).
+
+The PCI library (config space, capabilities, selection, setpci) is pci.py; this file is the family.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import command
+from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+    NODE_ARGUMENT_SPEC,
+    Node,
+    NodeError,
+    lockdown_mode,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
+    DEVCTL_MRRS_MASK,
+    MRRS_CHOICES,
+    DeviceSelector,
+    Setpci,
+    _failure_cause,
+    encode_mrrs,
+    inspect_device,
+    list_devices,
+    mrrs_of_devctl,
+    normalize_bdf,
+    pcie_bus_perf,
+    selector_problems,
+    write_fault,
+)
+
+FAMILY = "pcie_mrrs"
+
+
+def desired_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["pcie_mrrs"]``: ``{mrrs, vendor, device, class_prefixes, bdfs,
+    allow_empty}``."""
+    shape = contract.entry_problem(FAMILY, want, "mrrs, vendor, device, class_prefixes, bdfs, allow_empty")
+    if shape or want is None:
+        return shape
+    out = []
+    try:
+        encode_mrrs(want.get("mrrs"))
+    except ValueError as exc:
+        out.append(("mrrs", str(exc)))
+    return out + selector_problems(want)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# The MRRS task: plan, journal, write, read back
+# ---------------------------------------------------------------------------------------------
+
+
+class MrrsError(Exception):
+    """The task cannot proceed; nothing has been written. ``result`` holds what was found."""
+
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+def _device_result(dev, pcie):
+    return {
+        "bdf": dev["bdf"],
+        "vendor": dev["vendor"],
+        "device": dev["device"],
+        "class": dev["class"],
+        "numa_node": dev["numa_node"],
+        "mps": pcie["mps"] if pcie else None,
+        "mrrs_before": pcie["mrrs"] if pcie else None,
+        "mrrs_after": pcie["mrrs"] if pcie else None,
+        "changed": False,
+        "skipped": False,
+        "failed": False,
+        "reason": "",
+    }
+
+
+def _absent_result(bdf):
+    return {"bdf": bdf, "vendor": None, "device": None, "class": None, "numa_node": None, "mps": None,
+            "mrrs_before": None, "mrrs_after": None, "changed": False, "skipped": True, "failed": False,
+            "reason": "recorded in the journal but not present on the node; journal entry kept"}
+
+
+def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
+    """Devices matching ``selector``; raises MrrsError when named BDFs are absent from the node."""
+    devices = list_devices(node)
+    if selector.bdfs:
+        present = {d["bdf"] for d in devices}
+        missing = [b for b in selector.bdfs if b not in present]
+        if missing:
+            raise MrrsError("bdfs not present on the node: %s (present: %s)"
+                            % (", ".join(missing), ", ".join(sorted(present)) or "none"))
+    return [d for d in devices if selector.matches(d)]
+
+
+def _restore_wanted(node, journal, base):
+    """The journal's originals and the devices to restore; absent devices are reported skipped."""
+    originals = journal.entries(FAMILY)
+    bad = {b: v for b, v in originals.items() if v not in MRRS_CHOICES}
+    if bad:
+        raise MrrsError("journal %s holds invalid MRRS originals %s (allowed %s); fix or remove those entries"
+                        % (journal.path, bad, ", ".join(map(str, MRRS_CHOICES))), base)
+    by_bdf = {d["bdf"]: d for d in list_devices(node)}
+    for bdf in sorted(set(originals) - set(by_bdf)):
+        base["devices"].append(_absent_result(bdf))
+        base["warnings"].append("%s: %s" % (bdf, base["devices"][-1]["reason"]))
+    return originals, [by_bdf[b] for b in sorted(originals) if b in by_bdf]
+
+
+def _plan(devices, wanted, base):
+    """Inspect ``devices`` and fill ``base["devices"]``; return ``{bdf: target}`` and ``{bdf: (dev, devctl)}``.
+
+    A device whose config space is unusable, or not writable where a write is needed, is
+    failed here with its cause and left out of the targets, so it cannot stop the others.
+    """
+    targets, planned = {}, {}
+    for dev in devices:
+        pcie, fault = inspect_device(dev)
+        r = _device_result(dev, pcie)
+        base["devices"].append(r)
+        planned[dev["bdf"]] = (dev, pcie["devctl"] if pcie else None)
+        want = wanted[dev["bdf"]]
+        if fault is None and pcie is not None and pcie["mrrs"] != want:
+            fault = write_fault(dev)
+        if fault:
+            r["failed"], r["reason"] = True, fault
+        elif pcie is None:
+            r["skipped"], r["reason"] = True, "no PCI Express capability"
+        elif pcie["mrrs"] == want:
+            r["reason"] = "already %d" % want
+        else:
+            targets[dev["bdf"]] = want
+            r["mrrs_after"], r["changed"] = want, True
+    base["devices"].sort(key=lambda r: r["bdf"])
+    return targets, planned
+
+
+def _diff(results):
+    diff = {"before": {}, "after": {}}
+    for r in results:
+        if not r["skipped"] and r["mrrs_before"] is not None:
+            diff["before"][r["bdf"]] = {"mrrs": r["mrrs_before"]}
+            diff["after"][r["bdf"]] = {"mrrs": r["mrrs_after"]}
+    return diff
+
+
+def _journal_plan(journal, restore, check_mode, base, targets):
+    """Record originals of what will change, or drop restore entries that are already back."""
+    if journal is None or check_mode:
+        return
+    for r in base["devices"]:
+        if restore and not r["skipped"] and not r["failed"] and r["bdf"] not in targets:
+            journal.drop(FAMILY, r["bdf"])
+            r["reason"] = "already at the recorded original %d" % r["mrrs_before"]
+        elif not restore and r["bdf"] in targets and r["mrrs_before"] is not None:
+            journal.record(FAMILY, r["bdf"], r["mrrs_before"])  # a reserved encoding cannot be restored
+
+
+def _base_result(node):
+    bus_perf = pcie_bus_perf(node)
+    warnings = []
+    if bus_perf:
+        warnings.append("the kernel command line has pci=pcie_bus_perf: it sets MRRS to MPS at boot and clamps "
+                        "later requests to MPS, so MRRS set here may be lowered again; remove it for large MRRS")
+    return {"lockdown": lockdown_mode(node), "pcie_bus_perf": bus_perf, "warnings": warnings, "devices": [],
+            "failed_devices": [], "changed": False}
+
+
+def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal | None, check_mode: bool,
+             mrrs: int | None = None, selector: DeviceSelector | None = None, restore: bool = False,
+             allow_empty: bool = False) -> dict:
+    """Apply ``mrrs`` to the devices chosen by ``selector`` (or restore the journal's originals).
+
+    ``setpci_factory()`` returns a ``Setpci``; it is called only when something must be written,
+    so check mode and idempotent runs start no process. Returns the result dict (``devices``,
+    ``failed_devices``, ``changed``, ``lockdown``, ``pcie_bus_perf``, ``warnings``, ``diff``).
+    Raises MrrsError, before any write, when the task cannot proceed. A device that cannot be
+    set (predicted before writing, also in check mode, or found after) is listed in
+    ``failed_devices`` with its cause while every other device is still set; the caller fails
+    the task at the end (``failure_message``).
+    """
+    if not restore:
+        encode_mrrs(mrrs)  # ValueError naming the allowed sizes
+        selector = selector or DeviceSelector()
+    base = _base_result(node)
+    if restore:
+        wanted, devices = _restore_wanted(node, journal, base)
+    else:
+        devices = select_devices(node, selector)
+        wanted = {d["bdf"]: mrrs for d in devices}
+    targets, planned = _plan(devices, wanted, base)
+    base["failed_devices"] = [r["bdf"] for r in base["devices"] if r["failed"]]
+    named = set(selector.bdfs or []) if not restore else set()
+    base["warnings"] += ["%s: MRRS does not apply: it was named in bdfs but has no PCI Express capability (a "
+                         "conventional PCI function); it was skipped" % r["bdf"]
+                         for r in base["devices"] if r["skipped"] and r["bdf"] in named]
+    if not restore and all(r["skipped"] for r in base["devices"]) and not allow_empty:
+        raise MrrsError("no PCI Express device matches the selection (%s); set allow_empty: true to accept "
+                        "a node without such devices" % selector.describe(), base)
+    base["diff"] = _diff(base["devices"])
+    if targets and base["lockdown"] in ("integrity", "confidentiality"):
+        raise MrrsError("kernel lockdown is in %s mode: the kernel refuses PCI config-space writes from user "
+                        "space, so MRRS cannot be changed at runtime on %s; nothing was written. Set MRRS in "
+                        "the BIOS, or boot without lockdown" % (base["lockdown"], ", ".join(sorted(targets))), base)
+    _journal_plan(journal, restore, check_mode, base, targets)
+    base["changed"] = bool(targets)
+    if check_mode or not targets:
+        if journal is not None and not check_mode:
+            journal.save()
+        return base
+    if journal is not None:
+        try:
+            journal.save()  # before the first config-space write: originals survive a crash
+        except OSError as exc:
+            raise MrrsError("cannot save the journal %s (%s); nothing was written" % (journal.path, exc), base) \
+                from exc
+    _apply(setpci_factory(), targets, planned, base, journal if restore else None)
+    return base
+
+
+def _write_and_read_back(setpci, targets, warnings):
+    """One setpci process writes every target and one reads them back (the normal path).
+
+    setpci stops at the first device it cannot write, leaving the ones after it unwritten:
+    after a failed batch, each device not yet at its target is written alone, so a bad device
+    neither keeps the others at their old value nor lends them its error. Returns
+    ``(after {bdf: devctl}, read_errors {bdf: msg}, write_errors {bdf: msg})``.
+    """
+    wrc, werr = setpci.write_mrrs(targets)
+    after, read_errors = setpci.read_devctl(sorted(targets))
+    if not (wrc or werr):
+        return after, read_errors, {}
+    retry = {b: w for b, w in targets.items() if b in after and mrrs_of_devctl(after[b]) != w}
+    write_errors = {}
+    for bdf, want in sorted(retry.items()):
+        rc, err = setpci.write_mrrs({bdf: want})
+        if rc or err:
+            write_errors[bdf] = "rc %s: %s" % (rc, err or "no message")
+    if retry:
+        again, errors = setpci.read_devctl(sorted(retry))
+        for bdf in retry:
+            after.pop(bdf, None)
+        after.update(again)
+        read_errors.update(errors)
+    if not retry and not read_errors:
+        warnings.append("setpci reported an error (rc %s: %s) but every device reads back as written"
+                        % (wrc, werr or "no message"))
+    return after, read_errors, write_errors
+
+
+def _apply(setpci, targets, planned, base, restore_journal):
+    """Write ``targets``, judge each device by its read-back, name the cause of each failure."""
+    after, read_errors, write_errors = _write_and_read_back(setpci, targets, base["warnings"])
+    results = {r["bdf"]: r for r in base["devices"]}
+    for bdf, want in sorted(targets.items()):
+        (dev, devctl_before), r, got = planned[bdf], results[bdf], after.get(bdf)
+        r["mrrs_after"] = mrrs_of_devctl(got) if got is not None else None
+        r["changed"] = got is not None and r["mrrs_after"] != r["mrrs_before"]
+        if got is None or r["mrrs_after"] != want:
+            r["failed"] = True
+            r["reason"] = _failure_cause(dev, want, got, read_errors.get(bdf), write_errors.get(bdf))
+            base["failed_devices"].append(bdf)
+            continue
+        r["reason"] = "restored" if restore_journal is not None else "set"
+        if restore_journal is not None:
+            restore_journal.drop(FAMILY, bdf)
+        if (got & ~DEVCTL_MRRS_MASK) != (devctl_before & ~DEVCTL_MRRS_MASK):
+            # Not written by us (mask 0x7000), e.g. the kernel's AER handling in between.
+            base["warnings"].append("%s: Device Control bits outside MRRS changed meanwhile (0x%04x -> 0x%04x)"
+                                    % (bdf, devctl_before, got))
+    base["failed_devices"].sort()
+    base["diff"]["after"].update({b: {"mrrs": results[b]["mrrs_after"]} for b in targets})
+    if restore_journal is not None:
+        restore_journal.save()
+    base["changed"] = any(r["changed"] for r in base["devices"])
+    base["setpci_calls"] = setpci.calls
+
+
+def failure_message(result: dict, restore: bool, check_mode: bool, journal_path: str | None = None) -> str:
+    """The task's closing error: every failed device with its cause, and what happened to the rest."""
+    failed = [d for d in result["devices"] if d["failed"]]
+    done = [d for d in result["devices"] if d["changed"]]
+    verb = "restored" if restore else "set"
+    msg = "MRRS could not be %s on %d device(s): %s" % (
+        verb, len(failed), "; ".join("%s: %s" % (d["bdf"], d["reason"]) for d in failed))
+    if check_mode:
+        msg = "check mode: a real run would fail. " + msg
+        tail = "%d other device(s) would be %s" % (len(done), verb)
+    else:
+        tail = "%d other device(s) were %s" % (len(done), verb)
+    if restore and journal_path:
+        tail += "; the failed entries stay in the journal %s for the next attempt" % journal_path
+    return msg + ". " + tail
+
+
+def run(call: contract.Call) -> dict:
+    """The setpci_mrrs module: check the options, open the node, ``run_mrrs``; returns the module's result.
+
+    Raises FamilyError (with the result so far) where the module fails: a bad option or root
+    before anything is read, a selection or lockdown that stops the task before any write, and
+    at the end every device that could not be set (``failure_message``).
+    """
+    params = call.params
+    if params["mrrs"] is None and not params["restore"]:
+        raise contract.FamilyError("mrrs is required (one of %s bytes) unless restore=true"
+                                   % ", ".join(str(c) for c in MRRS_CHOICES))
+    problems = selector_problems(params)
+    if params["mrrs"] is not None:
+        try:
+            encode_mrrs(params["mrrs"])
+        except ValueError as exc:
+            problems.insert(0, ("mrrs", str(exc)))
+    if problems:
+        raise contract.FamilyError("invalid input, nothing was written: %s" % contract.problems_text(problems))
+    selector = DeviceSelector(vendor=params["vendor"], device=params["device"],
+                              class_prefixes=params["class_prefixes"], bdfs=params["bdfs"])
+    node, journal = open_node(params)
+    try:
+        setpci_bin = node.bin_path(call.lookup, "setpci", "pciutils")
+    except NodeError as exc:
+        raise contract.FamilyError(str(exc)) from None
+
+    def setpci_factory():
+        return Setpci(call.run_command, setpci_bin, node.pciutils_args())
+
+    try:
+        result = run_mrrs(node, setpci_factory, journal, call.check_mode, mrrs=params["mrrs"], selector=selector,
+                          restore=params["restore"], allow_empty=params["allow_empty"])
+    except MrrsError as exc:
+        _warn(call, exc.result)
+        raise contract.FamilyError(str(exc), _public(call, exc.result, changed=False)) from None
+    except NodeError as exc:
+        raise contract.FamilyError(str(exc), {"changed": False}) from None
+    _warn(call, result)
+    if result["failed_devices"]:
+        raise contract.FamilyError(failure_message(result, params["restore"], call.check_mode,
+                                                   journal.path if journal else None), _public(call, result))
+    return _public(call, result)
+
+
+def _warn(call, result):
+    for warning in result.get("warnings", []):
+        call.warn(warning)
+
+
+def _public(call, result, **overrides):
+    """The module's result keys (``warnings`` go through ``call.warn``, the diff only when asked)."""
+    out = dict(
+        changed=result.get("changed", False),
+        devices=result.get("devices", []),
+        failed_devices=result.get("failed_devices", []),
+        lockdown=result.get("lockdown"),
+        pcie_bus_perf=result.get("pcie_bus_perf", False),
+        setpci_calls=result.get("setpci_calls", 0),
+    )
+    out.update(overrides)
+    if call.diff and "diff" in result:
+        out["diff"] = result["diff"]
+    return out
+
+# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
+
+
+def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
+    """One setting per selected PCI device: its MRRS against ``desired['pcie_mrrs']['mrrs']``."""
+    wanted = desired.get(FAMILY) or {}
+    if wanted.get("mrrs") is None:
+        return []
+    pci = facts.get("pci") or {}
+    want = int(wanted["mrrs"])
+    lockdown = (facts.get("kernel") or {}).get("lockdown")
+    out = []
+    devices = pci.get("devices") or []
+    if not devices:
+        return [setting(FAMILY, "devices", want, None, "not_applicable",
+                        "no PCI device matches the selector (%s)" % (pci.get("selector") or "NVIDIA GPUs"))]
+    for dev in devices:
+        running = dev.get("mrrs")
+        persisted = ctx.boot_persisted(want)
+        if running is None:
+            out.append(setting(FAMILY, dev["bdf"], want, None, "unsupported",
+                               dev.get("error") or "no PCI Express capability: MRRS does not exist on it",
+                               persisted))
+            continue
+        if running == want:
+            out.append(setting(FAMILY, dev["bdf"], want, running, "applied", "", persisted))
+            continue
+        why = ["MRRS is %d bytes, not %d" % (running, want)]
+        if running == 512:
+            why.append("512 is the power-up default: nobody tuned this device since it was reset")
+        if pci.get("pcie_bus_perf"):
+            why.append("the kernel was booted with pci=pcie_bus_perf, which clamps MRRS to MPS (%s)" % dev.get("mps"))
+        if lockdown in ("integrity", "confidentiality"):
+            why.append("kernel lockdown (%s) refuses config-space writes from user space" % lockdown)
+        out.append(setting(FAMILY, dev["bdf"], want, running, "drifted", "; ".join(why), persisted))
+    missing = pci.get("missing_bdfs") or []
+    for bdf in missing:
+        out.append(setting(FAMILY, bdf, want, None, "not_applicable", "the node has no device at %s" % bdf))
+    return out
+
+
+def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
+    """The module's selector for ``want``; with ``bdf`` (udev) restricted to it, None when not selected."""
+    selector = DeviceSelector(vendor=want.get("vendor"), device=want.get("device"),
+                              class_prefixes=want.get("class_prefixes"), bdfs=want.get("bdfs"))
+    if bdf is None:
+        return selector
+    bdf = normalize_bdf(bdf)
+    if selector.bdfs is not None and bdf not in selector.bdfs:
+        return None
+    # The default selector is resolved already (vendor 0x10de, GPU classes): keep it with the BDF.
+    return DeviceSelector(vendor=selector.vendor, device=selector.device,
+                          class_prefixes=selector.class_prefixes, bdfs=[bdf])
+
+
+def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
+    """``run_mrrs`` without a journal; ``bdf`` restricts it to one device (udev ACTION=add)."""
+    size = want.get("mrrs")
+    encode_mrrs(size)
+    selector = boot_selector(want, bdf)
+    if selector is None:
+        return True, "%s is not one of the selected bdfs (%s): nothing to do" % (bdf, ", ".join(want["bdfs"]))
+
+    def setpci_factory():
+        return Setpci(run_argv, node.bin_path(SystemLookup(), "setpci", "pciutils"), node.pciutils_args())
+
+    allow_empty = bdf is not None or bool(want.get("allow_empty"))
+    result = run_mrrs(node, setpci_factory, None, False, mrrs=size, selector=selector,
+                      allow_empty=allow_empty)
+    notes = "".join("; warning: %s" % w for w in result["warnings"])
+    if result["failed_devices"]:
+        return False, failure_message(result, False, False) + notes
+    done = [d["bdf"] for d in result["devices"] if d["changed"]]
+    kept = [d["bdf"] for d in result["devices"] if not d["changed"] and not d["skipped"]]
+    if not result["devices"]:
+        return True, "no PCI Express device matches (%s)%s" % (selector.describe(), notes)
+    return True, "MRRS %d set on %d device(s)%s, %d already at it%s" % (
+        size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
+
+
+# The options of its module (setpci_mrrs): the flow module completes each family's options with it too.
+ARGUMENT_SPEC = dict(
+    mrrs=dict(type="int", choices=list(MRRS_CHOICES)),
+    vendor=dict(type="str"),
+    device=dict(type="str"),
+    class_prefixes=dict(type="list", elements="str"),
+    bdfs=dict(type="list", elements="str"),
+    allow_empty=dict(type="bool", default=False),
+    **JOURNAL_ARGUMENT_SPEC,
+    **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
+)
+
+def from_role(v: dict, shared: dict) -> dict:
+    """The desired MRRS of the role's variables: the value and the GPUs it applies to."""
+    if not v["gpunode_tuning_mrrs_enabled"]:
+        return {FAMILY: None}
+    return {FAMILY: dict(mrrs=v["gpunode_tuning_mrrs"], allow_empty=bool(v["gpunode_tuning_mrrs_allow_empty"]),
+                         **shared["selector"])}
+
+
+def runtime_options(desired: dict, v: dict) -> dict | None:
+    """setpci_mrrs' options for the role's runtime flow (the selector's unset keys left out)."""
+    want = desired.get(FAMILY)
+    return None if want is None else {k: x for k, x in want.items() if x is not None}
+
+
+def restore_options(v: dict) -> dict:
+    return {"restore": True, "allow_empty": True}
+
+
+def summary(result: dict) -> str:
+    """The runtime report's line: how many devices were set, already there, skipped."""
+    devices = result.get("devices") or []
+    if not devices:
+        return "not applicable: no matching PCIe device"
+    changed = [d for d in devices if d.get("changed")]
+    skipped = [d for d in devices if d.get("skipped")]
+    mrrs = next((d.get("mrrs_after") for d in devices if d.get("mrrs_after")), None)
+    return "%d set%s, %d already there, %d skipped" % (len(changed), " to %s" % mrrs if mrrs else "",
+                                                       len(devices) - len(changed) - len(skipped), len(skipped))
+
+
+DEFINITION = Family(
+    name=FAMILY,
+    titles={"pcie_mrrs": "PCIe MRRS"},
+    module="setpci_mrrs",
+    run=run,
+    evaluate=evaluate,
+    boot=boot,
+    tags=("mrrs",),
+    from_role=from_role,
+    runtime_options=runtime_options,
+    restore_options=restore_options,
+    argument_spec=ARGUMENT_SPEC,
+    summary=summary,
+    validate={FAMILY: desired_problems},
+)
