@@ -34,11 +34,12 @@ import os
 import sys
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import persist, registry, validate
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 VERSION = 1
+# The family the udev rule re-applies for one hot-added PCI function (--only-mrrs --bdf).
+UDEV_FAMILY = "pcie_mrrs"
 # The desired-state keys boot re-applies, in order (the registry's families with a boot function).
 FAMILIES = tuple(key for key, _fam in registry.boot_families())
 PREFIX = "gpunode-tuning-boot"
@@ -90,7 +91,7 @@ def _boot_one(fam, node: Node, want: dict, bdf: str | None) -> tuple[bool, str]:
     """One family's re-apply; its error, expected or not, is its failure and never stops the others."""
     try:
         return fam.boot(node, want, bdf) if bdf is not None else fam.boot(node, want)
-    except (BootError, NodeError, ValueError, FamilyError, pcie_mrrs.MrrsError) as exc:
+    except (BootError, NodeError, ValueError, FamilyError) as exc:
         return False, str(exc)
     except Exception as exc:  # noqa: BLE001 (a bug in one family must not stop the others at boot)
         return False, "%s: %s" % (type(exc).__name__, exc)
@@ -104,9 +105,9 @@ def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | 
     status = 0
     for key, fam in registry.boot_families():
         want = desired.get(key)
-        if want is None or (only_mrrs and key != pcie_mrrs.FAMILY):
+        if want is None or (only_mrrs and key != UDEV_FAMILY):
             continue
-        ok, msg = _boot_one(fam, node, want, bdf if key == pcie_mrrs.FAMILY else None)
+        ok, msg = _boot_one(fam, node, want, bdf if key == UDEV_FAMILY else None)
         _say("%s: %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
         status |= 0 if ok else 1
     return status
@@ -252,7 +253,7 @@ def unit_text(settings: dict) -> str:
 def rule_text(settings: dict, desired: dict) -> str:
     """The udev rule that sets MRRS again on a matching PCI function added after boot."""
     python, script, _before = _boot_settings(settings)
-    vendor = (desired.get(pcie_mrrs.FAMILY) or {}).get("vendor")
+    vendor = (desired.get(UDEV_FAMILY) or {}).get("vendor")
     try:
         vendor = validate.pci_id(vendor) if vendor else None
     except validate.ValidationError as exc:
@@ -309,7 +310,7 @@ def remove_boot_unit(pc) -> dict:
 def persist_udev(pc) -> dict:
     """The udev rule for hot-added GPUs, when MRRS is re-applied at boot."""
     rule = pc.settings["udev_rule"]
-    if not (pc.settings.get("udev_enabled") and boot_wanted(pc).get(pcie_mrrs.FAMILY)):
+    if not (pc.settings.get("udev_enabled") and boot_wanted(pc).get(UDEV_FAMILY)):
         return {"changed": False, "skipped": True, "reason": "the udev rule is off, or MRRS is not re-applied"}
     if pc.files.write(rule, rule_text(pc.settings, pc.desired)):
         persist.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
@@ -327,6 +328,6 @@ def concerns() -> list:
     # A family that re-applies one of its settings at boot (tunables: THP) is selected by that setting's tag.
     boot_tags = {tag for _key, fam in registry.boot_families()
                  for tag in ((fam.name, fam.boot_key) if fam.boot_key else (fam.name, *fam.tags))}
-    mrrs_tags = {tag for fam in registry.FAMILIES if fam.name == pcie_mrrs.FAMILY for tag in (fam.name, *fam.tags)}
+    mrrs_tags = {tag for fam in registry.FAMILIES if fam.name == UDEV_FAMILY for tag in (fam.name, *fam.tags)}
     return [persist.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit, remove_boot_unit),
             persist.Concern("udev", tuple(sorted(mrrs_tags | {"udev"})), persist_udev, remove_udev)]

@@ -21,8 +21,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log, registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import vendor_from_cpuinfo
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.kmod import NAME_ALLOWED, NAME_RE, sysfs_name
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     SYSFS_CPU,
     Node,
@@ -42,6 +41,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
     pcie_bus_perf,
     read_config,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.validate import KMOD_NAME_ALLOWED as NAME_ALLOWED
+from ansible_collections.gpunode.tuning.plugins.module_utils.validate import KMOD_NAME_RE, sysfs_name
 
 SELECTOR_KEYS = ("vendor", "device", "class_prefixes", "bdfs")
 PERSISTENCED_COMM = "nvidia-persistenced"
@@ -124,7 +125,7 @@ def validate_sysctl_keys(keys: list[str] | None) -> list[str]:
 def validate_module_names(names: list[str] | None) -> list[str]:
     out = []
     for name in names or []:
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not KMOD_NAME_RE.fullmatch(name):
             raise FactsError("modules: %r is not a module name; allowed: %s" % (name, NAME_ALLOWED))
         out.append(name)
     return out

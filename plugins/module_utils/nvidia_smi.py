@@ -173,3 +173,44 @@ def mismatch(unparsed: list, fields: list) -> str:
     return ("nvidia-smi answered %d line(s) that do not match the query of %d field(s) (%s): %r"
             % (len(unparsed), len(fields), ", ".join(fields[:4]) + (", ..." if len(fields) > 4 else ""),
                first[:200]))
+
+
+# --- the GPU tools' vocabulary the GPU families and verification share (named core pieces) ---
+
+# nvidia-smi --query-gpu fields of the health check, in the order of the CSV columns. Each one the driver
+# does not know is left out (nvidia_smi.query) and costs only the rows that need it.
+HEALTH_FIELDS = (
+    "index", "pci.bus_id", "persistence_mode", "ecc.mode.current", "ecc.mode.pending",
+    "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure",
+    "power.limit", "power.default_limit", "power.max_limit", "clocks_event_reasons.active",
+    "utilization.gpu", "driver_version",
+) + (
+    # gpu_settings' clock rows; last, and optional in parse_health: a probe stored before them still parses.
+    "clocks.current.graphics", "clocks.applications.graphics", "clocks.applications.memory",
+)
+
+
+HEALTH_ARGS = ["--query-gpu=" + ",".join(HEALTH_FIELDS), CSV_FORMAT]
+
+
+DCGM_ARGS = ["diag", "-r", "1"]
+
+
+def parse_health(text: str | None, fields: list | None = None) -> list:
+    """The CSV of the health query: one dict per GPU keyed by field name, plus ``bdf``.
+
+    ``fields``: the columns asked for (the probe's ``fields``); without them, the columns of ``HEALTH_FIELDS``
+    (a probe stored before the clock fields has three fewer).
+    """
+    if fields is None:
+        short = list(HEALTH_FIELDS[:-3])
+        gpus = parse_csv(text, list(HEALTH_FIELDS))[0]
+        return gpus or parse_csv(text, short)[0]
+    return parse_csv(text, list(fields))[0]
+
+
+NVBANDWIDTH_TEST = "device_to_device_memcpy_read_ce"
+
+
+NVBANDWIDTH_ARGS = ["-t", NVBANDWIDTH_TEST]

@@ -565,3 +565,21 @@ def _failure_cause(dev, want, got, read_error, write_error):
             "(the device ignored it)" % (want, got, mrrs_of_devctl(got)))
 
 
+class SelectionError(ValueError):
+    """A selection that names devices the node does not have; nothing has been written."""
+
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
+    """Devices matching ``selector``; raises SelectionError when named BDFs are absent from the node."""
+    devices = list_devices(node)
+    if selector.bdfs:
+        present = {d["bdf"] for d in devices}
+        missing = [b for b in selector.bdfs if b not in present]
+        if missing:
+            raise SelectionError("bdfs not present on the node: %s (present: %s)"
+                            % (", ".join(missing), ", ".join(sorted(present)) or "none"))
+    return [d for d in devices if selector.matches(d)]

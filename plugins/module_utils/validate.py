@@ -404,3 +404,8 @@ def _refusal(path: str) -> str:
     except OSError:
         pass
     return "immutable attribute or permissions"
+
+
+def sysfs_name(name: str) -> str:
+    """The name the kernel uses in /sys/module (modprobe treats '-' and '_' alike)."""
+    return name.replace("-", "_")

@@ -28,18 +28,15 @@ import re
 from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import command, registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.cmdline import (
-    has_arg,
-    parse_dropin,
-    parse_grubby_info,
-)
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import driver_family
+from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import parse_dropin, parse_grubby_info
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import driver_family
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import (
     STATES,
     EvaluationError,
     normalize_value,
     setting,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import has_arg
 
 # Verdicts a caller can gate on (evaluate_host's gate): the whole desired state, or what runtime
 # tuning can apply (the runtime rollout, which cannot switch a cpufreq driver or add kernel arguments).

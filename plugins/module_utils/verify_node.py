@@ -19,10 +19,8 @@ import os
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import command, nvidia_smi, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.cmdline import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 # The ``verify`` option's defaults: the role's defaults for the same paths and switches.
@@ -158,7 +156,7 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
         out.update({key: dict(stopped) for key, _args in GPU_COMMANDS}, health=dict(stopped))
     else:
         known = nvidia_smi.parse_help_fields(help_result[1]) if help_result[0] == 0 else None
-        out["health"] = nvidia_smi.query(tools.run, smi, gpu_health.HEALTH_FIELDS, known)
+        out["health"] = nvidia_smi.query(tools.run, smi, nvidia_smi.HEALTH_FIELDS, known)
         down = nvidia_smi.driver_down(_tuple(out["health"]))
         for key, args in GPU_COMMANDS:
             if down:
@@ -166,9 +164,9 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
                 continue
             out[key] = _answer(tools.run([smi, *args]))
             down = nvidia_smi.driver_down(_tuple(out[key]))
-    if ((desired or {}).get(gpu_health.NAME) or {}).get("dcgm_diag"):
+    if ((desired or {}).get("gpu_health") or {}).get("dcgm_diag"):
         out["dcgm"] = _dcgm(tools)
-    if ((desired or {}).get(p2p.NAME) or {}).get("min_gbps") is not None:
+    if ((desired or {}).get("gpu_p2p") or {}).get("min_gbps") is not None:
         out["nvbandwidth"] = _nvbandwidth(tools)
     return out
 
@@ -190,7 +188,7 @@ def _dcgm(tools: Tools) -> dict[str, Any]:
     dcgmi = tools.find("dcgmi", "datacenter-gpu-manager")
     if not dcgmi:
         return {"rc": 127, "stdout": "", "stderr": "dcgmi not found: install DCGM (datacenter-gpu-manager) on the node"}
-    return _answer(tools.run([dcgmi, *gpu_health.DCGM_ARGS]))
+    return _answer(tools.run([dcgmi, *nvidia_smi.DCGM_ARGS]))
 
 
 def _nvbandwidth(tools: Tools) -> dict[str, Any]:
@@ -199,7 +197,7 @@ def _nvbandwidth(tools: Tools) -> dict[str, Any]:
     if not nvb:
         return {"rc": 127, "stdout": "", "stderr": "nvbandwidth not found on the node: build it from "
                 "github.com/NVIDIA/nvbandwidth to measure GPU pair bandwidth"}
-    return _answer(tools.run([nvb, *p2p.NVBANDWIDTH_ARGS]))
+    return _answer(tools.run([nvb, *nvidia_smi.NVBANDWIDTH_ARGS]))
 
 
 def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,

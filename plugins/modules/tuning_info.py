@@ -584,21 +584,21 @@ tuning_facts:
       sample: {vm.swappiness: "10", net.ipv4.tcp_rmem: 4096 131072 6291456}
     pcie_acs:
       description:
-        - The P2P path of the selected GPUs (module_utils/families/pcie_acs.py, the C(pcie_acs) family's read), C(gpus) each GPU's
-          chain of bridges up to its root port, C(bridges) per bridge the ACS capability (ACSCap and ACSCtl
+        - The P2P path of the selected GPUs (module_utils/families/pcie_acs.py, the C(pcie_acs) family's read), C(gpus)
+          each GPU's chain of bridges up to its root port, C(bridges) per bridge the ACS capability (ACSCap and ACSCtl
           decoded as SrcValid, TransBlk, ReqRedir, CmpltRedir, UpstreamFwd, EgressCtrl, DirectTrans) or no ACS
-          capability, and the devices bound to vfio-pci below it, C(iommu) whether an IOMMU is active, each GPU's
-          IOMMU group and its default domain type, and the IOMMU kernel arguments running.
+          capability, and the devices bound to vfio-pci below it, C(iommu) whether an IOMMU is active, each GPU's IOMMU
+          group and its default domain type, and the IOMMU kernel arguments running.
       returned: always
       type: dict
     gpu_locality:
       description:
-        - Where each GPU sits (module_utils/families/gpu_locality.py, the C(gpu_locality) family's read; docs/gpu-locality.md),
-          from sysfs alone. C(gpus) per selected GPU its C(numa_node) (null when unknown; C(numa_source) says
-          whether the device or its nearest bridge published it, C(numa_node_published) the raw value), C(cpus) (its
-          local CPUs that are online), C(host_bridge), C(root_port), C(switches), C(irqs), C(nics) and C(nvme) (every
-          NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m), one of PIX, PXB, PHB, NODE,
-          SYS, nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
+        - Where each GPU sits (module_utils/families/gpu_locality.py, the C(gpu_locality) family's read;
+          docs/gpu-locality.md), from sysfs alone. C(gpus) per selected GPU its C(numa_node) (null when unknown;
+          C(numa_source) says whether the device or its nearest bridge published it, C(numa_node_published) the raw
+          value), C(cpus) (its local CPUs that are online), C(host_bridge), C(root_port), C(switches), C(irqs), C(nics)
+          and C(nvme) (every NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m), one of PIX,
+          PXB, PHB, NODE, SYS, nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
         - C(nics) (classes 0x0200 and 0x0207, physical functions) and C(nvme) (0x010802) with the same placement fields
           and their names (C(netdevs), C(rdma), C(names)); C(irqs) of GPUs and NICs counts the MSI/MSI-X IRQs and
           those served only on another NUMA node (C(remote), C(remote_cpus)). C(irqbalance) says whether it runs;

@@ -19,10 +19,29 @@ import re
 import tempfile
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, cpu, kernel_args, persist
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, iommu
+from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import (  # noqa: F401 (re-exported)
+    _ASSIGN_RE,
+    BOOTLOADERS,
+    DEFAULT_DROPIN,
+    GRUB_DROPIN_DIR,
+    MANAGED_MARK,
+    _shell_value,
+    choose_bootloader,
+    detect_bootloader,
+    grub_unquote,
+    parse_dropin,
+    parse_grubby_info,
+    read_text,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import (  # noqa: F401 (re-exported)
+    arg_key,
+    has_arg,
+    has_key,
+    is_configured,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NODE_ARGUMENT_SPEC,
     BinaryNotFound,
@@ -37,15 +56,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
 )
 
 STATES = ("present", "absent")
-BOOTLOADERS = ("auto", "grub", "grubby")
-GRUB_DROPIN_DIR = "/etc/default/grub.d"
-DEFAULT_DROPIN = GRUB_DROPIN_DIR + "/60-gpunode-tuning.cfg"
-MANAGED_MARK = "Managed by gpunode.tuning"
 ARG_ALLOWED = KERNEL_ARG_ALLOWED
-DEBIAN_IDS = ("debian", "ubuntu", "linuxmint", "pop", "raspbian")
-RHEL_IDS = ("rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn")
-_VAR_RE = re.compile(r"\$\{?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}?")
-_ASSIGN_RE = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.*)$")
 
 # Report family of the kernel arguments (verification) and the key of the desired state.
 FAMILY = "cmdline"
@@ -60,11 +71,6 @@ class CmdlineError(ValueError):
     def __init__(self, msg, result=None):
         super().__init__(msg)
         self.result = result or {}
-
-
-def arg_key(arg: str) -> str:
-    """The key of an argument (``amd_pstate`` for ``amd_pstate=active``)."""
-    return arg.split("=", 1)[0]
 
 
 def argument_problems(arguments: list, unique_keys: bool = True) -> list:
@@ -111,37 +117,16 @@ def validate_dropin(path: str) -> None:
                            "digits, '_', '.', '-'), e.g. %s" % (path, GRUB_DROPIN_DIR, DEFAULT_DROPIN))
 
 
-def has_arg(args: list[str], arg: str) -> bool:
-    """Whether ``arg`` is in effect in the list ``args`` (for key=value: the last value of the key)."""
-    key = arg_key(arg)
-    last = None
-    for a in args:
-        if arg_key(a) == key:
-            last = a
-    return last == arg if last is not None else False
-
-
-def has_key(args: list[str], key: str) -> bool:
-    return any(arg_key(a) == key for a in args)
-
-
-def is_configured(args: list[str], arg: str, state: str) -> bool:
-    """Whether ``arg`` is present in ``args``; for removal of a bare key, any value of the key counts."""
-    if state == "absent" and "=" not in arg:
-        return has_key(args, arg)
-    return has_arg(args, arg)
-
-
 def iommu_arguments(node: Node, mode: str | None, state: str) -> tuple[list[str], str | None]:
-    """``(arguments, cpu vendor)`` of an IOMMU ``mode`` on this node: iommu.iommu_kernel_args' ``needed``
+    """``(arguments, cpu vendor)`` of an IOMMU ``mode`` on this node: kernel_args.iommu_kernel_args' ``needed``
     for the vendor of the node's own /proc/cpuinfo (present), or its ``removable`` (absent: any vendor's)."""
     if mode in (None, "", "unmanaged"):
         return [], None
-    if mode not in iommu.MODES:
+    if mode not in kernel_args.MODES:
         raise CmdlineError("invalid input, nothing was written: iommu_mode must be one of %s, got %r"
-                           % (", ".join(iommu.MODES), mode))
-    vendor = cpufreq.cpu_vendor(node)
-    args = iommu.iommu_kernel_args(mode, vendor)
+                           % (", ".join(kernel_args.MODES), mode))
+    vendor = cpu.cpu_vendor(node)
+    args = kernel_args.iommu_kernel_args(mode, vendor)
     return list(args.removable if state == "absent" else args.needed), vendor
 
 
@@ -197,11 +182,6 @@ def grub_word(arg: str) -> str:
     return "%s%s'%s'" % (key, sep, value)
 
 
-def grub_unquote(word: str) -> str:
-    """The argument GRUB passes to the kernel for a drop-in word (its single quotes removed)."""
-    return word.replace("'", "")
-
-
 def render_dropin(args: list[str]) -> str | None:
     """The drop-in text for ``args`` (None when there is nothing to configure: the file goes away)."""
     if not args:
@@ -213,20 +193,6 @@ def render_dropin(args: list[str]) -> str | None:
         'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n'
         % (MANAGED_MARK, " ".join(grub_word(a) for a in args))
     )
-
-
-def _shell_value(raw, env):
-    """The value of a simple shell assignment's right-hand side (quotes, $VAR of the two GRUB variables)."""
-    raw = raw.strip()
-    if raw.startswith('"'):
-        end = raw.find('"', 1)
-        inner = raw[1:end] if end > 0 else raw[1:]
-        return _VAR_RE.sub(lambda m: env.get(m.group(1), ""), inner)
-    if raw.startswith("'"):
-        end = raw.find("'", 1)
-        return raw[1:end] if end > 0 else raw[1:]
-    word = raw.split()[0] if raw.split() else ""
-    return _VAR_RE.sub(lambda m: env.get(m.group(1), ""), word)
 
 
 def grub_cmdline_args(texts: list[str | None]) -> list[str]:
@@ -244,19 +210,6 @@ def grub_cmdline_args(texts: list[str | None]) -> list[str]:
     return [grub_unquote(w) for w in words]
 
 
-def parse_dropin(text: str | None) -> tuple[bool, list[str]]:
-    """Return ``(managed, args)`` of a drop-in: whether it carries our header, and the arguments it adds."""
-    if text is None:
-        return True, []
-    managed = MANAGED_MARK in text
-    args = []
-    for line in text.splitlines():
-        m = _ASSIGN_RE.match(line)
-        if m and m.group(1) == "GRUB_CMDLINE_LINUX_DEFAULT":
-            args = [grub_unquote(w) for w in _shell_value(m.group(2), {}).split()]
-    return managed, args
-
-
 def grub_config_texts(node: Node, dropin: str, dropin_text: str | None) -> list[str | None]:
     """Texts update-grub would source, with ``dropin`` replaced by ``dropin_text`` (None: absent)."""
     texts = [read_text(node, "/etc/default/grub")]
@@ -268,15 +221,6 @@ def grub_config_texts(node: Node, dropin: str, dropin_text: str | None) -> list[
         else:
             texts.append(read_text(node, GRUB_DROPIN_DIR + "/" + name))
     return texts
-
-
-def read_text(node: Node, path: str) -> str | None:
-    """Content of a file below the node root, or None when it does not exist."""
-    full = node.path(path)
-    if not os.path.isfile(full):
-        return None
-    with open(full, encoding="utf-8", errors="replace") as fh:
-        return fh.read()
 
 
 def plan_grub(node: Node, dropin: str, arguments: list[str], state: str) -> dict:
@@ -331,15 +275,6 @@ def write_dropin(node: Node, dropin: str, text: str | None, atomic_move: Callabl
 # --- grubby ------------------------------------------------------------------------------------------
 
 
-def parse_grubby_info(text: str | None) -> list[str]:
-    """Arguments of the first ``args="..."`` line of ``grubby --info`` output."""
-    for line in (text or "").splitlines():
-        m = re.match(r'^\s*args="?(.*?)"?\s*$', line)
-        if m:
-            return m.group(1).split()
-    return []
-
-
 def grubby_commands(grubby: str, arguments: list[str], state: str) -> list[str]:
     """The grubby argument list that adds or removes ``arguments`` on every kernel entry."""
     flag = "--args=" if state == "present" else "--remove-args="
@@ -347,42 +282,6 @@ def grubby_commands(grubby: str, arguments: list[str], state: str) -> list[str]:
 
 
 # --- detection and per-argument report ---------------------------------------------------------------------
-
-
-def os_ids(node: Node) -> list[str]:
-    """ID and ID_LIKE words of /etc/os-release below the root."""
-    ids = []
-    for line in (read_text(node, "/etc/os-release") or "").splitlines():
-        key, _sep, value = line.partition("=")
-        if key in ("ID", "ID_LIKE"):
-            ids.extend(value.strip().strip('"').strip("'").split())
-    return ids
-
-
-def detect_bootloader(node: Node, have_grubby: bool = False) -> str | None:
-    """``grub`` or ``grubby`` for this node, from os-release, else from what exists; None if unknown."""
-    ids = os_ids(node)
-    if any(i in DEBIAN_IDS for i in ids):
-        return "grub"
-    if any(i in RHEL_IDS for i in ids):
-        return "grubby"
-    if have_grubby:
-        return "grubby"
-    if node.isdir(GRUB_DROPIN_DIR) or node.exists("etc/default/grub"):
-        return "grub"
-    return None
-
-
-def choose_bootloader(node: Node, requested: str, find: Callable[[str, str], str | None]) -> str | None:
-    """The bootloader to use: ``requested`` unless it is ``auto``, else ``detect_bootloader``'s (None: unknown).
-
-    The one detection, for kernel_cmdline and for verification. ``find(name, package)`` gives a
-    command's path or None (``Node.bin_path``); grubby on the PATH counts on a live node only.
-    """
-    if requested != "auto":
-        return requested
-    have_grubby = node.is_live and bool(find("grubby", "grubby"))
-    return detect_bootloader(node, have_grubby=have_grubby)
 
 
 def report(arguments: list[str], state: str, configured_args: list[str] | None,
@@ -584,7 +483,7 @@ ARGUMENT_SPEC = dict(
     bootloader=dict(type="str", choices=list(BOOTLOADERS), default="auto"),
     dropin=dict(type="str", default=DEFAULT_DROPIN),
     update_bootloader=dict(type="bool", default=True),
-    iommu_mode=dict(type="str", choices=list(iommu.MODES), default="unmanaged"),
+    iommu_mode=dict(type="str", choices=list(kernel_args.MODES), default="unmanaged"),
     **NODE_ARGUMENT_SPEC,
     **command.ARGUMENT_SPEC,
 )
@@ -605,7 +504,7 @@ def persist_cmdline(pc) -> dict:
         return {"changed": False, "skipped": True, "reason": "gpunode_tuning_cmdline_enabled is false"}
     arguments = list(pc.desired.get(FAMILY) or [])
     arguments += [a for a in persist.family_kernel_args(pc) if a not in arguments]
-    mode = (pc.desired.get(iommu.NAME) or {}).get("mode") or "unmanaged"
+    mode = (pc.desired.get("iommu") or {}).get("mode") or "unmanaged"
     if not arguments and mode == "unmanaged":
         return {"changed": False, "skipped": True, "reason": "no kernel argument to configure"}
     return persist.run_family(pc, FAMILY, _cmdline_options(pc, arguments, "present", mode))

@@ -14,11 +14,16 @@ use it), ``driver_change``, ``order_governor_epp``,
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Iterable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils import persist
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import (  # noqa: F401 (cpu_vendor, vendor_from_cpuinfo: re-exported)
+    ARM64_VENDOR,
+    cpu_vendor,
+    driver_family,
+    vendor_from_cpuinfo,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import setting as setting_row
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
@@ -53,8 +58,6 @@ DRIVER_FAMILIES = ["native", "amd-pstate", "acpi-cpufreq", "intel_pstate"]
 NATIVE_DRIVERS = {"AuthenticAMD": "amd-pstate", "GenuineIntel": "intel_pstate"}
 # The runtime mode setting of each pstate driver family.
 MODE_SETTINGS = {"amd_pstate_mode": "amd-pstate", "intel_pstate_status": "intel_pstate"}
-# What cpu_vendor() says for an arm64 CPU, whose /proc/cpuinfo has no vendor_id.
-ARM64_VENDOR = "arm64"
 # Drivers that refuse an EPP other than "performance" (EBUSY) while the governor is performance.
 EPP_LOCKED_UNDER_PERFORMANCE = ("amd-pstate-epp", "intel_pstate")
 # The policy file of each per-policy setting.
@@ -135,15 +138,6 @@ def desired_problems(want: Any) -> list:
 # ---------------------------------------------------------------------------------------------
 # Pure planning
 # ---------------------------------------------------------------------------------------------
-
-
-def driver_family(driver: str | None) -> str | None:
-    """Map a scaling driver name to its family: amd-pstate, intel_pstate, acpi-cpufreq, or itself."""
-    if driver in ("amd-pstate", "amd-pstate-epp"):
-        return "amd-pstate"
-    if driver in ("intel_pstate", "intel_cpufreq"):
-        return "intel_pstate"
-    return driver
 
 
 def driver_for_mode(family: str, mode: str) -> str:
@@ -403,33 +397,6 @@ def read_policies(node: Node) -> list[Policy]:
 def per_cpu(policies: list[Policy], attr: str) -> dict:
     """``{cpu: value}`` of a policy attribute (``governor``, ``epp``)."""
     return {cpu: getattr(p, attr) for p in policies for cpu in p.cpus}
-
-
-def vendor_from_cpuinfo(lines: Iterable[str]) -> str | None:
-    """The CPU vendor in /proc/cpuinfo ``lines`` (first CPU): ``vendor_id`` on x86.
-
-    arm64 has no vendor_id; its ``CPU implementer`` gives ``arm64 (CPU implementer 0x41)``. None
-    when neither is there.
-    """
-    for line in lines:
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        key = key.strip()
-        if key == "vendor_id":
-            return value.strip()
-        if key == "CPU implementer":
-            return "%s (CPU implementer %s)" % (ARM64_VENDOR, value.strip())
-    return None
-
-
-def cpu_vendor(node: Node) -> str | None:
-    """The CPU vendor of the node's /proc/cpuinfo (``vendor_from_cpuinfo``), or None."""
-    try:
-        with open(node.path("proc/cpuinfo"), encoding="utf-8", errors="replace") as fh:
-            return vendor_from_cpuinfo(itertools.islice(fh, 16))
-    except OSError:
-        return None
 
 
 class NodeFreq:

@@ -40,6 +40,12 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import (  # noqa: F401 (re-exported)
+    DCGM_ARGS,
+    HEALTH_ARGS,
+    HEALTH_FIELDS,
+    parse_health,
+)
 
 NAME = "gpu_health"
 # Xid codes that fail verification. Source: NVIDIA's Xid catalog ("Xid Errors", Analyzing Xid
@@ -57,19 +63,6 @@ SERIOUS_XIDS = {
     119: "GSP RPC timeout",
     120: "GSP error",
 }
-# nvidia-smi --query-gpu fields of the health check, in the order of the CSV columns. Each one the driver
-# does not know is left out (nvidia_smi.query) and costs only the rows that need it.
-HEALTH_FIELDS = (
-    "index", "pci.bus_id", "persistence_mode", "ecc.mode.current", "ecc.mode.pending",
-    "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
-    "retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure",
-    "power.limit", "power.default_limit", "power.max_limit", "clocks_event_reasons.active",
-    "utilization.gpu", "driver_version",
-) + (
-    # gpu_settings' clock rows; last, and optional in parse_health: a probe stored before them still parses.
-    "clocks.current.graphics", "clocks.applications.graphics", "clocks.applications.memory",
-)
-HEALTH_ARGS = ["--query-gpu=" + ",".join(HEALTH_FIELDS), nvidia_smi.CSV_FORMAT]
 # The fields each health row judges; a row none of whose fields the driver knows is left out.
 ROW_FIELDS = {
     "ecc": ("ecc.mode.current", "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total"),
@@ -78,7 +71,6 @@ ROW_FIELDS = {
     "clocks_event": ("clocks_event_reasons.active",),
     "driver_version": ("driver_version",),
 }
-DCGM_ARGS = ["diag", "-r", "1"]
 BUSY_UTILIZATION = 10  # percent: a GPU this busy keeps its link at full speed
 # clocks_event_reasons bits (nvml.h nvmlClocksEventReason*): which fail, which are reported.
 CLOCK_EVENTS_FAILING = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
@@ -89,19 +81,6 @@ CLOCK_EVENTS_REPORTED = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x
 def normalize_bus_id(bus_id: str) -> str:
     """nvidia-smi's 8-digit domain (00000000:41:00.0) as sysfs writes it (0000:41:00.0)."""
     return nvidia_smi.normalize_bus_id(bus_id)
-
-
-def parse_health(text: str | None, fields: list | None = None) -> list:
-    """The CSV of the health query: one dict per GPU keyed by field name, plus ``bdf``.
-
-    ``fields``: the columns asked for (the probe's ``fields``); without them, the columns of ``HEALTH_FIELDS``
-    (a probe stored before the clock fields has three fewer).
-    """
-    if fields is None:
-        short = list(HEALTH_FIELDS[:-3])
-        gpus = nvidia_smi.parse_csv(text, list(HEALTH_FIELDS))[0]
-        return gpus or nvidia_smi.parse_csv(text, short)[0]
-    return nvidia_smi.parse_csv(text, list(fields))[0]
 
 
 def _number(value: Any) -> float | None:

@@ -17,14 +17,13 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import NVBANDWIDTH_ARGS, NVBANDWIDTH_TEST  # noqa: F401 (re-exported)
 
 NAME = "gpu_p2p"
 # nvidia-smi's matrices as gpu_probe keys them (verify_node.GPU_COMMANDS), with what they test.
 MATRICES = (("p2p_read", "read"), ("p2p_write", "write"), ("p2p_nvlink", "nvlink"))
 # Read and write decide a pair's verdict; NVLink "NS" only says the pair talks over PCIe.
 DECIDING = ("read", "write")
-NVBANDWIDTH_TEST = "device_to_device_memcpy_read_ce"
-NVBANDWIDTH_ARGS = ["-t", NVBANDWIDTH_TEST]
 ALL_OK = "OK"
 
 

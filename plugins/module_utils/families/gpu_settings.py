@@ -25,11 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_mrrs import select_devices
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector, normalize_bdf
+from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector, normalize_bdf, select_devices
 
 NAME = "gpu_settings"
 FIELDS = ("index", "pci.bus_id", "persistence_mode", "power.limit", "power.min_limit", "power.max_limit",
@@ -491,7 +489,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
                 for k, v in (("persistence", want["persistence"]), ("power_limit", want["power"] or None),
                              ("locked_clocks", want["locked"]), ("application_clocks", want["app"]))
                 if v is not None]
-    gpus = gpu_health.parse_health(health.get("stdout"), health.get("fields"))
+    gpus = nvidia_smi.parse_health(health.get("stdout"), health.get("fields"))
     rows = []
     if want["persistence"] is not None:
         mode = "Enabled" if want["persistence"] else "Disabled"

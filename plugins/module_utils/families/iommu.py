@@ -12,51 +12,14 @@ from the ACS family's facts (``facts["pcie_acs"]``, acs.read).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import MODES, iommu_kernel_args  # noqa: F401
 
 NAME = "iommu"
-MODES = ("passthrough", "translated", "unmanaged")
 # /sys/kernel/iommu_groups/N/type -> the mode it is (anything else, e.g. blocked: neither).
 GROUP_MODES = {"identity": "passthrough", "DMA": "translated", "DMA-FQ": "translated"}
-ARM64_PREFIX = "arm64"  # cpufreq.vendor_from_cpuinfo's vendor on arm64
-
-
-class IommuArgs(NamedTuple):
-    """The answer of ``iommu_kernel_args``: what one node needs, and what any node may have got."""
-
-    needed: list
-    """Kernel arguments that boot this node (of ``cpu_vendor``) into the mode."""
-    removable: list
-    """Every argument the persistent flow may configure for the mode on a node of any vendor (rollback)."""
-
-
-def iommu_kernel_args(mode: str | None, cpu_vendor: str | None = None) -> IommuArgs:
-    """The one mapping of a desired IOMMU mode to kernel arguments (kernel-parameters.txt).
-
-    passthrough: ``iommu=pt`` on x86 (AMD and Intel alike), ``iommu.passthrough=1`` on arm64
-    (``iommu=`` is x86 only). translated: ``iommu=nopt`` on x86, plus ``intel_iommu=on`` on Intel,
-    whose IOMMU many distribution kernels leave off by default (the AMD IOMMU is on when the
-    firmware enables it); ``iommu.passthrough=0`` on arm64. ``amd_iommu=on`` is not a value the
-    AMD driver documents, so it is never added. An unknown vendor gets the x86 arguments (Intel's
-    included: the DMAR driver ignores it on AMD). unmanaged: nothing.
-    """
-    if mode in (None, "", "unmanaged"):
-        return IommuArgs([], [])
-    if mode not in MODES:
-        raise ValueError("iommu mode must be one of %s, got %r" % (", ".join(MODES), mode))
-    vendor = cpu_vendor or ""
-    if mode == "passthrough":
-        needed = ["iommu.passthrough=1"] if vendor.startswith(ARM64_PREFIX) else ["iommu=pt"]
-        return IommuArgs(needed, ["iommu=pt", "iommu.passthrough=1"])
-    if vendor.startswith(ARM64_PREFIX):
-        needed = ["iommu.passthrough=0"]
-    elif vendor == "AuthenticAMD":
-        needed = ["iommu=nopt"]
-    else:
-        needed = ["iommu=nopt", "intel_iommu=on"]
-    return IommuArgs(needed, ["iommu=nopt", "intel_iommu=on", "iommu.passthrough=0"])
 
 
 def desired_problems(want: Any) -> list:

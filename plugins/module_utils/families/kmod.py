@@ -28,13 +28,14 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.family import Famil
 from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (  # noqa: F401 (sysfs_name: re-exported)
     KMOD_NAME_ALLOWED,
     KMOD_NAME_RE,
     ValidationError,
     kmod_name,
     kmod_param,
     kmod_param_value,
+    sysfs_name,
 )
 
 FAMILY = "kmod"
@@ -59,11 +60,6 @@ PEERMEM_MESSAGE = (
 )
 _TRUE = ("1", "y", "yes", "true", "on")
 _FALSE = ("0", "n", "no", "false", "off")
-
-
-def sysfs_name(name: str) -> str:
-    """The name the kernel uses in /sys/module (modprobe treats '-' and '_' alike)."""
-    return name.replace("-", "_")
 
 
 def param_string(value: Any) -> str:

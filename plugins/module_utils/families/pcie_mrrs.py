@@ -20,10 +20,11 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NodeError,
     lockdown_mode,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (  # noqa: F401 (select_devices: re-exported)
     DEVCTL_MRRS_MASK,
     MRRS_CHOICES,
     DeviceSelector,
+    SelectionError,
     Setpci,
     _failure_cause,
     encode_mrrs,
@@ -32,6 +33,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
     mrrs_of_devctl,
     normalize_bdf,
     pcie_bus_perf,
+    select_devices,
     selector_problems,
     write_fault,
 )
@@ -53,13 +55,12 @@ def desired_problems(want: Any) -> list:
     return out + selector_problems(want)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The MRRS task: plan, journal, write, read back
 # ---------------------------------------------------------------------------------------------
 
 
-class MrrsError(Exception):
+class MrrsError(ValueError):
     """The task cannot proceed; nothing has been written. ``result`` holds what was found."""
 
     def __init__(self, msg, result=None):
@@ -88,18 +89,6 @@ def _absent_result(bdf):
     return {"bdf": bdf, "vendor": None, "device": None, "class": None, "numa_node": None, "mps": None,
             "mrrs_before": None, "mrrs_after": None, "changed": False, "skipped": True, "failed": False,
             "reason": "recorded in the journal but not present on the node; journal entry kept"}
-
-
-def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
-    """Devices matching ``selector``; raises MrrsError when named BDFs are absent from the node."""
-    devices = list_devices(node)
-    if selector.bdfs:
-        present = {d["bdf"] for d in devices}
-        missing = [b for b in selector.bdfs if b not in present]
-        if missing:
-            raise MrrsError("bdfs not present on the node: %s (present: %s)"
-                            % (", ".join(missing), ", ".join(sorted(present)) or "none"))
-    return [d for d in devices if selector.matches(d)]
 
 
 def _restore_wanted(node, journal, base):
@@ -335,7 +324,7 @@ def run(call: contract.Call) -> dict:
     try:
         result = run_mrrs(node, setpci_factory, journal, call.check_mode, mrrs=params["mrrs"], selector=selector,
                           restore=params["restore"], allow_empty=params["allow_empty"])
-    except MrrsError as exc:
+    except (MrrsError, SelectionError) as exc:
         _warn(call, exc.result)
         raise contract.FamilyError(str(exc), _public(call, exc.result, changed=False)) from None
     except NodeError as exc:
