@@ -63,3 +63,9 @@ def reboot_only() -> tuple[str, ...]:
 def boot_families() -> list[tuple[str, Family]]:
     """``(desired-state key, family)`` of every family that re-applies something at boot, in order."""
     return [(fam.boot_key or fam.name, fam) for fam in FAMILIES if fam.boot is not None]
+
+
+def boot_report_families() -> dict[str, str]:
+    """Report family -> desired-state key of the boot family that brings it back at boot."""
+    return {report: key for key, fam in boot_families()
+            for report in ((fam.boot_key,) if fam.boot_key else tuple(fam.titles))}

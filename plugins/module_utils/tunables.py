@@ -477,17 +477,74 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
 # --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
 
 
+# The directories systemd-sysctl and `sysctl --system` read at boot, in precedence order: a file name
+# found in an earlier one hides the same name in the later ones; the files apply sorted by name, and
+# /etc/sysctl.conf after all of them (procps; Debian links it as /etc/sysctl.d/99-sysctl.conf too).
+SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
+SYSCTL_CONF = "/etc/sysctl.conf"
+
+
+def sysctl_load_order(listing: dict) -> list:
+    """The sysctl files a boot applies, first to last, from ``{directory: [file names]}`` (``SYSCTL_DIRS``).
+
+    Only ``*.conf`` names count; a name is taken from the first directory of ``SYSCTL_DIRS`` that
+    has it; the result is sorted by file name, then ``SYSCTL_CONF`` when ``listing`` holds it
+    (``{"/etc": ["sysctl.conf"]}``).
+    """
+    chosen: dict = {}
+    for directory in SYSCTL_DIRS:
+        for name in listing.get(directory) or []:
+            if name.endswith(".conf") and name not in chosen:
+                chosen[name] = "%s/%s" % (directory, name)
+    order = [chosen[name] for name in sorted(chosen)]
+    if os.path.basename(SYSCTL_CONF) in (listing.get(os.path.dirname(SYSCTL_CONF)) or []):
+        order.append(SYSCTL_CONF)
+    return order
+
+
+def sysctl_overrides(files: list, ours: str, wanted: dict) -> dict:
+    """``{key: {"file", "value"}}``: the wanted keys whose last setting at boot is another file's, with another value.
+
+    ``files``: ``[(path, parsed {key: value})]`` in load order (``sysctl_load_order``, each parsed
+    with ``verification.parse_sysctl_conf``); ``ours``: our drop-in's path; ``wanted``: key ->
+    desired value. A file that sets a key to the desired value overrides nothing.
+    """
+    last: dict = {}
+    for path, values in files:
+        for key in wanted:
+            if key in values:
+                last[key] = (path, values[key])
+    return {key: {"file": path, "value": value} for key, (path, value) in sorted(last.items())
+            if path != ours and not same(value, wanted[key])}
+
+
+def _override_reason(key, want, running, over):
+    """Why a key is or will be drifted because a later sysctl file sets it."""
+    if same(running, want):
+        return ("applied now, but %s sets %s = %s after this collection's drop-in: it wins at the next boot"
+                % (over["file"], key, over["value"]))
+    return "%s sets %s = %s after this collection's drop-in, and wins at boot" % (over["file"], key, over["value"])
+
+
 def _sysctl_setting(family, key, want, running, ctx):
     persisted = None if ctx.sysctl_persisted is None else ctx.sysctl_persisted.get(key)
     if running is None:
         return setting(family, key, want, None, "not_applicable",
                        "this kernel has no %s (/proc/sys/%s)" % (key, key.replace(".", "/")), persisted)
+    over = (getattr(ctx, "sysctl_overrides", None) or {}).get(key)
     if same(running, want):
-        return setting(family, key, want, running, "applied", "", persisted)
-    why = ""
-    if persisted is not None and same(persisted, want):
-        why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
-    return setting(family, key, want, running, "drifted", why, persisted)
+        row = setting(family, key, want, running, "applied", _override_reason(key, want, running, over) if over
+                      else "", persisted)
+    else:
+        why = ""
+        if over:
+            why = _override_reason(key, want, running, over)
+        elif persisted is not None and same(persisted, want):
+            why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
+        row = setting(family, key, want, running, "drifted", why, persisted)
+    if over:
+        row["cause"] = {"kind": "sysctl_override", "file": over["file"], "value": over["value"]}
+    return row
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
