@@ -9,6 +9,7 @@ for one hot-added PCI function::
 
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json --only-mrrs --bdf 0000:41:00.0
+    python3 -I -B RUNNER guard --config /etc/gpunode-tuning/guard.json      (the guard: module_utils/guard.py)
 
 No journal: boot re-apply is not a change to roll back (the runtime run journaled the originals).
 No Ansible import, Python 3.8+, standard library only. One line per family goes to stdout
@@ -94,17 +95,26 @@ def _boot_one(fam, node: Node, want: dict, bdf: str | None) -> tuple[bool, str]:
         return False, "%s: %s" % (type(exc).__name__, exc)
 
 
-def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> int:
-    """Re-apply every family of ``desired`` by the registry's boot functions (only MRRS with ``only_mrrs``).
+def boot_each(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> list:
+    """``[(key, ok, message)]``: every family of ``desired`` re-applied by the registry's boot functions.
 
-    A failure does not stop the others. Prints one line per family; returns 1 when one failed, else 0.
+    Only MRRS with ``only_mrrs``. A failure does not stop the others. The guard re-applies drifted
+    families with this too (gpunode_tuning_guard_reapply).
     """
-    status = 0
+    out = []
     for key, fam in families.boot_families():
         want = desired.get(key)
         if want is None or (only_mrrs and key != pcie.FAMILY):
             continue
         ok, msg = _boot_one(fam, node, want, bdf if key == pcie.FAMILY else None)
+        out.append((key, ok, msg))
+    return out
+
+
+def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> int:
+    """Re-apply every family of ``desired`` (``boot_each``), one line per family; 1 when one failed, else 0."""
+    status = 0
+    for key, ok, msg in boot_each(node, desired, only_mrrs, bdf):
         _say("%s: %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
         status |= 0 if ok else 1
     return status
@@ -123,7 +133,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The boot unit's and the udev rule's entry point; returns the exit status."""
+    """The boot unit's and the udev rule's entry point (the guard's with ``guard``); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["guard"]:
+        # The guard unit runs the same runner: `RUNNER guard --config FILE` (module_utils/guard.py).
+        # Imported here: guard imports this module.
+        from ansible_collections.gpunode.tuning.plugins.module_utils import guard
+
+        return guard.main(argv[1:])
     args = parse_args(argv)
     try:
         node = Node.open(args.root)
