@@ -67,7 +67,6 @@ GUARD_DEFAULTS = {
 # Per-CPU settings: one series each with the number of CPUs that differ (guard_metrics).
 PER_CPU = {"cpuidle": None, "cpufreq": ("governor", "epp")}
 _ON_CPUS = re.compile(r"on CPUs ([0-9][0-9,-]*)")
-_CPUS_DIFFER = re.compile(r"^([0-9]+) CPUs differ")
 _BDF = re.compile(r"\b[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b")
 _XID_MARK = b"NVRM: Xid"
 
@@ -281,11 +280,14 @@ def drifted_cpus(s: dict, online: int) -> int | None:
         return None
     if s["state"] == "applied":
         return 0
-    m = _ON_CPUS.search(s.get("reason") or "")
-    if m:
-        return len(parse_cpulist(m.group(1)))
-    m = _CPUS_DIFFER.match(s.get("reason") or "")
-    return int(m.group(1)) if m else online
+    if s["family"] == "cpuidle":  # "...; not disabled on CPUs 0-5,8"
+        m = _ON_CPUS.search(s.get("reason") or "")
+        return len(parse_cpulist(m.group(1))) if m else online
+    # cpufreq shows mixed values as "performance on 0-5,8, schedutil on 6-7": the CPUs of the other values.
+    pairs = [part.split(" on ", 1) for part in str(s.get("running") or "").split(", ") if " on " in part]
+    if not pairs:
+        return online
+    return sum(len(parse_cpulist(cpus)) for value, cpus in pairs if value != str(s.get("desired")))
 
 
 def status_settings(result: dict | None, facts: dict | None, previous: dict | None, now: float) -> list:
