@@ -107,7 +107,7 @@ def measure(label, spec, runs, python, base):
     install(root, python, reapply=False)
     os.unlink(os.path.join(root, CACHE))
     cold = run_once(root, python)
-    warm = [run_once(root, python) for _ in range(runs)]
+    warm = [run_once(root, python) for _run in range(runs)]
     with open(os.path.join(root, "var/lib/prometheus/node-exporter/gpunode-tuning.prom"), encoding="utf-8") as fh:
         samples = sum(1 for line in fh if line.strip() and not line.startswith("#"))
     cpus = [c for c, _w, _o in warm]

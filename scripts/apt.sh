@@ -116,7 +116,7 @@ gpunode_apt_install() {
 # packages' maintainer scripts refused (policy-rc.d exit 101) and their units disabled
 # afterwards, when PID 1 is systemd. Elsewhere (no systemd) nothing starts anyway.
 _gpunode_apt_install_no_start_locked() {
-    local policy=/usr/sbin/policy-rc.d own_policy= rc=0 units=() pkg unit
+    local policy=/usr/sbin/policy-rc.d own_policy='' rc=0 units=() pkg unit
     [[ -n $(gpunode_apt_missing "$@") ]] || return 0
     if [[ -d /run/systemd/system && ! -e $policy ]]; then
         printf '#!/bin/sh\n# gpunode.tuning setup: no service starts while test tools install\nexit 101\n' >"$policy"

@@ -229,9 +229,8 @@ def update_xids(previous: dict | None, boot_id: str, data: bytes | None, gpus: l
     serious = dict.fromkeys(gpus, 0)
     for gpu, codes in counts.items():
         serious[gpu] = sum(n for code, n in codes.items() if int(code) in gpu_health.SERIOUS_XIDS)
-    return {"boot_id": boot_id, "available": data is not None, "last_seq": max(after, newest if newest is not None
-                                                                              else -1),
-            "counts": counts, "serious": serious}
+    top = max(after, -1 if newest is None else newest)
+    return {"boot_id": boot_id, "available": data is not None, "last_seq": top, "counts": counts, "serious": serious}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def metrics(root):
             if line.startswith("#") or not line.strip():
                 continue
             head, value = line.rsplit(" ", 1)
-            name, _, labels = head.partition("{")
+            name, _brace, labels = head.partition("{")
             pairs = tuple(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels))
             out[(name, pairs)] = float(value)
     return out
@@ -285,8 +285,8 @@ def test_drift_names_exactly_the_drifted_settings_with_first_seen_kept(node):
     install(root, reapply=False)
     run_guard(root, cache=False)
     st = status(root)
-    assert {s["id"] for s in st["settings"] if s["state"] == "drifted"} == {"sysctl.vm.swappiness",
-                                                                              "cpufreq.driver"}
+    left = {s["id"] for s in st["settings"] if s["state"] == "drifted"}
+    assert left == {"sysctl.vm.swappiness", "cpufreq.driver"}
     kept = next(s for s in st["settings"] if s["id"] == "sysctl.vm.swappiness")
     assert kept["first_seen_drifted"] == swap_first, "first seen drifted must survive later runs"
     # The drift of the issue: NUMA balancing back to 1, one GPU's MRRS back to 512.
@@ -508,8 +508,9 @@ def test_config_values_are_validated_before_anything_is_written():
 def test_metrics_text_follows_the_format_and_naming_rules():
     st = {"collection_version": "0.2.0", "preset": 'odd "name"\\\n', "mode": "read-only", "interval_seconds": 60,
           "run": {"timestamp": 1796131061.5, "duration_seconds": 0.25, "success": True}, "verdict": "pass",
-          "counts": {"applied": 1}, "settings": [{"family": "sysctl", "name": "vm.swappiness", "state": "applied",
-                                                   "cause": {"kind": "sysctl_override", "file": "/etc/x.conf"}}],
+          "counts": {"applied": 1},
+          "settings": [{"family": "sysctl", "name": "vm.swappiness", "state": "applied",
+                        "cause": {"kind": "sysctl_override", "file": "/etc/x.conf"}}],
           "xid": {"counts": {GPUS[0]: {"13": 2}}, "serious": {GPUS[0]: 0}}}
     text = guard_metrics.render(st)
     assert 'preset="odd \\"name\\"\\\\\\n"' in text
