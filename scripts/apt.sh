@@ -32,6 +32,10 @@ GPUNODE_APT_VM_HOST=(debootstrap e2fsprogs qemu-system-x86 qemu-utils acpica-too
 # test-vm: QEMU with a writable MRRS field, built from Debian's source (build-qemu.sh).
 GPUNODE_APT_QEMU_BUILD=(qemu-system-x86 dpkg-dev gcc make ninja-build meson pkg-config python3 patch
     libglib2.0-dev libpixman-1-dev libslirp-dev zlib1g-dev libfdt-dev)
+# integration (tests/integration/test_guard_prometheus.py): the real node_exporter textfile
+# collector and a Prometheus server with promtool, started by the test itself on loopback.
+# Installed with service starts blocked on a systemd machine (gpunode_apt_install_no_start).
+GPUNODE_APT_PROMETHEUS=(prometheus prometheus-node-exporter)
 # benchmarks/bench_ssh_fleet.py only (not a test stage): its own sshd on loopback addresses.
 GPUNODE_APT_BENCH=(openssh-server openssh-client)
 
@@ -106,4 +110,43 @@ gpunode_apt_install() {
         return 1
     }
     _gpunode_locked _gpunode_apt_install_locked "$@"
+}
+
+# Runs under the lock: like _gpunode_apt_install_locked, with every service start of the
+# packages' maintainer scripts refused (policy-rc.d exit 101) and their units disabled
+# afterwards, when PID 1 is systemd. Elsewhere (no systemd) nothing starts anyway.
+_gpunode_apt_install_no_start_locked() {
+    local policy=/usr/sbin/policy-rc.d own_policy='' rc=0 units=() pkg unit
+    [[ -n $(gpunode_apt_missing "$@") ]] || return 0
+    if [[ -d /run/systemd/system && ! -e $policy ]]; then
+        printf '#!/bin/sh\n# gpunode.tuning setup: no service starts while test tools install\nexit 101\n' >"$policy"
+        chmod 0755 "$policy"
+        own_policy=1
+    fi
+    _gpunode_apt_install_locked "$@" || rc=$?
+    [[ -z $own_policy ]] || rm -f "$policy"
+    if ((rc == 0)) && [[ -d /run/systemd/system ]]; then
+        for pkg in "$@"; do
+            while read -r unit; do
+                [[ $unit == *.service || $unit == *.timer ]] && units+=("${unit##*/}")
+            done < <(dpkg -L "$pkg" 2>/dev/null | grep -E '^/(usr/)?lib/systemd/system/[^/]+$' || true)
+        done
+        ((${#units[@]} == 0)) || systemctl disable --now "${units[@]}" >/dev/null 2>&1 || true
+    fi
+    return "$rc"
+}
+
+# gpunode_apt_install_no_start PKG...: install the missing ones without starting their services
+# (test tools that the tests start themselves, on loopback: prometheus, node_exporter).
+gpunode_apt_install_no_start() {
+    [[ -n $(gpunode_apt_missing "$@") ]] || return 0
+    command -v apt-get >/dev/null || {
+        echo "apt: missing packages $(gpunode_apt_missing "$@" | xargs) and no apt-get to install them" >&2
+        return 1
+    }
+    ((EUID == 0)) || {
+        echo "apt: missing packages $(gpunode_apt_missing "$@" | xargs): installing them without service starts needs root" >&2
+        return 1
+    }
+    _gpunode_locked _gpunode_apt_install_no_start_locked "$@"
 }

@@ -16,9 +16,14 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 source scripts/apt.sh
 
 APT_PACKAGES=("${GPUNODE_APT_BASE[@]}")
+# Packages whose services must not start when they install (the tests start their own).
+NO_START_PACKAGES=()
 case ${1:-} in
 "") ;;
---tests) APT_PACKAGES+=("${GPUNODE_APT_TESTS[@]}" "${GPUNODE_APT_VM_HOST[@]}" "${GPUNODE_APT_QEMU_BUILD[@]}") ;;
+--tests)
+    APT_PACKAGES+=("${GPUNODE_APT_TESTS[@]}" "${GPUNODE_APT_VM_HOST[@]}" "${GPUNODE_APT_QEMU_BUILD[@]}")
+    NO_START_PACKAGES+=("${GPUNODE_APT_PROMETHEUS[@]}")
+    ;;
 *)
     echo "usage: scripts/setup.sh [--tests]" >&2
     exit 2
@@ -40,6 +45,9 @@ install_apt_packages() {
     # De-duplicated; gpunode_apt_install is a no-op (dpkg-query only) when all are installed.
     mapfile -t APT_PACKAGES < <(printf '%s\n' "${APT_PACKAGES[@]}" | sort -u)
     gpunode_apt_install "${APT_PACKAGES[@]}" || die "installing apt packages failed"
+    if ((${#NO_START_PACKAGES[@]})); then
+        gpunode_apt_install_no_start "${NO_START_PACKAGES[@]}" || die "installing ${NO_START_PACKAGES[*]} failed"
+    fi
 }
 
 python_is_supported() {

@@ -1011,7 +1011,8 @@ def _write_standard_dirs(t: _Tree, p: Preset) -> None:
     "standard directory created" exceptions.
     """
     for rel in ("etc/sysctl.d", "etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system",
-                "etc/systemd/system/multi-user.target.wants", "etc/udev/rules.d", "var/lib",
+                "etc/systemd/system/multi-user.target.wants", "etc/systemd/system/timers.target.wants",
+                "etc/udev/rules.d", "var/lib",
                 "usr/local/bin", "usr/local/lib", "usr/local/sbin"):
         t.mkdir(rel)
     if p.os_id == "debian":
@@ -1512,6 +1513,79 @@ def write_benchmark(root: str, kind: str = "normal") -> str:
     return t.path(BENCHMARK_BIN)
 
 
+# ---------------------------------------------------------------------------------------------
+# The node's own boot configuration: a sysctl file of its image, the state of a systemd unit
+# ---------------------------------------------------------------------------------------------
+
+# What a cloud image ships (NVIDIA/aicr#239: Ubuntu 24.04.4 AMIs have /etc/sysctl.d/cloud-optimization.conf
+# with vm.swappiness=60). Its name sorts after 90-gpunode-tuning.conf, so it wins at boot.
+CLOUD_SYSCTL_FILE = "/etc/sysctl.d/cloud-optimization.conf"
+CLOUD_SYSCTL = {"vm.swappiness": "60"}
+UNIT_STATE = "var/lib/simnode/units.json"
+
+# Stand-in for systemctl on a simulated node (written by tools/simnode.py): only `show
+# --property=...` of the units in the node's own table (UNIT_STATE); anything else fails.
+SYSTEMCTL_SCRIPT = r'''#!/usr/bin/env python3
+import json, os, sys
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+args = [a for a in sys.argv[1:] if a != "--"]
+if not args or args[0] != "show":
+    sys.stderr.write("systemctl (simulated node): only 'show' is simulated\n")
+    sys.exit(1)
+props = [p for a in args if a.startswith("--property=") for p in a.split("=", 1)[1].split(",")]
+units = [a for a in args[1:] if not a.startswith("-")]
+with open(os.path.join(ROOT, "@STATE@")) as fh:
+    table = json.load(fh)
+for unit in units:
+    state = table.get(unit, {"ActiveState": "inactive", "SubState": "dead", "Result": "success",
+                             "ExecMainStatus": "0"})
+    for p in props or sorted(state):
+        print("%s=%s" % (p, state.get(p, "")))
+'''
+
+
+def write_sysctl_file(root: str, path: str = CLOUD_SYSCTL_FILE, settings: dict | None = None) -> str:
+    """A sysctl file of the node's own (``KEY = VALUE`` lines) at ``path``; the cloud image's by default."""
+    t = _Tree(root)
+    lines = ["# written by tools/simnode.py: a file of the node's image, not of gpunode.tuning"]
+    lines += ["%s = %s" % (k, v) for k, v in (CLOUD_SYSCTL if settings is None else settings).items()]
+    t.write(path, "\n".join(lines))
+    return t.path(path)
+
+
+def write_unit_state(root: str, unit: str, active_state: str = "failed", result: str = "exit-code",
+                     exec_main_status: int = 1) -> None:
+    """Record a systemd unit's state in the node's table and ship the systemctl stand-in (``usr/bin``)."""
+    t = _Tree(root)
+    table = {}
+    if os.path.exists(t.path(UNIT_STATE)):
+        with open(t.path(UNIT_STATE), encoding="utf-8") as fh:
+            table = json.load(fh)
+    table[unit] = {"ActiveState": active_state, "SubState": "failed" if active_state == "failed" else "exited",
+                   "Result": result, "ExecMainStatus": str(exec_main_status)}
+    t.write(UNIT_STATE, json.dumps(table, indent=1, sort_keys=True))
+    t.write("usr/bin/systemctl", SYSTEMCTL_SCRIPT.replace("@STATE@", UNIT_STATE).encode(), mode=0o755)
+
+
+NODE_EXPORTER_TEXTFILE_DIR = "var/lib/prometheus/node-exporter"
+
+
+def write_node_exporter_dir(root: str) -> str:
+    """The textfile collector directory Debian's prometheus-node-exporter package creates (empty)."""
+    t = _Tree(root)
+    t.mkdir(NODE_EXPORTER_TEXTFILE_DIR)
+    return t.path(NODE_EXPORTER_TEXTFILE_DIR)
+
+
+def _parse_sysctl_file(spec: str) -> tuple:
+    """``PATH:KEY=VALUE[,KEY=VALUE]`` -> ``(path, {key: value})``; ValueError names the form."""
+    path, sep, pairs = spec.partition(":")
+    settings = dict(p.split("=", 1) for p in pairs.split(",") if "=" in p) if sep else {}
+    if not path.startswith("/") or not settings:
+        raise ValueError(f"--sysctl-file {spec!r}: expected /ABSOLUTE/PATH.conf:KEY=VALUE[,KEY=VALUE...]")
+    return path, settings
+
+
 def _parse_faults(specs: list) -> dict:
     """``["x8=3", "xid79=3,5"]`` -> ``{"x8": [3], "xid79": [3, 5]}``; ValueError names the form."""
     faults: dict = {}
@@ -1665,6 +1739,13 @@ def main(argv=None) -> int:
     b.add_argument("--vfio", action="append", default=[], metavar="BDF", help="bind this function to vfio-pci")
     b.add_argument("--benchmark", choices=BENCHMARK_KINDS,
                    help="ship the benchmark stand-in usr/bin/gpunode-sim-bench (inverse: tuning makes it worse)")
+    b.add_argument("--sysctl-file", action="append", default=[], metavar="PATH:KEY=VALUE[,KEY=VALUE]",
+                   help="a sysctl file of the node's image (e.g. %s:vm.swappiness=60)" % CLOUD_SYSCTL_FILE)
+    b.add_argument("--unit-failed", action="append", default=[], metavar="UNIT",
+                   help="this systemd unit failed (ships a systemctl stand-in that answers 'show')")
+    b.add_argument("--node-exporter", action="store_true",
+                   help="the textfile directory of Debian's prometheus-node-exporter (/%s)"
+                   % NODE_EXPORTER_TEXTFILE_DIR)
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     args = ap.parse_args(argv)
@@ -1674,6 +1755,7 @@ def main(argv=None) -> int:
         return 0
     try:
         faults = _parse_faults(args.gpu_fault)
+        sysctl_files = [_parse_sysctl_file(spec) for spec in args.sysctl_file]
         info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records,
                      nvidia_smi=args.nvidia_smi, gpu_faults=faults, iommu=args.iommu, vfio=args.vfio,
                      benchmark=args.benchmark, smi_driver=args.smi_driver, smi_mode=args.smi_mode,
@@ -1681,6 +1763,12 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2
+    for path, settings in sysctl_files:
+        write_sysctl_file(args.dir, path, settings)
+    for unit in args.unit_failed:
+        write_unit_state(args.dir, unit)
+    if args.node_exporter:
+        write_node_exporter_dir(args.dir)
     print(f"built {info['preset']} at {info['root']}: {info['cpus']} CPUs, {info['gpus']} GPUs")
     return 0
 

@@ -24,9 +24,11 @@ Documented in plugins/modules/tuning_flow.py.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
+import yaml
 from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -47,6 +49,7 @@ ARGUMENT_SPEC = {
 ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback", "verify": "verify",
                 "health": "verify"}
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+COLLECTION_DIR = os.path.dirname(os.path.dirname(MODULE_UTILS))
 # Warnings already shown by this process (one per unknown variable name, not one per host).
 _WARNED = set()
 
@@ -141,12 +144,18 @@ class ActionModule(ActionBase):
         if not concerns:
             return {"changed": False, "skipped": True, "concerns": {}, "failed_concerns": {}, "module_runs": 0,
                     "skip_reason": "no persistent concern is selected by the tags"}
-        module_args = {"state": "absent" if remove else "present", "concerns": [c.name for c in concerns],
-                       "desired": desired, "settings": role_state.persist_settings(values),
+        names = [c.name for c in concerns]
+        settings = role_state.persist_settings(values)
+        if not remove and "guard" in names:
+            # The guard's config holds tuning_info's options as verification runs them (module_utils/guard_files.py).
+            settings["guard_inputs"] = role_state.guard_inputs(values, desired, task_vars.get("inventory_hostname"),
+                                                               collection_version())
+        module_args = {"state": "absent" if remove else "present", "concerns": names,
+                       "desired": desired, "settings": settings,
                        "root": values["gpunode_tuning_root"], "journal": values["gpunode_tuning_journal"],
                        "fail_on_error": False, "command_timeouts": values.get("gpunode_tuning_command_timeouts")}
         try:
-            if not remove and "boot_unit" in module_args["concerns"]:
+            if not remove and {"boot_unit", "guard"} & set(names):
                 tmp = self._connection._shell.tmpdir or self._make_tmp_path()
                 src = self._connection._shell.join_path(tmp, "gpunode-tuning-boot.py")
                 self._transfer_data(src, boot.runner_text(_module_utils_sources()))
@@ -164,6 +173,20 @@ class ActionModule(ActionBase):
         if result["failed_concerns"]:
             result["msg"] = "persistent concerns failed: %s" % ", ".join(result["failed_concerns"])
         return result
+
+
+def collection_version(directory: str = COLLECTION_DIR) -> str | None:
+    """The collection's version: MANIFEST.json of an installed collection, else galaxy.yml of a checkout."""
+    try:
+        with open(os.path.join(directory, "MANIFEST.json"), encoding="utf-8") as handle:
+            return str(json.load(handle)["collection_info"]["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        with open(os.path.join(directory, "galaxy.yml"), encoding="utf-8") as handle:
+            return str(yaml.safe_load(handle)["version"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
 
 
 def _module_utils_sources():

@@ -9,6 +9,7 @@ for one hot-added PCI function::
 
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json --only-mrrs --bdf 0000:41:00.0
+    python3 -I -B RUNNER guard --config /etc/gpunode-tuning/guard.json      (the guard: module_utils/guard.py)
 
 No journal: boot re-apply is not a change to roll back (the runtime run journaled the originals).
 No Ansible import, Python 3.8+, standard library only. One line per family goes to stdout
@@ -97,17 +98,26 @@ def _boot_one(fam, node: Node, want: dict, bdf: str | None) -> tuple[bool, str]:
         return False, "%s: %s" % (type(exc).__name__, exc)
 
 
-def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> int:
-    """Re-apply every family of ``desired`` by the registry's boot functions (only MRRS with ``only_mrrs``).
+def boot_each(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> list:
+    """``[(key, ok, message)]``: every family of ``desired`` re-applied by the registry's boot functions.
 
-    A failure does not stop the others. Prints one line per family; returns 1 when one failed, else 0.
+    Only MRRS with ``only_mrrs``. A failure does not stop the others. The guard re-applies drifted
+    families with this too (gpunode_tuning_guard_reapply).
     """
-    status = 0
+    out = []
     for key, fam in registry.boot_families():
         want = desired.get(key)
         if want is None or (only_mrrs and key != UDEV_FAMILY):
             continue
         ok, msg = _boot_one(fam, node, want, bdf if key == UDEV_FAMILY else None)
+        out.append((key, ok, msg))
+    return out
+
+
+def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> int:
+    """Re-apply every family of ``desired`` (``boot_each``), one line per family; 1 when one failed, else 0."""
+    status = 0
+    for key, ok, msg in boot_each(node, desired, only_mrrs, bdf):
         _say("%s: %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
         status |= 0 if ok else 1
     return status
@@ -126,7 +136,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The boot unit's and the udev rule's entry point; returns the exit status."""
+    """The boot unit's and the udev rule's entry point (the guard's with ``guard``); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["guard"]:
+        # The guard unit runs the same runner: `RUNNER guard --config FILE` (module_utils/guard.py).
+        # Imported here: guard imports this module.
+        from ansible_collections.gpunode.tuning.plugins.module_utils import guard
+
+        return guard.main(argv[1:])
     args = parse_args(argv)
     try:
         node = Node.open(args.root)
@@ -146,14 +163,59 @@ UNIT_PATH = "/etc/systemd/system/" + UNIT_NAME
 WANTS_LINK = "/etc/systemd/system/multi-user.target.wants/" + UNIT_NAME
 BOOT_DIR = "/etc/gpunode-tuning"
 DESIRED_PATH = BOOT_DIR + "/desired.json"
+GUARD_CONFIG_PATH = BOOT_DIR + "/guard.json"
 # Earlier 0.2 development versions installed module_utils here; rollback removes the directory.
 OLD_LIB_DIR = "/usr/local/lib/gpunode-tuning"
 CARRIED_PACKAGE = "ansible_collections.gpunode.tuning.plugins.module_utils"
 # The runner's code after its SOURCES: imports the collection's packages from them, nothing else.
 RUNNER_LOADER = '''
 
-class _Carried(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+# The guard unit runs this file every few minutes: it sets GPUNODE_TUNING_CODE_CACHE to a root-only
+# file where the compiled SOURCES are kept (marshal), valid while this very file (path, inode, size,
+# modification time: the persistent flow replaces it whenever SOURCES change) and the Python
+# version are the same. Compiling everything costs more CPU than a whole guard run.
+CODE_CACHE = os.environ.get("GPUNODE_TUNING_CODE_CACHE") or None
+
+
+def _cache_key():
+    st = os.stat(__file__)
+    return (importlib.util.MAGIC_NUMBER, os.path.abspath(__file__), st.st_ino, st.st_size, st.st_mtime_ns,
+            len(SOURCES), sum(len(text) for text in SOURCES.values()))
+
+
+def _load_cache():
+    """{name: code} from CODE_CACHE when it is ours (owned by this user, writable by nobody else) and current."""
+    try:
+        fd = os.open(CODE_CACHE, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                return {}
+            key, code = marshal.loads(fh.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    return code if key == _cache_key() and isinstance(code, dict) else {}
+
+
+def _save_cache(code):
+    """Write CODE_CACHE (temporary file and rename, mode 0600); a cache that cannot be written is only slower."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(CODE_CACHE) + ".", dir=os.path.dirname(CODE_CACHE))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(marshal.dumps((_cache_key(), code)))
+        os.replace(tmp, CODE_CACHE)
+    except OSError:
+        pass
+
+
+# A meta path finder and loader by protocol (find_spec, create_module, exec_module): subclassing
+# importlib.abc's classes would import importlib.resources and pathlib, a third of the guard's CPU.
+class _Carried:
     """Imports the collection's packages and module_utils from SOURCES, nothing else."""
+
+    def __init__(self):
+        self.code = _load_cache() if CODE_CACHE else {}
+        self.compiled = False
 
     def find_spec(self, name, path=None, target=None):
         parts = PACKAGE.split(".")
@@ -173,14 +235,22 @@ class _Carried(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         short = module.__name__[len(PACKAGE) + 1:]
         key = short if short in SOURCES else short + ".__init__"
         if key in SOURCES and module.__name__.startswith(PACKAGE + "."):
-            path = "%s/module_utils/%s.py" % (__file__, key.replace(".", "/"))
-            exec(compile(SOURCES[key], path, "exec"), module.__dict__)
+            code = self.code.get(key)
+            if code is None:
+                path = "%s/module_utils/%s.py" % (__file__, key.replace(".", "/"))
+                code = self.code[key] = compile(SOURCES[key], path, "exec")
+                self.compiled = True
+            exec(code, module.__dict__)
 
 
-sys.meta_path.insert(0, _Carried())
+_CARRIED = _Carried()
+sys.meta_path.insert(0, _CARRIED)
 from ansible_collections.gpunode.tuning.plugins.module_utils import boot
 
-sys.exit(boot.main())
+_STATUS = boot.main()
+if CODE_CACHE and _CARRIED.compiled:
+    _save_cache(_CARRIED.code)
+sys.exit(_STATUS)
 '''
 
 
@@ -214,7 +284,8 @@ def runner_text(sources: dict) -> str:
              "# The boot re-apply runner: it carries the collection's module_utils (below, one entry per file,",
              "# exactly as in the collection) and runs module_utils/boot.py:",
              "#   python3 -I -B THIS --desired %s [--only-mrrs --bdf BDF]" % DESIRED_PATH,
-             "import importlib.abc", "import importlib.util", "import sys", "",
+             "#   python3 -I -B THIS guard --config %s   (the guard unit: module_utils/guard.py)" % GUARD_CONFIG_PATH,
+             "import importlib.util", "import marshal", "import os", "import sys", "import tempfile", "",
              "PACKAGE = %s" % json.dumps(CARRIED_PACKAGE), "SOURCES = {"]
     lines += ["    %s: %s," % (json.dumps(name), json.dumps(sources[name])) for name in sorted(sources)]
     return "\n".join(lines) + "\n}\n" + RUNNER_LOADER

@@ -65,6 +65,21 @@ DEFAULT_IGNORE_RULES = ({"pattern": r"^vxlan: non-ECT from \S+ with TOS=", "cidr
 _READ_SIZE = 8192  # larger than the longest /dev/kmsg record (CONSOLE_EXT_LOG_MAX)
 
 _BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+# Xid codes that fail verification. Source: NVIDIA's Xid catalog ("Xid Errors", Analyzing Xid
+# Errors with the Xid Catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), whose
+# resolution buckets for these are a GPU reset, a node reboot or a service call, not an app restart.
+SERIOUS_XIDS = {
+    48: "double-bit ECC error",
+    63: "row remapping / page retirement pending (reset the GPU)",
+    64: "row remapping / page retirement failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d+)")
 _FALLEN = re.compile(r"has fallen off the bus")
 _NVRM_DEVICE = re.compile(r"PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")

@@ -219,11 +219,14 @@ def run_concerns(concerns: list, make_pc: Callable[[], PersistCall], remove: boo
 
 
 def concerns() -> list:
-    """Every concern, in the order the persistent flow runs them: the families' (registry order), then boot's."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, registry
+    """Every concern, in the order the persistent flow runs them: the families' (registry order), boot's, the guard.
+
+    Rollback removes them in the reverse order (the guard stopped first, the udev rule before the runner).
+    """
+    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, guard_files, registry
 
     arg_tags = tuple(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
                      for t in (fam.name, *fam.tags))
     out = [fam.persist for fam in registry.FAMILIES if fam.persist is not None]
     out = [c._replace(tags=tuple(sorted(set(c.tags + arg_tags)))) if c.kernel_args else c for c in out]
-    return out + boot.concerns()
+    return out + boot.concerns() + [guard_files.CONCERN]

@@ -77,3 +77,9 @@ def desired_problems(desired: dict) -> list[tuple[str, str, str]]:
         for entry, check in (fam.validate or {}).items():
             out.extend((entry, key, msg) for key, msg in check(desired.get(entry)))
     return out
+
+
+def boot_report_families() -> dict[str, str]:
+    """Report family -> desired-state key of the boot family that brings it back at boot."""
+    return {report: key for key, fam in boot_families()
+            for report in ((fam.boot_key,) if fam.boot_key else tuple(fam.titles))}

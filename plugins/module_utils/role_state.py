@@ -103,12 +103,44 @@ def combination_problems(values: dict) -> list:
                 check(values[name])
             except validate.ValidationError as exc:
                 out.append("value of %s: %s" % (name, exc))
+    out += guard_problems(values)
     report_dir = values.get("gpunode_tuning_report_dir")
     bad = forbidden_characters(report_dir) if isinstance(report_dir, str) else []
     if isinstance(report_dir, str) and (bad or not report_dir.strip()):
         out.append("value of gpunode_tuning_report_dir must be a directory path without control characters, got: "
                    "%r%s" % (report_dir, " (it contains %s)" % describe_characters(bad) if bad else ""))
     return out
+
+
+def guard_problems(values: dict) -> list:
+    """The guard's interval and textfile directory, judged as the persistent flow writes them (when it is on)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils import guard_files
+
+    if not values.get("gpunode_tuning_guard_enabled"):
+        return []
+    out = []
+    if values.get("gpunode_tuning_guard_interval") is not None:
+        try:
+            guard_files.interval_seconds(values["gpunode_tuning_guard_interval"])
+        except validate.ValidationError as exc:
+            out.append("value of %s" % exc)
+    textfile_dir = values.get("gpunode_tuning_guard_textfile_dir")
+    if textfile_dir:
+        try:
+            validate.absolute_path(textfile_dir)
+        except validate.ValidationError as exc:
+            out.append("value of gpunode_tuning_guard_textfile_dir: %s (or \"\" for no metrics)" % exc)
+    return out
+
+
+def guard_inputs(values: dict, desired: dict, host: str, collection_version: str | None) -> dict:
+    """What the guard's config holds besides the desired state: tuning_info's options, as verification runs it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils import guard
+
+    opts = verify_options(values, desired, host, None)
+    return {"facts": {k: opts[k] for k in guard.FACTS_KEYS},
+            "verify": {k: v for k, v in opts["verify"].items() if k not in ("gate", "verified_at")},
+            "host": host, "collection_version": collection_version}
 
 
 def selected_concerns(flow: str, only, skip, inherited: Iterable[str] = ()) -> list:

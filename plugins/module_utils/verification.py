@@ -246,12 +246,17 @@ class Context:
     """Everything besides tuning_facts that an evaluation looks at (all optional)."""
 
     def __init__(self, cmdline: dict | None = None, sysctl_persisted: dict | None = None, boot_unit: bool = False,
-                 modules_persisted: Iterable[str] | None = None, root: str = "/", running_args: Iterable[str] = ()):
+                 modules_persisted: Iterable[str] | None = None, root: str = "/", running_args: Iterable[str] = (),
+                 sysctl_overrides: dict | None = None, boot_unit_state: dict | None = None):
         self.configured_args, self.cmdline_error = configured_arguments(cmdline)
         self.cmdline_source = (cmdline or {}).get("bootloader")
         self.running_args = list(running_args or [])
         self.sysctl_persisted = sysctl_persisted  # dict key -> value, or None when no drop-in
+        # key -> {file, value}: a sysctl file applied after our drop-in sets the key otherwise.
+        self.sysctl_overrides = dict(sysctl_overrides or {})
         self.boot_unit = bool(boot_unit)
+        # parse_unit_state of the boot unit, None when systemd was not asked.
+        self.boot_unit_state = boot_unit_state
         self.modules_persisted = set(modules_persisted or [])
         self.root = root or "/"
         # nvidia-smi's (and DCGM's) answers on a live node (verify_node.gpu_probe); None when not probed.
@@ -453,7 +458,8 @@ def _context(facts: dict, context: dict | None) -> Context:
                    sysctl_persisted=None if text is None else parse_sysctl_conf(text),
                    boot_unit=c.get("boot_unit"), modules_persisted=c.get("modules_persisted"),
                    root=c.get("root") or "/",
-                   running_args=(facts.get("kernel") or {}).get("cmdline_args"))
+                   running_args=(facts.get("kernel") or {}).get("cmdline_args"),
+                   sysctl_overrides=c.get("sysctl_overrides"), boot_unit_state=c.get("boot_unit_state"))
 
 
 def _node_section(facts: dict, ctx: Context) -> dict:
@@ -471,6 +477,7 @@ def _node_section(facts: dict, ctx: Context) -> dict:
         "numa_nodes": cpu.get("numa_nodes"),
         "pci_selected": (facts.get("pci") or {}).get("count"),
         "boot_unit": ctx.boot_unit,
+        "boot_unit_state": ctx.boot_unit_state,
     }
 
 
@@ -506,6 +513,7 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
     gpu_info, gpu_settings = gpu_section(facts, gpu, ctx.root)
     settings += gpu_settings
     mark_runtime(settings, facts)
+    mark_boot_unit_failed(settings, ctx.boot_unit_state)
 
     klog = kernel_log_section(facts.get("kernel_log"), kernel_log_since, fail_classes)
     counts = count_states(settings)
@@ -648,6 +656,44 @@ def mark_runtime(settings: list[dict], facts: dict) -> list[dict]:
             s["runtime"] = _offered(cf, s["name"], s["desired"])
         else:
             s["runtime"] = True
+    return settings
+
+
+def parse_unit_state(unit: str, text: str | None) -> dict:
+    """``systemctl show --property=ActiveState,SubState,Result,ExecMainStatus`` as ``{unit, known, failed, ...}``.
+
+    ``failed``: the unit is in the failed state or its last run did not succeed (a oneshot whose
+    ExecStart exited non-zero is ``ActiveState=failed``, ``Result=exit-code``).
+    """
+    props = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    active, result = props.get("ActiveState"), props.get("Result")
+    if not active:
+        return {"unit": unit, "known": False, "reason": "systemctl show printed no ActiveState"}
+    return {"unit": unit, "known": True, "active_state": active, "sub_state": props.get("SubState"),
+            "result": result, "exec_main_status": props.get("ExecMainStatus"),
+            "failed": active == "failed" or result not in (None, "", "success")}
+
+
+# Report families that the boot unit brings back at boot (the registry's boot functions).
+BOOT_REPORT_FAMILIES = tuple(registry.boot_report_families())
+
+
+def mark_boot_unit_failed(settings: list[dict], unit_state: dict | None) -> list[dict]:
+    """Name the failed boot unit as the cause of each drifted setting it would have brought back at boot."""
+    if not (unit_state or {}).get("failed"):
+        return settings
+    why = "the boot unit %s failed at boot (%s, result %s, exit status %s)" % (
+        unit_state["unit"], unit_state.get("active_state"), unit_state.get("result"),
+        unit_state.get("exec_main_status"))
+    for s in settings:
+        if s["state"] == "drifted" and s["family"] in BOOT_REPORT_FAMILIES and s.get("runtime", True) \
+                and "cause" not in s:
+            s["cause"] = {"kind": "boot_unit_failed", "unit": unit_state["unit"], "result": unit_state.get("result")}
+            s["reason"] = "; ".join(r for r in (s["reason"], why) if r)
     return settings
 
 

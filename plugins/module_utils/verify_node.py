@@ -5,7 +5,8 @@
 ``verify(node, desired, options, tools, facts_options)`` is what tuning_info does with its
 ``desired`` option: it reads the journal marker and boot id (from when the kernel log counts), the
 facts, the boot configuration (this collection's GRUB drop-in, or ``grubby --info=DEFAULT`` on a live
-grubby node), the sysctl drop-in, the boot unit link and modules-load.d files, and probes the GPUs
+grubby node), the sysctl drop-in and the sysctl files applied after it (a key another file overrides at boot names
+that file), the boot unit link and its systemd state, modules-load.d files, and probes the GPUs
 with nvidia-smi on a live node; then ``verification.evaluate_host`` states every setting. All of it
 is read-only, so it runs the same in and out of check mode.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, nvidia_smi, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, nvidia_smi, sysctl_boot, verification
 from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
@@ -131,6 +132,59 @@ def persisted_files(node: Node, options: dict[str, Any]) -> tuple[bool, list[str
     return boot_unit, modules
 
 
+def sysctl_files(node: Node) -> list[tuple[str, dict[str, str]]]:
+    """``[(path, {key: value})]`` of every sysctl file a boot applies, in the order it applies them.
+
+    The directories of ``sysctl_boot.SYSCTL_DIRS`` and ``/etc/sysctl.conf``, read below the node root;
+    a file that cannot be read counts as empty (what it sets is unknown, not an error here).
+    """
+    listing = {d: node.listdir(d) for d in sysctl_boot.SYSCTL_DIRS}
+    conf_dir = os.path.dirname(sysctl_boot.SYSCTL_CONF)
+    if os.path.isfile(node.path(sysctl_boot.SYSCTL_CONF)):
+        listing[conf_dir] = [os.path.basename(sysctl_boot.SYSCTL_CONF)]
+    out, seen = [], set()
+    for path in sysctl_boot.sysctl_load_order(listing):
+        real = os.path.realpath(node.path(path))
+        if real in seen:  # Debian's /etc/sysctl.d/99-sysctl.conf -> ../sysctl.conf: read once
+            continue
+        seen.add(real)
+        try:
+            text = read_optional(node, path)
+        except verification.VerificationError:
+            text = None
+        out.append((path, verification.parse_sysctl_conf(text)))
+    return out
+
+
+def sysctl_overrides(node: Node, desired: dict[str, Any], sysctl_file: str) -> dict[str, dict[str, str]]:
+    """The desired sysctls (and NUMA balancing) that a file applied after ``sysctl_file`` sets otherwise."""
+    wanted = dict(desired.get("sysctl") or {})
+    if desired.get("numa_balancing") is not None:
+        wanted["kernel.numa_balancing"] = desired["numa_balancing"]
+    if not wanted:
+        return {}
+    return sysctl_boot.sysctl_overrides(sysctl_files(node), sysctl_file, wanted)
+
+
+def boot_unit_state(node: Node, options: dict[str, Any], tools: Tools, enabled: bool) -> dict[str, Any] | None:
+    """``systemctl show`` of the boot unit (ActiveState, SubState, Result, ExecMainStatus) where it can be asked.
+
+    None when the unit is not enabled, when systemd does not run the live node, or when no
+    systemctl is found (a simulated node is asked only through the stand-in it ships).
+    """
+    if not enabled or (node.is_live and not os.path.isdir("/run/systemd/system")):
+        return None
+    systemctl = tools.find("systemctl", "systemd")
+    if not systemctl:
+        return None
+    unit = os.path.basename(options["boot_unit_link"])
+    rc, stdout, stderr = tools.run([systemctl, "show", "--property=ActiveState,SubState,Result,ExecMainStatus",
+                                    "--", unit])
+    if rc != 0:
+        return {"unit": unit, "known": False, "reason": (stderr or stdout or "rc %s" % rc).strip()[:200]}
+    return verification.parse_unit_state(unit, stdout)
+
+
 def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
               desired: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``gpu`` input of ``evaluate_host``: nvidia-smi's answers on a node that has it.
@@ -219,7 +273,9 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
         "root": node.root,
         "cmdline": boot_configuration(node, desired, opts, tools),
         "sysctl_persisted": read_optional(node, opts["sysctl_file"]) if sysctl_wanted else None,
+        "sysctl_overrides": sysctl_overrides(node, desired, opts["sysctl_file"]) if sysctl_wanted else {},
         "boot_unit": boot_unit,
+        "boot_unit_state": boot_unit_state(node, opts, tools, boot_unit),
         "modules_persisted": modules,
     }
     result = verification.evaluate_host(

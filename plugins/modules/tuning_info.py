@@ -941,6 +941,9 @@ verification:
       description:
         - One entry per setting, C({id, family, name, desired, running, persisted, state, reason, runtime}); C(state)
           is V(applied), V(pending_reboot), V(drifted), V(not_applicable) or V(unsupported).
+        - C(cause) where the node tells why a setting is or will be drifted, C({kind, ...}): V(sysctl_override) with
+          C(file) and C(value) (a sysctl file applied after this collection's drop-in sets the key otherwise at
+          boot), V(boot_unit_failed) with C(unit) and C(result) (the boot unit failed at this boot).
       type: list
       elements: dict
       returned: always

@@ -14,7 +14,10 @@ description:
     and modprobe.d files for the optional modules that load; V(cmdline) the kernel arguments (configured, those a
     cpufreq driver switch or ACS by kernel argument need, the IOMMU mode's) through GRUB or grubby; V(boot_unit)
     the boot runner, its desired state and a systemd oneshot unit that re-applies the runtime-only settings at
-    boot; V(udev) a udev rule that sets MRRS again on a hot-added GPU.
+    boot; V(udev) a udev rule that sets MRRS again on a hot-added GPU; V(gpu_locality) the topology file for
+    inference engines; V(guard) the guard's config, oneshot service and timer that re-verify the node and write a
+    status file and Prometheus metrics (docs/guard.md).
+  - V(absent) removes the concerns in the reverse order (the guard stopped first, the udev rule before the runner).
   - Files are written whole (temporary file and rename) and only when they differ; check mode writes nothing.
     System commands (sysctl, systemctl, udevadm, update-grub, grubby) run only when O(root) is V(/).
   - The role's persistent flow and rollback call it through the C(tuning_flow) action.
@@ -27,10 +30,10 @@ options:
     choices: [present, absent]
     default: present
   concerns:
-    description: The concerns to persist or remove, in this order.
+    description: The concerns to persist or remove (always in the order of the choices; V(absent) reversed).
     type: list
     elements: str
-    choices: [sysctl, kmod, cmdline, boot_unit, udev]
+    choices: [sysctl, kmod, cmdline, gpu_locality, boot_unit, udev, guard]
     required: true
   desired:
     description: The desired state (the role's, one key per knob family).
@@ -43,7 +46,8 @@ options:
     type: dict
     default: {}
   runner_src:
-    description: Path on the node of the boot runner to install (the action transfers it); needed by V(boot_unit).
+    description: Path on the node of the boot runner to install (the action transfers it); needed by V(boot_unit)
+      and V(guard).
     type: path
   journal:
     description: Journal of original values (the V(kmod) concern loads the modules it persists, as at runtime).
@@ -65,7 +69,7 @@ EXAMPLES = r"""
 - name: Remove the persistent artifacts of this collection
   gpunode.tuning.tuning_persist:
     state: absent
-    concerns: [sysctl, kmod, cmdline, boot_unit, udev]
+    concerns: [sysctl, kmod, cmdline, gpu_locality, boot_unit, udev, guard]
     settings:
       sysctl_file: /etc/sysctl.d/90-gpunode-tuning.conf
       boot_script: /usr/local/lib/gpunode-tuning/apply-boot-tuning.sh
@@ -128,6 +132,8 @@ def main():
                                    make_call=make_call)
 
     wanted = [c for c in persist.concerns() if c.name in params["concerns"]]
+    if params["state"] == "absent":
+        wanted.reverse()
     results = persist.run_concerns(wanted, make_pc, remove=params["state"] == "absent")
     out = dict(changed=any(r.get("changed") for r in results.values()), concerns=results,
                failed_concerns=flow.failures(results), summary={n: r["summary"] for n, r in results.items()},

@@ -47,6 +47,11 @@ PERSISTENT_FILES = {
     "etc/gpunode-tuning/desired.json",
     "etc/udev/rules.d/70-gpunode-tuning.rules",
     "etc/default/grub.d/60-gpunode-tuning.cfg",
+    # The guard (on by default with the persistent flow).
+    "etc/gpunode-tuning/guard.json",
+    "etc/systemd/system/gpunode-tuning-guard.service",
+    "etc/systemd/system/gpunode-tuning-guard.timer",
+    "etc/systemd/system/timers.target.wants/gpunode-tuning-guard.timer",
 }
 # The boot runner (gpunode_tuning_boot_script) and the desired state it re-applies.
 BOOT_RUNNER = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
@@ -55,6 +60,8 @@ BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
 HOST_PATHS = [
     "/etc/sysctl.d/90-gpunode-tuning.conf",
     "/etc/systemd/system/gpunode-tuning-boot.service",
+    "/etc/systemd/system/gpunode-tuning-guard.service",
+    "/etc/systemd/system/gpunode-tuning-guard.timer",
     "/etc/udev/rules.d/70-gpunode-tuning.rules",
     "/etc/default/grub.d/60-gpunode-tuning.cfg",
     "/usr/local/lib/gpunode-tuning",

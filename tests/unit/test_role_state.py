@@ -79,14 +79,15 @@ def test_tags_select_persistent_concerns_from_the_registry():
     def names(only, skip=None):
         return [c.name for c in role_state.selected_concerns("persistent", only, skip)]
 
-    assert names(None) == ["sysctl", "kmod", "cmdline", "gpu_locality", "boot_unit", "udev"]
+    assert names(None) == ["sysctl", "kmod", "cmdline", "gpu_locality", "boot_unit", "udev", "guard"]
     assert names(["locality"]) == ["gpu_locality", "boot_unit"]
     assert names(["mrrs"]) == ["boot_unit", "udev"]
     # The families that re-apply at boot select the boot unit (ACS and GPU settings included).
     assert names(["acs"]) == ["cmdline", "boot_unit"] and names(["gpu_settings"]) == ["boot_unit"]
     assert names(["sysctl"]) == ["sysctl"] and names(["thp"]) == ["boot_unit"]
     assert names(["cpufreq"]) == ["cmdline", "boot_unit"]
-    assert names(["persistent"], ["udev", "boot_unit"]) == ["sysctl", "kmod", "cmdline", "gpu_locality"]
+    assert names(["persistent"], ["udev", "boot_unit"]) == ["sysctl", "kmod", "cmdline", "gpu_locality", "guard"]
+    assert names(["guard"]) == ["guard"]
 
 
 def test_combinations_no_spec_can_express():
@@ -98,6 +99,37 @@ def test_combinations_no_spec_can_express():
     bad_dir = role_state.combination_problems(preset_values(gpunode_tuning_report_dir="reports\nx/"))
     assert len(bad_dir) == 1 and "line feed" in bad_dir[0]
     assert role_state.combination_problems(preset_values()) == []
+
+
+@pytest.mark.parametrize("interval,ok", [("5min", True), ("1h 30min", True), (90, True), ("5s", False),
+                                         ("five minutes", False), ("5 fortnights", False)])
+def test_the_guards_interval_is_judged_before_anything_changes(interval, ok):
+    problems = role_state.combination_problems(preset_values(gpunode_tuning_guard_interval=interval))
+    assert (problems == []) is ok, problems
+    if not ok:
+        assert problems[0].startswith("value of gpunode_tuning_guard_interval must be a time span")
+        assert "at least 10 s" in problems[0] and repr(interval) in problems[0]
+    # Off, the guard is not written, so its interval is not judged.
+    assert role_state.combination_problems(preset_values(gpunode_tuning_guard_interval=interval,
+                                                         gpunode_tuning_guard_enabled=False)) == []
+
+
+def test_the_guards_textfile_directory_is_absolute_or_empty():
+    bad = role_state.combination_problems(preset_values(gpunode_tuning_guard_textfile_dir="var/lib/node-exporter"))
+    assert len(bad) == 1 and bad[0].startswith("value of gpunode_tuning_guard_textfile_dir") and '""' in bad[0]
+    assert role_state.combination_problems(preset_values(gpunode_tuning_guard_textfile_dir="")) == []
+
+
+def test_the_guard_gets_verifications_options():
+    values = preset_values(gpunode_tuning_sysctl_file="/etc/sysctl.d/95-gpu.conf")
+    desired = role_state.desired_state(values)
+    inputs = role_state.guard_inputs(values, desired, "node7", "0.2.0")
+    verify = role_state.verify_options(values, desired, "node7", "now")
+    assert inputs["verify"] == {k: v for k, v in verify["verify"].items() if k not in ("gate", "verified_at")}
+    assert inputs["verify"]["sysctl_file"] == "/etc/sysctl.d/95-gpu.conf" and inputs["host"] == "node7"
+    assert inputs["facts"] == {k: verify[k] for k in ("pci_selector", "sysctls", "modules", "kmsg_levels",
+                                                      "kmsg_ignore")}
+    assert inputs["collection_version"] == "0.2.0"
 
 
 def test_the_defaults_python_and_the_role_share_are_one():

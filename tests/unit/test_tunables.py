@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
@@ -132,3 +133,44 @@ def test_plan_items_reads_thp_choices(build_node):
     items = tunables.plan_items(Node(root), {}, {"defrag": "defer+madvise"})
     assert items[0]["before"] == "madvise"
     assert items[0]["choices"] == ["always", "defer", "defer+madvise", "madvise", "never"]
+
+
+# --- The sysctl files a boot applies after the drop-in (drift with a cause) ---
+
+
+def test_sysctl_load_order_masks_by_name_sorts_by_name_and_ends_with_sysctl_conf():
+    order = tunables.sysctl_load_order({
+        "/etc/sysctl.d": ["90-gpunode-tuning.conf", "99-sysctl.conf", "cloud-optimization.conf", "README"],
+        "/run/sysctl.d": ["50-run.conf"],
+        "/usr/lib/sysctl.d": ["50-default.conf", "99-sysctl.conf", "10-coredump.conf"],
+        "/lib/sysctl.d": ["50-default.conf"],
+        "/etc": ["sysctl.conf"],
+    })
+    assert order == ["/usr/lib/sysctl.d/10-coredump.conf", "/usr/lib/sysctl.d/50-default.conf",
+                     "/run/sysctl.d/50-run.conf", "/etc/sysctl.d/90-gpunode-tuning.conf",
+                     "/etc/sysctl.d/99-sysctl.conf", "/etc/sysctl.d/cloud-optimization.conf", "/etc/sysctl.conf"]
+
+
+def test_sysctl_overrides_are_later_files_with_another_value():
+    ours = "/etc/sysctl.d/90-gpunode-tuning.conf"
+    files = [("/usr/lib/sysctl.d/50-default.conf", {"vm.swappiness": "30", "net.core.somaxconn": "128"}),
+             (ours, {"vm.swappiness": "10", "net.core.somaxconn": "65535"}),
+             ("/etc/sysctl.d/cloud-optimization.conf", {"vm.swappiness": "60", "kernel.numa_balancing": "0"}),
+             ("/etc/sysctl.conf", {"net.core.somaxconn": "65535"})]
+    wanted = {"vm.swappiness": 10, "net.core.somaxconn": 65535, "kernel.numa_balancing": False}
+    assert tunables.sysctl_overrides(files, ours, wanted) == {
+        "vm.swappiness": {"file": "/etc/sysctl.d/cloud-optimization.conf", "value": "60"}}
+
+
+def test_verification_reads_the_sysctl_files_below_the_root_once_each(build_node):
+    root = build_node(cpus=2, gpus=1)
+    os.makedirs(os.path.join(root, "usr/lib/sysctl.d"))
+    with open(os.path.join(root, "etc/sysctl.conf"), "w", encoding="utf-8") as fh:
+        fh.write("vm.swappiness = 1\n")
+    os.symlink("../sysctl.conf", os.path.join(root, "etc/sysctl.d/99-sysctl.conf"))  # as Debian's procps ships it
+    with open(os.path.join(root, "usr/lib/sysctl.d/99-sysctl.conf"), "w", encoding="utf-8") as fh:
+        fh.write("vm.swappiness = 99\n")  # hidden by /etc/sysctl.d/99-sysctl.conf
+    node = Node.open(root)
+    assert [p for p, _v in verify_node.sysctl_files(node)] == ["/etc/sysctl.d/99-sysctl.conf"]
+    over = verify_node.sysctl_overrides(node, {"sysctl": {"vm.swappiness": 10}}, "/etc/sysctl.d/90-gpunode-tuning.conf")
+    assert over == {"vm.swappiness": {"file": "/etc/sysctl.d/99-sysctl.conf", "value": "1"}}

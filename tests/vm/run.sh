@@ -14,9 +14,10 @@
 #         neither tune.yml nor verify.yml claims success.
 # patched QEMU from Debian's source package with the MRRS field writable (build-qemu.sh): the
 #         whole flow, verify (drift) -> tune --tags runtime -> verify (applied) -> tune --tags
-#         persistent -> verify (cmdline pending_reboot) -> ansible.builtin.reboot -> verify
-#         (applied, MRRS and C-states re-applied by the boot unit) -> rollback -> originals back,
-#         none of our files left.
+#         persistent -> verify (cmdline pending_reboot) -> the guard's timer fires twice and its
+#         metrics hold verify's states -> ansible.builtin.reboot -> verify (applied, MRRS and
+#         C-states re-applied by the boot unit) -> the guard again -> rollback -> originals back,
+#         none of our files left, the guard timer gone.
 #
 # Output: tests/output/vm/ (GPUNODE_VM_OUTPUT): per variant the playbook logs, the verify
 # reports of every step, guest snapshots, console logs, and timings.txt with each step's time.
@@ -168,6 +169,56 @@ our_files() {
     gssh 'find / -xdev \( -path /proc -o -path /sys -o -path /run \) -prune -o -name "*gpunode-tuning*" -print; grep -l gpunode /etc/default/grub.d/* 2>/dev/null; true'
 }
 
+# guard_last_run: when the guard's last run ended (the status file's run.timestamp), 0 before any.
+guard_last_run() {
+    gssh 'python3 -c "import json; print(json.load(open(\"/var/lib/gpunode-tuning/guard-status.json\"))[\"run\"][\"timestamp\"])" 2>/dev/null || echo 0'
+}
+
+# wait_guard_run AFTER: wait (bounded) for a guard run that ended after AFTER; print its time.
+wait_guard_run() {
+    local after=$1 deadline=$((SECONDS + 240)) last
+    while ((SECONDS < deadline)); do
+        last=$(guard_last_run)
+        if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$last" "$after"; then
+            echo "$last"
+            return 0
+        fi
+        sleep 5
+    done
+    fail "no guard run after $after within 240 s"
+}
+
+# check_guard TAG: the timer runs the guard under the guest's systemd (twice: OnUnitActiveSec), and
+# the metrics and the status hold the guest's real values: the states verify.yml reported at TAG.
+check_guard() {
+    local tag=$1 first second
+    gssh 'systemctl is-enabled gpunode-tuning-guard.timer && systemctl is-active gpunode-tuning-guard.timer' >&2 ||
+        fail "the guard timer is not enabled and active" || return 1
+    first=$(wait_guard_run 0) || return 1
+    second=$(wait_guard_run "$first") || return 1
+    vm_log "[$VARIANT] guard runs ended at $first and $second (the timer fired again)"
+    gssh cat /var/lib/prometheus/node-exporter/gpunode-tuning.prom >"$VDIR/guard-$tag.prom" || return 1
+    gssh cat /var/lib/gpunode-tuning/guard-status.json >"$VDIR/guard-$tag.json" || return 1
+    gssh 'journalctl -o cat -u gpunode-tuning-guard.service' >"$VDIR/guard-$tag.log" 2>&1 || true
+    grep -q '^gpunode-tuning-guard: pass in ' "$VDIR/guard-$tag.log" ||
+        fail "the guard unit logged no passing run ($VDIR/guard-$tag.log)" || return 1
+    python3 - "$VDIR/guard-$tag.json" "$VDIR/guard-$tag.prom" "$(report "$tag")" <<'PY' ||
+import json, re, sys
+status, prom, report = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), json.load(open(sys.argv[3]))
+guard = {s["id"]: s["state"] for s in status["settings"]}
+verify = {s["id"]: s["state"] for s in report["settings"]}
+assert guard == verify, {k: (guard.get(k), verify.get(k)) for k in set(guard) | set(verify) if guard.get(k) != verify.get(k)}
+assert status["verdict"] == report["status"], (status["verdict"], report["status"])
+for s in report["settings"]:
+    line = 'gpunode_tuning_setting_state{family="%s",setting="%s",state="%s"} 1' % (s["family"], s["name"], s["state"])
+    assert line in prom.splitlines(), line
+assert re.search(r"^gpunode_tuning_boot_unit_failed 0$", prom, re.M), "the boot unit's state is not reported"
+print("    guard: %s, %d settings as verify.yml reported them, boot unit not failed" % (status["verdict"], len(guard)),
+      file=sys.stderr)
+PY
+        fail "the guard's values differ from verify.yml's"
+}
+
 start_vm() {
     GPUNODE_VM_KEEP=1 "$VM_DIR/vm.sh" stop "vm-$VARIANT" 2>/dev/null || true
     rm -rf "$GPUNODE_VM_CACHE/runs/vm-$VARIANT"
@@ -281,10 +332,13 @@ scenario_patched() {
         'r["kernel_log"]["since_source"] == "journal"' \
         'all(n == 0 for c, n in r["kernel_log"]["counts"].items() if c != "noise")' || return 1
 
+    # node_exporter's textfile directory, as its package creates it (the guard never does).
+    gssh mkdir -p /var/lib/prometheus/node-exporter || return 1
     step "tune.yml --tags persistent" playbook tune-persistent ok playbooks/tune.yml --tags persistent || return 1
     step "verify.yml after persistent: cmdline pending_reboot" verify persistent ok || return 1
     check_report persistent 'r["status"] == "pass"' 'state("cmdline.") == ["pending_reboot"]' \
         'r["reboot_required"]' || return 1
+    step "guard: the timer fires under systemd, the metrics hold the guest's values" check_guard persistent || soft
 
     step "reboot (ansible.builtin.reboot)" "$VENV_BIN/ansible" -i "$VDIR/inventory" gpunodes \
         -m ansible.builtin.reboot -a "reboot_timeout=900" >"$VDIR/reboot.log" 2>&1 ||
@@ -313,6 +367,7 @@ scenario_patched() {
     check_report reboot 'r["status"] == "pass"' \
         'all(s["state"] in ("applied", "not_applicable") for s in r["settings"])' \
         'state("cmdline.") == ["applied"]' || soft
+    step "guard after the reboot: runs from the timer, as verify.yml" check_guard reboot || soft
 
     step "rollback.yml" playbook rollback ok playbooks/rollback.yml || return 1
     step "snapshot after rollback" snapshot rollback || return 1
@@ -322,6 +377,9 @@ scenario_patched() {
         fail "rollback did not restore the original values" || soft
     step "verify.yml after rollback: original values (drift)" verify rollback fail || return 1
     check_report rollback 'r["status"] == "fail"' 'state("pcie_mrrs.") == ["drifted"]' || soft
+    if gssh systemctl is-enabled gpunode-tuning-guard.timer >/dev/null 2>&1; then
+        fail "the guard timer is still enabled after rollback" || soft
+    fi
     our_files >"$VDIR/files-after-rollback.txt" || return 1
     if [[ -s $VDIR/files-after-rollback.txt ]]; then
         sed 's/^/    left behind: /' "$VDIR/files-after-rollback.txt" >&2

@@ -40,6 +40,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import SERIOUS_XIDS  # noqa: F401 (re-exported)
 from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import (  # noqa: F401 (re-exported)
     DCGM_ARGS,
     HEALTH_ARGS,
@@ -48,21 +49,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import (
 )
 
 NAME = "gpu_health"
-# Xid codes that fail verification. Source: NVIDIA's Xid catalog ("Xid Errors", Analyzing Xid
-# Errors with the Xid Catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), whose
-# resolution buckets for these are a GPU reset, a node reboot or a service call, not an app restart.
-SERIOUS_XIDS = {
-    48: "double-bit ECC error",
-    63: "row remapping / page retirement pending (reset the GPU)",
-    64: "row remapping / page retirement failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
 # The fields each health row judges; a row none of whose fields the driver knows is left out.
 ROW_FIELDS = {
     "ecc": ("ecc.mode.current", "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total"),

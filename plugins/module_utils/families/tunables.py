@@ -31,6 +31,12 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     bracket_choices,
     selected_bracket,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.sysctl_boot import (  # noqa: F401 (re-exported)
+    SYSCTL_CONF,
+    SYSCTL_DIRS,
+    sysctl_load_order,
+    sysctl_overrides,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     SYSCTL_KEY_ALLOWED,
     ValidationError,
@@ -596,17 +602,33 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
 # --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
 
 
+def _override_reason(key, want, running, over):
+    """Why a key is or will be drifted because a later sysctl file sets it."""
+    if same(running, want):
+        return ("applied now, but %s sets %s = %s after this collection's drop-in: it wins at the next boot"
+                % (over["file"], key, over["value"]))
+    return "%s sets %s = %s after this collection's drop-in, and wins at boot" % (over["file"], key, over["value"])
+
+
 def _sysctl_setting(family, key, want, running, ctx):
     persisted = None if ctx.sysctl_persisted is None else ctx.sysctl_persisted.get(key)
     if running is None:
         return setting(family, key, want, None, "not_applicable",
                        "this kernel has no %s (/proc/sys/%s)" % (key, key.replace(".", "/")), persisted)
+    over = (getattr(ctx, "sysctl_overrides", None) or {}).get(key)
     if same(running, want):
-        return setting(family, key, want, running, "applied", "", persisted)
-    why = ""
-    if persisted is not None and same(persisted, want):
-        why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
-    return setting(family, key, want, running, "drifted", why, persisted)
+        row = setting(family, key, want, running, "applied", _override_reason(key, want, running, over) if over
+                      else "", persisted)
+    else:
+        why = ""
+        if over:
+            why = _override_reason(key, want, running, over)
+        elif persisted is not None and same(persisted, want):
+            why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
+        row = setting(family, key, want, running, "drifted", why, persisted)
+    if over:
+        row["cause"] = {"kind": "sysctl_override", "file": over["file"], "value": over["value"]}
+    return row
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:

@@ -106,3 +106,36 @@ def test_runtime_state_untouched(node):
     changed = node.changed_paths()
     assert not [p for p in changed if p.startswith(("sys/devices", "sys/kernel", "proc/"))]
     assert node.read("proc/sys/kernel/numa_balancing").strip() == "1"
+
+
+GUARD_UNIT = "gpunode-tuning-guard.service"
+GUARD_TIMER = "gpunode-tuning-guard.timer"
+
+
+def test_guard_units_installed_and_the_timer_enabled(node):
+    service = node.read("etc/systemd/system/" + GUARD_UNIT).splitlines()
+    assert "ExecStart=/usr/bin/python3 -I -B /%s guard --config /etc/gpunode-tuning/guard.json" % BOOT_SCRIPT in service
+    assert "Type=oneshot" in service and "Nice=19" in service
+    timer = node.read("etc/systemd/system/" + GUARD_TIMER).splitlines()
+    assert "OnUnitActiveSec=300s" in timer and "WantedBy=timers.target" in timer
+    state = node.host.run("systemctl --root=%s is-enabled %s", node.root, GUARD_TIMER)
+    assert state.stdout.strip() == "enabled", state.stderr
+    config = json.loads(node.read("etc/gpunode-tuning/guard.json"))
+    assert config["desired"]["sysctl"] == {k: int(v) for k, v in SYSCTLS.items()}
+
+
+def test_guard_runs_with_the_containers_python(node):
+    """What the guard unit runs, on a scratch copy of the node (--root points at it), with the container's python3."""
+    scratch = "/var/tmp/simnode-guard"
+    node.host.check_output("rm -rf %s && cp -a %s %s && mkdir -p %s/var/lib/prometheus/node-exporter",
+                           scratch, node.root, scratch, scratch)
+    run = node.host.run("python3 -I -B %s/%s guard --config /etc/gpunode-tuning/guard.json --root %s",
+                        scratch, BOOT_SCRIPT, scratch)
+    assert run.rc == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("gpunode-tuning-guard: fail in ")  # --tags persistent only: nothing tuned now
+    prom = node.host.file(scratch + "/var/lib/prometheus/node-exporter/gpunode-tuning.prom").content_string
+    assert 'gpunode_tuning_host_verdict{verdict="fail"} 1' in prom.splitlines()
+    assert ('gpunode_tuning_setting_state{family="numa_balancing",setting="kernel.numa_balancing",state="drifted"} 1'
+            in prom.splitlines())
+    status = json.loads(node.host.file(scratch + "/var/lib/gpunode-tuning/guard-status.json").content_string)
+    assert status["run"]["success"] and status["metrics"]["written"]

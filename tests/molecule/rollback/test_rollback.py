@@ -31,3 +31,9 @@ def test_no_file_of_the_collection_left(node):
 def test_unit_not_enabled(node):
     state = node.host.run("systemctl --root=%s is-enabled gpunode-tuning-boot.service", node.root)
     assert state.stdout.strip() != "enabled"
+
+
+def test_guard_timer_not_enabled(node):
+    state = node.host.run("systemctl --root=%s is-enabled gpunode-tuning-guard.timer", node.root)
+    assert state.stdout.strip() != "enabled"
+    assert not node.exists("etc/systemd/system/timers.target.wants/gpunode-tuning-guard.timer")

@@ -1,0 +1,163 @@
+"""The guard through the playbooks: the persistent flow installs it, a drift is named exactly, rollback removes it.
+
+tune.yml installs the guard on a simulated node (its config, service, timer and wants link, the boot
+runner it runs); the test runs the installed runner as the service does, with the node's python3
+(``/usr/bin/python3``: no Ansible there) and ``--root``, injects the drift of issue 23 (NUMA
+balancing back to 1, one GPU's MRRS back to 512) and checks that the status file and the metrics
+name exactly those settings; rollback must leave the tree as it was before (the kernel log aside).
+verify.yml's reports name the sysctl file that overrides a key at boot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+
+import simnode  # noqa: E402  (tools/ is put on sys.path above)
+from test_playbooks import (  # noqa: E402
+    REPORT_DIR,
+    assert_host_untouched,
+    assert_ok,
+    build_node,
+    run_playbook,
+    snapshot,
+    tree_changes,
+    write_inventory,
+)
+
+RUNNER = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
+CONFIG = "/etc/gpunode-tuning/guard.json"
+STATUS = "var/lib/gpunode-tuning/guard-status.json"
+PROM = "var/lib/prometheus/node-exporter/gpunode-tuning.prom"
+GUARD_FILES = {
+    "etc/gpunode-tuning/guard.json",
+    "etc/systemd/system/gpunode-tuning-guard.service",
+    "etc/systemd/system/gpunode-tuning-guard.timer",
+    "etc/systemd/system/timers.target.wants/gpunode-tuning-guard.timer",
+}
+NODE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+
+def run_guard(root):
+    """The installed runner as gpunode-tuning-guard.service runs it, against the simulated root."""
+    env = dict(os.environ, GPUNODE_TUNING_CODE_CACHE=os.path.join(root, "var/lib/gpunode-tuning/guard-code.cache"))
+    proc = subprocess.run([NODE_PYTHON, "-I", "-B", os.path.join(root, RUNNER), "guard", "--config", CONFIG,
+                           "--root", root], capture_output=True, text=True, check=False, cwd="/", env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def guard_status(root):
+    with open(os.path.join(root, STATUS), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def drifted_series(root):
+    """``{(family, setting)}`` whose drifted state series is 1 in the .prom file."""
+    out = set()
+    with open(os.path.join(root, PROM), encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith('gpunode_tuning_setting_state{') and 'state="drifted"} 1' in line:
+                labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split('",'))
+                out.add((labels["family"].strip('"'), labels["setting"].strip('"')))
+    return out
+
+
+def inject_drift(root, bdf="0000:61:00.0"):
+    """Issue 23's drift: kernel.numa_balancing back to 1, one GPU's MRRS back to 512 (the real setpci)."""
+    with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), "w", encoding="utf-8") as fh:
+        fh.write("1\n")
+    subprocess.run(["setpci", "-O", "sysfs.path=%s/sys/bus/pci" % root, "-s", bdf, "CAP_EXP+08.w=2000:7000"],
+                   check=True)
+
+
+def tuned_node(tmp_path, name):
+    """A simulated node with node_exporter's textfile directory, tuned by tune.yml --tags runtime,persistent."""
+    root = build_node(tmp_path / "node", cpus=8, gpus=2)
+    simnode.write_node_exporter_dir(root)
+    inventory = write_inventory(tmp_path / "hosts.yml", {name: root})
+    before = snapshot(root)
+    proc = run_playbook("tune.yml", inventory, "--tags", "runtime,persistent")
+    assert_ok(proc)
+    return root, inventory, before
+
+
+def test_persistent_guard_names_exactly_the_drift_and_rollback_removes_it(tmp_path):
+    root, inventory, before = tuned_node(tmp_path, "sim-guard")
+    added = set(snapshot(root)) - set(before)
+    assert GUARD_FILES <= added, sorted(GUARD_FILES - added)
+    service = (tmp_path / "node/etc/systemd/system/gpunode-tuning-guard.service").read_text().splitlines()
+    assert "ExecStart=/usr/bin/python3 -I -B /%s guard --config %s" % (RUNNER, CONFIG) in service
+    timer = (tmp_path / "node/etc/systemd/system/gpunode-tuning-guard.timer").read_text().splitlines()
+    assert "OnUnitActiveSec=300s" in timer
+    # Everything verification needs is on the node; desired.json keeps its format for the boot runner.
+    with open(os.path.join(root, CONFIG.lstrip("/")), encoding="utf-8") as fh:
+        config = json.load(fh)
+    assert config["desired"]["sysctl"]["vm.swappiness"] == 10 and config["desired"]["numa_balancing"] == 0
+    assert {"pcie_mrrs", "cpuidle", "cpufreq", "thp", "kmod", "cmdline", "gpu_health", "pcie_acs"} <= set(
+        config["desired"])
+    # The GPUs' selector as verification gets it (what is not set is left out).
+    assert config["facts"]["pci_selector"] == {"vendor": "10de", "class_prefixes": ["0300", "0302"]}
+    assert config["verify"]["host"] == "sim-guard" and config["guard"]["textfile_dir"] == "/var/lib/prometheus/" \
+                                                                                          "node-exporter"
+    with open(os.path.join(root, "etc/gpunode-tuning/desired.json"), encoding="utf-8") as fh:
+        assert "sysctl" not in json.load(fh)
+
+    first = run_guard(root)
+    st = guard_status(root)
+    assert st["verdict"] == "pass", first.stdout
+    assert [s["id"] for s in st["settings"] if s["state"] == "drifted"] == []
+    assert drifted_series(root) == set()
+
+    inject_drift(root)
+    run_guard(root)
+    st = guard_status(root)
+    assert st["verdict"] == "fail"
+    assert {s["id"] for s in st["settings"] if s["state"] == "drifted"} == {
+        "numa_balancing.kernel.numa_balancing", "pcie_mrrs.0000:61:00.0"}
+    assert drifted_series(root) == {("numa_balancing", "kernel.numa_balancing"), ("pcie_mrrs", "0000:61:00.0")}
+    assert all(s["first_seen_drifted"] for s in st["settings"] if s["state"] == "drifted")
+
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
+    left = tree_changes(before, snapshot(root))
+    assert left == [], left
+    assert_host_untouched()
+
+
+def test_guard_disabled_installs_nothing_of_it(tmp_path):
+    root = build_node(tmp_path / "node", cpus=2, gpus=1)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-noguard": root})
+    before = snapshot(root)
+    proc = run_playbook("tune.yml", inventory, "--tags", "guard", "-e", "gpunode_tuning_guard_enabled=false")
+    assert_ok(proc)
+    assert tree_changes(before, snapshot(root)) == []
+
+
+def test_a_later_sysctl_file_is_named_in_verify_reports(tmp_path):
+    """A cloud image's /etc/sysctl.d/cloud-optimization.conf (NVIDIA/aicr#239) wins over the drop-in at boot."""
+    root = build_node(tmp_path / "node", cpus=4, gpus=1)
+    simnode.write_sysctl_file(root)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-cloud": root})
+    assert_ok(run_playbook("tune.yml", inventory, "--tags", "runtime,sysctl"))
+    # The next boot: systemd-sysctl applies our drop-in, then the image's file.
+    with open(os.path.join(root, "proc/sys/vm/swappiness"), "w", encoding="utf-8") as fh:
+        fh.write("60\n")
+    report_dir = os.path.join(REPORT_DIR, "cloud")
+    proc = run_playbook("verify.yml", inventory, "-e", "gpunode_tuning_report_dir=%s" % report_dir)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    with open(os.path.join(report_dir, "sim-cloud.json"), encoding="utf-8") as fh:
+        report = json.load(fh)
+    swap = next(s for s in report["settings"] if s["id"] == "sysctl.vm.swappiness")
+    assert swap["state"] == "drifted" and swap["persisted"] == "10"
+    assert swap["cause"] == {"kind": "sysctl_override", "file": "/etc/sysctl.d/cloud-optimization.conf",
+                             "value": "60"}
+    assert "/etc/sysctl.d/cloud-optimization.conf sets vm.swappiness = 60 after" in swap["reason"]
+    with open(os.path.join(report_dir, "sim-cloud.md"), encoding="utf-8") as fh:
+        assert "/etc/sysctl.d/cloud-optimization.conf" in fh.read()
