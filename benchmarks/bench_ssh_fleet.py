@@ -20,6 +20,11 @@ host's reports).
     .venv/bin/python benchmarks/bench_ssh_fleet.py --hosts 4 --configs defaults,pipelining
     .venv/bin/python benchmarks/bench_ssh_fleet.py --hosts 100 --configs pipelining
     .venv/bin/python benchmarks/bench_ssh_fleet.py --configs pipelining,mitogen --mitogen DIR   # DIR: unpacked release
+    .venv/bin/python benchmarks/bench_ssh_fleet.py --configs shipped@1752866,shipped:ping,shipped  # then, floor, now
+
+An entry NAME[@COMMIT][:PLAYBOOK] runs PLAYBOOK (default --playbook, rollout): ``rollout``
+(playbooks/rollout.yml of the measured tree), ``ping`` (benchmarks/ping_fleet.yml: one ping per
+host in the rollout's default batches, Ansible's floor for that schedule) or a playbook's path.
 
 Needs /usr/sbin/sshd (scripts/apt.sh, list GPUNODE_APT_BENCH; --install installs it). The table
 goes to stdout and --output (default reports/bench_ssh_fleet.md), raw figures to the .json next
@@ -352,9 +357,19 @@ def close_control_masters(control_dir, exclude):
     return cpu
 
 
-def run_playbook(tree, inventory, config, env, timeout):
-    """ansible-playbook rollout.yml; return (wall, CPU of its process tree, rc, output tail)."""
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(tree, "playbooks", "rollout.yml"),
+PLAYBOOKS = {"rollout": None, "ping": os.path.join(REPO, "benchmarks", "ping_fleet.yml")}
+
+
+def playbook_path(tree, playbook):
+    """The playbook a row runs: the measured tree's rollout.yml, the ping floor, or a path."""
+    if playbook in (None, "rollout"):
+        return os.path.join(tree, "playbooks", "rollout.yml")
+    return PLAYBOOKS.get(playbook) or os.path.abspath(playbook)
+
+
+def run_playbook(tree, inventory, config, env, timeout, playbook=None):
+    """ansible-playbook (rollout.yml by default); return (wall, CPU of its process tree, rc, output tail)."""
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, playbook_path(tree, playbook),
            "-f", str(config["forks"])]
     with tempfile.TemporaryFile() as out:
         start = time.monotonic()
@@ -374,8 +389,8 @@ def run_playbook(tree, inventory, config, env, timeout):
     return wall, usage.ru_utime + usage.ru_stime, proc.returncode, tail
 
 
-def measure(name, hosts, run, timeout, tree):
-    """One configuration on a fresh fleet, with ``tree`` = load_tree(): the rollout's figures per host."""
+def measure(name, hosts, run, timeout, tree, playbook=None):
+    """One configuration on a fresh fleet, with ``tree`` = load_tree(): the playbook's figures per host."""
     config, workdir, sshd = CONFIGS[name], run.workdir, run.sshd
     tree_dir, collections, simfleet = tree
     run.measured += 1
@@ -388,13 +403,15 @@ def measure(name, hosts, run, timeout, tree):
     sshd.start()
     try:
         env = playbook_env(config, collections, control_dir, counts_path, run.mitogen)
-        wall, controller_cpu, rc, tail = run_playbook(tree_dir, inventory, config, env, timeout)
+        wall, controller_cpu, rc, tail = run_playbook(tree_dir, inventory, config, env, timeout, playbook)
         controller_cpu += close_control_masters(control_dir, sshd.pids())
     finally:
         node_cpu = sshd.stop()
     ssh = parse_sshd_log(sshd.read_log())
     done, counts = 0, {"hosts": {}, "controller_plays": 0}
-    if os.path.exists(os.path.join(fleet, "reports", "rollout-summary.json")):  # not when the rollout was killed
+    if playbook not in (None, "rollout"):
+        done = hosts if rc == 0 else 0
+    elif os.path.exists(os.path.join(fleet, "reports", "rollout-summary.json")):  # not when the rollout was killed
         with open(os.path.join(fleet, "reports", "rollout-summary.json"), encoding="utf-8") as handle:
             done = int(json.load(handle)["counts"]["done"])
     if os.path.exists(counts_path):
@@ -407,7 +424,8 @@ def measure(name, hosts, run, timeout, tree):
            "connections": sum(v["connections"] for v in ssh.values()),
            "sessions": sum(v["sessions"] for v in ssh.values()),
            "node_runs": sum(v["node"] for v in per_host), "controller_runs": sum(v["controller"] for v in per_host),
-           "controller_plays": counts["controller_plays"], "actions": _sum_actions(per_host), **config}
+           "controller_plays": counts["controller_plays"], "actions": _sum_actions(per_host),
+           "playbook": playbook or "rollout", **config}
     if rc != 0 or done != hosts:
         log("%s: rollout rc %s, %d of %d done:\n%s" % (name, rc, done, hosts, tail))
     return row
@@ -429,8 +447,9 @@ def table(rows):
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         n = r["hosts"]
-        lines.append("| %s @ %s%s | %s | %s | %d | %d | %.1f | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f + %.1f |" % (
+        lines.append("| %s @ %s%s%s | %s | %s | %d | %d | %.1f | %.1f | %.2f | %.2f | %.1f | %.1f | %.1f + %.1f |" % (
             r["config"], r.get("tree", "working tree"),
+            "" if r.get("playbook", "rollout") == "rollout" else " : " + r["playbook"],
             "" if r["rc"] == 0 and r["done"] == n else " (rc %d, %d done)" % (r["rc"], r["done"]),
             "mitogen" if r.get("strategy") else "on" if r["pipelining"] else "off",
             (re.findall(r"ControlPersist=(\S+)", r["ssh_args"]) or ["off"])[0],
@@ -484,6 +503,23 @@ def ensure_sshd(install):
                    cwd=REPO, check=True)
 
 
+def parse_entries(parser, args):
+    """``[(configuration, commit or None, playbook)]`` of --configs (NAME[@COMMIT][:PLAYBOOK] each)."""
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    runs = []
+    for entry in names:
+        head, _sep, playbook = entry.partition(":")
+        name, _sep, commit = head.partition("@")
+        runs.append((name, commit or args.commit or None, playbook or args.playbook))
+    unknown = [c for c, _commit, _playbook in runs if c not in CONFIGS]
+    if unknown or not names:
+        parser.error("--configs: unknown %s; choose from %s" % (", ".join(unknown) or "(none)", ", ".join(CONFIGS)))
+    missing = [p for _c, _commit, p in runs if p not in PLAYBOOKS and not os.path.isfile(p)]
+    if missing:
+        parser.error("playbook %s: not rollout, ping or a file" % ", ".join(missing))
+    return runs
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=16, help="simulated hosts (default 16)")
@@ -496,16 +532,13 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=PLAYBOOK_TIMEOUT, help="seconds per rollout (default 3600)")
     parser.add_argument("--commit", help="measure this commit (git archive into the run's directory), "
                                          "not the working tree: e.g. a baseline")
+    parser.add_argument("--playbook", default="rollout",
+                        help="what an entry without :PLAYBOOK runs: rollout (default), ping, or a playbook's path")
     parser.add_argument("--install", action="store_true", help="install openssh-server when sshd is missing")
     parser.add_argument("--output", default=os.path.join(REPO, "reports", "bench_ssh_fleet.md"))
     args = parser.parse_args(argv)
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
-    # Each entry NAME or NAME@COMMIT; without @, --commit's tree (default: the working tree).
-    runs = [(c.partition("@")[0], c.partition("@")[2] or args.commit or None) for c in names]
-    unknown = [c for c, _commit in runs if c not in CONFIGS]
-    if unknown or not names:
-        parser.error("--configs: unknown %s; choose from %s" % (", ".join(unknown) or "(none)", ", ".join(CONFIGS)))
-    wants_mitogen = any(c == "mitogen" for c, _commit in runs)
+    runs = parse_entries(parser, args)
+    wants_mitogen = any(c == "mitogen" for c, _commit, _playbook in runs)
     if wants_mitogen and not (args.mitogen and os.path.isdir(os.path.join(args.mitogen, "ansible_mitogen"))):
         parser.error("--configs mitogen needs --mitogen DIR with ansible_mitogen/ in it")
     if not 1 <= args.hosts <= MAX_HOSTS:
@@ -520,14 +553,14 @@ def main(argv=None):
     started = time.monotonic()
     try:
         run.privsep_dir()
-        for commit in dict.fromkeys(commit for _config, commit in runs):
+        for commit in dict.fromkeys(commit for _config, commit, _playbook in runs):
             run.trees[commit] = load_tree(run.workdir, commit)
         make_keys(run.workdir)
         addresses = [host_address(n) for n in range(1, args.hosts + 1)]
         run.sshd = SshdGroup(run.workdir, addresses, free_port(addresses[0]))
-        for name, commit in runs:
-            log("%s @ %s: %d host(s) over SSH..." % (name, commit or "working tree", args.hosts))
-            rows.append(dict(measure(name, args.hosts, run, args.timeout, run.trees[commit]),
+        for name, commit, playbook in runs:
+            log("%s @ %s, %s: %d host(s) over SSH..." % (name, commit or "working tree", playbook, args.hosts))
+            rows.append(dict(measure(name, args.hosts, run, args.timeout, run.trees[commit], playbook),
                              tree=commit or "working tree"))
             log(table(rows[-1:]).splitlines()[-1])
     finally:
