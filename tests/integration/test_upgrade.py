@@ -1,0 +1,106 @@
+"""Nodes tuned by the previous release keep working with this one (issue 24).
+
+The tree of 1752866 (the last commit before the role was driven by the registry and module_utils
+moved into families/) tunes a simulated node: runtime, persistent and verify, as its untagged
+tune.yml does. Then this tree verifies that node, its boot runner re-applies the old desired.json
+on a fresh node, and its rollback restores the old journal and removes every file the old release
+wrote, leaving the tree as it was before (the kernel log aside).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(REPO, "tools"), os.path.join(REPO, ".collections")]
+
+from test_playbooks import (  # noqa: E402
+    BOOT_DESIRED,
+    JOURNAL,
+    REPORT_DIR,
+    VENV_BIN,
+    assert_host_untouched,
+    assert_ok,
+    build_node,
+    cstate_disabled,
+    read_mrrs,
+    run_playbook,
+    snapshot,
+    tree_changes,
+    write_inventory,
+)
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import boot  # noqa: E402
+
+PREVIOUS = "1752866"
+
+
+@pytest.fixture(scope="module")
+def previous_tree(tmp_path_factory):
+    """The previous release's tree (git archive of PREVIOUS) and a collections path that holds it."""
+    known = subprocess.run(["git", "-C", REPO, "cat-file", "-e", PREVIOUS + "^{commit}"], capture_output=True,
+                           check=False, timeout=60)
+    if known.returncode != 0:
+        pytest.skip("this clone does not hold commit %s (a shallow clone): nothing to upgrade from" % PREVIOUS)
+    base = tmp_path_factory.mktemp("previous")
+    tree = base / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", REPO, "archive", PREVIOUS], capture_output=True, check=True, timeout=120)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True, timeout=120)
+    collections = base / "collections" / "ansible_collections" / "gpunode"
+    collections.mkdir(parents=True)
+    os.symlink(str(tree), str(collections / "tuning"))
+    return str(tree), str(base / "collections")
+
+
+def run_previous(previous, playbook, inventory, *args):
+    """A playbook of the previous tree, with its own collection and ansible.cfg."""
+    tree, collections = previous
+    env = dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
+               ANSIBLE_COLLECTIONS_PATH=collections, ANSIBLE_NOCOLOR="1")
+    env.pop("ANSIBLE_CONFIG", None)
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(tree, "playbooks", playbook),
+           "-e", "gpunode_tuning_report_dir=%s" % REPORT_DIR, *args]
+    return subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_a_node_tuned_by_the_previous_release_is_verified_reapplied_and_rolled_back(tmp_path, previous_tree):
+    root = build_node(tmp_path / "node")
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-upgrade": root})
+    before = snapshot(root)
+
+    old = run_previous(previous_tree, "tune.yml", inventory)  # runtime, persistent, verify
+    assert_ok(old)
+    assert read_mrrs(root, "0000:41:00.0") == 4096
+    assert os.path.isfile(os.path.join(root, JOURNAL))
+    assert os.path.isfile(os.path.join(root, BOOT_DESIRED.lstrip("/")))
+
+    # This release reads what the previous one left: verification passes on the tuned node.
+    verify = run_playbook("verify.yml", inventory)
+    assert_ok(verify)
+
+    # Its boot runner reads the previous release's desired.json and tunes a fresh node with it.
+    fresh = build_node(tmp_path / "fresh", cpus=8, gpus=2)
+    desired = os.path.join(fresh, BOOT_DESIRED.lstrip("/"))
+    os.makedirs(os.path.dirname(desired), exist_ok=True)
+    with open(os.path.join(root, BOOT_DESIRED.lstrip("/")), encoding="utf-8") as src, \
+            open(desired, "w", encoding="utf-8") as dst:
+        dst.write(src.read())
+    runner = tmp_path / "runner.py"
+    runner.write_text(boot.runner_text(boot.carried_sources(os.path.join(REPO, "plugins", "module_utils"))))
+    run = subprocess.run([os.path.join(VENV_BIN, "python"), "-I", "-B", str(runner), "--desired", BOOT_DESIRED,
+                          "--root", fresh], capture_output=True, text=True, check=False, cwd="/", timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert [read_mrrs(fresh, bdf) for bdf in ("0000:41:00.0", "0000:61:00.0")] == [4096, 4096]
+    assert cstate_disabled(fresh, "C2") == set(range(8))
+
+    # Its rollback restores the previous release's journal and removes every file it wrote.
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
+    left = tree_changes(before, snapshot(root))
+    assert left == [], left
+    assert_host_untouched()
