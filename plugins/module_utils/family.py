@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What every knob family shares: its record in the registry, the module's call, and a report row.
 
-A knob family is one file in module_utils (``pcie.py``, ``cpuidle.py``, ...) that reads, validates,
+A knob family is one file in module_utils/families (``pcie_mrrs.py``, ``cpuidle.py``, ...) that reads, validates,
 plans, applies (journaling originals) and restores its settings, evaluates them for verification
-and re-applies them at boot. It exports one ``FAMILY = Family(...)``; ``families.py`` lists them.
+and re-applies them at boot. It exports one ``DEFINITION = Family(...)``; ``registry.py`` lists them.
 Its module is a thin adapter (``run_module``): options in, one family call, result out.
 
 Plain Python (3.8+), no Ansible import: the boot runner loads this on the node without Ansible.
@@ -51,7 +51,7 @@ class Call(NamedTuple):
 
 
 class Family(NamedTuple):
-    """One knob family's entry in the registry (families.py)."""
+    """One knob family's entry in the registry (registry.py)."""
 
     # Key of the family in the desired state (the boot runner's desired.json, verify's desired).
     name: str
@@ -60,7 +60,7 @@ class Family(NamedTuple):
     # Its runtime module, None for a read-only family.
     module: str | None = None
     # (node, selector) -> dict: the family's facts, under facts[name] in tuning_info (selector: the
-    # pcie.DeviceSelector of the GPUs, pci_selector). None when facts.py already reads them.
+    # pci.DeviceSelector of the GPUs, pci_selector). None when facts.py already reads them.
     read: Callable[..., dict] | None = None
     # (call) -> result dict; raises FamilyError. The module runs exactly this (run_module).
     run: Callable[..., dict] | None = None

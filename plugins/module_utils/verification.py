@@ -41,7 +41,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import 
 # Verdicts a caller can gate on (evaluate_host's gate): the whole desired state, or what runtime
 # tuning can apply (the runtime rollout, which cannot switch a cpufreq driver or add kernel arguments).
 GATES = ("full", "runtime")
-# Report families only the persistent flow and a reboot bring (from the registry, families.py).
+# Report families only the persistent flow and a reboot bring (from the registry, registry.py).
 REBOOT_ONLY_FAMILIES = registry.reboot_only()
 # Report families in report order, with their titles; the fleet summary has one column per family.
 FAMILY_TITLES = {**registry.report_titles(), "gpu": "GPU"}

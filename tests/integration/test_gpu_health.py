@@ -10,8 +10,6 @@ import json
 import os
 import sys
 
-import pytest
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -20,12 +18,6 @@ import simnode  # noqa: E402
 from test_verify import run_playbook, write_inventory  # noqa: E402
 
 
-def _registered():
-    with open(os.path.join(REPO, "plugins/module_utils/registry.py"), encoding="utf-8") as fh:
-        return "gpu_health" in fh.read()
-
-
-@pytest.mark.skipif(not _registered(), reason="gpu_health is not in the registry (families.py) yet")
 def test_x8_link_and_xid79_fail_verification_and_the_report_names_the_gpu(tmp_path):
     roots = {"sick": str(tmp_path / "sick"), "healthy": str(tmp_path / "healthy")}
     info = simnode.build(roots["sick"], "audited-epyc-8gpu", cpus=4, gpu_faults={"x8": [0], "xid79": [0]})
