@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Cost of the gpu_locality family's read on a large node, against a small one (docs/gpu-locality.md).
 
 Builds two simulated nodes from the 2-socket switch preset (tools/simnode.py): a small one (8 CPUs,
@@ -39,7 +39,7 @@ NODES = {
 
 def best(fn, rounds):
     times = []
-    for _ in range(rounds):
+    for _round in range(rounds):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -68,8 +68,9 @@ def render_option(name, option, defaults, presets):
              "- Type: %s" % type_text(option),
              "- Default: %s" % default_text(name, option, defaults, presets)]
     if option.get("options"):
-        lines.append("- Keys: %s" % ", ".join("`%s` (%s%s)" % (k, type_text(v), ", required" if v.get("required")
-                                                                 else "") for k, v in option["options"].items()))
+        keys = ["`%s` (%s%s)" % (k, type_text(v), ", required" if v.get("required") else "")
+                for k, v in option["options"].items()]
+        lines.append("- Keys: %s" % ", ".join(keys))
     lines.append("")
     description = option.get("description") or []
     for paragraph in [description] if isinstance(description, str) else description:
@@ -89,8 +90,8 @@ def render():
              "failure of that family on that node, the other families applied. [precheck.md](precheck.md) says how.",
              "", "## Entry points", ""]
     for entry, spec in specs.items():
-        lines.append("- `%s`: %s (%d variables)" % (entry, markup(spec.get("short_description", "")),
-                                                     len(spec.get("options") or {})))
+        lines.append("- `%s`: %s (%d variables)"
+                     % (entry, markup(spec.get("short_description", "")), len(spec.get("options") or {})))
     lines += ["", "The `main`, `runtime` and `persistent` entry points take every variable below except",
               "verification's; `verify` takes them all; `rollback` takes the few it needs.", ""]
     seen = {}

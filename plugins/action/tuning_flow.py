@@ -76,12 +76,12 @@ class ActionModule(ActionBase):
         if flow == "runtime":
             requests = role_state.runtime_requests(desired, values, role_state.selected_families(flow, *tags))
             return dict(self._apply(requests, values, task_vars), desired=desired)
-        concerns = role_state.selected_concerns(flow, *tags)
         if flow == "persistent":
+            concerns = role_state.selected_concerns(flow, *tags)
             return dict(self._persist(concerns, desired, values, task_vars), desired=desired)
+        concerns, families = role_state.rollback_selection(*tags)
         removed = self._persist(concerns if args["include_persistent"] else [], {}, values, task_vars, remove=True)
-        restored = self._apply(role_state.restore_requests(values, role_state.selected_families(flow, *tags)),
-                               values, task_vars)
+        restored = self._apply(role_state.restore_requests(values, families), values, task_vars)
         return dict(role_state.rollback_result(removed, restored),
                     module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
 

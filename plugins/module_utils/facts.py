@@ -169,7 +169,7 @@ def kernel_facts(node: Node) -> dict:
 def cpu_facts(node: Node, cpus: list[int]) -> dict:
     """``cpu``: vendor, model, family, sockets, online CPUs and NUMA nodes.
 
-    The vendor is what ``cpufreq.vendor_from_cpuinfo`` says (``arm64 (CPU implementer 0x41)`` on
+    The vendor is what ``cpu.vendor_from_cpuinfo`` says (``arm64 (CPU implementer 0x41)`` on
     arm64, whose cpuinfo has no vendor_id), so verification judges the driver as cpu_freq does.
     """
     model = family = None

@@ -13,7 +13,7 @@ from typing import NamedTuple
 MODES = ("passthrough", "translated", "unmanaged")
 
 
-ARM64_PREFIX = "arm64"  # cpufreq.vendor_from_cpuinfo's vendor on arm64
+ARM64_PREFIX = "arm64"  # cpu.vendor_from_cpuinfo's vendor on arm64
 
 
 class IommuArgs(NamedTuple):

@@ -64,8 +64,6 @@ LINK_SPEEDS = {1: "2.5 GT/s", 2: "5.0 GT/s", 3: "8.0 GT/s", 4: "16.0 GT/s", 5: "
 _BDF_RE = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([01][0-9a-fA-F])\.([0-7])$")
 _HEX_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]+)$")
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Encoding and decoding
 # ---------------------------------------------------------------------------------------------
@@ -581,5 +579,5 @@ def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
         missing = [b for b in selector.bdfs if b not in present]
         if missing:
             raise SelectionError("bdfs not present on the node: %s (present: %s)"
-                            % (", ".join(missing), ", ".join(sorted(present)) or "none"))
+                                 % (", ".join(missing), ", ".join(sorted(present)) or "none"))
     return [d for d in devices if selector.matches(d)]

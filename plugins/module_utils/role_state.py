@@ -151,6 +151,18 @@ def selected_concerns(flow: str, only, skip, inherited: Iterable[str] = ()) -> l
     return [c for c in persist.concerns() if tags_select(base | {c.name, *c.tags}, only, skip)]
 
 
+def rollback_selection(only, skip, inherited: Iterable[str] = ()) -> tuple:
+    """``(concerns, families)`` rollback undoes under these tags.
+
+    As in earlier releases, where rollback's persistent part was tagged ``persistent`` and its runtime
+    part ``runtime``: ``rollback.yml --tags persistent`` removes only what the persistent flow wrote,
+    ``--tags runtime`` restores only the journal, and ``--tags runtime,persistent`` (or none) both.
+    """
+    inherited = tuple(inherited)
+    return (selected_concerns("rollback", only, skip, inherited + ("persistent",)),
+            selected_families("rollback", only, skip, inherited + ("runtime",)))
+
+
 def persist_settings(values: dict) -> dict:
     """What the persistent concerns read of the role's variables: each without its prefix, and the GPU selector."""
     out = {name[len(PREFIX):]: value for name, value in values.items() if name.startswith(PREFIX)}

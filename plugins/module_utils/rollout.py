@@ -99,8 +99,8 @@ def settings(raw: dict) -> tuple[dict, list]:
     got.update({k: v for k, v in raw.items() if k in DEFAULTS and v is not None or k == "benchmark_command"})
     errors = []
     if got["flow"] not in FLOWS:
-        errors.append("gpunode_tuning_rollout_flow must be one of: %s (got %s)" % (", ".join(FLOWS),
-                                                                             _shown(got["flow"])))
+        errors.append("gpunode_tuning_rollout_flow must be one of: %s (got %s)"
+                      % (", ".join(FLOWS), _shown(got["flow"])))
     canary = got["canary"]
     if isinstance(canary, bool) or not _INTEGER.match(str(canary).strip()):
         errors.append("gpunode_tuning_rollout_canary must be a host count of 0 or more (0: no canary) (got %s)"

@@ -181,11 +181,14 @@ options:
         type: bool
         default: false
       fail_classes:
-        description: Kernel-log classes whose new records fail the verification.
+        description:
+          - Kernel-log classes whose new records fail the verification.
+          - V(xid) is not among the defaults because the C(gpu_health) family judges Xids itself (serious codes fail,
+            the others are reported).
         type: list
         elements: str
         choices: [aer, xid, fallen_off_bus, lockdown, module_failure, noise, other]
-        default: [aer, xid, fallen_off_bus]
+        default: [aer, fallen_off_bus]
       gate:
         description:
           - The verdict of RV(verification.gate). V(full) is the host's own; V(runtime) judges what runtime tuning can
@@ -941,9 +944,10 @@ verification:
       description:
         - One entry per setting, C({id, family, name, desired, running, persisted, state, reason, runtime}); C(state)
           is V(applied), V(pending_reboot), V(drifted), V(not_applicable) or V(unsupported).
-        - C(cause) where the node tells why a setting is or will be drifted, C({kind, ...}): V(sysctl_override) with
-          C(file) and C(value) (a sysctl file applied after this collection's drop-in sets the key otherwise at
-          boot), V(boot_unit_failed) with C(unit) and C(result) (the boot unit failed at this boot).
+        - C(cause) where the node tells why a setting is or will be drifted, C({kind, ...}), one of
+          V(sysctl_override) with C(file) and C(value) (a sysctl file applied after this collection's drop-in sets
+          the key otherwise at boot), V(boot_unit_failed) with C(unit) and C(result) (the boot unit failed at this
+          boot).
       type: list
       elements: dict
       returned: always

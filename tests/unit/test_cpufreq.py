@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils import cpu, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
@@ -204,9 +204,9 @@ ARM64_CPUINFO = ["processor\t: 0\n", "BogoMIPS\t: 2000.00\n", "Features\t: fp as
 
 
 def test_vendor_from_cpuinfo_reads_x86_vendor_id_and_the_arm64_implementer():
-    assert cpufreq.vendor_from_cpuinfo(["processor\t: 0\n", "vendor_id\t: AuthenticAMD\n"]) == "AuthenticAMD"
-    assert cpufreq.vendor_from_cpuinfo(ARM64_CPUINFO) == "arm64 (CPU implementer 0x41)"
-    assert cpufreq.vendor_from_cpuinfo([]) is None
+    assert cpu.vendor_from_cpuinfo(["processor\t: 0\n", "vendor_id\t: AuthenticAMD\n"]) == "AuthenticAMD"
+    assert cpu.vendor_from_cpuinfo(ARM64_CPUINFO) == "arm64 (CPU implementer 0x41)"
+    assert cpu.vendor_from_cpuinfo([]) is None
 
 
 def test_cpu_vendor_of_the_arm64_preset(build_node):

@@ -299,13 +299,13 @@ def test_setpci_mrrs_warns_about_a_named_device_without_pcie(build_node):
         raise AssertionError("nothing is written, so setpci never starts")
 
     result = pcie_mrrs.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
-                           selector=pci.DeviceSelector(bdfs=["0000:00:03.0"]), allow_empty=True)
+                                selector=pci.DeviceSelector(bdfs=["0000:00:03.0"]), allow_empty=True)
     assert [d["skipped"] for d in result["devices"]] == [True]
     assert result["warnings"] == ["0000:00:03.0: MRRS does not apply: it was named in bdfs but has no PCI Express "
                                   "capability (a conventional PCI function); it was skipped"]
     # Selected by vendor/class (a preset's selector), a function without PCIe is just skipped.
     quiet = pcie_mrrs.run_mrrs(node_module.Node(root), no_setpci, None, False, mrrs=4096,
-                          selector=pci.DeviceSelector(vendor="1af4"), allow_empty=True)
+                               selector=pci.DeviceSelector(vendor="1af4"), allow_empty=True)
     assert quiet["warnings"] == [] and all(d["skipped"] for d in quiet["devices"])
 
 

@@ -31,8 +31,8 @@ def test_every_filter_is_exported_and_documented():
 def test_the_driver_switch_arguments_rollback_removes():
     # What the persistent flow's rollback removes for a desired driver (cpufreq.kernel_args with remove).
     # (The driver's choices are the argument spec's: the precheck refuses another before this runs.)
-    assert list(cpufreq.driver_kernel_args("native", "guided").removable) == ["amd_pstate=guided",
-                                                                                "intel_pstate=active"]
+    removable = list(cpufreq.driver_kernel_args("native", "guided").removable)
+    assert removable == ["amd_pstate=guided", "intel_pstate=active"]
     for driver in cpufreq.DRIVER_FAMILIES:
         assert cpufreq.driver_kernel_args(driver).removable
 

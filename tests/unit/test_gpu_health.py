@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
@@ -110,7 +110,7 @@ def test_nvidia_smi_fields_and_their_severities(build_node):
 
 
 def test_aggregate_ecc_only_is_reported():
-    gpus = gpu_health.parse_health("0, 00000000:41:00.0, Enabled, Enabled, Enabled, 0, 5, No, No, No, 600.00, "
+    gpus = nvidia_smi.parse_health("0, 00000000:41:00.0, Enabled, Enabled, Enabled, 0, 5, No, No, No, 600.00, "
                                    "600.00, 600.00, 0x0000000000000000, 0, 570.124.06")
     assert gpus[0]["bdf"] == "0000:41:00.0"
     unc = gpu_health.ecc_rows(gpus)[1]
@@ -217,6 +217,6 @@ def test_health_findings_for_a_rollout_gate():
 
 
 def test_gpus_without_ecc_are_not_applicable():
-    gpus = gpu_health.parse_health("0, 00000000:41:00.0, Enabled, [N/A], [N/A], [N/A], [N/A], [N/A], No, No, "
+    gpus = nvidia_smi.parse_health("0, 00000000:41:00.0, Enabled, [N/A], [N/A], [N/A], [N/A], [N/A], No, No, "
                                    "450.00, 450.00, 450.00, 0x0000000000000000, 0, 570.124.06")
     assert [r["state"] for r in gpu_health.ecc_rows(gpus)] == ["not_applicable", "not_applicable"]

@@ -112,5 +112,3 @@ def test_bad_desired_is_refused_and_missing_facts_unsupported():
     (row,) = iommu.evaluate({}, {"iommu": {"mode": "passthrough"}}, None)
     assert row["state"] == "unsupported" and "pcie_acs" in row["reason"]
     assert iommu.DEFINITION.reboot_only == ("iommu",) and iommu.DEFINITION.module is None
-
-

@@ -17,7 +17,7 @@ PKG = "ansible_collections.gpunode.tuning.plugins.module_utils"
 
 
 def module_names():
-    for directory, _, files in os.walk(ROOT):
+    for directory, _dirs, files in os.walk(ROOT):
         for name in sorted(files):
             if name.endswith(".py") and name != "__init__.py":
                 path = os.path.join(directory, name)
@@ -62,13 +62,13 @@ MODULES = sorted(module_names())
 
 
 def test_layout_has_families_and_core():
-    names = [name for name, _ in MODULES]
+    names = [name for name, _path in MODULES]
     assert "registry" in names
     assert sum(name.startswith("families.") for name in names) >= 10
     assert sum(not name.startswith("families.") for name in names) >= 10
 
 
-@pytest.mark.parametrize("name,path", MODULES, ids=[name for name, _ in MODULES])
+@pytest.mark.parametrize("name,path", MODULES, ids=[name for name, _path in MODULES])
 def test_import_rule(name, path):
     deps, relative = imported(path)
     assert not relative, "%s: relative imports on lines %s (Ansible ships module_utils by absolute name)" % (

@@ -285,7 +285,7 @@ def test_run_mrrs_reports_refused_writes_and_keeps_the_journal(build_node):
 
     journal = Journal(node, "/var/lib/gpunode-tuning/journal.json")
     result = pcie_mrrs.run_mrrs(node, lambda: pci.Setpci(run, SETPCI, node.pciutils_args()), journal, False,
-                           mrrs=4096, selector=pci.DeviceSelector())
+                                mrrs=4096, selector=pci.DeviceSelector())
     assert len(result["failed_devices"]) == 8 and not result["changed"]
     assert all(d["reason"] == "write refused: setpci rc 1: setpci: sysfs_write: write failed: Operation not "
                "permitted" and d["mrrs_after"] == 512 for d in result["devices"])

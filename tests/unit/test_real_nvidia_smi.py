@@ -113,7 +113,7 @@ def test_without_a_field_list_each_refusal_drops_or_renames_one_field_and_retrie
 def test_a_real_answer_to_the_health_query_is_judged(real, name):
     bdf, driver = QUERY_CAPTURES[name]
     text = project(real(name).text, gpu_health.HEALTH_FIELDS)
-    gpus = gpu_health.parse_health(text, list(gpu_health.HEALTH_FIELDS))
+    gpus = nvidia_smi.parse_health(text, list(gpu_health.HEALTH_FIELDS))
     assert [g["bdf"] for g in gpus] == [bdf] and gpus[0]["driver_version"] == driver
     facts = facts_with([bdf])
     facts["gpu_probe"] = answered(text, gpu_health.HEALTH_FIELDS)
@@ -124,11 +124,11 @@ def test_a_real_answer_to_the_health_query_is_judged(real, name):
 
 
 def test_datacenter_gpus_have_ecc_the_geforce_answers_n_a(real):
-    h100 = gpu_health.parse_health(project(real("smi-query-gpu-h100-590.48.01.txt").text, gpu_health.HEALTH_FIELDS),
+    h100 = nvidia_smi.parse_health(project(real("smi-query-gpu-h100-590.48.01.txt").text, gpu_health.HEALTH_FIELDS),
                                    list(gpu_health.HEALTH_FIELDS))
     assert [r["state"] for r in gpu_health.ecc_rows(h100)] == ["applied", "applied"]
     assert gpu_health.power_row(h100)["running"] == "700.00 W"
-    geforce = gpu_health.parse_health(
+    geforce = nvidia_smi.parse_health(
         project(real("smi-query-gpu-rtx2080s-610.57.04.txt").text, gpu_health.HEALTH_FIELDS),
         list(gpu_health.HEALTH_FIELDS))
     assert [r["state"] for r in gpu_health.ecc_rows(geforce)] == ["not_applicable", "not_applicable"]

@@ -75,6 +75,23 @@ def test_tags_select_families_as_per_family_tasks_did(only, skip, runtime):
     assert got == runtime
 
 
+def test_rollback_undoes_the_part_its_tags_name():
+    def names(only, skip=None):
+        concerns, families = role_state.rollback_selection(only, skip)
+        return [c.name for c in concerns], [f.name for f in families]
+
+    every_concern = [c.name for c in role_state.selected_concerns("persistent", None, None)]
+    every_family = [f.name for f in registry.FAMILIES]
+    assert names(None) == (every_concern, every_family)
+    # Molecule's rollback scenario runs rollback.yml with the converge's --tags runtime,persistent.
+    assert names(["runtime", "persistent"]) == (every_concern, every_family)
+    assert names(["persistent"]) == (every_concern, [])
+    assert names(["runtime"]) == ([], every_family)
+    assert names(["rollback"], ["persistent"]) == ([], every_family)
+    assert names(["guard"]) == (["guard"], [])
+    assert names(["mrrs"]) == (["boot_unit", "udev"], ["pcie_mrrs"])
+
+
 def test_tags_select_persistent_concerns_from_the_registry():
     def names(only, skip=None):
         return [c.name for c in role_state.selected_concerns("persistent", only, skip)]

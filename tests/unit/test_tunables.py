@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils import sysctl_boot, verify_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
@@ -139,7 +139,7 @@ def test_plan_items_reads_thp_choices(build_node):
 
 
 def test_sysctl_load_order_masks_by_name_sorts_by_name_and_ends_with_sysctl_conf():
-    order = tunables.sysctl_load_order({
+    order = sysctl_boot.sysctl_load_order({
         "/etc/sysctl.d": ["90-gpunode-tuning.conf", "99-sysctl.conf", "cloud-optimization.conf", "README"],
         "/run/sysctl.d": ["50-run.conf"],
         "/usr/lib/sysctl.d": ["50-default.conf", "99-sysctl.conf", "10-coredump.conf"],
@@ -158,7 +158,7 @@ def test_sysctl_overrides_are_later_files_with_another_value():
              ("/etc/sysctl.d/cloud-optimization.conf", {"vm.swappiness": "60", "kernel.numa_balancing": "0"}),
              ("/etc/sysctl.conf", {"net.core.somaxconn": "65535"})]
     wanted = {"vm.swappiness": 10, "net.core.somaxconn": 65535, "kernel.numa_balancing": False}
-    assert tunables.sysctl_overrides(files, ours, wanted) == {
+    assert sysctl_boot.sysctl_overrides(files, ours, wanted) == {
         "vm.swappiness": {"file": "/etc/sysctl.d/cloud-optimization.conf", "value": "60"}}
 
 

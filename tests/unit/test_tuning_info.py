@@ -14,6 +14,7 @@ import simnode
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
 from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SECTIONS = ["cpu", "cpufreq", "cpuidle", "gpu_locality", "kernel", "kernel_log", "memory", "modules", "nvidia", "os",
@@ -456,8 +457,6 @@ def test_large_node_is_cheap(build_node, run_module):
 
 
 def test_arm64_vendor_is_cpu_freqs_and_sockets_come_from_the_topology(build_node, run_module):
-    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
-
     root = build_node("grace-arm64-4gpu", cpus=8)
     with open(os.path.join(root, "proc/cpuinfo")) as fh:
         cpuinfo = fh.read()
@@ -466,7 +465,7 @@ def test_arm64_vendor_is_cpu_freqs_and_sockets_come_from_the_topology(build_node
     for cpu in range(4, 8):
         write(root, CPU + "/cpu%d/topology/physical_package_id" % cpu, "1")
     f = facts_of(run_module, root)
-    assert f["cpu"]["vendor"] == cpufreq.vendor_from_cpuinfo(cpuinfo.splitlines()) == "arm64 (CPU implementer 0x41)"
+    assert f["cpu"]["vendor"] == vendor_from_cpuinfo(cpuinfo.splitlines()) == "arm64 (CPU implementer 0x41)"
     assert f["cpu"]["sockets"] == 2
     # Offline CPUs do not count; a package the kernel does not know (-1) is no socket.
     write(root, CPU + "/online", "0-3")

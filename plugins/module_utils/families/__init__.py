@@ -1,1 +1,0 @@
-"""The knob families: one file each, listed by the registry (module_utils/registry.py)."""

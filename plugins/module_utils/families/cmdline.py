@@ -29,7 +29,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import (
     MANAGED_MARK,
     _shell_value,
     choose_bootloader,
-    detect_bootloader,
     grub_unquote,
     parse_dropin,
     parse_grubby_info,
@@ -38,8 +37,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import (
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import (  # noqa: F401 (re-exported)
     arg_key,
-    has_arg,
-    has_key,
     is_configured,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
@@ -487,6 +484,7 @@ ARGUMENT_SPEC = dict(
     **NODE_ARGUMENT_SPEC,
     **command.ARGUMENT_SPEC,
 )
+
 
 def from_role(v: dict, shared: dict) -> dict:
     return {FAMILY: list(v["gpunode_tuning_cmdline_args"] or []) if v["gpunode_tuning_cmdline_enabled"] else []}

@@ -18,11 +18,10 @@ from typing import Any, Iterable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils import persist
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import (  # noqa: F401 (cpu_vendor, vendor_from_cpuinfo: re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import (  # noqa: F401 (cpu_vendor: re-exported)
     ARM64_VENDOR,
     cpu_vendor,
     driver_family,
-    vendor_from_cpuinfo,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.family import setting as setting_row
@@ -1281,8 +1280,8 @@ def summary(result: dict) -> str:
         return "not applicable: %s" % result.get("reason")
     line = "driver %s, %s" % (result.get("driver"), "changed" if result.get("changed") else "unchanged")
     if result.get("reboot_required"):
-        line += "; switching the driver needs %s and a reboot (--tags persistent)" % " ".join(result.get("kernel_args")
-                                                                                               or [])
+        line += ("; switching the driver needs %s and a reboot (--tags persistent)"
+                 % " ".join(result.get("kernel_args") or []))
     return line
 
 

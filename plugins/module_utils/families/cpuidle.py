@@ -594,8 +594,8 @@ def summary(result: dict) -> str:
         return "not applicable: %s" % result.get("reason")
     states = result.get("states") or {}
     disabled = [n for n, s in states.items() if s.get("desired") == "disabled"]
-    return "disabled %s (%d CPU states changed)" % (", ".join(disabled) or "none",
-                                                   sum(s.get("cpus_changed") or 0 for s in states.values()))
+    changed = sum(s.get("cpus_changed") or 0 for s in states.values())
+    return "disabled %s (%d CPU states changed)" % (", ".join(disabled) or "none", changed)
 
 
 DEFINITION = Family(

@@ -40,13 +40,8 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
-from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import SERIOUS_XIDS  # noqa: F401 (re-exported)
-from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import (  # noqa: F401 (re-exported)
-    DCGM_ARGS,
-    HEALTH_ARGS,
-    HEALTH_FIELDS,
-    parse_health,
-)
+from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import SERIOUS_XIDS
+from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import HEALTH_FIELDS
 
 NAME = "gpu_health"
 # The fields each health row judges; a row none of whose fields the driver knows is left out.

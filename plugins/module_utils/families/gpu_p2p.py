@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import family
-from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import NVBANDWIDTH_ARGS, NVBANDWIDTH_TEST  # noqa: F401 (re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import NVBANDWIDTH_TEST
 
 NAME = "gpu_p2p"
 # nvidia-smi's matrices as gpu_probe keys them (verify_node.GPU_COMMANDS), with what they test.

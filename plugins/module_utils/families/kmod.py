@@ -672,6 +672,7 @@ ARGUMENT_SPEC = dict(
     **command.ARGUMENT_SPEC,
 )
 
+
 def from_role(v: dict, shared: dict) -> dict:
     return {FAMILY: {"modules": v["gpunode_tuning_kmod_modules"]} if v["gpunode_tuning_kmod_enabled"] else None}
 
@@ -726,8 +727,8 @@ def _persist_message(res: dict, call) -> str:
     if call.check_mode and res.get("reason_class") is None:
         return ("%s is not loaded now; check mode does not load it, so whether it would be persisted is decided by "
                 "a real run (%s)" % (name, res.get("message") or ""))
-    return "%s is not persisted: it does not load (%s: %s)" % (name, res.get("reason_class") or "unknown",
-                                                                res.get("message") or "")
+    return "%s is not persisted: it does not load (%s: %s)" % (
+        name, res.get("reason_class") or "unknown", res.get("message") or "")
 
 
 def remove_modules(pc) -> dict:

@@ -278,7 +278,7 @@ def check_params(params: dict) -> pci.DeviceSelector:
         raise family.FamilyError("restore=true needs the journal option (the path of the journal on the node)",
                                  {"changed": False})
     return pci.DeviceSelector(vendor=params.get("vendor"), device=params.get("device"),
-                               class_prefixes=params.get("class_prefixes"), bdfs=params.get("bdfs"))
+                              class_prefixes=params.get("class_prefixes"), bdfs=params.get("bdfs"))
 
 
 def _bridge_result(entry: dict) -> dict:

@@ -449,6 +449,7 @@ ARGUMENT_SPEC = dict(
     **command.ARGUMENT_SPEC,
 )
 
+
 def from_role(v: dict, shared: dict) -> dict:
     """The desired MRRS of the role's variables: the value and the GPUs it applies to."""
     if not v["gpunode_tuning_mrrs_enabled"]:

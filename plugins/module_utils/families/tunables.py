@@ -31,12 +31,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     bracket_choices,
     selected_bracket,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.sysctl_boot import (  # noqa: F401 (re-exported)
-    SYSCTL_CONF,
-    SYSCTL_DIRS,
-    sysctl_load_order,
-    sysctl_overrides,
-)
 from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
     SYSCTL_KEY_ALLOWED,
     ValidationError,
@@ -680,6 +674,7 @@ ARGUMENT_SPEC = dict(
     **JOURNAL_ARGUMENT_SPEC,
     **NODE_ARGUMENT_SPEC,
 )
+
 
 def from_role(v: dict, shared: dict) -> dict:
     """NUMA balancing, THP and the sysctls (NUMA balancing is a sysctl too: kernel.numa_balancing)."""
