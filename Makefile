@@ -41,11 +41,13 @@ demo: $(SETUP)
 
 # Runs every stage even after a failure, then fails if any stage failed.
 test: $(SETUP_TESTS)
-	@failed=(); \
+	@failed=(); times=(); \
 	for stage in $(TEST_STAGES); do \
-		echo "=== make $$stage"; \
+		echo "=== make $$stage"; start=$$SECONDS; \
 		$(MAKE) --no-print-directory NO_SETUP=1 $$stage || failed+=("$$stage"); \
+		times+=("$$stage $$((SECONDS - start)) s"); \
 	done; \
+	echo "=== stage times: $$(IFS=,; echo "$${times[*]}")"; \
 	if (( $${#failed[@]} )); then echo "=== FAILED: $${failed[*]}"; exit 1; fi; \
 	echo "=== all stages passed: $(TEST_STAGES)"
 

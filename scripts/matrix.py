@@ -339,7 +339,9 @@ def main(argv=None):
     if args.command == "setup":
         setup(selected)
         return 0
-    return test(selected, MATRIX_TESTS, int(os.environ.get("MATRIX_JOBS") or 2))
+    # Every version at once by default: the newest runs only the tarball test, so two at a time left
+    # one core idle while the last old version ran alone (472 s against about 330 s for all four at once).
+    return test(selected, MATRIX_TESTS, int(os.environ.get("MATRIX_JOBS") or len(selected)))
 
 
 if __name__ == "__main__":
