@@ -31,6 +31,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     lockdown_mode,
     online_cpus,
     parse_cpulist,
+    read_small,
     selected_bracket,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
@@ -59,20 +60,6 @@ class FactsError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Cheap reads: one open and one read per attribute, no text-layer objects.
 # ---------------------------------------------------------------------------------------------
-
-
-def _read(path):
-    """Stripped text of a small sysfs/procfs file, or None when it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 65536).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _read_all(path):
@@ -138,9 +125,9 @@ def validate_module_names(names: list[str] | None) -> list[str]:
 
 def os_facts(node: Node) -> dict:
     """``os``: id, version_id and pretty_name from /etc/os-release (or /usr/lib/os-release)."""
-    text = _read(node.path("etc/os-release"))
+    text = read_small(node.path("etc/os-release"))
     if text is None:
-        text = _read(node.path("usr/lib/os-release")) or ""
+        text = read_small(node.path("usr/lib/os-release")) or ""
     values = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
@@ -151,14 +138,14 @@ def os_facts(node: Node) -> dict:
 
 def kernel_facts(node: Node) -> dict:
     """``kernel``: release, version string, uptime, command line, lockdown mode."""
-    cmdline = _read(node.path("proc/cmdline")) or ""
+    cmdline = read_small(node.path("proc/cmdline")) or ""
     try:
-        uptime = float((_read(node.path("proc/uptime")) or "").split()[0])
+        uptime = float((read_small(node.path("proc/uptime")) or "").split()[0])
     except (IndexError, ValueError):
         uptime = None
     return {
-        "release": _read(node.path("proc/sys/kernel/osrelease")),
-        "version": _read(node.path("proc/version")),
+        "release": read_small(node.path("proc/sys/kernel/osrelease")),
+        "version": read_small(node.path("proc/version")),
         "uptime": uptime,
         "cmdline": cmdline,
         "cmdline_args": cmdline_args(node),
@@ -186,8 +173,8 @@ def cpu_facts(node: Node, cpus: list[int]) -> dict:
             model = value.strip()
         elif family is None and key == "cpu family":
             family = _int_or_none(value.strip())
-    node_ids = parse_cpulist(_read(node.path("sys/devices/system/node/online")) or "")
-    numa = [{"node": n, "cpus": _read(node.path("sys/devices/system/node/node%d/cpulist" % n)) or ""}
+    node_ids = parse_cpulist(read_small(node.path("sys/devices/system/node/online")) or "")
+    numa = [{"node": n, "cpus": read_small(node.path("sys/devices/system/node/node%d/cpulist" % n)) or ""}
             for n in node_ids]
     return {
         "vendor": vendor_from_cpuinfo(lines),
@@ -210,7 +197,7 @@ def package_count(node: Node, cpus: list[int]) -> int:
     """
     packages = set()
     for cpu in cpus:
-        package = _int_or_none(_read(node.path(SYSFS_CPU, "cpu%d/topology/physical_package_id" % cpu)))
+        package = _int_or_none(read_small(node.path(SYSFS_CPU, "cpu%d/topology/physical_package_id" % cpu)))
         if package is not None and package >= 0:
             packages.add(package)
     return len(packages)
@@ -219,8 +206,8 @@ def package_count(node: Node, cpus: list[int]) -> int:
 def cpuidle_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
     """``cpuidle``: driver and, per state name, latency and on how many CPUs it is disabled."""
     base = node.path(SYSFS_CPU)
-    driver = _read(os.path.join(base, "cpuidle", "current_driver"))
-    governor = _read(os.path.join(base, "cpuidle", "current_governor"))
+    driver = read_small(os.path.join(base, "cpuidle", "current_driver"))
+    governor = read_small(os.path.join(base, "cpuidle", "current_governor"))
     driver = None if driver in (None, "", "none") else driver
     governor = None if governor in (None, "", "none") else governor
     states = {}
@@ -232,10 +219,10 @@ def cpuidle_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
     for entry in node.listdir(SYSFS_CPU, "cpu%d" % cpus[0], "cpuidle"):
         if entry.startswith("state") and entry[5:].isdigit():
             d = os.path.join(first, entry)
-            name = _read(os.path.join(d, "name"))
+            name = read_small(os.path.join(d, "name"))
             if name:
-                table.append((int(entry[5:]), entry, name, _int_or_none(_read(os.path.join(d, "latency"))),
-                              _int_or_none(_read(os.path.join(d, "residency")))))
+                table.append((int(entry[5:]), entry, name, _int_or_none(read_small(os.path.join(d, "latency"))),
+                              _int_or_none(read_small(os.path.join(d, "residency")))))
     table.sort()
     for index, entry, name, latency, residency in table:
         disabled = []
@@ -243,7 +230,7 @@ def cpuidle_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
         per_cpu = {} if detail else None
         for cpu in cpus:
             d = "%s/cpu%d/cpuidle/%s/" % (base, cpu, entry)
-            value = _read(d + "disable")
+            value = read_small(d + "disable")
             if value is None:
                 missing += 1
             elif value != "0":
@@ -251,8 +238,8 @@ def cpuidle_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
             if detail:
                 per_cpu[str(cpu)] = {
                     "disabled": None if value is None else value != "0",
-                    "usage": _int_or_none(_read(d + "usage")),
-                    "time": _int_or_none(_read(d + "time")),
+                    "usage": _int_or_none(read_small(d + "usage")),
+                    "time": _int_or_none(read_small(d + "time")),
                 }
         state = {
             "index": index,
@@ -298,17 +285,17 @@ def cpufreq_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
     available_governors = available_epp = None
     for cpu in cpus:
         d = "%s/cpu%d/cpufreq/" % (base, cpu)
-        governors[cpu] = _read(d + "scaling_governor")
-        epps[cpu] = _read(d + "energy_performance_preference")
+        governors[cpu] = read_small(d + "scaling_governor")
+        epps[cpu] = read_small(d + "energy_performance_preference")
         if driver is None and governors[cpu] is not None:
             # One cpufreq driver serves the whole system: read it (and the choices) once.
-            driver = _read(d + "scaling_driver")
-            available_governors = (_read(d + "scaling_available_governors") or "").split()
-            available_epp = (_read(d + "energy_performance_available_preferences") or "").split()
-    boost = _read(os.path.join(base, "cpufreq", "boost"))
-    amd_status = _read(os.path.join(base, "amd_pstate", "status"))
-    intel_status = _read(os.path.join(base, "intel_pstate", "status"))
-    no_turbo = _read(os.path.join(base, "intel_pstate", "no_turbo"))
+            driver = read_small(d + "scaling_driver")
+            available_governors = (read_small(d + "scaling_available_governors") or "").split()
+            available_epp = (read_small(d + "energy_performance_available_preferences") or "").split()
+    boost = read_small(os.path.join(base, "cpufreq", "boost"))
+    amd_status = read_small(os.path.join(base, "amd_pstate", "status"))
+    intel_status = read_small(os.path.join(base, "intel_pstate", "status"))
+    no_turbo = read_small(os.path.join(base, "intel_pstate", "no_turbo"))
     result = {
         "supported": driver is not None,
         "driver": driver,
@@ -331,11 +318,11 @@ def memory_facts(node: Node) -> dict:
     """``memory``: NUMA balancing, zone reclaim, transparent hugepages."""
     thp = "sys/kernel/mm/transparent_hugepage/"
     return {
-        "numa_balancing": _int_or_none(_read(node.path("proc/sys/kernel/numa_balancing"))),
-        "zone_reclaim_mode": _int_or_none(_read(node.path("proc/sys/vm/zone_reclaim_mode"))),
+        "numa_balancing": _int_or_none(read_small(node.path("proc/sys/kernel/numa_balancing"))),
+        "zone_reclaim_mode": _int_or_none(read_small(node.path("proc/sys/vm/zone_reclaim_mode"))),
         "thp": {
-            "enabled": selected_bracket(_read(node.path(thp + "enabled")) or ""),
-            "defrag": selected_bracket(_read(node.path(thp + "defrag")) or ""),
+            "enabled": selected_bracket(read_small(node.path(thp + "enabled")) or ""),
+            "defrag": selected_bracket(read_small(node.path(thp + "defrag")) or ""),
         },
     }
 
@@ -349,7 +336,7 @@ def sysctl_facts(node: Node, keys: list[str]) -> dict:
     """``sysctl``: key -> value with whitespace runs made single spaces (None when absent)."""
     out = {}
     for key in keys:
-        value = _read(node.path(sysctl_path(key)))
+        value = read_small(node.path(sysctl_path(key)))
         out[key] = None if value is None else " ".join(value.split())
     return out
 
@@ -424,7 +411,7 @@ def modules_facts(node: Node, names: list[str]) -> dict:
         builtin = present and key not in loaded_set and not os.path.exists(os.path.join(base, "initstate"))
         params = {}
         for p in node.listdir("sys/module", key, "parameters"):
-            params[p] = _read(os.path.join(base, "parameters", p))
+            params[p] = read_small(os.path.join(base, "parameters", p))
         by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params}
     return {"loaded": sorted(loaded), "by_name": by_name}
 
@@ -435,12 +422,12 @@ def nvidia_facts(node: Node) -> dict:
     proc = node.path("proc")
     for entry in node.listdir("proc"):
         if entry.isdigit():
-            comm = _read(os.path.join(proc, entry, "comm"))
+            comm = read_small(os.path.join(proc, entry, "comm"))
             if comm and comm.startswith(_PERSISTENCED_PREFIX) and PERSISTENCED_COMM.startswith(comm):
                 pids.append(int(entry))
     return {
         "persistenced": {"running": bool(pids), "pids": sorted(pids)},
-        "driver_version": _read(node.path("sys/module/nvidia/version")),
+        "driver_version": read_small(node.path("sys/module/nvidia/version")),
     }
 
 

@@ -178,6 +178,23 @@ class Node:
         return path
 
 
+def read_small(path: str) -> str | None:
+    """Stripped text of a small sysfs/procfs file (a full path), or None when it cannot be read.
+
+    One open and one read, no Python file object: the facts read thousands of these on a big node.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def write_refusal(full: str) -> OSError | None:
     """The OSError that opening the file ``full`` for writing raises, or None when it would open.
 

@@ -43,6 +43,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     NodeError,
     format_cpulist,
     parse_cpulist,
+    read_small,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector
 
@@ -81,20 +82,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # ---------------------------------------------------------------------------------------------
 # Small reads: one open and one read per attribute
 # ---------------------------------------------------------------------------------------------
-
-
-def _read(path: str) -> str | None:
-    """Stripped text of a small sysfs/procfs file, or None when it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 65536).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _int(text: str | None) -> int | None:
@@ -195,10 +182,10 @@ def cpuset(text: str | None) -> set:
 
 def numa_layout(node: Node) -> tuple:
     """``({node: set of online CPUs}, set of online CPUs)`` from /sys/devices/system."""
-    online = cpuset(_read(node.path("sys/devices/system/cpu/online")))
+    online = cpuset(read_small(node.path("sys/devices/system/cpu/online")))
     nodes = {}
-    for n in sorted(cpuset(_read(node.path("sys/devices/system/node/online")))):
-        cpus = cpuset(_read(node.path("sys/devices/system/node/node%d/cpulist" % n)))
+    for n in sorted(cpuset(read_small(node.path("sys/devices/system/node/online")))):
+        cpus = cpuset(read_small(node.path("sys/devices/system/node/node%d/cpulist" % n)))
         nodes[n] = (cpus & online) if online else cpus
     return nodes, online
 
@@ -217,10 +204,10 @@ def _base(node: Node, bdf: str, kind: str) -> dict:
     path, real = device_path(node, bdf)
     return {
         "bdf": bdf, "kind": kind,
-        "vendor": (_read(os.path.join(d, "vendor")) or "").lower(),
-        "device": (_read(os.path.join(d, "device")) or "").lower(),
-        "numa_node_published": _int(_read(os.path.join(d, "numa_node"))),
-        "local_cpulist": _read(os.path.join(d, "local_cpulist")),
+        "vendor": (read_small(os.path.join(d, "vendor")) or "").lower(),
+        "device": (read_small(os.path.join(d, "device")) or "").lower(),
+        "numa_node_published": _int(read_small(os.path.join(d, "numa_node"))),
+        "local_cpulist": read_small(os.path.join(d, "local_cpulist")),
         "path": path, "dir": real,
     }
 
@@ -230,7 +217,7 @@ def scan(node: Node, selector: DeviceSelector) -> list:
     out = []
     for bdf in node.listdir(SYSFS_PCI_DEVICES):
         d = node.path(SYSFS_PCI_DEVICES, bdf)
-        cls = (_read(os.path.join(d, "class")) or "").lower().replace("0x", "")
+        cls = (read_small(os.path.join(d, "class")) or "").lower().replace("0x", "")
         kind = _kind(cls)
         if kind is None or (kind == "nic" and os.path.lexists(os.path.join(d, "physfn"))):
             continue
@@ -246,7 +233,7 @@ def scan(node: Node, selector: DeviceSelector) -> list:
         if kind in ("gpu", "nic"):
             dev["irq_numbers"] = [int(n) for n in _listdir(os.path.join(d, "msi_irqs")) if n.isdigit()]
             first = dev["irq_numbers"][:1]
-            dev["irq_mode"] = _read(os.path.join(d, "msi_irqs", str(first[0]))) if first else None
+            dev["irq_mode"] = read_small(os.path.join(d, "msi_irqs", str(first[0]))) if first else None
         out.append(dev)
     return out
 
@@ -268,7 +255,7 @@ def host_bridge_nodes(devices: list) -> dict:
         if out.get(hb) is not None:
             continue
         top = _ancestor_dirs(dev)[-1] if dev["path"]["bridges"] else dev["dir"]
-        number = _int(_read(os.path.join(top, "numa_node")))
+        number = _int(read_small(os.path.join(top, "numa_node")))
         out[hb] = number if number is not None and number >= 0 else out.get(hb)
     return out
 
@@ -279,7 +266,7 @@ def resolve_numa(dev: dict) -> tuple:
     if own is not None and own >= 0:
         return own, "device"
     for bridge, d in zip(reversed(dev["path"]["bridges"]), _ancestor_dirs(dev)):
-        number = _int(_read(os.path.join(d, "numa_node")))
+        number = _int(read_small(os.path.join(d, "numa_node")))
         if number is not None and number >= 0:
             return number, "bridge %s" % bridge
     return None, None
@@ -298,7 +285,7 @@ def irq_summary(node: Node, numbers: list, mode: str | None, local: set | None) 
     for irq in numbers:
         cpus = source = None
         for name, kind in (("/effective_affinity_list", "effective"), ("/smp_affinity_list", "smp")):
-            text = _read(base + str(irq) + name)
+            text = read_small(base + str(irq) + name)
             cpus = parsed[text] if text in parsed else parsed.setdefault(text, cpuset(text))
             if cpus:
                 source = kind
@@ -318,10 +305,10 @@ def irqbalance_facts(node: Node) -> dict:
     """Whether irqbalance runs: a scan of /proc/*/comm, with its command line (its options)."""
     pids, cmdline = [], None
     for entry in node.listdir("proc"):
-        if entry.isdigit() and _read(node.path("proc", entry, "comm")) == IRQBALANCE:
+        if entry.isdigit() and read_small(node.path("proc", entry, "comm")) == IRQBALANCE:
             pids.append(int(entry))
             if cmdline is None:
-                raw = _read(node.path("proc", entry, "cmdline")) or ""
+                raw = read_small(node.path("proc", entry, "cmdline")) or ""
                 cmdline = " ".join(p for p in raw.split("\0") if p)
     return {"running": bool(pids), "pids": sorted(pids), "cmdline": cmdline}
 
@@ -391,7 +378,7 @@ def read(node: Node, selector: DeviceSelector | None = None) -> dict:
         g["nearest_nvme"] = _nearest_of(g["nvme"], [public[n["bdf"]] for n in by_kind["nvme"]], ("names",))
         gpus.append(g)
     return {
-        "hostname": _read(node.path("proc/sys/kernel/hostname")),
+        "hostname": read_small(node.path("proc/sys/kernel/hostname")),
         "numa_nodes": [{"node": n, "cpus": format_cpulist(c)} for n, c in sorted(nodes.items())],
         "multi_node": len(nodes) > 1,
         "online_cpus": format_cpulist(online),
