@@ -24,7 +24,9 @@ host's reports).
 
 An entry NAME[@COMMIT][:PLAYBOOK] runs PLAYBOOK (default --playbook, rollout): ``rollout``
 (playbooks/rollout.yml of the measured tree), ``ping`` (benchmarks/ping_fleet.yml: one ping per
-host in the rollout's default batches, Ansible's floor for that schedule) or a playbook's path.
+host in the rollout's default batches, Ansible's floor for that schedule), ``tune-runtime`` (the
+tree's tune.yml --tags runtime) and ``noop`` (benchmarks/noop/noop.yml, the same calls with
+nothing behind them: P2 over SSH), or a playbook's path.
 
 Needs /usr/sbin/sshd (scripts/apt.sh, list GPUNODE_APT_BENCH; --install installs it). The table
 goes to stdout and --output (default reports/bench_ssh_fleet.md), raw figures to the .json next
@@ -357,20 +359,29 @@ def close_control_masters(control_dir, exclude):
     return cpu
 
 
-PLAYBOOKS = {"rollout": None, "ping": os.path.join(REPO, "benchmarks", "ping_fleet.yml")}
+# Named playbooks: (path, or None for the measured tree's own; its arguments).
+PLAYBOOKS = {
+    "rollout": (None, "rollout.yml", []),
+    # Ansible's floor for the rollout's schedule: one ping per host in the same batches.
+    "ping": (os.path.join(REPO, "benchmarks"), "ping_fleet.yml", []),
+    # P2 over SSH: runtime tuning, and the no-op playbook that makes the same calls (benchmarks/noop/).
+    "tune-runtime": (None, "tune.yml", ["--tags", "runtime"]),
+    "noop": (os.path.join(REPO, "benchmarks", "noop"), "noop.yml", []),
+}
 
 
-def playbook_path(tree, playbook):
-    """The playbook a row runs: the measured tree's rollout.yml, the ping floor, or a path."""
-    if playbook in (None, "rollout"):
-        return os.path.join(tree, "playbooks", "rollout.yml")
-    return PLAYBOOKS.get(playbook) or os.path.abspath(playbook)
+def playbook_command(tree, playbook):
+    """(path, arguments) of the playbook a row runs: a named one (PLAYBOOKS) or a path."""
+    if playbook in (None, "rollout") or playbook in PLAYBOOKS:
+        directory, name, args = PLAYBOOKS[playbook or "rollout"]
+        return os.path.join(directory or os.path.join(tree, "playbooks"), name), list(args)
+    return os.path.abspath(playbook), []
 
 
 def run_playbook(tree, inventory, config, env, timeout, playbook=None):
     """ansible-playbook (rollout.yml by default); return (wall, CPU of its process tree, rc, output tail)."""
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, playbook_path(tree, playbook),
-           "-f", str(config["forks"])]
+    path, args = playbook_command(tree, playbook)
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, path, *args, "-f", str(config["forks"])]
     with tempfile.TemporaryFile() as out:
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -516,7 +527,7 @@ def parse_entries(parser, args):
         parser.error("--configs: unknown %s; choose from %s" % (", ".join(unknown) or "(none)", ", ".join(CONFIGS)))
     missing = [p for _c, _commit, p in runs if p not in PLAYBOOKS and not os.path.isfile(p)]
     if missing:
-        parser.error("playbook %s: not rollout, ping or a file" % ", ".join(missing))
+        parser.error("playbook %s: not one of %s, nor a file" % (", ".join(missing), ", ".join(PLAYBOOKS)))
     return runs
 
 
@@ -533,7 +544,8 @@ def main(argv=None):
     parser.add_argument("--commit", help="measure this commit (git archive into the run's directory), "
                                          "not the working tree: e.g. a baseline")
     parser.add_argument("--playbook", default="rollout",
-                        help="what an entry without :PLAYBOOK runs: rollout (default), ping, or a playbook's path")
+                        help="what an entry without :PLAYBOOK runs: %s, or a playbook's path (default rollout)"
+                             % ", ".join(PLAYBOOKS))
     parser.add_argument("--install", action="store_true", help="install openssh-server when sshd is missing")
     parser.add_argument("--output", default=os.path.join(REPO, "reports", "bench_ssh_fleet.md"))
     args = parser.parse_args(argv)
