@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_args
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bc
 from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
@@ -31,8 +32,8 @@ def test_remove_exact_and_by_key():
 
 
 def test_has_arg_uses_last_value():
-    assert bc.has_arg(["amd_pstate=passive", "amd_pstate=active"], "amd_pstate=active")
-    assert not bc.has_arg(["amd_pstate=active", "amd_pstate=passive"], "amd_pstate=active")
+    assert kernel_args.has_arg(["amd_pstate=passive", "amd_pstate=active"], "amd_pstate=active")
+    assert not kernel_args.has_arg(["amd_pstate=active", "amd_pstate=passive"], "amd_pstate=active")
     assert bc.is_configured(["pci=noaer"], "pci", "absent")
     assert not bc.is_configured(["pci=noaer"], "pci", "present")
 
