@@ -100,7 +100,7 @@ class ActionModule(ActionBase):
         if not errors:
             merged = dict(raw)
             merged.update(validated)
-            errors += role_state.combination_problems(merged)
+            errors += role_state.combination_problems(merged, entry_point)
             if entry_point != "rollback":
                 errors += role_state.desired_problems(role_state.desired_state(merged), merged)
             validated = merged

@@ -83,8 +83,12 @@ def restore_requests(values: dict, selected: Iterable) -> list:
             for fam in selected if fam.restore_options is not None]
 
 
-def combination_problems(values: dict) -> list:
-    """Errors of variables that are each valid but do not work together (or with the controller)."""
+def combination_problems(values: dict, entry_point: str = "main") -> list:
+    """Errors of variables that are each valid but do not work together (or with the controller).
+
+    Rollback does not judge what only the persistent flow writes (the guard's interval): a bad value
+    there must not stop a node from being rolled back.
+    """
     out = []
     if (values.get("gpunode_tuning_acs") == "disable_redirect"
             and values.get("gpunode_tuning_acs_persist") == "kernel_arg"
@@ -103,7 +107,7 @@ def combination_problems(values: dict) -> list:
                 check(values[name])
             except validate.ValidationError as exc:
                 out.append("value of %s: %s" % (name, exc))
-    out += guard_problems(values)
+    out += guard_problems(values, entry_point)
     report_dir = values.get("gpunode_tuning_report_dir")
     bad = forbidden_characters(report_dir) if isinstance(report_dir, str) else []
     if isinstance(report_dir, str) and (bad or not report_dir.strip()):
@@ -112,14 +116,14 @@ def combination_problems(values: dict) -> list:
     return out
 
 
-def guard_problems(values: dict) -> list:
+def guard_problems(values: dict, entry_point: str = "main") -> list:
     """The guard's interval and textfile directory, judged as the persistent flow writes them (when it is on)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils import guard_files
 
     if not values.get("gpunode_tuning_guard_enabled"):
         return []
     out = []
-    if values.get("gpunode_tuning_guard_interval") is not None:
+    if entry_point != "rollback" and values.get("gpunode_tuning_guard_interval") is not None:
         try:
             guard_files.interval_seconds(values["gpunode_tuning_guard_interval"])
         except validate.ValidationError as exc:

@@ -126,6 +126,8 @@ def test_the_guards_interval_is_judged_before_anything_changes(interval, ok):
     if not ok:
         assert problems[0].startswith("value of gpunode_tuning_guard_interval must be a time span")
         assert "at least 10 s" in problems[0] and repr(interval) in problems[0]
+    # Rollback writes nothing of the guard: a bad interval must not stop it.
+    assert role_state.combination_problems(preset_values(gpunode_tuning_guard_interval=interval), "rollback") == []
     # Off, the guard is not written, so its interval is not judged.
     assert role_state.combination_problems(preset_values(gpunode_tuning_guard_interval=interval,
                                                          gpunode_tuning_guard_enabled=False)) == []
