@@ -34,8 +34,12 @@ GPUNODE_APT_QEMU_BUILD=(qemu-system-x86 dpkg-dev gcc make ninja-build meson pkg-
     libglib2.0-dev libpixman-1-dev libslirp-dev zlib1g-dev libfdt-dev)
 # integration (tests/integration/test_guard_prometheus.py): the real node_exporter textfile
 # collector and a Prometheus server with promtool, started by the test itself on loopback.
-# Installed with service starts blocked on a systemd machine (gpunode_apt_install_no_start).
+# Installed with service starts blocked (gpunode_apt_install_no_start).
 GPUNODE_APT_PROMETHEUS=(prometheus prometheus-node-exporter)
+# integration (tests/support/slurm.py): Debian's Slurm 22.05 and MUNGE, a controller and one slurmd
+# per simulated host started by the tests themselves on loopback ports, with their own key and
+# directories. Installed with service starts blocked: the packages' own daemons must not run.
+GPUNODE_APT_SLURM=(slurmctld slurmd slurm-client munge)
 # benchmarks/bench_ssh_fleet.py only (not a test stage): its own sshd on loopback addresses.
 GPUNODE_APT_BENCH=(openssh-server openssh-client)
 
@@ -113,12 +117,13 @@ gpunode_apt_install() {
 }
 
 # Runs under the lock: like _gpunode_apt_install_locked, with every service start of the
-# packages' maintainer scripts refused (policy-rc.d exit 101) and their units disabled
-# afterwards, when PID 1 is systemd. Elsewhere (no systemd) nothing starts anyway.
+# packages' maintainer scripts refused (policy-rc.d exit 101) and, when PID 1 is systemd, their
+# units disabled afterwards. The policy is needed without systemd too: invoke-rc.d runs a
+# package's init script when no policy forbids it (munge's would start munged with the system key).
 _gpunode_apt_install_no_start_locked() {
     local policy=/usr/sbin/policy-rc.d own_policy='' rc=0 units=() pkg unit
     [[ -n $(gpunode_apt_missing "$@") ]] || return 0
-    if [[ -d /run/systemd/system && ! -e $policy ]]; then
+    if [[ ! -e $policy ]]; then
         printf '#!/bin/sh\n# gpunode.tuning setup: no service starts while test tools install\nexit 101\n' >"$policy"
         chmod 0755 "$policy"
         own_policy=1
@@ -137,7 +142,7 @@ _gpunode_apt_install_no_start_locked() {
 }
 
 # gpunode_apt_install_no_start PKG...: install the missing ones without starting their services
-# (test tools that the tests start themselves, on loopback: prometheus, node_exporter).
+# (test tools that the tests start themselves, on loopback: prometheus, node_exporter, Slurm, MUNGE).
 gpunode_apt_install_no_start() {
     [[ -n $(gpunode_apt_missing "$@") ]] || return 0
     command -v apt-get >/dev/null || {

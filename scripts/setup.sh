@@ -22,7 +22,7 @@ case ${1:-} in
 "") ;;
 --tests)
     APT_PACKAGES+=("${GPUNODE_APT_TESTS[@]}" "${GPUNODE_APT_VM_HOST[@]}" "${GPUNODE_APT_QEMU_BUILD[@]}")
-    NO_START_PACKAGES+=("${GPUNODE_APT_PROMETHEUS[@]}")
+    NO_START_PACKAGES+=("${GPUNODE_APT_PROMETHEUS[@]}" "${GPUNODE_APT_SLURM[@]}")
     ;;
 *)
     echo "usage: scripts/setup.sh [--tests]" >&2
