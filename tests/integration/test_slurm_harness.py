@@ -100,7 +100,7 @@ def test_a_rebooted_node_comes_back_down_until_resumed_and_a_drained_one_keeps_i
 def test_out_of_service_reading_of_sinfo_states():
     assert [out_of_service(s) for s in ("idle", "mixed", "allocated", "completing", "idle~", "planned")] == [False] * 6
     assert all(out_of_service(s) for s in ("drained", "draining", "down", "down*", "idle*", "fail", "failing",
-                                           "maint", "reboot^", "drained*", "allocated*"))
+                                           "maint", "reboot^", "drained*", "allocated*", "mixed@", "idle$"))
 
 
 def test_a_command_that_fails_names_itself(cluster):

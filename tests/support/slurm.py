@@ -42,8 +42,10 @@ START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 PARTITION = "gpunodes"
 # sinfo's %T words (after the flag suffixes are cut off) that take a node out of service, and the
-# NOT_RESPONDING suffix "*": the test's own reading, independent of the code under test.
+# suffixes that do (sinfo(1), NODE STATE CODES: * not responding, $ maintenance reservation, @ pending
+# reboot, ^ reboot issued): the test's own reading, independent of the code under test.
 OUT_OF_SERVICE_WORDS = ("drain", "down", "fail", "maint", "reboot")
+OUT_OF_SERVICE_SUFFIXES = "*$@^"
 STATE_SUFFIXES = "*~#!%$@^-"
 # The longest socket path AF_UNIX takes (sun_path is 108 bytes with its NUL); slurmd's step sockets
 # live in its spool directory as <spool>/<node>_<job>.<step>.
@@ -79,8 +81,9 @@ def base_state(state: str) -> str:
 
 
 def out_of_service(state: str) -> bool:
-    """Whether sinfo's %T ``state`` takes the node out of service (drain, down, fail, maint, reboot, or ``*``)."""
-    if state.endswith("*"):
+    """Whether sinfo's %T ``state`` takes the node out of service (drain, down, fail, maint, reboot, or a suffix
+    ``*``, ``$``, ``@``, ``^``)."""
+    if state[-1:] and state[-1] in OUT_OF_SERVICE_SUFFIXES:
         return True
     return any(word in base_state(state).lower() for word in OUT_OF_SERVICE_WORDS)
 
@@ -509,14 +512,21 @@ class SlurmCluster:
         if kill_jobs:
             self._kill_marked(lambda env: env.get(NODE_MARK) == node or env.get("SLURMD_NODENAME") == node)
 
-    def reboot_node(self, node: str, down_seconds: float = 2.0, new_boot: bool = True) -> None:
+    def reboot_node(self, node: str, down_seconds: float = 2.0, new_boot: bool = True, timeout: float = 20.0) -> None:
         """A reboot of ``node`` as Slurm sees it: slurmd and its jobs gone for ``down_seconds``, then a slurmd that
-        reports a fresh boot registers (Slurm sets the node DOWN, "Node unexpectedly rebooted", unless ReturnToService
-        is 2; a drained node stays drained, DOWN+DRAIN, with its reason). Slurm notices the reboot only when its boot
-        time is a later second than the node's last answer: a reboot is never quicker than that."""
+        reports a fresh boot registers; returns once slurmctld shows the new BootTime (SlurmError after ``timeout``).
+
+        Slurm then sets the node DOWN, "Node unexpectedly rebooted" (unless ReturnToService is 2); a drained node
+        stays drained, DOWN+DRAIN, with its reason. Slurm notices the reboot only when the boot time is a later
+        second than the node's last answer: a reboot is never quicker than that.
+        """
+        before = self.show_node(node).get("BootTime")
         self.stop_node(node)
         time.sleep(down_seconds)
         self.start_node(node, new_boot=new_boot)
+        if new_boot:
+            self.wait_for("slurmctld to see %s's new boot (BootTime was %s)" % (node, before),
+                          lambda: self.show_node(node).get("BootTime") not in (before, None), timeout)
 
     def start(self) -> SlurmCluster:
         """Start munged, slurmctld and every slurmd; return once every node is idle."""
