@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -931,6 +932,67 @@ def _write_policy(t: _Tree, p: Preset, cpu: int) -> None:
         t.write(f"{pol}/energy_performance_preference", p.epp)
         t.write(f"{pol}/energy_performance_available_preferences", EPP_CHOICES)
     t.symlink(f"../cpufreq/policy{cpu}", f"{CPU_BASE}/cpu{cpu}/cpufreq")
+
+
+# The preset whose cpufreq layout each driver family has (policies, governors, EPP, boost, status files).
+CPUFREQ_LAYOUT = {"acpi-cpufreq": "audited-epyc-8gpu", "amd-pstate": "epyc-pstate-epp",
+                  "intel_pstate": "xeon-4gpu-switch"}
+# Drivers in these modes have no energy performance preference and offer every governor.
+NO_EPP_DRIVERS = ("amd-pstate", "intel_cpufreq")
+
+
+def cpufreq_family(driver: str) -> str:
+    """The driver family (``amd-pstate``, ``intel_pstate``, ``acpi-cpufreq``) a scaling driver belongs to."""
+    if driver.startswith("amd-pstate"):
+        return "amd-pstate"
+    return "intel_pstate" if driver in ("intel_pstate", "intel_cpufreq") else "acpi-cpufreq"
+
+
+def _online_cpus(t: _Tree) -> list:
+    out = []
+    with open(t.path(f"{CPU_BASE}/online"), encoding="ascii") as fh:
+        for part in fh.read().strip().split(","):
+            first, _sep, last = part.partition("-")
+            out += list(range(int(first), int(last or first) + 1))
+    return out
+
+
+def _clear_cpufreq(t: _Tree, cpus: list) -> None:
+    """The running driver's files gone: its policies, their per-CPU links, the pstate status directories."""
+    for part in ("cpufreq", "amd_pstate", "intel_pstate"):
+        shutil.rmtree(t.path(f"{CPU_BASE}/{part}"), ignore_errors=True)
+    for cpu in cpus:
+        if os.path.islink(t.path(f"{CPU_BASE}/cpu{cpu}/cpufreq")):
+            os.unlink(t.path(f"{CPU_BASE}/cpu{cpu}/cpufreq"))
+
+
+def set_cpufreq_driver(root: str, driver: str, mode: str | None = None) -> None:
+    """Give the node the cpufreq layout of ``driver`` in ``mode`` (what the kernel shows after a boot into it).
+
+    ``driver`` is a scaling driver name (``acpi-cpufreq``, ``amd-pstate-epp``, ``amd-pstate``, ``intel_pstate``,
+    ``intel_cpufreq``); ``mode`` the pstate status (``active``, ``passive``, ``guided``; None: the layout's own).
+    The policies, governors, EPP and boost files are those of the driver family's preset; passive and guided
+    modes have no EPP and offer the ACPI governors.
+    """
+    family = cpufreq_family(driver)
+    p = Preset(name=CPUFREQ_LAYOUT[family], **PRESETS[CPUFREQ_LAYOUT[family]])
+    t = _Tree(root)
+    cpus = _online_cpus(t)
+    _clear_cpufreq(t, cpus)
+    for cpu in cpus:
+        _write_policy(t, p, cpu)
+        t.write(f"{CPU_BASE}/cpufreq/policy{cpu}/scaling_driver", driver)
+        if driver in NO_EPP_DRIVERS:
+            for name in ("energy_performance_preference", "energy_performance_available_preferences"):
+                os.unlink(t.path(f"{CPU_BASE}/cpufreq/policy{cpu}/{name}"))
+            t.write(f"{CPU_BASE}/cpufreq/policy{cpu}/scaling_available_governors", ACPI_GOVERNORS)
+    if p.boost is not None:
+        t.write(f"{CPU_BASE}/cpufreq/boost", p.boost)
+    if family == "amd-pstate":
+        t.write(f"{CPU_BASE}/amd_pstate/status", mode or p.amd_pstate_status)
+    if family == "intel_pstate":
+        t.write(f"{CPU_BASE}/intel_pstate/status", mode or p.intel_pstate[0])
+        t.write(f"{CPU_BASE}/intel_pstate/no_turbo", p.intel_pstate[1])
 
 
 def _write_numa(t: _Tree, p: Preset) -> None:

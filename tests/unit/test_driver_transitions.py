@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import subprocess
 import sys
 
@@ -27,8 +26,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 CPUS = 4
 CPU = "sys/devices/system/cpu"
-# The preset whose cpufreq layout each driver family has.
-LAYOUT = {"acpi-cpufreq": "audited-epyc-8gpu", "amd-pstate": "epyc-pstate-epp", "intel_pstate": "xeon-4gpu-switch"}
 DROPIN = bootcmdline.DEFAULT_DROPIN.lstrip("/")
 
 # A stateful grubby stand-in: the default entry's arguments in <root>/grubby.args.
@@ -93,27 +90,8 @@ def read(root, rel, default=None):
 
 
 def set_driver(root, tmp_path, driver, mode):
-    """Give the node the cpufreq layout of ``driver`` in ``mode`` (what the kernel shows after a boot into it)."""
-    family = "amd-pstate" if driver.startswith("amd-pstate") else \
-        "intel_pstate" if driver in ("intel_pstate", "intel_cpufreq") else "acpi-cpufreq"
-    donor = str(tmp_path / ("layout-%s-%d" % (driver, len(os.listdir(tmp_path)))))
-    simnode.build(donor, LAYOUT[family], cpus=CPUS, gpus=0)
-    for part in ("cpufreq", "amd_pstate", "intel_pstate"):
-        shutil.rmtree(os.path.join(root, CPU, part), ignore_errors=True)
-        if os.path.isdir(os.path.join(donor, CPU, part)):
-            shutil.copytree(os.path.join(donor, CPU, part), os.path.join(root, CPU, part), symlinks=True)
-    status = {"amd-pstate": "amd_pstate/status", "intel_pstate": "intel_pstate/status"}.get(family)
-    if status:
-        write(root, "%s/%s" % (CPU, status), mode)
-    for cpu in range(CPUS):
-        policy = "%s/cpufreq/policy%d" % (CPU, cpu)
-        write(root, policy + "/scaling_driver", driver)
-        if driver in ("amd-pstate", "intel_cpufreq"):  # passive and guided modes have no EPP
-            for name in ("energy_performance_preference", "energy_performance_available_preferences"):
-                os.unlink(os.path.join(root, policy, name))
-            write(root, policy + "/scaling_available_governors", "conservative ondemand userspace powersave "
-                                                                 "performance schedutil")
-    shutil.rmtree(donor)
+    """Give the node the cpufreq layout of ``driver`` in ``mode`` (simnode's, as its simulated reboot switches it)."""
+    simnode.set_cpufreq_driver(root, driver, mode)
 
 
 def make_node(build_node, tmp_path, preset, driver, mode, loader):
