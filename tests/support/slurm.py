@@ -65,7 +65,7 @@ def free_ports(count: int) -> list[int]:
     """``count`` distinct TCP ports free on 127.0.0.1 now (all bound at once, then released)."""
     sockets = []
     try:
-        for _ in range(count):
+        while len(sockets) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
             sockets.append(sock)

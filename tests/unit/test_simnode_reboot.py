@@ -177,8 +177,8 @@ def test_a_node_without_a_journal_resets_nothing(build_node):
 
 def test_sysctl_dropins_apply_in_boot_order_and_a_missing_key_is_named(build_node):
     root = build_node("audited-epyc-8gpu", cpus=2, gpus=0)
-    write(root, "etc/sysctl.d/90-gpunode-tuning.conf", "# ours\nvm.swappiness=10\nnet.core.somaxconn = 4096\n"
-                                                      "vm.nosuchkey=1\n-vm.optional_missing = 2\n")
+    write(root, "etc/sysctl.d/90-gpunode-tuning.conf",
+          "# ours\nvm.swappiness=10\nnet.core.somaxconn = 4096\nvm.nosuchkey=1\n-vm.optional_missing = 2\n")
     simnode.write_sysctl_file(root)  # the cloud image's cloud-optimization.conf sorts after ours: it wins at boot
     report = simnode.reboot(root)
     assert read(root, "proc/sys/vm/swappiness").strip() == "60"
@@ -191,8 +191,8 @@ def test_modules_load_dropins_load_through_the_node_s_modprobe_with_their_option
     root = build_node("audited-epyc-8gpu", cpus=2, gpus=0)
     write(root, "etc/modules-load.d/gpunode-tuning-tcp_bbr.conf", "tcp_bbr\n")
     write(root, "etc/modprobe.d/gpunode-tuning-tcp_bbr.conf", "options tcp_bbr answer=42\n")
-    write(root, "etc/modules-load.d/gpunode-tuning-nvidia_peermem.conf", "# a module that fails as without MOFED\n"
-                                                                          "nvidia_peermem\n")
+    write(root, "etc/modules-load.d/gpunode-tuning-nvidia_peermem.conf",
+          "# a module that fails as without MOFED\nnvidia_peermem\n")
     report = simnode.reboot(root)
     assert report["modules"]["loaded"] == ["tcp_bbr"]
     assert read(root, "sys/module/tcp_bbr/parameters/answer").strip() == "42"
