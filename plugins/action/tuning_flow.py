@@ -5,7 +5,7 @@
 On the controller it reads the role's variables as the inventory, the role defaults and the
 presets hold them, with their types on every supported ansible-core (plugin_utils/role_variables.py),
 checks them against the role's argument specs and the combinations no spec can express, and builds
-the one desired state from the registry of knob families (module_utils/role_state.py). Then:
+the one desired state from the registry of knob families (plugin_utils/desired_state.py). Then:
 
 - ``precheck``: nothing runs on the node; a bad variable fails the host naming it, its value and what
   is allowed, and the result carries the desired state for the tasks that follow.
@@ -34,8 +34,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot, role_state
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables
 
 display = Display()
 ARGUMENT_SPEC = {
@@ -67,29 +67,30 @@ class ActionModule(ActionBase):
         values, problem = self._values(task_vars, args["entry_point"] or ENTRY_POINTS.get(flow) or "main")
         if problem:
             return {"failed": True, "changed": False, "msg": problem}
-        desired = role_state.desired_state(values) if flow != "rollback" else None
+        desired = desired_state.desired_state(values) if flow != "rollback" else None
         if flow == "precheck":
             return {"changed": False, "desired": desired, "msg": "the role's variables are valid", "module_runs": 0}
         if flow in ("verify", "health"):
             return self._verify(flow, args["gate"], values, desired, task_vars)
         tags = (context.CLIARGS.get("tags"), context.CLIARGS.get("skip_tags"), self._task.tags)
         if flow == "runtime":
-            requests = role_state.runtime_requests(desired, values, role_state.selected_families(flow, *tags))
+            requests = desired_state.runtime_requests(desired, values, desired_state.selected_families(flow, *tags))
             return dict(self._apply(requests, values, task_vars), desired=desired)
         if flow == "persistent":
-            concerns = role_state.selected_concerns(flow, *tags)
+            concerns = desired_state.selected_concerns(flow, *tags)
             return dict(self._persist(concerns, desired, values, task_vars), desired=desired)
-        concerns, families = role_state.rollback_selection(*tags)
+        concerns, families = desired_state.rollback_selection(*tags)
         removed = self._persist(concerns if args["include_persistent"] else [], {}, values, task_vars, remove=True)
-        restored = self._apply(role_state.restore_requests(values, families), values, task_vars)
-        return dict(role_state.rollback_result(removed, restored),
+        restored = self._apply(desired_state.restore_requests(values, families), values, task_vars)
+        return dict(desired_state.rollback_result(removed, restored),
                     module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
 
     def _values(self, task_vars, entry_point):
         """``(validated variables, None)`` or ``(None, the message naming every bad variable)``."""
         try:
-            raw, errors = role_variables.resolve(self._templar, task_vars)
+            raw, errors, renamed = role_variables.resolve(self._templar, task_vars)
             validated, more, warnings = role_variables.check(raw, [entry_point])
+            warnings = renamed + warnings
         except role_variables.RoleVariablesError as exc:
             raise AnsibleActionFail("gpunode.tuning.tuning_flow: %s" % exc) from exc
         for line in warnings:
@@ -100,9 +101,9 @@ class ActionModule(ActionBase):
         if not errors:
             merged = dict(raw)
             merged.update(validated)
-            errors += role_state.combination_problems(merged, entry_point)
+            errors += desired_state.combination_problems(merged, entry_point)
             if entry_point != "rollback":
-                errors += role_state.desired_problems(role_state.desired_state(merged), merged)
+                errors += desired_state.desired_problems(desired_state.desired_state(merged), merged)
             validated = merged
         if errors:
             return None, "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))
@@ -131,9 +132,9 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname")
         verified_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if flow == "verify":
-            module_args = role_state.verify_options(values, desired, host, verified_at, gate)
+            module_args = desired_state.verify_options(values, desired, host, verified_at, gate)
         else:
-            module_args = role_state.health_options(values, desired, host)
+            module_args = desired_state.health_options(values, desired, host)
         result = self._execute_module(module_name="gpunode.tuning.tuning_info", module_args=module_args,
                                       task_vars=task_vars)
         result.update(module_runs=1, verified_at=verified_at, desired=desired)
@@ -145,10 +146,10 @@ class ActionModule(ActionBase):
             return {"changed": False, "skipped": True, "concerns": {}, "failed_concerns": {}, "module_runs": 0,
                     "skip_reason": "no persistent concern is selected by the tags"}
         names = [c.name for c in concerns]
-        settings = role_state.persist_settings(values)
+        settings = desired_state.persist_settings(values)
         if not remove and "guard" in names:
-            # The guard's config holds tuning_info's options as verification runs them (module_utils/guard_files.py).
-            settings["guard_inputs"] = role_state.guard_inputs(values, desired, task_vars.get("inventory_hostname"),
+            # The guard's config holds tuning_info's options as verification runs them (flows/guard_files.py).
+            settings["guard_inputs"] = desired_state.guard_inputs(values, desired, task_vars.get("inventory_hostname"),
                                                                collection_version())
         module_args = {"state": "absent" if remove else "present", "concerns": names,
                        "desired": desired, "settings": settings,

@@ -20,9 +20,9 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log, registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import vendor_from_cpuinfo
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import vendor_from_cpuinfo
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     SYSFS_CPU,
     Node,
     NodeError,
@@ -34,7 +34,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     read_small,
     selected_bracket,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
     DeviceSelector,
     decode_pcie,
     list_devices,
@@ -42,8 +42,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
     pcie_bus_perf,
     read_config,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import KMOD_NAME_ALLOWED as NAME_ALLOWED
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import KMOD_NAME_RE, sysfs_name
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import KMOD_NAME_ALLOWED as NAME_ALLOWED
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import KMOD_NAME_RE, sysfs_name
 
 SELECTOR_KEYS = ("vendor", "device", "class_prefixes", "bdfs")
 PERSISTENCED_COMM = "nvidia-persistenced"
@@ -473,7 +473,4 @@ def gather(node: Node, pci_selector: dict | None = None, sysctls: list[str] | No
         "nvidia": nvidia_facts(node),
         "kernel_log": kernel_log.kernel_log_facts(node, kmsg_levels, kmsg_since, kmsg_ignore),
     }
-    for fam in registry.FAMILIES:  # the facts of the families that read their own (the registry's read)
-        if fam.read is not None:
-            facts[fam.name] = fam.read(node, selector)
     return facts

@@ -3,7 +3,7 @@
 """The guard's status as Prometheus metrics: the text exposition format node_exporter's textfile collector reads.
 
 Pure functions, no I/O: ``render(status)`` turns the status the guard writes as JSON
-(module_utils/guard.py, ``build_status``) into the ``.prom`` file's text, so the file and the JSON
+(module_utils/flows/guard.py, ``build_status``) into the ``.prom`` file's text, so the file and the JSON
 always say the same. Naming follows Prometheus' rules: the prefix ``gpunode_tuning_``, base units
 (seconds, transfers per second), ``_total`` only on counters, ``_info`` on metadata, and no
 timestamps on samples (node_exporter refuses them in textfiles).
@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any, Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import STATES
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import STATES
 
 PREFIX = "gpunode_tuning_"
 VERDICTS = ("pass", "fail", "error")

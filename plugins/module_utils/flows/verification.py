@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Verification: compare a node's facts with the desired state, setting by setting.
 
-Pure functions, no I/O: the tuning_info module reads the node (module_utils/verify_node.py: the
+Pure functions, no I/O: the tuning_info module reads the node (module_utils/flows/verify.py: the
 facts, the kernel arguments configured for the next boot, the sysctl drop-in, the boot unit, the
 journal marker, nvidia-smi) and calls ``evaluate_host`` here; the role renders the reports from its
 result, and the controller-side filters (plugins/filter/verification.py) call ``fleet_summary`` and
@@ -24,19 +24,24 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from typing import Any, Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import parse_dropin, parse_grubby_info
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import driver_family
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import (
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import parse_dropin, parse_grubby_info
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import driver_family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     STATES,
     EvaluationError,
     normalize_value,
     setting,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import has_arg
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import has_arg
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
+    parse_gpu_query,
+    parse_p2p,
+    parse_topology,
+    smi_failure,
+)
 
 # Verdicts a caller can gate on (evaluate_host's gate): the whole desired state, or what runtime
 # tuning can apply (the runtime rollout, which cannot switch a cpufreq driver or add kernel arguments).
@@ -46,26 +51,11 @@ REBOOT_ONLY_FAMILIES = registry.reboot_only()
 # Report families in report order, with their titles; the fleet summary has one column per family.
 FAMILY_TITLES = {**registry.report_titles(), "gpu": "GPU"}
 FAMILIES = tuple(FAMILY_TITLES)
-# Kernel-log classes (module_utils/kernel_log.py) that fail verification by default.
+# Kernel-log classes (module_utils/core/kernel_log.py) that fail verification by default.
 # The role's default too (defaults/main.yml): Xids are judged by gpu_health (the serious ones fail).
 DEFAULT_FAIL_CLASSES = ("aer", "fallen_off_bus")
 KMSG_CLASSES = ("aer", "xid", "fallen_off_bus", "lockdown", "module_failure", "noise", "other")
 BOOT_UNIT = "gpunode-tuning-boot.service"
-# The codes of nvidia-smi topo -p2p, as its legend spells them (drivers 525-610); a legend the output
-# prints itself explains a code missing here (parse_p2p).
-P2P_LEGEND = {
-    "X": "self",
-    "OK": "ok",
-    "CNS": "chipset not supported",
-    "GNS": "GPU not supported",
-    "TNS": "topology not supported",
-    "NS": "not supported",
-    "DR": "disabled by regkey",
-    "U": "unknown",
-}
-# ANSI escapes (drivers 590-610 underline the topo header row even when stdout is a file or a pipe).
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_LEGEND_LINE = re.compile(r"^\s*([A-Z#]+)\s+=\s+(.+?)\s*$")
 
 
 # The input of an evaluation is malformed; the message names what was expected.
@@ -149,94 +139,6 @@ def kmsg_since(journal: Any = None, boot_id: str | None = None, override: float 
             "detail": "since boot (the last runtime tuning, %s, was in an earlier boot)" % marker.get("time")}
 
 
-def strip_ansi(text: str | None) -> str:
-    """``text`` without ANSI escape sequences."""
-    return _ANSI.sub("", text or "")
-
-
-def _matrix(text):
-    """GPU x GPU cells of an ``nvidia-smi topo`` matrix: ``(names, {(row, col): cell})``.
-
-    Tolerant of what real output and pastes of it look like: ANSI escapes around the header, tabs or
-    runs of spaces, a leading space or indentation, a trailing tab, NIC rows and columns after the GPUs,
-    a legend with or without a blank line before it.
-    """
-    names = []
-    cells = {}
-    for line in strip_ansi(text).splitlines():
-        fields = line.replace("\t", " ").split()
-        if not fields:
-            if names and cells:
-                break
-            continue
-        if fields[0] == "Legend:":
-            break
-        if not names:
-            if re.match(r"^GPU\d+$", fields[0]):
-                names = [f for f in fields if re.match(r"^GPU\d+$", f)]
-            continue
-        if re.match(r"^GPU\d+$", fields[0]):
-            row = fields[0]
-            for col, cell in zip(names, fields[1:1 + len(names)]):
-                cells[(row, col)] = cell
-    return names, cells
-
-
-def parse_legend(text: str | None) -> dict:
-    """``{code: meaning}`` of the legend an ``nvidia-smi topo`` output prints below its matrix."""
-    out = {}
-    lines = strip_ansi(text).splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == "Legend:"), None)
-    for line in lines[start + 1:] if start is not None else []:
-        m = _LEGEND_LINE.match(line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
-
-
-def parse_topology(text: str | None) -> dict:
-    """``nvidia-smi topo -m``: ``{gpus, links: [{a, b, link}]}`` for each unordered GPU pair."""
-    names, cells = _matrix(text)
-    links = []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if (a, b) in cells:
-                links.append({"a": a, "b": b, "link": cells[(a, b)]})
-    return {"gpus": names, "links": links}
-
-
-def parse_p2p(text: str | None) -> dict:
-    """``nvidia-smi topo -p2p r|w``: ``{gpus, pairs: [{a, b, status, meaning}], not_ok: [...]}``.
-
-    Pairs are ordered (a -> b); the diagonal is left out.
-    """
-    names, cells = _matrix(text)
-    legend = parse_legend(text)
-    pairs = []
-    for a in names:
-        for b in names:
-            if a == b or (a, b) not in cells:
-                continue
-            status = cells[(a, b)]
-            meaning = P2P_LEGEND.get(status) or (legend.get(status) or "unknown code").lower()
-            pairs.append({"a": a, "b": b, "status": status, "meaning": meaning})
-    return {"gpus": names, "pairs": pairs, "not_ok": [p for p in pairs if p["status"] != "OK"]}
-
-
-def parse_gpu_query(text):
-    """``nvidia-smi --query-gpu=index,pci.bus_id,persistence_mode --format=csv,noheader`` lines."""
-    gpus = []
-    for line in (text or "").splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3 or not parts[0].isdigit():
-            continue
-        bus_id = parts[1].lower()
-        # nvidia-smi prints an 8-digit domain (00000000:41:00.0); sysfs uses 4.
-        m = re.match(r"^0*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$", bus_id)
-        gpus.append({"index": int(parts[0]), "bdf": m.group(1) if m else bus_id, "persistence_mode": parts[2]})
-    return gpus
-
-
 # ---------------------------------------------------------------------------------------------
 # Settings
 # ---------------------------------------------------------------------------------------------
@@ -245,11 +147,11 @@ def parse_gpu_query(text):
 class Context:
     """Everything besides tuning_facts that an evaluation looks at (all optional)."""
 
-    def __init__(self, cmdline: dict | None = None, sysctl_persisted: dict | None = None, boot_unit: bool = False,
+    def __init__(self, boot_config: dict | None = None, sysctl_persisted: dict | None = None, boot_unit: bool = False,
                  modules_persisted: Iterable[str] | None = None, root: str = "/", running_args: Iterable[str] = (),
                  sysctl_overrides: dict | None = None, boot_unit_state: dict | None = None):
-        self.configured_args, self.cmdline_error = configured_arguments(cmdline)
-        self.cmdline_source = (cmdline or {}).get("bootloader")
+        self.configured_args, self.cmdline_error = configured_arguments(boot_config)
+        self.cmdline_source = (boot_config or {}).get("bootloader")
         self.running_args = list(running_args or [])
         self.sysctl_persisted = sysctl_persisted  # dict key -> value, or None when no drop-in
         # key -> {file, value}: a sysctl file applied after our drop-in sets the key otherwise.
@@ -317,13 +219,6 @@ def _dropin_arguments(cmdline):
 # ---------------------------------------------------------------------------------------------
 # GPU section (nvidia-smi)
 # ---------------------------------------------------------------------------------------------
-
-
-def smi_failure(res: dict, what: str = "nvidia-smi") -> str:
-    """Why an nvidia-smi answer (``{rc, stdout, stderr, timed_out}``) failed: its hang, or its exit and message."""
-    result = command.Result(res.get("rc"), res.get("stdout") or "", res.get("stderr") or "",
-                            timed_out=bool(res.get("timed_out")))
-    return command.failure(what, result)
 
 
 def _pci_gpu_count(facts):
@@ -454,7 +349,7 @@ def _context(facts: dict, context: dict | None) -> Context:
     """The Context of ``evaluate_host``'s ``context`` dict and the running kernel arguments of the facts."""
     c = dict(context or {})
     text = c.get("sysctl_persisted")
-    return Context(cmdline=c.get("cmdline"),
+    return Context(boot_config=c.get("boot_config"),
                    sysctl_persisted=None if text is None else parse_sysctl_conf(text),
                    boot_unit=c.get("boot_unit"), modules_persisted=c.get("modules_persisted"),
                    root=c.get("root") or "/",
@@ -491,7 +386,7 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
     ``pcie_mrrs`` {mrrs}, ``cpuidle`` {disable, max_latency_us, cpus}, ``cpufreq`` {driver,
     amd_pstate_mode, intel_pstate_status, governor, epp, boost}, ``numa_balancing``, ``thp``
     {enabled, defrag}, ``sysctl`` {key: value}, ``kmod`` {modules: [...]}, ``cmdline`` [args].
-    ``context``: a dict with ``cmdline`` (see ``configured_arguments``), ``sysctl_persisted``
+    ``context``: a dict with ``boot_config`` (see ``configured_arguments``), ``sysctl_persisted``
     (the drop-in text), ``boot_unit`` (bool), ``modules_persisted`` (names), ``root``.
     ``gate``: which verdict ``gate`` holds, ``full`` (the host's status) or ``runtime`` (see
     ``gate_verdict``); the settings and the host's status are the same either way.

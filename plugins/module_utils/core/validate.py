@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 # The PCI selector rules are setpci_mrrs's own (one definition each); here they only get this
 # module's error type.
-from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
     normalize_bdf,
     normalize_class_prefix,
     normalize_hex_id,

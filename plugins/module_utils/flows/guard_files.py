@@ -7,7 +7,7 @@ verification options, ``/etc/gpunode-tuning/guard.json``), its oneshot service a
 as ``{path, content, mode}``; ``removal_paths(options)`` every file the persistent flow or the
 guard writes (the units, the timer's wants link, the config, the status file, the code cache, the
 ``.prom`` file), and ``removal_dirs`` the directory to remove once empty. The guard itself is
-module_utils/guard.py, run by the boot runner (``RUNNER guard --config ...``).
+module_utils/flows/guard.py, run by the boot runner (``RUNNER guard --config ...``).
 
 ``CONCERN`` is the persistent flow's ``guard`` concern (tag ``guard``; persist.concerns() runs it
 after the others, rollback before them). ``options`` (``options_of`` builds them from the role's
@@ -28,9 +28,10 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import guard, persist
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import ValidationError, absolute_path
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, absolute_path
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import guard
 
 SERVICE = "gpunode-tuning-guard.service"
 TIMER = "gpunode-tuning-guard.timer"
@@ -106,7 +107,7 @@ def service_unit(options: dict) -> str:
     return "\n".join([
         "# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.",
         "# The guard: re-verify the tuning with the collection's own code (the boot runner's guard",
-        "# subcommand, module_utils/guard.py) and write the status and Prometheus metrics.",
+        "# subcommand, module_utils/flows/guard.py) and write the status and Prometheus metrics.",
         "[Unit]",
         "Description=gpunode.tuning guard: re-verify the tuning, write its status and metrics",
         "After=gpunode-tuning-boot.service systemd-sysctl.service",
@@ -185,7 +186,7 @@ def _journal(pc) -> str:
 
 
 def options_of(pc) -> dict:
-    """The options above from a ``persist.PersistCall``: the role's settings and the inputs the action adds."""
+    """The options above from a ``persistence.PersistCall``: the role's settings and the inputs the action adds."""
     s = pc.settings
     inputs = s.get("guard_inputs") or {}
     return {"python": s["boot_python"], "runner": s["boot_script"], "journal": _journal(pc),
@@ -214,11 +215,11 @@ def persist_guard(pc) -> dict:
                           % python)
     changed = [pc.files.write(absolute_path(opts["runner"]), pc.settings["runner_text"], 0o755)]
     changed += [pc.files.write(f["path"], f["content"], int(f["mode"], 8)) for f in files]
-    if persist.systemd_running(pc.node):
+    if persistence.systemd_running(pc.node):
         if any(changed):
-            persist.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
+            persistence.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
         # Started on a running node, the timer runs the guard at once (its OnBootSec is past).
-        persist.run_command(pc, ["systemctl", "enable", "--now", TIMER], "enabling and starting the guard timer")
+        persistence.run_command(pc, ["systemctl", "enable", "--now", TIMER], "enabling and starting the guard timer")
     else:
         pc.files.link(TIMER_WANTS_LINK, TIMER_PATH)
     guard_doc = json.loads(files[0]["content"])["guard"]
@@ -233,11 +234,11 @@ def remove_guard(pc) -> dict:
         paths, dirs = removal_paths(opts), removal_dirs(opts)
     except ValidationError as exc:
         raise FamilyError("guard: %s; nothing was removed" % exc) from None
-    running = persist.systemd_running(pc.node)
+    running = persistence.systemd_running(pc.node)
     if running and pc.files.read(TIMER_PATH) is not None:
         # Stopped before its files go, so that no run writes them again.
-        persist.run_command(pc, ["systemctl", "disable", "--now", TIMER], "stopping the guard timer")
-        persist.run_command(pc, ["systemctl", "stop", SERVICE], "stopping the guard service")
+        persistence.run_command(pc, ["systemctl", "disable", "--now", TIMER], "stopping the guard timer")
+        persistence.run_command(pc, ["systemctl", "stop", SERVICE], "stopping the guard service")
     removed = [p for p in paths if pc.files.remove(p)]
     for directory in ([absolute_path(opts["textfile_dir"])] if opts["textfile_dir"] else []) + dirs:
         full = pc.node.path(directory)
@@ -249,8 +250,8 @@ def remove_guard(pc) -> dict:
         if os.path.isdir(full) and not os.path.islink(full) and not os.listdir(full):
             pc.files.remove(directory)
     if removed and running:
-        persist.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
+        persistence.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
     return {}
 
 
-CONCERN = persist.Concern("guard", ("guard",), persist_guard, remove_guard)
+CONCERN = persistence.Concern("guard", ("guard",), persist_guard, remove_guard)

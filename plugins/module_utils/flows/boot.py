@@ -9,7 +9,7 @@ for one hot-added PCI function::
 
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json --only-mrrs --bdf 0000:41:00.0
-    python3 -I -B RUNNER guard --config /etc/gpunode-tuning/guard.json      (the guard: module_utils/guard.py)
+    python3 -I -B RUNNER guard --config /etc/gpunode-tuning/guard.json      (the guard: module_utils/flows/guard.py)
 
 No journal: boot re-apply is not a change to roll back (the runtime run journaled the originals).
 No Ansible import, Python 3.8+, standard library only. One line per family goes to stdout
@@ -34,9 +34,10 @@ import json
 import os
 import sys
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import persist, registry, validate
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 
 VERSION = 1
 # The family the udev rule re-applies for one hot-added PCI function (--only-mrrs --bdf).
@@ -139,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     """The boot unit's and the udev rule's entry point (the guard's with ``guard``); returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["guard"]:
-        # The guard unit runs the same runner: `RUNNER guard --config FILE` (module_utils/guard.py).
+        # The guard unit runs the same runner: `RUNNER guard --config FILE` (module_utils/flows/guard.py).
         # Imported here: guard imports this module.
-        from ansible_collections.gpunode.tuning.plugins.module_utils import guard
+        from ansible_collections.gpunode.tuning.plugins.module_utils.flows import guard
 
         return guard.main(argv[1:])
     args = parse_args(argv)
@@ -245,7 +246,7 @@ class _Carried:
 
 _CARRIED = _Carried()
 sys.meta_path.insert(0, _CARRIED)
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
 
 _STATUS = boot.main()
 if CODE_CACHE and _CARRIED.compiled:
@@ -254,20 +255,44 @@ sys.exit(_STATUS)
 '''
 
 
-def carried_sources(directory: str) -> dict:
-    """``{name: source}`` of every module_utils file below ``directory`` (the collection's, on the controller).
+# What the node runs: the boot runner's entry point and the guard's (imported by boot.main).
+ENTRY_POINTS = ("flows.boot", "flows.guard")
 
-    A file in a package is named with dots (``families.pcie_mrrs``); the runner imports it under that name.
+
+def _imported_names(source: str) -> set:
+    """The module_utils names (``core.node``, ``registry``, ...) a source file imports, in any spelling."""
+    import ast  # the controller's work (the persistent flow), not the node's at every boot
+
+    out = set()
+    for item in ast.walk(ast.parse(source)):
+        if isinstance(item, ast.ImportFrom) and (item.module or "").startswith(CARRIED_PACKAGE):
+            base = item.module[len(CARRIED_PACKAGE):].lstrip(".")
+            out |= {".".join(p for p in (base, alias.name) if p) for alias in item.names}
+            if base:
+                out.add(base)
+        elif isinstance(item, ast.Import):
+            out |= {a.name[len(CARRIED_PACKAGE) + 1:] for a in item.names if a.name.startswith(CARRIED_PACKAGE + ".")}
+    return out
+
+
+def carried_sources(directory: str, entry_points: tuple = ENTRY_POINTS) -> dict:
+    """``{name: source}`` of the module_utils files the node runs: the entry points and what they import.
+
+    ``directory`` is the collection's module_utils (on the controller). A file in a package is named with
+    dots (``families.pcie_mrrs``; a package's ``__init__`` as ``core.__init__``); the runner imports it
+    under that name. Controller-only code and the modules' adapters are not carried.
     """
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(directory):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
-        rel = os.path.relpath(dirpath, directory)
-        prefix = "" if rel == "." else rel.replace(os.sep, ".") + "."
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                with open(os.path.join(dirpath, name), encoding="utf-8") as handle:
-                    out[prefix + name[:-3]] = handle.read()
+    out, todo = {}, list(entry_points)
+    while todo:
+        name = todo.pop()
+        path = os.path.join(directory, *name.split("."))
+        for candidate, key in ((path + ".py", name), (os.path.join(path, "__init__.py"), name + ".__init__")):
+            if key not in out and os.path.isfile(candidate):
+                with open(candidate, encoding="utf-8") as handle:
+                    out[key] = handle.read()
+                todo += sorted(_imported_names(out[key]) - set(out))
+                parts = name.split(".")
+                todo += [".".join(parts[:i]) for i in range(1, len(parts))]
     return out
 
 
@@ -278,13 +303,13 @@ def runner_text(sources: dict) -> str:
     other copy of the collection on the node (an Ansible installation) can be the code that runs,
     since the collection's package names resolve only to what this file carries.
     """
-    if "boot" not in sources:
-        raise BootError("the runner's sources have no boot.py: not the collection's module_utils")
+    if "flows.boot" not in sources:
+        raise BootError("the runner's sources have no flows/boot.py: not the collection's module_utils")
     lines = ["# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.",
              "# The boot re-apply runner: it carries the collection's module_utils (below, one entry per file,",
-             "# exactly as in the collection) and runs module_utils/boot.py:",
+             "# exactly as in the collection) and runs module_utils/flows/boot.py:",
              "#   python3 -I -B THIS --desired %s [--only-mrrs --bdf BDF]" % DESIRED_PATH,
-             "#   python3 -I -B THIS guard --config %s   (the guard unit: module_utils/guard.py)" % GUARD_CONFIG_PATH,
+             "#   python3 -I -B THIS guard --config %s   (the guard unit: flows/guard.py)" % GUARD_CONFIG_PATH,
              "import importlib.util", "import marshal", "import os", "import sys", "import tempfile", "",
              "PACKAGE = %s" % json.dumps(CARRIED_PACKAGE), "SOURCES = {"]
     lines += ["    %s: %s," % (json.dumps(name), json.dumps(sources[name])) for name in sorted(sources)]
@@ -305,7 +330,7 @@ def _boot_settings(settings: dict) -> tuple:
 def unit_text(settings: dict) -> str:
     """The oneshot unit that runs the runner at boot, before the inference services."""
     python, script, before = _boot_settings(settings)
-    lines = [persist.HEADER.rstrip("\n"),
+    lines = [persistence.HEADER.rstrip("\n"),
              "# gpunode.tuning: re-apply the runtime-only settings at boot, before the inference services, with",
              "# the node's python3 and the collection's own code (no Ansible at boot).",
              "[Unit]", "Description=Re-apply gpunode.tuning runtime settings (PCIe MRRS and ACS, C-states, cpufreq, "
@@ -324,16 +349,20 @@ def unit_text(settings: dict) -> str:
 def rule_text(settings: dict, desired: dict) -> str:
     """The udev rule that sets MRRS again on a matching PCI function added after boot."""
     python, script, _before = _boot_settings(settings)
-    vendor = (desired.get(UDEV_FAMILY) or {}).get("vendor")
+    vendors = (desired.get(UDEV_FAMILY) or {}).get("vendor")
+    vendors = [vendors] if isinstance(vendors, str) else list(vendors or [])
     try:
-        vendor = validate.pci_id(vendor) if vendor else None
+        vendors = [validate.pci_id(v) for v in vendors]
     except validate.ValidationError as exc:
-        raise FamilyError("gpunode_tuning_mrrs_vendor: %s; nothing was written" % exc) from None
-    match = 'ACTION=="add", SUBSYSTEM=="pci"' + (', ATTR{vendor}=="%s"' % vendor if vendor else "")
-    return (persist.HEADER + "# gpunode.tuning: a PCI function added after boot (hot-add, remove/rescan after a GPU\n"
+        raise FamilyError("gpunode_tuning_gpu_vendors: %s; nothing was written" % exc) from None
+    run = 'RUN+="%s -I -B %s --desired %s --only-mrrs --bdf %%k"' % (python, script, DESIRED_PATH)
+    rules = ['ACTION=="add", SUBSYSTEM=="pci"%s, %s' % (', ATTR{vendor}=="%s"' % v if v else "", run)
+             for v in vendors or [None]]
+    return (persistence.HEADER
+            + "# gpunode.tuning: a PCI function added after boot (hot-add, remove/rescan after a GPU\n"
             "# reset) comes back at the power-up MRRS; the boot runner sets it again when the desired state's\n"
             "# selector matches it. The vendor key only spares udev a Python start per unrelated device.\n"
-            '%s, RUN+="%s -I -B %s --desired %s --only-mrrs --bdf %%k"\n' % (match, python, script, DESIRED_PATH))
+            + "".join(rule + "\n" for rule in rules))
 
 
 def boot_wanted(pc) -> dict:
@@ -355,10 +384,10 @@ def persist_boot_unit(pc) -> dict:
     pc.files.write(script, pc.settings["runner_text"], 0o755)
     pc.files.write(DESIRED_PATH, json.dumps(state, indent=4, sort_keys=True) + "\n")
     unit_changed = pc.files.write(UNIT_PATH, unit_text(pc.settings))
-    if persist.systemd_running(pc.node):
+    if persistence.systemd_running(pc.node):
         if unit_changed:
-            persist.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
-        persist.run_command(pc, ["systemctl", "enable", UNIT_NAME], "enabling the boot unit")
+            persistence.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
+        persistence.run_command(pc, ["systemctl", "enable", UNIT_NAME], "enabling the boot unit")
     else:
         pc.files.link(WANTS_LINK, UNIT_PATH)
     return {"families": sorted(k for k in state if k != "version")}
@@ -367,14 +396,14 @@ def persist_boot_unit(pc) -> dict:
 def remove_boot_unit(pc) -> dict:
     """The unit disabled and removed, with the runner, its desired state and its directories."""
     script = pc.settings["boot_script"]
-    if persist.systemd_running(pc.node) and pc.files.read(UNIT_PATH) is not None:
-        persist.run_command(pc, ["systemctl", "disable", UNIT_NAME], "disabling the boot unit")
+    if persistence.systemd_running(pc.node) and pc.files.read(UNIT_PATH) is not None:
+        persistence.run_command(pc, ["systemctl", "disable", UNIT_NAME], "disabling the boot unit")
     paths = [WANTS_LINK, UNIT_PATH, script, DESIRED_PATH, BOOT_DIR, OLD_LIB_DIR + "/module_utils"]
     if os.path.basename(os.path.dirname(script)) == "gpunode-tuning":
         paths.append(os.path.dirname(script))
     removed = [p for p in paths if pc.files.remove(p)]
-    if removed and persist.systemd_running(pc.node):
-        persist.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
+    if removed and persistence.systemd_running(pc.node):
+        persistence.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
     return {}
 
 
@@ -384,13 +413,13 @@ def persist_udev(pc) -> dict:
     if not (pc.settings.get("udev_enabled") and boot_wanted(pc).get(UDEV_FAMILY)):
         return {"changed": False, "skipped": True, "reason": "the udev rule is off, or MRRS is not re-applied"}
     if pc.files.write(rule, rule_text(pc.settings, pc.desired)):
-        persist.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
+        persistence.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
     return {}
 
 
 def remove_udev(pc) -> dict:
     if pc.files.remove(pc.settings["udev_rule"]):
-        persist.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
+        persistence.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
     return {}
 
 
@@ -400,5 +429,6 @@ def concerns() -> list:
     boot_tags = {tag for _key, fam in registry.boot_families()
                  for tag in ((fam.name, fam.boot_key) if fam.boot_key else (fam.name, *fam.tags))}
     mrrs_tags = {tag for fam in registry.FAMILIES if fam.name == UDEV_FAMILY for tag in (fam.name, *fam.tags)}
-    return [persist.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit, remove_boot_unit),
-            persist.Concern("udev", tuple(sorted(mrrs_tags | {"udev"})), persist_udev, remove_udev)]
+    return [persistence.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit,
+                                remove_boot_unit),
+            persistence.Concern("udev", tuple(sorted(mrrs_tags | {"udev"})), persist_udev, remove_udev)]

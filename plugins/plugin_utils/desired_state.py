@@ -13,17 +13,22 @@ Plain Python, no Ansible import.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import registry, validate
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import as_role_options
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import describe_characters, forbidden_characters
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import as_role_options
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
+    describe_characters,
+    forbidden_characters,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files, persist
 
 FLOWS = ("runtime", "persistent", "rollback", "verify")
 PREFIX = "gpunode_tuning_"
 # The GPUs the PCI families act on: the MRRS selector variables (their names predate ACS).
-SELECTOR_VARIABLES = (("vendor", "gpunode_tuning_mrrs_vendor"), ("device", "gpunode_tuning_mrrs_device"),
-                      ("class_prefixes", "gpunode_tuning_mrrs_class_prefixes"), ("bdfs", "gpunode_tuning_mrrs_bdfs"))
+SELECTOR_VARIABLES = (("vendor", "gpunode_tuning_gpu_vendors"), ("device", "gpunode_tuning_gpu_device"),
+                      ("class_prefixes", "gpunode_tuning_gpu_class_prefixes"), ("bdfs", "gpunode_tuning_gpu_bdfs"))
 
 
 def gpu_selector(values: dict) -> dict:
@@ -90,13 +95,13 @@ def combination_problems(values: dict, entry_point: str = "main") -> list:
     there must not stop a node from being rolled back.
     """
     out = []
-    if (values.get("gpunode_tuning_acs") == "disable_redirect"
-            and values.get("gpunode_tuning_acs_persist") == "kernel_arg"
-            and values.get("gpunode_tuning_cmdline_enabled") is False):
-        out.append("gpunode_tuning_acs_persist: kernel_arg needs gpunode_tuning_cmdline_enabled: true (the kernel "
-                   "argument is written by the command-line family; with it off nothing would keep ACS redirect "
-                   "off after a reboot); set gpunode_tuning_cmdline_enabled: true or gpunode_tuning_acs_persist: "
-                   "boot_unit")
+    if (values.get("gpunode_tuning_pcie_acs") == "disable_redirect"
+            and values.get("gpunode_tuning_pcie_acs_persist") == "kernel_arg"
+            and values.get("gpunode_tuning_kernel_cmdline_enabled") is False):
+        out.append("gpunode_tuning_pcie_acs_persist: kernel_arg needs gpunode_tuning_kernel_cmdline_enabled: true "
+                   "(the kernel argument is written by the command-line family; with it off nothing would keep ACS "
+                   "redirect off after a reboot); set gpunode_tuning_kernel_cmdline_enabled: true or "
+                   "gpunode_tuning_pcie_acs_persist: boot_unit")
     for name, check in (("gpunode_tuning_boot_unit_before", validate.systemd_unit_names),
                         ("gpunode_tuning_boot_script", validate.absolute_path),
                         ("gpunode_tuning_boot_python", validate.absolute_path),
@@ -118,8 +123,6 @@ def combination_problems(values: dict, entry_point: str = "main") -> list:
 
 def guard_problems(values: dict, entry_point: str = "main") -> list:
     """The guard's interval and textfile directory, judged as the persistent flow writes them (when it is on)."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import guard_files
-
     if not values.get("gpunode_tuning_guard_enabled"):
         return []
     out = []
@@ -139,8 +142,6 @@ def guard_problems(values: dict, entry_point: str = "main") -> list:
 
 def guard_inputs(values: dict, desired: dict, host: str, collection_version: str | None) -> dict:
     """What the guard's config holds besides the desired state: tuning_info's options, as verification runs it."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import guard
-
     opts = verify_options(values, desired, host, None)
     return {"facts": {k: opts[k] for k in guard.FACTS_KEYS},
             "verify": {k: v for k, v in opts["verify"].items() if k not in ("gate", "verified_at")},
@@ -149,8 +150,6 @@ def guard_inputs(values: dict, desired: dict, host: str, collection_version: str
 
 def selected_concerns(flow: str, only, skip, inherited: Iterable[str] = ()) -> list:
     """The persistent concerns (persist.concerns()) that ``flow`` (persistent or rollback) runs under these tags."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import persist
-
     base = {flow, *inherited} - {"always"}
     return [c for c in persist.concerns() if tags_select(base | {c.name, *c.tags}, only, skip)]
 
@@ -208,7 +207,8 @@ def desired_problems(desired: dict, known) -> list:
     out = []
     for entry, key, message in registry.desired_problems(desired):
         name = _variable_of(entry, key, known)
-        where = "%s (%s)" % (name, key) if name and key and not name.endswith("_" + key) else name
+        plain = key in dict(SELECTOR_VARIABLES) or name is None or name.endswith("_" + key)
+        where = name if plain or not key else "%s (%s)" % (name, key)
         line = "value of %s: %s" % (where, message) if where else "%s.%s: %s" % (entry, key, message)
         if line not in out:  # the PCI selector is the MRRS and the ACS families' both
             out.append(line)
@@ -221,12 +221,10 @@ def _gpu_selector_options(values: dict) -> dict:
 
 def verify_options(values: dict, desired: dict, host: str, verified_at: str, gate: str = "full") -> dict:
     """tuning_info's options for verification: the node read and judged against the whole desired state."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, persist
-
-    verify = {"bootloader": values["gpunode_tuning_cmdline_bootloader"],
-              "cmdline_dropin": values["gpunode_tuning_cmdline_dropin"],
+    verify = {"bootloader": values["gpunode_tuning_kernel_cmdline_bootloader"],
+              "cmdline_dropin": values["gpunode_tuning_kernel_cmdline_dropin"],
               "sysctl_file": values["gpunode_tuning_sysctl_file"], "journal": values["gpunode_tuning_journal"],
-              "boot_unit_link": boot.WANTS_LINK, "file_prefix": persist.FILE_PREFIX,
+              "boot_unit_link": boot.WANTS_LINK, "file_prefix": persistence.FILE_PREFIX,
               "gpu": bool(values["gpunode_tuning_verify_gpu_enabled"]),
               "fail_on_pending": bool(values["gpunode_tuning_verify_fail_on_pending"]),
               "fail_classes": values["gpunode_tuning_kmsg_fail_classes"], "gate": gate, "host": host,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 
 HELP_ARGS = ["--help-query-gpu"]
 CSV_FORMAT = "--format=csv,noheader,nounits"
@@ -214,3 +214,117 @@ NVBANDWIDTH_TEST = "device_to_device_memcpy_read_ce"
 
 
 NVBANDWIDTH_ARGS = ["-t", NVBANDWIDTH_TEST]
+
+
+# --- nvidia-smi topo matrices, the GPU list, a failed call (verification and the GPU families) ---
+
+# The codes of nvidia-smi topo -p2p, as its legend spells them (drivers 525-610); a legend the output
+# prints itself explains a code missing here (parse_p2p).
+P2P_LEGEND = {
+    "X": "self",
+    "OK": "ok",
+    "CNS": "chipset not supported",
+    "GNS": "GPU not supported",
+    "TNS": "topology not supported",
+    "NS": "not supported",
+    "DR": "disabled by regkey",
+    "U": "unknown",
+}
+# ANSI escapes (drivers 590-610 underline the topo header row even when stdout is a file or a pipe).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LEGEND_LINE = re.compile(r"^\s*([A-Z#]+)\s+=\s+(.+?)\s*$")
+
+
+def strip_ansi(text: str | None) -> str:
+    """``text`` without ANSI escape sequences."""
+    return _ANSI.sub("", text or "")
+
+
+def _matrix(text):
+    """GPU x GPU cells of an ``nvidia-smi topo`` matrix: ``(names, {(row, col): cell})``.
+
+    Tolerant of what real output and pastes of it look like: ANSI escapes around the header, tabs or
+    runs of spaces, a leading space or indentation, a trailing tab, NIC rows and columns after the GPUs,
+    a legend with or without a blank line before it.
+    """
+    names = []
+    cells = {}
+    for line in strip_ansi(text).splitlines():
+        fields = line.replace("\t", " ").split()
+        if not fields:
+            if names and cells:
+                break
+            continue
+        if fields[0] == "Legend:":
+            break
+        if not names:
+            if re.match(r"^GPU\d+$", fields[0]):
+                names = [f for f in fields if re.match(r"^GPU\d+$", f)]
+            continue
+        if re.match(r"^GPU\d+$", fields[0]):
+            row = fields[0]
+            for col, cell in zip(names, fields[1:1 + len(names)]):
+                cells[(row, col)] = cell
+    return names, cells
+
+
+def parse_legend(text: str | None) -> dict:
+    """``{code: meaning}`` of the legend an ``nvidia-smi topo`` output prints below its matrix."""
+    out = {}
+    lines = strip_ansi(text).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Legend:"), None)
+    for line in lines[start + 1:] if start is not None else []:
+        m = _LEGEND_LINE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def parse_topology(text: str | None) -> dict:
+    """``nvidia-smi topo -m``: ``{gpus, links: [{a, b, link}]}`` for each unordered GPU pair."""
+    names, cells = _matrix(text)
+    links = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if (a, b) in cells:
+                links.append({"a": a, "b": b, "link": cells[(a, b)]})
+    return {"gpus": names, "links": links}
+
+
+def parse_p2p(text: str | None) -> dict:
+    """``nvidia-smi topo -p2p r|w``: ``{gpus, pairs: [{a, b, status, meaning}], not_ok: [...]}``.
+
+    Pairs are ordered (a -> b); the diagonal is left out.
+    """
+    names, cells = _matrix(text)
+    legend = parse_legend(text)
+    pairs = []
+    for a in names:
+        for b in names:
+            if a == b or (a, b) not in cells:
+                continue
+            status = cells[(a, b)]
+            meaning = P2P_LEGEND.get(status) or (legend.get(status) or "unknown code").lower()
+            pairs.append({"a": a, "b": b, "status": status, "meaning": meaning})
+    return {"gpus": names, "pairs": pairs, "not_ok": [p for p in pairs if p["status"] != "OK"]}
+
+
+def parse_gpu_query(text):
+    """``nvidia-smi --query-gpu=index,pci.bus_id,persistence_mode --format=csv,noheader`` lines."""
+    gpus = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        bus_id = parts[1].lower()
+        # nvidia-smi prints an 8-digit domain (00000000:41:00.0); sysfs uses 4.
+        m = re.match(r"^0*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$", bus_id)
+        gpus.append({"index": int(parts[0]), "bdf": m.group(1) if m else bus_id, "persistence_mode": parts[2]})
+    return gpus
+
+
+def smi_failure(res: dict, what: str = "nvidia-smi") -> str:
+    """Why an nvidia-smi answer (``{rc, stdout, stderr, timed_out}``) failed: its hang, or its exit and message."""
+    result = command.Result(res.get("rc"), res.get("stdout") or "", res.get("stderr") or "",
+                            timed_out=bool(res.get("timed_out")))
+    return command.failure(what, result)

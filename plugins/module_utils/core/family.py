@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 
 # The state of one setting in verification (docs/verify.md).
 STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
@@ -89,7 +89,7 @@ class Family(NamedTuple):
     # Its module's argument spec: the options ``run`` gets, with their defaults (the flow module
     # validates and completes each family's options with it, as the family's own module does).
     argument_spec: dict | None = None
-    # What the persistent flow writes for it (persist.Concern: tags, persist, remove), None when the
+    # What the persistent flow writes for it (core/persistence.py's Concern: tags, persist, remove), None when the
     # family persists nothing of its own (the boot unit re-applies it, or it is read-only).
     persist: Any = None
     # (pc, remove) -> kernel arguments the family needs on the command line (the persistent flow adds

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 # What cpu_vendor() says for an arm64 CPU, whose /proc/cpuinfo has no vendor_id.
 ARM64_VENDOR = "arm64"

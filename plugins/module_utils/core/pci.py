@@ -23,7 +23,7 @@ import os
 import re
 import struct
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     SYSFS_PCI_DEVICES,
     Node,
     NodeError,
@@ -247,9 +247,11 @@ def selector_problems(want: dict) -> list:
     out = []
     for key in ("vendor", "device"):
         value = want.get(key)
-        if value is not None:
+        for one in value if key == "vendor" and isinstance(value, (list, tuple)) else [value]:
+            if one is None:
+                continue
             try:
-                normalize_hex_id(value, key)
+                normalize_hex_id(one, key)
             except ValueError as exc:
                 out.append((key, str(exc)))
     for key, check, what in (("class_prefixes", normalize_class_prefix, "class prefixes (2, 4 or 6 hex digits)"),
@@ -273,7 +275,8 @@ def selector_problems(want: dict) -> list:
 class DeviceSelector:
     """Which PCI functions a task applies to. Every given criterion must match (AND).
 
-    ``vendor`` / ``device``: hex ids (``"10de"``, ``"0x10de"`` or int); ``class_prefixes``:
+    ``vendor``: a hex id (``"10de"``, ``"0x10de"`` or int) or a list of them (any of them matches);
+    ``device``: a hex id; ``class_prefixes``:
     list of 2/4/6-hex-digit class prefixes matched against the 24-bit class; ``bdfs``: list of
     addresses (``DDDD:BB:DD.F`` or ``BB:DD.F``). With no criterion at all the selector is the
     default: NVIDIA GPUs, vendor 0x10de with class 0x0300 or 0x0302 (not their HDMI-audio
@@ -281,10 +284,11 @@ class DeviceSelector:
     """
 
     def __init__(self, vendor=None, device=None, class_prefixes=None, bdfs=None):
-        self.is_default = vendor is None and device is None and not class_prefixes and not bdfs
+        vendors = list(vendor) if isinstance(vendor, (list, tuple)) else [] if vendor is None else [vendor]
+        self.is_default = not vendors and device is None and not class_prefixes and not bdfs
         if self.is_default:
-            vendor, class_prefixes = NVIDIA_VENDOR, list(NVIDIA_GPU_CLASS_PREFIXES)
-        self.vendor = normalize_hex_id(vendor, "vendor") if vendor is not None else None
+            vendors, class_prefixes = [NVIDIA_VENDOR], list(NVIDIA_GPU_CLASS_PREFIXES)
+        self.vendors = [normalize_hex_id(v, "vendor") for v in vendors] or None
         self.device = normalize_hex_id(device, "device") if device is not None else None
         self.class_prefixes = [normalize_class_prefix(c) for c in class_prefixes] if class_prefixes else None
         self.bdfs = [normalize_bdf(b) for b in bdfs] if bdfs else None
@@ -298,7 +302,7 @@ class DeviceSelector:
         """True when a device dict (as from ``list_devices``) matches every given criterion."""
         if self.bdfs is not None and dev["bdf"] not in self.bdfs:
             return False
-        if self.vendor is not None and _as_hex(dev["vendor"], 4) != self.vendor:
+        if self.vendors is not None and _as_hex(dev["vendor"], 4) not in self.vendors:
             return False
         if self.device is not None and _as_hex(dev["device"], 4) != self.device:
             return False
@@ -313,8 +317,8 @@ class DeviceSelector:
         if self.is_default:
             return "NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)"
         parts = []
-        if self.vendor:
-            parts.append("vendor %s" % self.vendor)
+        if self.vendors:
+            parts.append("vendor %s" % "/".join(self.vendors))
         if self.device:
             parts.append("device %s" % self.device)
         if self.class_prefixes:

@@ -35,7 +35,7 @@ import re
 import stat
 from typing import Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 try:
     import netaddr

@@ -1,16 +1,12 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Persistent tuning on the node: the files of ours, and the concerns that write or remove them.
+"""What a family's persistent concern gets and uses: its call, the node's files, system commands.
 
-The role's persistent flow and its rollback are one task each (action tuning_flow) and one module
-run on the node (tuning_persist). A *concern* is one thing that survives a reboot: the sysctl
-drop-in (tunables), the module drop-ins (kmod), the kernel command line (cmdline, with the
-arguments other families need), the boot unit and the udev rule (boot.py). Each family declares
-its concern in the registry (``Family.persist``); each concern runs isolated, so one that fails
-stops none of the others, and the run reports every failure at the end.
-
-Files are written whole (a temporary file in the same directory, then rename), only when their
-content or mode differs, and nothing at all in check mode. Plain Python, no Ansible import.
+A *concern* is one thing the persistent flow makes survive a reboot (a family declares its own in
+``Family.persist``; the boot unit, the udev rule and the guard are the flows'). The persistent flow
+(flows/persist.py) runs each concern with a ``PersistCall``; the concern writes through ``NodeFiles``
+(whole files, only when they differ, nothing in check mode) and runs system commands only on a live
+node. Plain Python, no Ansible import.
 """
 
 from __future__ import annotations
@@ -19,9 +15,9 @@ import os
 import stat
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import report_files
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Call, FamilyError, as_role_options
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as node_files
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 HEADER = "# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.\n"
 FILE_PREFIX = "gpunode-tuning-"
@@ -54,6 +50,10 @@ class PersistCall(NamedTuple):
     files: Any
     # (family, options, check_mode=None) -> the Call its ``run`` takes, options completed by its spec.
     make_call: Callable[..., Call]
+    # (family name, options, check_mode=None) -> that family's ``run`` result, as its module runs it (flow-bound).
+    run_family: Callable[..., dict] | None = None
+    # (remove=False) -> the kernel arguments every family asks for, or may have added (the flow binds it).
+    family_kernel_args: Callable[..., list] | None = None
 
 
 class NodeFiles:
@@ -84,9 +84,9 @@ class NodeFiles:
         """Write ``text`` to ``path`` (parents created) when it differs; True when it changed (or would)."""
         full = self._full(path)
         try:
-            created = report_files.ensure_dir(os.path.dirname(full), self.check_mode, what="directory")
-            change = report_files.write_file(full, text.encode("utf-8"), self.check_mode, mode, what="file")
-        except report_files.ReportError as exc:
+            created = node_files.ensure_dir(os.path.dirname(full), self.check_mode, what="directory")
+            change = node_files.write_file(full, text.encode("utf-8"), self.check_mode, mode, what="file")
+        except node_files.ReportError as exc:
             raise FamilyError(str(exc)) from None
         if change:
             self.changes[path] = change
@@ -106,11 +106,11 @@ class NodeFiles:
         self.changes[path] = "linked"
         if not self.check_mode:
             try:
-                report_files.ensure_dir(os.path.dirname(full), what="directory")
+                node_files.ensure_dir(os.path.dirname(full), what="directory")
                 if os.path.islink(full):
                     os.unlink(full)
                 os.symlink(target, full)
-            except (OSError, report_files.ReportError) as exc:
+            except (OSError, node_files.ReportError) as exc:
                 raise FamilyError("cannot link %s to %s: %s" % (path, target, exc)) from None
         return True
 
@@ -153,25 +153,6 @@ def _remove_tree(path: str) -> None:
     os.rmdir(path)
 
 
-def run_family(pc: PersistCall, name: str, options: dict, check_mode: bool | None = None) -> dict:
-    """A family's ``run`` with these options (check mode: the module's, or forced); FamilyError as it raises."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-
-    fam = registry.by_name(name)
-    return fam.run(pc.make_call(fam, as_role_options(fam, options), check_mode))
-
-
-def family_kernel_args(pc: PersistCall, remove: bool = False) -> list:
-    """The kernel arguments every family asks for (``Family.kernel_args``), or may have added (``remove``)."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-
-    out = []
-    for fam in registry.FAMILIES:
-        if fam.kernel_args is not None:
-            out += [a for a in fam.kernel_args(pc, remove) if a not in out]
-    return out
-
-
 def run_command(pc: PersistCall, argv: list, what: str) -> str:
     """Run a system command of a live node (never on a simulated root, never in check mode); its stdout."""
     if not pc.node.is_live or pc.call.check_mode:
@@ -185,48 +166,3 @@ def run_command(pc: PersistCall, argv: list, what: str) -> str:
 def systemd_running(node: Node) -> bool:
     """Whether the node's PID 1 is systemd (sd_booted: /run/systemd/system); never on a simulated root."""
     return node.is_live and os.path.isdir("/run/systemd/system")
-
-
-def concern_line(result: dict) -> str:
-    """One line of what a concern did, for the flow's report."""
-    if result.get("failed"):
-        return "failed: %s" % " ".join(str(result.get("msg") or "").split())
-    if result.get("skipped"):
-        return "skipped: %s" % result.get("reason", "")
-    files = result.get("files") or {}
-    return ", ".join("%s %s" % (path, what) for path, what in files.items()) or "unchanged"
-
-
-def run_concerns(concerns: list, make_pc: Callable[[], PersistCall], remove: bool = False) -> dict:
-    """``{concern name: result}``: each concern persisted (or removed), each isolated from the others."""
-    results = {}
-    for concern in concerns:
-        pc = make_pc()
-        try:
-            result = (concern.remove if remove else concern.persist)(pc)
-            result.setdefault("changed", bool(pc.files.changes))
-        except FamilyError as exc:
-            result = dict(exc.result, failed=True, msg=str(exc), changed=bool(pc.files.changes))
-        except Exception as exc:  # noqa: BLE001  (a bug in one concern must not stop the others)
-            result = {"failed": True, "changed": bool(pc.files.changes),
-                      "msg": "%s: %s (a bug: please report it)" % (type(exc).__name__, exc)}
-        result["files"] = dict(pc.files.changes)
-        result.setdefault("summary", concern_line(result))
-        if pc.files.diffs:
-            result["diff"] = list(pc.files.diffs)
-        results[concern.name] = result
-    return results
-
-
-def concerns() -> list:
-    """Every concern, in the order the persistent flow runs them: the families' (registry order), boot's, the guard.
-
-    Rollback removes them in the reverse order (the guard stopped first, the udev rule before the runner).
-    """
-    from ansible_collections.gpunode.tuning.plugins.module_utils import boot, guard_files, registry
-
-    arg_tags = tuple(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
-                     for t in (fam.name, *fam.tags))
-    out = [fam.persist for fam in registry.FAMILIES if fam.persist is not None]
-    out = [c._replace(tags=tuple(sorted(set(c.tags + arg_tags)))) if c.kernel_args else c for c in out]
-    return out + boot.concerns() + [guard_files.CONCERN]

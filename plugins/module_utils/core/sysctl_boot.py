@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import same
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import same
 
 # The directories systemd-sysctl and `sysctl --system` read at boot, in precedence order: a file name
 # found in an earlier one hides the same name in the later ones; the files apply sorted by name, and

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_args
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bc
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_args
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline as bc
 
 DEBIAN_GRUB = ('GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n'
                'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n')

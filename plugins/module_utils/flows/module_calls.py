@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Call, FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, FamilyError
 
 
 class CallMaker:

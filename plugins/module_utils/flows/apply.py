@@ -16,7 +16,7 @@ import traceback
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Call, FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, FamilyError
 
 # Keys of a family result that hold its items, each with ``changed`` (and ``skipped``) keys.
 ITEM_KEYS = ("devices", "bridges", "modules", "gpus", "changes", "states", "settings")

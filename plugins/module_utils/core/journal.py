@@ -26,8 +26,8 @@ import tempfile
 import time
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
     NodeError,
     format_cpulist,

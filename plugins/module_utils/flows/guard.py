@@ -4,12 +4,12 @@
 
 ``gpunode-tuning-guard.timer`` starts ``gpunode-tuning-guard.service`` every
 ``gpunode_tuning_guard_interval``; the service runs the boot runner (which carries this package's
-module_utils, module_utils/boot.py's runner_text) with the node's python3, no Ansible::
+module_utils, module_utils/flows/boot.py's runner_text) with the node's python3, no Ansible::
 
     python3 -I -B RUNNER guard --config /etc/gpunode-tuning/guard.json [--root DIR]
 
 One run: ``verify_node.verify`` (what ``tuning_info`` runs) against the whole desired state of the
-config file (module_utils/guard_files.py writes it), then the Xid events of the kernel log since
+config file (module_utils/flows/guard_files.py writes it), then the Xid events of the kernel log since
 boot (counted by sequence number, so a count only grows within a boot and restarts at the next),
 when each setting was first seen drifted (kept in the status file from run to run), and with
 ``reapply`` the drifted runtime-only families re-applied by the boot runner's own functions
@@ -37,17 +37,23 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import (
-    boot,
-    guard_metrics,
-    kernel_log,
-    registry,
-    verify_node,
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
+    SYSTEM_PATH,
+    EvaluationError,
+    SystemLookup,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import FactsError
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import SYSTEM_PATH, EvaluationError, SystemLookup
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import BinaryNotFound, Node, NodeError, parse_cpulist
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import ValidationError, absolute_path
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
+    BinaryNotFound,
+    Node,
+    NodeError,
+    parse_cpulist,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, absolute_path
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard_metrics
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as verify_node
 
 VERSION = 1
 PREFIX = "gpunode-tuning-guard"

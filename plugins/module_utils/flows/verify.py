@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, nvidia_smi, sysctl_boot, verification
-from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import DEFAULT_DROPIN, choose_bootloader
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi, sysctl_boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import DEFAULT_DROPIN, choose_bootloader
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 # The ``verify`` option's defaults: the role's defaults for the same paths and switches.
 VERIFY_DEFAULTS = {
@@ -51,6 +53,19 @@ GPU_COMMANDS = (
     ("p2p_write", ["topo", "-p2p", "w"]),
     ("p2p_nvlink", ["topo", "-p2p", "n"]),
 )
+
+
+def gather(node: Node, pci_selector: dict | None = None, **options: Any) -> dict[str, Any]:
+    """The ``tuning_facts`` of ``node``: the node's own (core/facts.py) and each family's (``Family.read``).
+
+    ``options``: ``core.facts.gather``'s keyword arguments. Raises ``FactsError`` or ``NodeError``.
+    """
+    facts = node_facts.gather(node, pci_selector=pci_selector, **options)
+    selector = node_facts.build_selector(pci_selector)
+    for fam in registry.FAMILIES:
+        if fam.read is not None:
+            facts[fam.name] = fam.read(node, selector)
+    return facts
 
 
 class Tools(NamedTuple):
@@ -100,7 +115,7 @@ def boot_configuration(node: Node, desired: dict[str, Any], options: dict[str, A
     out = {"bootloader": bootloader, "dropin": options["cmdline_dropin"]}
     iommu_mode = (desired.get("iommu") or {}).get("mode")
     acs_arg = (desired.get("pcie_acs") or {}).get("persist") == "kernel_arg"
-    if not desired.get("cmdline") and not (desired.get("cpufreq") or {}).get("driver") \
+    if not desired.get("kernel_cmdline") and not (desired.get("cpufreq") or {}).get("driver") \
             and iommu_mode in (None, "unmanaged") and not acs_arg:
         return out
     if bootloader == "grubby":
@@ -271,7 +286,7 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
     sysctl_wanted = desired.get("sysctl") or desired.get("numa_balancing") is not None
     context = {
         "root": node.root,
-        "cmdline": boot_configuration(node, desired, opts, tools),
+        "boot_config": boot_configuration(node, desired, opts, tools),
         "sysctl_persisted": read_optional(node, opts["sysctl_file"]) if sysctl_wanted else None,
         "sysctl_overrides": sysctl_overrides(node, desired, opts["sysctl_file"]) if sysctl_wanted else {},
         "boot_unit": boot_unit,

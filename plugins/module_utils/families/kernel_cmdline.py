@@ -19,9 +19,9 @@ import re
 import tempfile
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, cpu, kernel_args, persist
-from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import (  # noqa: F401 (re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, cpu, kernel_args, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import (  # noqa: F401 (re-exported)
     _ASSIGN_RE,
     BOOTLOADERS,
     DEFAULT_DROPIN,
@@ -34,18 +34,18 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.bootloader import (
     parse_grubby_info,
     read_text,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import (  # noqa: F401 (re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import (  # noqa: F401 (re-exported)
     arg_key,
     is_configured,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     BinaryNotFound,
     Node,
     NodeError,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
     KERNEL_ARG_ALLOWED,
     ValidationError,
     kernel_argument,
@@ -56,7 +56,7 @@ STATES = ("present", "absent")
 ARG_ALLOWED = KERNEL_ARG_ALLOWED
 
 # Report family of the kernel arguments (verification) and the key of the desired state.
-FAMILY = "cmdline"
+FAMILY = "kernel_cmdline"
 
 
 class CmdlineError(ValueError):
@@ -90,11 +90,11 @@ def argument_problems(arguments: list, unique_keys: bool = True) -> list:
 
 
 def desired_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["cmdline"]``: a list of kernel arguments (key: the list index)."""
+    """``Family.validate`` of ``desired["kernel_cmdline"]``: a list of kernel arguments (key: the list index)."""
     if want in (None, []):
         return []
     if not isinstance(want, list):
-        return [("", "cmdline must be a list of kernel arguments (KEY or KEY=VALUE), got %r" % (want,))]
+        return [("", "%s must be a list of kernel arguments (KEY or KEY=VALUE), got %r" % (FAMILY, want))]
     return argument_problems(want)
 
 
@@ -449,9 +449,9 @@ def run(call: contract.Call) -> dict:
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
-    """One setting per argument of ``desired['cmdline']``: running, configured for the next boot, or neither."""
+    """One setting per argument of ``desired['kernel_cmdline']``: running, configured for the next boot, or neither."""
     out = []
-    for arg in desired.get("cmdline") or []:
+    for arg in desired.get(FAMILY) or []:
         view = ctx.arg(arg)
         configured = view["configured"]
         running = view["running"]
@@ -487,47 +487,49 @@ ARGUMENT_SPEC = dict(
 
 
 def from_role(v: dict, shared: dict) -> dict:
-    return {FAMILY: list(v["gpunode_tuning_cmdline_args"] or []) if v["gpunode_tuning_cmdline_enabled"] else []}
+    enabled = v["gpunode_tuning_kernel_cmdline_enabled"]
+    return {FAMILY: list(v["gpunode_tuning_kernel_cmdline_args"] or []) if enabled else []}
 
 
 def _cmdline_options(pc, arguments: list, state: str, iommu_mode: str) -> dict:
-    return {"arguments": arguments, "state": state, "bootloader": pc.settings.get("cmdline_bootloader") or "auto",
-            "dropin": pc.settings.get("cmdline_dropin") or DEFAULT_DROPIN, "update_bootloader": pc.node.is_live,
+    settings = pc.settings
+    return {"arguments": arguments, "state": state, "bootloader": settings.get("kernel_cmdline_bootloader") or "auto",
+            "dropin": settings.get("kernel_cmdline_dropin") or DEFAULT_DROPIN, "update_bootloader": pc.node.is_live,
             "iommu_mode": iommu_mode}
 
 
 def persist_cmdline(pc) -> dict:
     """The configured kernel arguments, those other families need (a driver switch, ACS) and the IOMMU mode's."""
-    if not pc.settings.get("cmdline_enabled"):
-        return {"changed": False, "skipped": True, "reason": "gpunode_tuning_cmdline_enabled is false"}
+    if not pc.settings.get("kernel_cmdline_enabled"):
+        return {"changed": False, "skipped": True, "reason": "gpunode_tuning_kernel_cmdline_enabled is false"}
     arguments = list(pc.desired.get(FAMILY) or [])
-    arguments += [a for a in persist.family_kernel_args(pc) if a not in arguments]
+    arguments += [a for a in pc.family_kernel_args() if a not in arguments]
     mode = (pc.desired.get("iommu") or {}).get("mode") or "unmanaged"
     if not arguments and mode == "unmanaged":
         return {"changed": False, "skipped": True, "reason": "no kernel argument to configure"}
-    return persist.run_family(pc, FAMILY, _cmdline_options(pc, arguments, "present", mode))
+    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "present", mode))
 
 
 def remove_cmdline(pc) -> dict:
     """Every argument the persistent flow may have added (exact KEY=VALUE forms: an administrator's own stay)."""
-    arguments = list(pc.settings.get("cmdline_args") or [])
-    arguments += [a for a in persist.family_kernel_args(pc, remove=True) if a not in arguments]
+    arguments = list(pc.settings.get("kernel_cmdline_args") or [])
+    arguments += [a for a in pc.family_kernel_args(remove=True) if a not in arguments]
     mode = pc.settings.get("iommu_mode") or "unmanaged"
     if not arguments and mode == "unmanaged":
         return {"changed": False, "skipped": True, "reason": "no kernel argument to remove"}
-    return persist.run_family(pc, FAMILY, _cmdline_options(pc, arguments, "absent", mode))
+    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "absent", mode))
 
 
-PERSIST = persist.Concern("cmdline", (FAMILY,), persist_cmdline, remove_cmdline, kernel_args=True)
+PERSIST = persistence.Concern(FAMILY, (FAMILY,), persist_cmdline, remove_cmdline, kernel_args=True)
 
 
 DEFINITION = Family(
     name=FAMILY,
-    titles={"cmdline": "kernel cmdline"},
+    titles={FAMILY: "kernel cmdline"},
     module="kernel_cmdline",
     run=run,
     evaluate=evaluate,
-    reboot_only=("cmdline",),
+    reboot_only=(FAMILY,),
     tags=("cmdline",),
     from_role=from_role,
     argument_spec=ARGUMENT_SPEC,

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 BOOTLOADERS = ("auto", "grub", "grubby")
 
