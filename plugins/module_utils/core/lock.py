@@ -200,11 +200,11 @@ class NodeLock:
             if state == "taken":
                 break
             os.close(fd)
-            if state == "stale":
-                continue  # the holder unlinked that file on release: open (or make) the new one at once
             self.waited = self.clock() - start
             if self.waited >= self.timeout:
                 raise self._timeout()
+            if state == "stale":
+                continue  # the holder unlinked that file on release: open (or make) the new one at once
             if not told and self.on_wait is not None:
                 told = True
                 self.on_wait(read_holder(self.path))
@@ -264,7 +264,7 @@ class NodeLock:
 
     def _timeout(self) -> LockTimeout:
         holder = read_holder(self.path)
-        message = ("the node lock %s is held by %s; this %s run waited %.0f s for it and stops before writing "
+        message = ("the node lock %s is held by %s; this %s run waited %.1f s for it and stops before writing "
                    "anything: run it again when that run has finished"
                    % (self.path, holder_text(holder), self.flow, self.waited))
         self._remove_directories(self.created)  # only those we made and left empty
