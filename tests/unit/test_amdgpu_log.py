@@ -16,8 +16,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amdgpu_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amdgpu_log, kernel_log
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "data", "real")
 CAPTURES = (
