@@ -29,13 +29,12 @@ import os
 import time
 
 import yaml
-from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables, tags
 
 display = Display()
 ARGUMENT_SPEC = {
@@ -44,12 +43,17 @@ ARGUMENT_SPEC = {
     "gate": {"type": "str", "default": "full"},
     "entry_point": {"type": "str"},
     "include_persistent": {"type": "bool", "default": True},
+    "selected_by": {"type": "str", "choices": ["flow", "family"], "default": "flow"},
+    "defer_failures": {"type": "bool", "default": False},
 }
 # The entry point whose options each flow is checked against (precheck: the playbook says which).
 ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback", "verify": "verify",
                 "health": "verify"}
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 COLLECTION_DIR = os.path.dirname(os.path.dirname(MODULE_UTILS))
+# The host's record of what failed in the flows of this run: one "NAME: message" line each. The role's
+# family_failures.yml fails the host with it at the end of a flow (and main's at the end of both).
+FAILURES_FACT = "__gpunode_tuning_failures"
 # Warnings already shown by this process (one per unknown variable name, not one per host).
 _WARNED = set()
 
@@ -64,6 +68,18 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         flow = args["flow"]
+        only, skip = tags.run_tags(task_vars)
+        by_family = args["selected_by"] == "family"
+        if by_family and (flow not in tags.TAGGED_FLOWS or tags.own_task_runs(flow, self._task.tags, only, skip)):
+            # Decided before any variable is read: the flow's own task, which runs too, does the work.
+            return {"changed": False, "skipped": True, "module_runs": 0,
+                    "skip_reason": "the %s flow's own task runs every family the tags select" % flow}
+        inherited = tags.inherited_tags(flow, self._task.tags, by_family) if flow in tags.TAGGED_FLOWS else ()
+        selection = self._selection(flow, only, skip, inherited)
+        if selection is not None and not any(selection):
+            return {"changed": False, "skipped": True, "module_runs": 0, "families": {}, "failed_families": {},
+                    "summary": {}, "skip_reason": "the run's tags select no knob family or concern of this flow"}
+        self._warn_once(task_vars, tags.deprecated_in(only, skip))
         values, problem = self._values(task_vars, args["entry_point"] or ENTRY_POINTS.get(flow) or "main")
         if problem:
             return {"failed": True, "changed": False, "msg": problem}
@@ -72,18 +88,63 @@ class ActionModule(ActionBase):
             return {"changed": False, "desired": desired, "msg": "the role's variables are valid", "module_runs": 0}
         if flow in ("verify", "health"):
             return self._verify(flow, args["gate"], values, desired, task_vars)
-        tags = (context.CLIARGS.get("tags"), context.CLIARGS.get("skip_tags"), self._task.tags)
         if flow == "runtime":
-            requests = desired_state.runtime_requests(desired, values, desired_state.selected_families(flow, *tags))
-            return dict(self._apply(requests, values, task_vars), desired=desired)
+            result = dict(self._apply(desired_state.runtime_requests(desired, values, selection[0]), values,
+                                      task_vars), desired=desired)
+            result.setdefault("ansible_facts", {})["gpunode_tuning_pending_kernel_args"] = list(
+                (result["families"].get("cpufreq") or {}).get("kernel_args") or [])
+        elif flow == "persistent":
+            result = dict(self._persist(selection[1], desired, values, task_vars), desired=desired)
+            result.setdefault("ansible_facts", {})["gpunode_tuning_reboot_required"] = bool(
+                result.get("reboot_required"))
+        else:
+            removed = self._persist(selection[1] if args["include_persistent"] else [], {}, values, task_vars,
+                                    remove=True)
+            restored = self._apply(desired_state.restore_requests(values, selection[0]), values, task_vars)
+            result = dict(desired_state.rollback_result(removed, restored),
+                          module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
+            result["ansible_facts"] = {"gpunode_tuning_reboot_required": bool(result.get("reboot_required"))}
+        return self._record_failures(result, task_vars, flow, only, skip, inherited, args["defer_failures"])
+
+    @staticmethod
+    def _selection(flow, only, skip, inherited):
+        """``(families, concerns)`` the flow runs under the run's tags; None for the flows tags do not narrow."""
+        if flow == "runtime":
+            return tags.selected_families(flow, only, skip, inherited), []
         if flow == "persistent":
-            concerns = desired_state.selected_concerns(flow, *tags)
-            return dict(self._persist(concerns, desired, values, task_vars), desired=desired)
-        concerns, families = desired_state.rollback_selection(*tags)
-        removed = self._persist(concerns if args["include_persistent"] else [], {}, values, task_vars, remove=True)
-        restored = self._apply(desired_state.restore_requests(values, families), values, task_vars)
-        return dict(desired_state.rollback_result(removed, restored),
-                    module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
+            return [], tags.selected_concerns(flow, only, skip, inherited)
+        if flow == "rollback":
+            concerns, families = tags.rollback_selection(only, skip, inherited)
+            return families, concerns
+        return None
+
+    @staticmethod
+    def _record_failures(result, task_vars, flow, only, skip, inherited, defer):
+        """The flow's failures added to the host's record (``FAILURES_FACT``), which the role fails the host with.
+
+        The role's failing task is tagged ``always``: under ``--skip-tags always`` it does not run, so the flow
+        fails its own task instead (nothing deferred). In the main entry point the runtime flow's failures wait
+        for the persistent flow when it runs (``defer_failures``), so that one failing family stops neither.
+        """
+        lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
+        record = list(task_vars.get(FAILURES_FACT) or []) + lines
+        result.setdefault("ansible_facts", {})[FAILURES_FACT] = record
+        persistent_runs = flow == "runtime" and defer and bool(
+            tags.selected_concerns("persistent", only, skip, (set(inherited) - {"runtime"}) | {"persistent"}))
+        if lines and "always" in skip and not persistent_runs:
+            result.update(failed=True, msg="%s tuning failed for these knob families (every other family ran): %s"
+                          % (flow.capitalize(), " | ".join(record)))
+        return result
+
+    def _warn_once(self, task_vars, lines):
+        """Each line once: by this process, and only for the play's first host."""
+        hosts = task_vars.get("ansible_play_hosts_all") or []
+        if hosts and task_vars.get("inventory_hostname") != hosts[0]:
+            return
+        for line in lines:
+            if line not in _WARNED:
+                _WARNED.add(line)
+                display.warning(line)
 
     def _values(self, task_vars, entry_point):
         """``(validated variables, None)`` or ``(None, the message naming every bad variable)``."""
@@ -93,10 +154,7 @@ class ActionModule(ActionBase):
             warnings = renamed + warnings
         except role_variables.RoleVariablesError as exc:
             raise AnsibleActionFail("gpunode.tuning.tuning_flow: %s" % exc) from exc
-        for line in warnings:
-            if line not in _WARNED:
-                _WARNED.add(line)
-                display.warning(line)
+        self._warn_once(task_vars, warnings)
         errors += more
         if not errors:
             merged = dict(raw)
@@ -171,6 +229,7 @@ class ActionModule(ActionBase):
         result["module_runs"] = 1
         # Named as the family failures of the other flows are, for the summary that ends the role.
         result["families"] = {"persistent " + name: r for name, r in result["concerns"].items()}
+        result["failed_families"] = {"persistent " + name: msg for name, msg in result["failed_concerns"].items()}
         if result["failed_concerns"]:
             result["msg"] = "persistent concerns failed: %s" % ", ".join(result["failed_concerns"])
         return result

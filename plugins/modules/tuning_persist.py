@@ -89,6 +89,12 @@ reboot_required:
   description: Whether the kernel command line changed and only a reboot applies it.
   returned: always
   type: bool
+pending_kernel_args:
+  description: The kernel arguments configured for the next boot that the running kernel does not have yet.
+  returned: always
+  type: list
+  elements: str
+  sample: ["amd_pstate=active", "iommu=pt"]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -137,7 +143,9 @@ def main():
     results = persist.run_concerns(wanted, make_pc, remove=params["state"] == "absent")
     out = dict(changed=any(r.get("changed") for r in results.values()), concerns=results,
                failed_concerns=flow.failures(results), summary={n: r["summary"] for n, r in results.items()},
-               reboot_required=bool((results.get("kernel_cmdline") or {}).get("reboot_required")))
+               reboot_required=bool((results.get("kernel_cmdline") or {}).get("reboot_required")),
+               pending_kernel_args=[arg for arg, state in ((results.get("kernel_cmdline") or {}).get("arguments")
+                                                           or {}).items() if (state or {}).get("pending_reboot")])
     if module._diff:
         out["diff"] = flow.diffs(results)
     if out["failed_concerns"] and module.params["fail_on_error"]:

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The role's one desired state, built in Python from its variables, and which families a run selects.
+"""The role's one desired state, built in Python from its variables, and each flow's module options.
 
 Input: the role's variables as the action plugin tuning_flow resolved them (typed on every
 ansible-core: plugin_utils/role_variables.py) and validated against the argument spec. Each
@@ -22,7 +22,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate impor
     describe_characters,
     forbidden_characters,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files
 
 FLOWS = ("runtime", "persistent", "rollback", "verify")
 PREFIX = "gpunode_tuning_"
@@ -44,30 +44,6 @@ def desired_state(values: dict) -> dict:
         if fam.from_role is not None:
             out.update(fam.from_role(values, shared))
     return out
-
-
-def family_tags(fam) -> set:
-    """Tags that select a family: its registry name and its own (older short names, finer settings)."""
-    return {fam.name, *fam.tags}
-
-
-def tags_select(tags: Iterable[str], only: Iterable[str] | None, skip: Iterable[str] | None) -> bool:
-    """Whether Ansible would run a task tagged ``tags`` with ``--tags only --skip-tags skip``."""
-    tags, only, skip = set(tags), set(only or ["all"]), set(skip or [])
-    run = bool(tags & only) or ("all" in only and "never" not in tags) or ("tagged" in only and bool(tags))
-    if run and ("all" in skip or tags & skip or ("tagged" in skip and tags)):
-        run = False
-    return run
-
-
-def selected_families(flow: str, only, skip, inherited: Iterable[str] = ()) -> list:
-    """The families of the registry that ``flow`` runs under these tags, in registry order.
-
-    A family counts as tagged with the flow's tag, its own tags and the tags the task inherits
-    (from the play, the role import, a block), like the per-family tasks of earlier releases were.
-    """
-    base = {flow, *inherited} - {"always"}
-    return [fam for fam in registry.FAMILIES if tags_select(base | family_tags(fam), only, skip)]
 
 
 def runtime_requests(desired: dict, values: dict, selected: Iterable) -> list:
@@ -146,24 +122,6 @@ def guard_inputs(values: dict, desired: dict, host: str, collection_version: str
     return {"facts": {k: opts[k] for k in guard.FACTS_KEYS},
             "verify": {k: v for k, v in opts["verify"].items() if k not in ("gate", "verified_at")},
             "host": host, "collection_version": collection_version}
-
-
-def selected_concerns(flow: str, only, skip, inherited: Iterable[str] = ()) -> list:
-    """The persistent concerns (persist.concerns()) that ``flow`` (persistent or rollback) runs under these tags."""
-    base = {flow, *inherited} - {"always"}
-    return [c for c in persist.concerns() if tags_select(base | {c.name, *c.tags}, only, skip)]
-
-
-def rollback_selection(only, skip, inherited: Iterable[str] = ()) -> tuple:
-    """``(concerns, families)`` rollback undoes under these tags.
-
-    As in earlier releases, where rollback's persistent part was tagged ``persistent`` and its runtime
-    part ``runtime``: ``rollback.yml --tags persistent`` removes only what the persistent flow wrote,
-    ``--tags runtime`` restores only the journal, and ``--tags runtime,persistent`` (or none) both.
-    """
-    inherited = tuple(inherited)
-    return (selected_concerns("rollback", only, skip, inherited + ("persistent",)),
-            selected_families("rollback", only, skip, inherited + ("runtime",)))
 
 
 def persist_settings(values: dict) -> dict:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables, tags
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -71,16 +71,16 @@ def test_switched_off_families_are_absent_from_runtime():
     (["all"], ["runtime"], []),
 ])
 def test_tags_select_families_as_per_family_tasks_did(only, skip, runtime):
-    got = [f.name for f in desired_state.selected_families("runtime", only, skip) if f.runtime_options]
+    got = [f.name for f in tags.selected_families("runtime", only, skip) if f.runtime_options]
     assert got == runtime
 
 
 def test_rollback_undoes_the_part_its_tags_name():
     def names(only, skip=None):
-        concerns, families = desired_state.rollback_selection(only, skip)
+        concerns, families = tags.rollback_selection(only, skip)
         return [c.name for c in concerns], [f.name for f in families]
 
-    every_concern = [c.name for c in desired_state.selected_concerns("persistent", None, None)]
+    every_concern = [c.name for c in tags.selected_concerns("persistent", None, None)]
     every_family = [f.name for f in registry.FAMILIES]
     assert names(None) == (every_concern, every_family)
     # Molecule's rollback scenario runs rollback.yml with the converge's --tags runtime,persistent.
@@ -94,7 +94,7 @@ def test_rollback_undoes_the_part_its_tags_name():
 
 def test_tags_select_persistent_concerns_from_the_registry():
     def names(only, skip=None):
-        return [c.name for c in desired_state.selected_concerns("persistent", only, skip)]
+        return [c.name for c in tags.selected_concerns("persistent", only, skip)]
 
     assert names(None) == ["sysctl", "kmod", "kernel_cmdline", "gpu_locality", "boot_unit", "udev", "guard"]
     assert names(["locality"]) == ["gpu_locality", "boot_unit"]

@@ -73,9 +73,11 @@ class Family(NamedTuple):
     reboot_only: tuple = ()
     # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
     boot_key: str | None = None
-    # Ansible tags that select the family in a flow besides the flow's own tag (runtime, persistent,
-    # rollback, verify); the older short names stay as aliases (``mrrs`` for pcie_mrrs).
+    # Ansible tags that select the family in a flow besides its name and the flow's own tag (runtime,
+    # persistent, rollback, verify): the names of its settings (tunables: numa_balancing, thp, sysctl).
     tags: tuple = ()
+    # Tags of earlier releases that still select it, with a deprecation warning naming its name.
+    deprecated_tags: tuple = ()
     # (values, shared) -> dict: the family's keys of the desired state, from the role's variables
     # (validated and typed: role_state.py); ``shared`` holds what several families use (the GPUs'
     # PCI selector). None: the role has no variables for it.
@@ -113,6 +115,11 @@ class Family(NamedTuple):
 
 
 Problem = tuple  # (key inside the family's entry, message): what a ``Family.validate`` function returns
+
+
+def selecting_tags(fam: Family) -> tuple:
+    """Every Ansible tag that selects ``fam``: its name, its settings' tags, its deprecated tags."""
+    return (fam.name, *fam.tags, *fam.deprecated_tags)
 
 
 def problems_text(problems: list) -> str:

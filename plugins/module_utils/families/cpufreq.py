@@ -1291,7 +1291,6 @@ DEFINITION = Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    tags=("cpufreq",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

@@ -557,7 +557,6 @@ DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU health"},
     evaluate=evaluate,
-    tags=("gpu_health",),
     from_role=from_role,
     validate={NAME: desired_problems},
 )

@@ -249,7 +249,6 @@ DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU P2P"},
     evaluate=evaluate,
-    tags=("gpu_p2p",),
     from_role=from_role,
     validate={NAME: desired_problems},
 )

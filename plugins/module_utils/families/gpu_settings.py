@@ -595,7 +595,6 @@ DEFINITION = family.Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    tags=("gpu_settings",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

@@ -135,7 +135,6 @@ DEFINITION = family.Family(
     titles={NAME: "IOMMU mode"},
     evaluate=evaluate,
     reboot_only=(NAME,),
-    tags=("iommu",),
     from_role=from_role,
     validate={NAME: desired_problems},
 )

@@ -754,7 +754,6 @@ DEFINITION = Family(
     module="kmod_optional",
     run=run,
     evaluate=evaluate,
-    tags=("kmod",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

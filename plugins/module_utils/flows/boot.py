@@ -36,7 +36,7 @@ import sys
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError, selecting_tags
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 
 VERSION = 1
@@ -427,8 +427,8 @@ def concerns() -> list:
     """The boot unit's and the udev rule's concerns; their tags follow the registry's boot families."""
     # A family that re-applies one of its settings at boot (tunables: THP) is selected by that setting's tag.
     boot_tags = {tag for _key, fam in registry.boot_families()
-                 for tag in ((fam.name, fam.boot_key) if fam.boot_key else (fam.name, *fam.tags))}
-    mrrs_tags = {tag for fam in registry.FAMILIES if fam.name == UDEV_FAMILY for tag in (fam.name, *fam.tags)}
+                 for tag in ((fam.name, fam.boot_key) if fam.boot_key else selecting_tags(fam))}
+    mrrs_tags = {tag for fam in registry.FAMILIES if fam.name == UDEV_FAMILY for tag in selecting_tags(fam)}
     return [persistence.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit,
                                 remove_boot_unit),
             persistence.Concern("udev", tuple(sorted(mrrs_tags | {"udev"})), persist_udev, remove_udev)]

@@ -18,7 +18,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError, as_role_options
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
+    FamilyError,
+    as_role_options,
+    selecting_tags,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import NodeFiles, PersistCall
 
 
@@ -93,7 +97,7 @@ def concerns() -> list:
     from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard_files
 
     arg_tags = tuple(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
-                     for t in (fam.name, *fam.tags))
+                     for t in selecting_tags(fam))
     out = [fam.persist for fam in registry.FAMILIES if fam.persist is not None]
     out = [c._replace(tags=tuple(sorted(set(c.tags + arg_tags)))) if c.kernel_args else c for c in out]
     return out + boot.concerns() + [guard_files.CONCERN]
