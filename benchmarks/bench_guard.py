@@ -1,7 +1,7 @@
 """CPU cost of one guard run, as gpunode-tuning-guard.service runs it, on simulated nodes.
 
 The guard is installed the way the persistent flow installs it (the boot runner from
-boot.runner_text carrying every module_utils file, the config from module_utils/guard_files.py), the node is
+boot.runner_text carrying every module_utils file, the config from module_utils/flows/guard_files.py), the node is
 tuned once by a guard run with reapply, and then the read-only runs are measured: a new process
 each time (``python3 -I -B RUNNER guard --config ... --root NODE``, the node's python3), its user
 plus system CPU from ``getrusage(RUSAGE_CHILDREN)``, process start and the code cache included.
@@ -31,7 +31,7 @@ sys.path[:0] = [os.path.join(REPO, ".collections"), os.path.join(REPO, "tools")]
 
 import simnode  # noqa: E402  (tools/ is put on sys.path above)
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot, guard_files  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard_files  # noqa: E402
 
 RUNNER = "/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
 CACHE = "var/lib/gpunode-tuning/guard-code.cache"
@@ -50,7 +50,7 @@ DESIRED = {
     "cpufreq": {"governor": "performance", "epp": None, "boost": None, "driver": "native",
                 "amd_pstate_mode": "active", "intel_pstate_status": None},
     "numa_balancing": 0, "thp": {"enabled": "madvise", "defrag": "defer+madvise"}, "sysctl": SYSCTL,
-    "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]}, "cmdline": [],
+    "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]}, "kernel_cmdline": [],
     "pcie_acs": dict(SELECTOR, mode="disable_redirect", persist="boot_unit", device=None, bdfs=None, allow_empty=True),
     "gpu_health": {"gpu_count": None, "dcgm_diag": False}, "gpu_p2p": {"min_gbps": None},
 }

@@ -26,9 +26,9 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import simnode  # noqa: E402
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import facts  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node  # noqa: E402
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality  # noqa: E402
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as facts  # noqa: E402
 
 DESIRED = {"gpu_locality": {"remote_irqs_fail": False, "export": gpu_locality.EXPORT_PATH}}
 NODES = {

@@ -5,7 +5,7 @@
 On the controller it reads the role's variables as the inventory, the role defaults and the
 presets hold them, with their types on every supported ansible-core (plugin_utils/role_variables.py),
 checks them against the role's argument specs and the combinations no spec can express, and builds
-the one desired state from the registry of knob families (module_utils/role_state.py). Then:
+the one desired state from the registry of knob families (plugin_utils/desired_state.py). Then:
 
 - ``precheck``: nothing runs on the node; a bad variable fails the host naming it, its value and what
   is allowed, and the result carries the desired state for the tasks that follow.
@@ -29,13 +29,12 @@ import os
 import time
 
 import yaml
-from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot, role_state
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables, tags
 
 display = Display()
 ARGUMENT_SPEC = {
@@ -44,12 +43,17 @@ ARGUMENT_SPEC = {
     "gate": {"type": "str", "default": "full"},
     "entry_point": {"type": "str"},
     "include_persistent": {"type": "bool", "default": True},
+    "selected_by": {"type": "str", "choices": ["flow", "family"], "default": "flow"},
+    "defer_failures": {"type": "bool", "default": False},
 }
 # The entry point whose options each flow is checked against (precheck: the playbook says which).
 ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback", "verify": "verify",
                 "health": "verify"}
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 COLLECTION_DIR = os.path.dirname(os.path.dirname(MODULE_UTILS))
+# The host's record of what failed in the flows of this run: one "NAME: message" line each. The role's
+# family_failures.yml fails the host with it at the end of a flow (and main's at the end of both).
+FAILURES_FACT = "__gpunode_tuning_failures"
 # Warnings already shown by this process (one per unknown variable name, not one per host).
 _WARNED = set()
 
@@ -64,45 +68,100 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         flow = args["flow"]
+        only, skip = tags.run_tags(task_vars)
+        by_family = args["selected_by"] == "family"
+        if by_family and (flow not in tags.TAGGED_FLOWS or tags.own_task_runs(flow, self._task.tags, only, skip)):
+            # Decided before any variable is read: the flow's own task, which runs too, does the work.
+            return {"changed": False, "skipped": True, "module_runs": 0,
+                    "skip_reason": "the %s flow's own task runs every family the tags select" % flow}
+        inherited = tags.inherited_tags(flow, self._task.tags, by_family) if flow in tags.TAGGED_FLOWS else ()
+        selection = self._selection(flow, only, skip, inherited)
+        if selection is not None and not any(selection):
+            return {"changed": False, "skipped": True, "module_runs": 0, "families": {}, "failed_families": {},
+                    "summary": {}, "skip_reason": "the run's tags select no knob family or concern of this flow"}
+        self._warn_once(task_vars, tags.deprecated_in(only, skip))
         values, problem = self._values(task_vars, args["entry_point"] or ENTRY_POINTS.get(flow) or "main")
         if problem:
             return {"failed": True, "changed": False, "msg": problem}
-        desired = role_state.desired_state(values) if flow != "rollback" else None
+        desired = desired_state.desired_state(values) if flow != "rollback" else None
         if flow == "precheck":
             return {"changed": False, "desired": desired, "msg": "the role's variables are valid", "module_runs": 0}
         if flow in ("verify", "health"):
             return self._verify(flow, args["gate"], values, desired, task_vars)
-        tags = (context.CLIARGS.get("tags"), context.CLIARGS.get("skip_tags"), self._task.tags)
         if flow == "runtime":
-            requests = role_state.runtime_requests(desired, values, role_state.selected_families(flow, *tags))
-            return dict(self._apply(requests, values, task_vars), desired=desired)
+            result = dict(self._apply(desired_state.runtime_requests(desired, values, selection[0]), values,
+                                      task_vars), desired=desired)
+            result.setdefault("ansible_facts", {})["gpunode_tuning_pending_kernel_args"] = list(
+                (result["families"].get("cpufreq") or {}).get("kernel_args") or [])
+        elif flow == "persistent":
+            result = dict(self._persist(selection[1], desired, values, task_vars), desired=desired)
+            result.setdefault("ansible_facts", {})["gpunode_tuning_reboot_required"] = bool(
+                result.get("reboot_required"))
+        else:
+            removed = self._persist(selection[1] if args["include_persistent"] else [], {}, values, task_vars,
+                                    remove=True)
+            restored = self._apply(desired_state.restore_requests(values, selection[0]), values, task_vars)
+            result = dict(desired_state.rollback_result(removed, restored),
+                          module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
+            result["ansible_facts"] = {"gpunode_tuning_reboot_required": bool(result.get("reboot_required"))}
+        return self._record_failures(result, task_vars, flow, only, skip, inherited, args["defer_failures"])
+
+    @staticmethod
+    def _selection(flow, only, skip, inherited):
+        """``(families, concerns)`` the flow runs under the run's tags; None for the flows tags do not narrow."""
+        if flow == "runtime":
+            return tags.selected_families(flow, only, skip, inherited), []
         if flow == "persistent":
-            concerns = role_state.selected_concerns(flow, *tags)
-            return dict(self._persist(concerns, desired, values, task_vars), desired=desired)
-        concerns, families = role_state.rollback_selection(*tags)
-        removed = self._persist(concerns if args["include_persistent"] else [], {}, values, task_vars, remove=True)
-        restored = self._apply(role_state.restore_requests(values, families), values, task_vars)
-        return dict(role_state.rollback_result(removed, restored),
-                    module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
+            return [], tags.selected_concerns(flow, only, skip, inherited)
+        if flow == "rollback":
+            concerns, families = tags.rollback_selection(only, skip, inherited)
+            return families, concerns
+        return None
+
+    @staticmethod
+    def _record_failures(result, task_vars, flow, only, skip, inherited, defer):
+        """The flow's failures added to the host's record (``FAILURES_FACT``), which the role fails the host with.
+
+        The role's failing task is tagged ``always``: under ``--skip-tags always`` it does not run, so the flow
+        fails its own task instead (nothing deferred). In the main entry point the runtime flow's failures wait
+        for the persistent flow when it runs (``defer_failures``), so that one failing family stops neither.
+        """
+        lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
+        record = list(task_vars.get(FAILURES_FACT) or []) + lines
+        result.setdefault("ansible_facts", {})[FAILURES_FACT] = record
+        persistent_runs = flow == "runtime" and defer and bool(
+            tags.selected_concerns("persistent", only, skip, (set(inherited) - {"runtime"}) | {"persistent"}))
+        if lines and "always" in skip and not persistent_runs:
+            result.update(failed=True, msg="%s tuning failed for these knob families (every other family ran): %s"
+                          % (flow.capitalize(), " | ".join(record)))
+        return result
+
+    def _warn_once(self, task_vars, lines):
+        """Each line once: by this process, and only for the play's first host."""
+        hosts = task_vars.get("ansible_play_hosts_all") or []
+        if hosts and task_vars.get("inventory_hostname") != hosts[0]:
+            return
+        for line in lines:
+            if line not in _WARNED:
+                _WARNED.add(line)
+                display.warning(line)
 
     def _values(self, task_vars, entry_point):
         """``(validated variables, None)`` or ``(None, the message naming every bad variable)``."""
         try:
-            raw, errors = role_variables.resolve(self._templar, task_vars)
+            raw, errors, renamed = role_variables.resolve(self._templar, task_vars)
             validated, more, warnings = role_variables.check(raw, [entry_point])
+            warnings = renamed + warnings
         except role_variables.RoleVariablesError as exc:
             raise AnsibleActionFail("gpunode.tuning.tuning_flow: %s" % exc) from exc
-        for line in warnings:
-            if line not in _WARNED:
-                _WARNED.add(line)
-                display.warning(line)
+        self._warn_once(task_vars, warnings)
         errors += more
         if not errors:
             merged = dict(raw)
             merged.update(validated)
-            errors += role_state.combination_problems(merged, entry_point)
+            errors += desired_state.combination_problems(merged, entry_point)
             if entry_point != "rollback":
-                errors += role_state.desired_problems(role_state.desired_state(merged), merged)
+                errors += desired_state.desired_problems(desired_state.desired_state(merged), merged)
             validated = merged
         if errors:
             return None, "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))
@@ -131,9 +190,9 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname")
         verified_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if flow == "verify":
-            module_args = role_state.verify_options(values, desired, host, verified_at, gate)
+            module_args = desired_state.verify_options(values, desired, host, verified_at, gate)
         else:
-            module_args = role_state.health_options(values, desired, host)
+            module_args = desired_state.health_options(values, desired, host)
         result = self._execute_module(module_name="gpunode.tuning.tuning_info", module_args=module_args,
                                       task_vars=task_vars)
         result.update(module_runs=1, verified_at=verified_at, desired=desired)
@@ -145,10 +204,10 @@ class ActionModule(ActionBase):
             return {"changed": False, "skipped": True, "concerns": {}, "failed_concerns": {}, "module_runs": 0,
                     "skip_reason": "no persistent concern is selected by the tags"}
         names = [c.name for c in concerns]
-        settings = role_state.persist_settings(values)
+        settings = desired_state.persist_settings(values)
         if not remove and "guard" in names:
-            # The guard's config holds tuning_info's options as verification runs them (module_utils/guard_files.py).
-            settings["guard_inputs"] = role_state.guard_inputs(values, desired, task_vars.get("inventory_hostname"),
+            # The guard's config holds tuning_info's options as verification runs them (flows/guard_files.py).
+            settings["guard_inputs"] = desired_state.guard_inputs(values, desired, task_vars.get("inventory_hostname"),
                                                                collection_version())
         module_args = {"state": "absent" if remove else "present", "concerns": names,
                        "desired": desired, "settings": settings,
@@ -170,6 +229,7 @@ class ActionModule(ActionBase):
         result["module_runs"] = 1
         # Named as the family failures of the other flows are, for the summary that ends the role.
         result["families"] = {"persistent " + name: r for name, r in result["concerns"].items()}
+        result["failed_families"] = {"persistent " + name: msg for name, msg in result["failed_concerns"].items()}
         if result["failed_concerns"]:
             result["msg"] = "persistent concerns failed: %s" % ", ".join(result["failed_concerns"])
         return result

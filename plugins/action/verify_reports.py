@@ -4,7 +4,7 @@
 
 Runs on the controller only and starts no module: it renders the role's report templates with the
 host's variables (what ``ansible.builtin.template`` would render, byte for byte) and writes the
-files itself (module_utils/report_files.py: created directory, temporary file and rename, changed
+files itself (module_utils/core/files.py: created directory, temporary file and rename, changed
 only when the content or mode changes, nothing written in check mode). The role's three
 ``template`` tasks per host (each a ``stat`` and a ``copy`` module run on the controller) and the
 ``file`` task before them become one task that costs no Python start and no connection.
@@ -31,7 +31,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import report_files
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as report_files
 
 try:  # ansible-core 2.19+: template text from a file is rendered only once trusted
     from ansible.template import trust_as_template
@@ -43,7 +43,7 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
                          "roles", "tuning", "templates")
 HOST_REPORTS = ((".json", "verify_host.json.j2"), (".junit.xml", "verify_junit.xml.j2"), (".md", "verify_host.md.j2"))
 FLEET_REPORT = ("fleet-summary.md", "verify_fleet.md.j2")
-# A family's export, written beside the host's reports as <host>.<name> (module_utils/family.py: Family.export).
+# A family's export, written beside the host's reports as <host>.<name> (module_utils/core/family.py: Family.export).
 EXPORT_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*\.json$")
 # ansible.builtin.template's defaults: the reports must stay byte-identical to what it wrote.
 JINJA_OPTIONS = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}

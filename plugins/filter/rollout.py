@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fleet rollout's decisions for playbooks/rollout.yml, from module_utils/rollout.py (one filter each).
+"""The fleet rollout's decisions for playbooks/rollout.yml, from plugin_utils/rollout.py (one filter each).
 
 Documented in the rollout_*.yml files next to this file.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import rollout
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import rollout
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.role_variables import plain
 
 

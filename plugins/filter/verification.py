@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller-side filters of the verify entry point; the logic is in module_utils/verification.py.
+"""Controller-side filters of the verify entry point; the logic is in module_utils/flows/verification.py.
 
 Each filter is documented in its own file next to this one (verify_fleet.yml, verify_error.yml,
 verify_report_dir.yml), as ansible-doc expects for a file with several filters.
@@ -12,7 +12,7 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 
 def _call(name, func, *args, **kwargs):

@@ -9,7 +9,7 @@ the fleet summary has a column per report family of each entry. A new family is 
 
 from __future__ import annotations
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
     cpufreq,
     cpuidle,
@@ -17,13 +17,13 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
     gpu_locality,
     gpu_settings,
     iommu,
+    kernel_cmdline,
     kmod,
     pcie_mrrs,
     tunables,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family
 
 FAMILIES: tuple[Family, ...] = (
     pcie_mrrs.DEFINITION,
@@ -33,7 +33,7 @@ FAMILIES: tuple[Family, ...] = (
     cpufreq.DEFINITION,
     tunables.DEFINITION,
     kmod.DEFINITION,
-    bootcmdline.DEFINITION,
+    kernel_cmdline.DEFINITION,
     gpu_settings.DEFINITION,
     gpu_health.DEFINITION,
     p2p.DEFINITION,

@@ -189,16 +189,16 @@ changed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline
 
 
 def build_module():
-    return AnsibleModule(argument_spec=bootcmdline.ARGUMENT_SPEC, supports_check_mode=True)
+    return AnsibleModule(argument_spec=kernel_cmdline.ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def main():
-    family.run_module(build_module(), bootcmdline.run)
+    family.run_module(build_module(), kernel_cmdline.run)
 
 
 if __name__ == "__main__":

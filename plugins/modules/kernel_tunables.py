@@ -201,7 +201,7 @@ applied_keys:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
 
 

@@ -43,9 +43,10 @@ options:
     choices: [128, 256, 512, 1024, 2048, 4096]
   vendor:
     description:
-      - PCI vendor id in hex (V(10de) or V(0x10de)).
+      - PCI vendor ids in hex (V(10de) or V(0x10de)); a device of any of them matches.
       - Every given selector must match. With no selector at all, NVIDIA GPUs are selected.
-    type: str
+    type: list
+    elements: str
   device:
     description:
       - PCI device id in hex (V(2bb5) or V(0x2bb5)).
@@ -210,7 +211,7 @@ setpci_calls:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs
 
 

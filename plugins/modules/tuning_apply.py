@@ -95,8 +95,10 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, flow, module_calls, registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls
 
 ARGUMENT_SPEC = dict(
     families=dict(type="list", elements="dict", required=True, options=dict(
@@ -116,18 +118,18 @@ def build_module():
 
 def main():
     module = build_module()
-    unknown = [r["name"] for r in module.params["families"] if r["name"] not in flow.runnable_names()]
+    unknown = [r["name"] for r in module.params["families"] if r["name"] not in apply.runnable_names()]
     if unknown:
         module.fail_json(msg="families must be among: %s; got: %s"
-                         % (", ".join(flow.runnable_names()), ", ".join(unknown)))
-    results = flow.run_families(module.params["families"], module_calls.call_maker(module))
+                         % (", ".join(apply.runnable_names()), ", ".join(unknown)))
+    results = apply.run_families(module.params["families"], module_calls.call_maker(module))
     restore = all((r.get("options") or {}).get("restore") for r in module.params["families"])
     out = dict(changed=any(r.get("changed") for r in results.values()), families=results,
-               failed_families=flow.failures(results),
-               summary={n: flow.restored(r) if restore else flow.summary(r, registry.by_name(n))
+               failed_families=apply.failures(results),
+               summary={n: apply.restored(r) if restore else apply.summary(r, registry.by_name(n))
                         for n, r in results.items()})
     if module._diff:
-        out["diff"] = flow.diffs(results)
+        out["diff"] = apply.diffs(results)
     if out["failed_families"] and module.params["fail_on_error"]:
         module.fail_json(msg="these knob families failed (every other family ran): %s"
                          % " | ".join("%s: %s" % kv for kv in out["failed_families"].items()), **out)

@@ -9,23 +9,32 @@ module: tuning_flow
 short_description: Run one of the tuning role's flows from the role's variables
 version_added: 0.3.0
 description:
-  - The tuning role's flows as one task each. On the controller, the role's variables (C(gpunode_tuning_*),
-    with the selected preset's values) are read with their types on every supported ansible-core, checked
-    against the role's argument specs, and turned into the one desired state from the registry of knob
-    families. A bad variable fails the host naming it, its value and what is allowed, before anything runs
-    on the node.
+  - The tuning role's flows as one task each. On the controller, the role's variables are read with their types
+    on every supported ansible-core, checked against the role's argument specs, and turned into the one desired
+    state from the registry of knob families. A bad variable fails the host naming it, its value and what is
+    allowed, before anything runs on the node.
+  - 'It reads these variables of the task (not options: the role sets them): every C(gpunode_tuning_*) option of
+    the role entry point O(entry_point) (docs/variables.md, generated from the role''s argument specs) and the
+    former names of renamed ones (read as their new names, with a warning); C(ansible_run_tags) and
+    C(ansible_skip_tags), which select the families; C(inventory_hostname), C(ansible_play_hosts_all) (one
+    warning per play, not per host) and C(__gpunode_tuning_failures), the failures of the run''s earlier flows
+    on the host.'
   - V(precheck) runs nothing on the node; its result holds the desired state.
-  - V(runtime) runs every knob family the run's tags select (C(--tags mrrs), C(--skip-tags cstate), the
-    flow's own tag V(runtime), or none) in one M(gpunode.tuning.tuning_apply) run on the node. A family
-    that fails does not stop the others, and does not fail this task; RV(failed_families) names it and the
-    role fails the host once, at the end of the flow.
+  - V(runtime) runs every knob family the run's tags select in one M(gpunode.tuning.tuning_apply) run on the
+    node. A family that fails does not stop the others, and does not fail this task; RV(failed_families) names
+    it, the host's C(__gpunode_tuning_failures) fact records it, and the role fails the host once, at the end of
+    the flow.
   - V(persistent) writes the selected persistent concerns (sysctl drop-in, module drop-ins, kernel arguments,
-    boot unit, udev rule, the GPU locality export) in one M(gpunode.tuning.tuning_persist) run.
+    boot unit, udev rule, the GPU locality export, the guard) in one M(gpunode.tuning.tuning_persist) run.
   - V(rollback) removes them (one M(gpunode.tuning.tuning_persist) run) and restores what the journal holds
     for every selected family (one M(gpunode.tuning.tuning_apply) run).
   - V(verify) reads the node and judges it against the whole desired state in one M(gpunode.tuning.tuning_info)
     run; V(health) judges the GPUs' health alone (the rollout's health gate).
-  - Meant for the role (C(roles/tuning/tasks)). It reads the role's variables from the task's variables.
+  - 'Tags: a family counts as tagged with its name, its settings'' tags, its deprecated tags and the flow''s tag,
+    as separate tasks per family would be (docs/flows.md, "Tags"). The role runs each flow as two tasks: one
+    with O(selected_by=family), tagged with every family and concern tag of the flow, and one tagged with the
+    flow''s own tag; the first returns at once, before any variable is read, when the second runs too.'
+  - Meant for the role (C(roles/tuning/tasks)).
 author:
   - gpunode.tuning contributors (@gpunode)
 options:
@@ -43,6 +52,20 @@ options:
     description: With V(verify), the verdict's gate (V(full), or V(runtime) for the runtime rollout).
     type: str
     default: full
+  selected_by:
+    description:
+      - V(flow) (the task carries the flow's own tag) runs every family the run's tags leave selected.
+      - V(family) (the task carries the flow's family and concern tags) does the same when the run's tags do not
+        select the flow's own task, and nothing otherwise (that task runs the flow).
+    type: str
+    choices: [flow, family]
+    default: flow
+  defer_failures:
+    description:
+      - With V(runtime), leave the host's failure to the persistent flow that follows (the role's main entry
+        point), when the run's tags select it.
+    type: bool
+    default: false
   include_persistent:
     description:
       - With V(rollback), also remove the persistent artifacts. V(false) only restores the journal, as the
@@ -82,6 +105,13 @@ families:
 failed_families:
   description: The message of each family that failed, keyed by its name.
   returned: when a family ran
+  type: dict
+ansible_facts:
+  description:
+    - "C(__gpunode_tuning_failures), the host's failures in this run (one C(NAME: message) line each, the earlier
+      flows' included); V(runtime) also C(gpunode_tuning_pending_kernel_args), V(persistent) and V(rollback)
+      C(gpunode_tuning_reboot_required)."
+  returned: when a flow ran
   type: dict
 summary:
   description: One line per family of what the flow did.

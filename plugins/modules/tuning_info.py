@@ -46,8 +46,9 @@ options:
     type: dict
     suboptions:
       vendor:
-        description: Vendor id in hex, for example V(10de) or V(0x15b3).
-        type: str
+        description: Vendor ids in hex, for example V([10de]) or V([0x15b3]); a device of any of them matches.
+        type: list
+        elements: str
       device:
         description: Device id in hex, for example V(2bb5).
         type: str
@@ -984,26 +985,28 @@ verification:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, kernel_log, verify_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import FactsError, gather
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     BinaryNotFound,
     Node,
     NodeError,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.verification import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import (
     DEFAULT_FAIL_CLASSES,
     GATES,
     KMSG_CLASSES,
     VerificationError,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 ARGUMENT_SPEC = dict(
     pci_selector=dict(
         type="dict",
         options=dict(
-            vendor=dict(type="str"),
+            vendor=dict(type="list", elements="str"),
             device=dict(type="str"),
             class_prefixes=dict(type="list", elements="str"),
             bdfs=dict(type="list", elements="str"),

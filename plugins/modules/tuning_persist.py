@@ -9,7 +9,7 @@ short_description: Make a desired state survive reboots, or remove everything th
 version_added: 0.3.0
 description:
   - Writes (O(state=present)) or removes (O(state=absent)) the persistent artifacts of the selected O(concerns),
-    each isolated from the others (module_utils/persist.py), in one Python process on the node.
+    each isolated from the others (module_utils/flows/persist.py), in one Python process on the node.
   - V(sysctl) the sysctl drop-in (keys the node lacks are left out and fail the concern); V(kmod) modules-load.d
     and modprobe.d files for the optional modules that load; V(cmdline) the kernel arguments (configured, those a
     cpufreq driver switch or ACS by kernel argument need, the IOMMU mode's) through GRUB or grubby; V(boot_unit)
@@ -89,12 +89,20 @@ reboot_required:
   description: Whether the kernel command line changed and only a reboot applies it.
   returned: always
   type: bool
+pending_kernel_args:
+  description: The kernel arguments configured for the next boot that the running kernel does not have yet.
+  returned: always
+  type: list
+  elements: str
+  sample: ["amd_pstate=active", "iommu=pt"]
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, flow, module_calls, persist
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply as flow
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import module_calls, persist
 
 ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
@@ -127,9 +135,7 @@ def main():
     make_call = module_calls.call_maker(module)
 
     def make_pc():
-        return persist.PersistCall(node=node, call=make_call.base, desired=params["desired"], settings=settings,
-                                   files=persist.NodeFiles(node, module.check_mode, module._diff),
-                                   make_call=make_call)
+        return persist.persist_call(node, make_call.base, params["desired"], settings, make_call)
 
     wanted = [c for c in persist.concerns() if c.name in params["concerns"]]
     if params["state"] == "absent":
@@ -137,7 +143,9 @@ def main():
     results = persist.run_concerns(wanted, make_pc, remove=params["state"] == "absent")
     out = dict(changed=any(r.get("changed") for r in results.values()), concerns=results,
                failed_concerns=flow.failures(results), summary={n: r["summary"] for n, r in results.items()},
-               reboot_required=bool((results.get("cmdline") or {}).get("reboot_required")))
+               reboot_required=bool((results.get("kernel_cmdline") or {}).get("reboot_required")),
+               pending_kernel_args=[arg for arg, state in ((results.get("kernel_cmdline") or {}).get("arguments")
+                                                           or {}).items() if (state or {}).get("pending_reboot")])
     if module._diff:
         out["diff"] = flow.diffs(results)
     if out["failed_concerns"] and module.params["fail_on_error"]:

@@ -10,24 +10,24 @@ expression that is a whole value is rendered through ``to_json`` and read back, 
 a list or dict; 2.19 keeps native types itself. A ``null`` therefore means "leave alone" on every
 version, and nothing needs to accept ``""`` as null.
 
-Then the values are checked against the role's argument specs (module_utils/role_vars.py words
-the messages) and converted as the spec says (``"yes"`` -> ``True``), before any flow uses them.
+Then the values are checked against the role's argument specs (one line per bad variable, worded
+below) and converted as the spec says (``"yes"`` -> ``True``), before any flow uses them.
 Controller side only (action plugin tuning_flow).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import yaml
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import ArgumentTypeError, ElementError, NoLogError
-
-from ansible_collections.gpunode.tuning.plugins.module_utils import role_vars
 
 try:  # ansible-core 2.19+: templating keeps native types, None included
     from ansible.template import trust_as_template as _trust  # noqa: F401  (only probed)
@@ -43,7 +43,213 @@ SPECS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pat
 _WHOLE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}|\{%|%\}|\{#).)*)\}\}\s*$", re.S)
 # Prefixed so that 2.16's literal_eval of a template's result cannot turn the JSON into a number.
 _MARK = "gpunode-json:"
+DEFAULTS_PATH = os.path.join(os.path.dirname(SPECS_PATH), "..", "defaults", "main.yml")
 _SPECS = {}
+_DEFAULTS = {}
+# Former names of role variables (0.3 and earlier): still read, with a deprecation warning naming the new one.
+RENAMED = {
+    "gpunode_tuning_acs": "gpunode_tuning_pcie_acs",
+    "gpunode_tuning_acs_persist": "gpunode_tuning_pcie_acs_persist",
+    "gpunode_tuning_cmdline_args": "gpunode_tuning_kernel_cmdline_args",
+    "gpunode_tuning_cmdline_bootloader": "gpunode_tuning_kernel_cmdline_bootloader",
+    "gpunode_tuning_cmdline_dropin": "gpunode_tuning_kernel_cmdline_dropin",
+    "gpunode_tuning_cmdline_enabled": "gpunode_tuning_kernel_cmdline_enabled",
+    "gpunode_tuning_cstate_cpus": "gpunode_tuning_cpuidle_cpus",
+    "gpunode_tuning_cstate_disable": "gpunode_tuning_cpuidle_disable",
+    "gpunode_tuning_cstate_enabled": "gpunode_tuning_cpuidle_enabled",
+    "gpunode_tuning_cstate_max_latency_us": "gpunode_tuning_cpuidle_max_latency_us",
+    "gpunode_tuning_dcgm_diag": "gpunode_tuning_gpu_health_dcgm_diag",
+    "gpunode_tuning_gpu_application_clocks": "gpunode_tuning_gpu_settings_application_clocks",
+    "gpunode_tuning_gpu_count": "gpunode_tuning_gpu_health_count",
+    "gpunode_tuning_gpu_locked_clocks": "gpunode_tuning_gpu_settings_locked_clocks",
+    "gpunode_tuning_gpu_persistence": "gpunode_tuning_gpu_settings_persistence",
+    "gpunode_tuning_gpu_power_limit": "gpunode_tuning_gpu_settings_power_limit",
+    "gpunode_tuning_gpu_power_limits": "gpunode_tuning_gpu_settings_power_limits",
+    "gpunode_tuning_locality_enabled": "gpunode_tuning_gpu_locality_enabled",
+    "gpunode_tuning_locality_remote_irqs_fail": "gpunode_tuning_gpu_locality_remote_irqs_fail",
+    "gpunode_tuning_mrrs": "gpunode_tuning_pcie_mrrs",
+    "gpunode_tuning_mrrs_allow_empty": "gpunode_tuning_gpu_allow_empty",
+    "gpunode_tuning_mrrs_bdfs": "gpunode_tuning_gpu_bdfs",
+    "gpunode_tuning_mrrs_class_prefixes": "gpunode_tuning_gpu_class_prefixes",
+    "gpunode_tuning_mrrs_device": "gpunode_tuning_gpu_device",
+    "gpunode_tuning_mrrs_enabled": "gpunode_tuning_pcie_mrrs_enabled",
+    "gpunode_tuning_mrrs_vendor": "gpunode_tuning_gpu_vendors",
+    "gpunode_tuning_p2p_min_gbps": "gpunode_tuning_gpu_p2p_min_gbps",
+}
+# Former names whose value was one string where the new variable is a list of them.
+LIST_RENAMES = ("gpunode_tuning_gpu_vendors",)
+
+
+PREFIX = "gpunode_tuning_"
+# Public names that are not role options: the playbooks' own variables (-e on the command line)
+# and the facts the role and the playbooks export. Setting them is not a typo.
+PLAYBOOK_VARIABLES = (
+    "gpunode_tuning_hosts",
+    "gpunode_tuning_rollout_canary",
+    "gpunode_tuning_rollout_batch",
+    "gpunode_tuning_rollout_max_fail_percentage",
+    "gpunode_tuning_rollout_flow",
+    "gpunode_tuning_rollout_health_gate",
+    "gpunode_tuning_rollout_benchmark_command", "gpunode_tuning_rollout_benchmark_min_gain",
+)
+EXPORTED_FACTS = (
+    "gpunode_tuning_verification",
+    "gpunode_tuning_reboot_required",
+    "gpunode_tuning_pending_kernel_args",
+    "gpunode_tuning_rollout_result",
+)
+TYPE_TEXT = {
+    "str": "a string",
+    "path": "a path",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean (true or false)",
+    "list": "a list",
+    "dict": "a dict",
+    "raw": "any value",
+}
+TYPE_PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "numbers", "bool": "booleans",
+               "dict": "dicts", "list": "lists", "raw": "values"}
+# A value is shown up to this length: a message stays a few lines even for a large dict.
+VALUE_WIDTH = 120
+
+
+def spec_options(specs: dict | None, entry_points: Iterable[str] | None = None) -> dict:
+    """Options of the given entry points of ``argument_specs`` (all entry points when None), merged."""
+    out = {}
+    for name, entry in (specs or {}).items():
+        if entry_points is None or name in entry_points:
+            out.update((entry or {}).get("options") or {})
+    return out
+
+
+def known_names(specs: dict | None) -> list[str]:
+    """Every public name of the collection: the options of every entry point, playbook variables, facts."""
+    return sorted(set(spec_options(specs)) | set(PLAYBOOK_VARIABLES) | set(EXPORTED_FACTS) | set(RENAMED))
+
+
+def nearest_name(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to ``name`` (compared without the common prefix), or None."""
+    suffixes = {k[len(PREFIX):]: k for k in known if k.startswith(PREFIX)}
+    match = difflib.get_close_matches(name[len(PREFIX):] if name.startswith(PREFIX) else name,
+                                      list(suffixes), n=1, cutoff=0.6)
+    return suffixes[match[0]] if match else None
+
+
+def unknown_variables(names: Iterable[str], known: Iterable[str]) -> list[tuple[str, str | None]]:
+    """``[(name, nearest known name or None)]`` for each prefixed name that is not known, sorted."""
+    known = set(known)
+    current = known - set(RENAMED)  # a typo is pointed at a current name, never at a former one
+    return [(n, nearest_name(n, current)) for n in sorted(set(names)) if n.startswith(PREFIX) and n not in known]
+
+
+def unknown_message(name: str, suggestion: str | None, strict: bool = False) -> str:
+    """One line about an unknown variable."""
+    hint = "did you mean %s?" % suggestion if suggestion else "no known variable is similar"
+    if strict:
+        return "%s is not a variable of gpunode.tuning (%s); gpunode_tuning_strict_vars is true." % (name, hint)
+    return ("%s is not a variable of gpunode.tuning (%s). It is ignored; "
+            "gpunode_tuning_strict_vars: true makes this an error." % (name, hint))
+
+
+def show_value(value: Any) -> str:
+    """A value as a user wrote it (JSON-like), cut to VALUE_WIDTH characters."""
+    try:
+        text = json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= VALUE_WIDTH else text[:VALUE_WIDTH - 3] + "..."
+
+
+def allowed_text(option: dict) -> str:
+    """What an option accepts, from its argument spec: type, elements, choices, sub-options."""
+    kind = option.get("type") or "str"
+    text = TYPE_TEXT.get(kind, kind)
+    elements = option.get("elements")
+    if kind == "list" and elements:
+        text = "a list of %s" % TYPE_PLURAL.get(elements, elements)
+    subs = option.get("options") or {}
+    if subs:
+        keys = ["%s%s" % (k, " (required)" if (v or {}).get("required") else "") for k, v in subs.items()]
+        text += " with keys %s" % ", ".join(keys)
+    choices = [c for c in option.get("choices") or [] if c is not None]
+    if choices:
+        text += ", %s: %s" % ("each one of" if kind == "list" else "one of", ", ".join(str(c) for c in choices))
+    if None in (option.get("choices") or []):
+        text += ", or null"
+    return text
+
+
+def option_message(name: str, option: dict, value: Any, detail: str = "") -> str:
+    """``value of NAME must be ALLOWED, got: VALUE`` and Ansible's detail when it adds something."""
+    line = "value of %s must be %s, got: %s" % (name, allowed_text(option), show_value(value))
+    if detail and "got:" not in detail:
+        line += " (%s)" % detail[:200]
+    return line
+
+
+def root_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be the node root, or None. An empty root must never mean the controller's /."""
+    if not isinstance(value, str) or not value.strip():
+        return ("value of gpunode_tuning_root must be an absolute path (/ for the running system, a directory "
+                "for a simulated node), got: %s" % show_value(value))
+    if not value.startswith("/"):
+        return ("value of gpunode_tuning_root must be an absolute path (/ for the running system, a directory "
+                "for a simulated node), got the relative path %s" % show_value(value))
+    return None
+
+
+# Files of ours on the node, absolute below gpunode_tuning_root. The modules refuse a path that
+# leaves the root; tasks that read or write them directly (slurp, template) rely on this check.
+NODE_PATH_VARIABLES = (
+    "gpunode_tuning_journal",
+    "gpunode_tuning_sysctl_file",
+    "gpunode_tuning_kernel_cmdline_dropin",
+    "gpunode_tuning_boot_script",
+    "gpunode_tuning_udev_rule",
+)
+NODE_PATH_ALLOWED = "an absolute path on the node without '..' components, spaces or control characters"
+
+
+def node_path_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the node path ``name`` (below the node root), or None."""
+    if not isinstance(value, str):
+        return None  # the argument spec reports the type
+    parts = value.split("/")
+    bad = (not value.startswith("/") or ".." in parts
+           or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value))
+    if bad:
+        return "value of %s must be %s, got: %s" % (name, NODE_PATH_ALLOWED, show_value(value))
+    return None
+
+
+def path_problems(provided: dict, errors: Iterable[str]) -> list[str]:
+    """The node root's and the node paths' problems that the argument spec does not see.
+
+    ``errors``: the lines already found; a variable named there is not reported twice.
+    """
+    out = []
+    named = {line.split(" ", 3)[2] for line in errors if line.startswith("value of ")}
+    if "gpunode_tuning_root" in provided and "gpunode_tuning_root" not in named:
+        problem = root_problem(provided["gpunode_tuning_root"])
+        if problem:
+            out.append(problem)
+    for name in NODE_PATH_VARIABLES:
+        problem = node_path_problem(name, provided.get(name))
+        if problem and name not in named:
+            out.append(problem)
+    return out
+
+
+def report(errors: Iterable[str], unknown: Iterable[tuple[str, str | None]], strict: bool = False) -> dict:
+    """``{errors, warnings, msg}``: the lines to fail with, the lines to warn about, one message."""
+    unknown_lines = [unknown_message(n, s, strict) for n, s in unknown]
+    errors = list(errors) + (unknown_lines if strict else [])
+    warnings = [] if strict else unknown_lines
+    msg = ""
+    if errors:
+        msg = "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))
+    return {"errors": errors, "warnings": warnings, "msg": msg}
 
 
 class RoleVariablesError(AnsibleError):
@@ -96,18 +302,57 @@ def typed(templar, value):
 
 def raw_role_variables(task_vars: Mapping) -> dict:
     """Every ``gpunode_tuning_*`` variable of the task, untemplated."""
-    return {k: task_vars[k] for k in task_vars if isinstance(k, str) and k.startswith(role_vars.PREFIX)}
+    return {k: task_vars[k] for k in task_vars if isinstance(k, str) and k.startswith(PREFIX)}
 
 
-def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str]]:
-    """``(values, errors)``: every ``gpunode_tuning_*`` variable with its type, and the ones that fail."""
+def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
+    """``(values, errors, warnings)``: every ``gpunode_tuning_*`` variable with its type, and the ones that fail.
+
+    A variable set under its former name (``RENAMED``) is read as its new one, with a warning naming the
+    new name; set under both names, it is an error.
+    """
     values, errors = {}, []
-    for name, raw in sorted(raw_role_variables(task_vars).items()):
+    raw = raw_role_variables(task_vars)
+    for name, value in sorted(raw.items()):
         try:
-            values[name] = typed(templar, raw)
+            values[name] = typed(templar, value)
         except Exception as exc:  # noqa: BLE001  (any templating error is the user's variable's)
             errors.append("value of %s cannot be templated: %s" % (name, " ".join(str(exc).split())[:300]))
-    return values, errors
+    more, warnings = apply_renames(values, raw, load_defaults())
+    return values, errors + more, warnings
+
+
+def apply_renames(values: dict, raw: Mapping, defaults: Mapping) -> tuple[list[str], list[str]]:
+    """Move each variable set under a former name (``RENAMED``) to its new name, in place: ``(errors, warnings)``.
+
+    The new name is set by the user when its raw value differs from the role default's (``defaults``):
+    then both are set, and that is an error naming both.
+    """
+    errors, warnings = [], []
+    for old in sorted(set(values) & set(RENAMED)):
+        new = RENAMED[old]
+        value = values.pop(old)
+        if new in raw and (new not in defaults or raw[new] != defaults[new]):
+            errors.append("%s and %s are both set: %s is the former name of %s; keep only %s"
+                          % (old, new, old, new, new))
+            continue
+        if new in LIST_RENAMES and isinstance(value, str):
+            value = [value] if value else []
+        values[new] = value
+        warnings.append("%s is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use %s" % (old, new))
+    return errors, warnings
+
+
+def load_defaults(path: str = DEFAULTS_PATH) -> dict:
+    """The role's defaults/main.yml as written (templates untemplated; parsed once per file version)."""
+    try:
+        key = (path, os.stat(path).st_mtime_ns)
+        if key not in _DEFAULTS:
+            with open(path, encoding="utf-8") as handle:
+                _DEFAULTS[key] = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        return _DEFAULTS[key]
+    except (OSError, yaml.YAMLError) as exc:
+        raise RoleVariablesError("cannot read the role's defaults %s: %s" % (path, exc)) from exc
 
 
 def _option_errors(options: dict, provided: dict) -> list[str]:
@@ -124,7 +369,7 @@ def _option_errors(options: dict, provided: dict) -> list[str]:
             lines.append(detail.replace(", None, got: ", ", null, got: "))
             continue
         details = [e.msg for e in errors if not isinstance(e, (ArgumentTypeError, ElementError, NoLogError))]
-        lines.append(role_vars.option_message(name, options[name], provided[name], details[0] if details else ""))
+        lines.append(option_message(name, options[name], provided[name], details[0] if details else ""))
     return lines
 
 
@@ -151,13 +396,13 @@ def check(values: dict, entry_points, specs: dict | None = None) -> tuple[dict, 
     for entry in entry_points:
         if entry not in specs:
             raise RoleVariablesError("entry point must be one of: %s (got %r)" % (", ".join(specs), entry))
-    options = role_vars.spec_options(specs, entry_points)
+    options = spec_options(specs, entry_points)
     provided = {k: v for k, v in values.items() if k in options}
     result = ArgumentSpecValidator(options).validate(provided)
     errors = _option_errors(options, provided) if result.error_messages else []
-    errors += role_vars.path_problems(provided, errors)
+    errors += path_problems(provided, errors)
     validated = {k: without_filled(v, provided.get(k)) for k, v in plain(result.validated_parameters).items()}
     strict = validated.get("gpunode_tuning_strict_vars", values.get("gpunode_tuning_strict_vars")) is True
-    unknown = role_vars.unknown_variables(values, role_vars.known_names(specs))
-    outcome = role_vars.report(errors, unknown, strict)
+    unknown = unknown_variables(values, known_names(specs))
+    outcome = report(errors, unknown, strict)
     return validated, outcome["errors"], outcome["warnings"]

@@ -30,7 +30,7 @@ _spec.loader.exec_module(_unit)
 CPUS, DROPIN, read, set_driver, write = _unit.CPUS, _unit.DROPIN, _unit.read, _unit.set_driver, _unit.write
 from test_verify import run_playbook  # noqa: E402
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline  # noqa: E402
 
 # host -> (preset, driver to start from or None for the preset's, role variables, driver and mode after the reboot)
 HOSTS = {
@@ -89,15 +89,15 @@ def test_driver_transitions_pending_then_applied_after_a_reboot(tmp_path):
     proc = run_playbook("tune.yml", inv)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     for name, root in roots.items():
-        assert HOSTS[name][4] in bootcmdline.parse_dropin(read(root, DROPIN))[1], name
+        assert HOSTS[name][4] in kernel_cmdline.parse_dropin(read(root, DROPIN))[1], name
 
     rows = driver_rows(reports)  # tune.yml ends with a verification (runtime gate) that writes the reports
     for name, row in rows.items():
         assert (row["state"], row["persisted"]) == ("pending_reboot", HOSTS[name][4]), (name, row, proc.stdout[-3000:])
 
     for name, root in roots.items():  # the reboot: the drop-in's arguments run, the kernel loads the new driver
-        args = bootcmdline.parse_dropin(read(root, DROPIN))[1]
-        write(root, "proc/cmdline", " ".join(bootcmdline.add_arguments(read(root, "proc/cmdline").split(), args)))
+        args = kernel_cmdline.parse_dropin(read(root, DROPIN))[1]
+        write(root, "proc/cmdline", " ".join(kernel_cmdline.add_arguments(read(root, "proc/cmdline").split(), args)))
         set_driver(root, tmp_path, *HOSTS[name][3])
     proc = run_playbook("verify.yml", inv)
     rows = driver_rows(reports)

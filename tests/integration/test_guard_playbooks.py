@@ -100,10 +100,10 @@ def test_persistent_guard_names_exactly_the_drift_and_rollback_removes_it(tmp_pa
     with open(os.path.join(root, CONFIG.lstrip("/")), encoding="utf-8") as fh:
         config = json.load(fh)
     assert config["desired"]["sysctl"]["vm.swappiness"] == 10 and config["desired"]["numa_balancing"] == 0
-    assert {"pcie_mrrs", "cpuidle", "cpufreq", "thp", "kmod", "cmdline", "gpu_health", "pcie_acs"} <= set(
+    assert {"pcie_mrrs", "cpuidle", "cpufreq", "thp", "kmod", "kernel_cmdline", "gpu_health", "pcie_acs"} <= set(
         config["desired"])
     # The GPUs' selector as verification gets it (what is not set is left out).
-    assert config["facts"]["pci_selector"] == {"vendor": "10de", "class_prefixes": ["0300", "0302"]}
+    assert config["facts"]["pci_selector"] == {"vendor": ["10de"], "class_prefixes": ["0300", "0302"]}
     assert config["verify"]["host"] == "sim-guard" and config["guard"]["textfile_dir"] == "/var/lib/prometheus/" \
                                                                                           "node-exporter"
     with open(os.path.join(root, "etc/gpunode-tuning/desired.json"), encoding="utf-8") as fh:

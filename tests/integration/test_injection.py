@@ -176,15 +176,15 @@ def test_module_options_are_persisted_as_kmod_optional_validated_them(tmp_path):
 # Each case: (variable, hostile value, what the message says about it). The script runs as root at
 # every boot; the udev rule runs it on every hot-add.
 BOOT_INJECTIONS = [
-    ("gpunode_tuning_cstate_disable", ['C2"; touch /tmp/gpunode-injected; "'],
-     "gpunode_tuning_cstate_disable: idle state name 'C2\"; touch /tmp/gpunode-injected; \"' is invalid: "
+    ("gpunode_tuning_cpuidle_disable", ['C2"; touch /tmp/gpunode-injected; "'],
+     "gpunode_tuning_cpuidle_disable: idle state name 'C2\"; touch /tmp/gpunode-injected; \"' is invalid: "
      "allowed is an idle state name as cpuidle/stateN/name shows it"),
-    ("gpunode_tuning_cstate_disable", ["C2\ntouch /tmp/gpunode-injected"],
-     "gpunode_tuning_cstate_disable: idle state name 'C2\\ntouch /tmp/gpunode-injected' is invalid"),
-    ("gpunode_tuning_mrrs_bdfs", ["41:00.0) reboot ;; *)"],
-     "gpunode_tuning_mrrs_bdfs: '41:00.0) reboot ;; *)' is not a PCI address: use DDDD:BB:DD.F or BB:DD.F"),
-    ("gpunode_tuning_mrrs_vendor", '10de", RUN+="/bin/sh -c id',
-     "gpunode_tuning_mrrs_vendor: vendor must be a 4-digit hex PCI id such as 10de or 0x10de"),
+    ("gpunode_tuning_cpuidle_disable", ["C2\ntouch /tmp/gpunode-injected"],
+     "gpunode_tuning_cpuidle_disable: idle state name 'C2\\ntouch /tmp/gpunode-injected' is invalid"),
+    ("gpunode_tuning_gpu_bdfs", ["41:00.0) reboot ;; *)"],
+     "gpunode_tuning_gpu_bdfs: '41:00.0) reboot ;; *)' is not a PCI address: use DDDD:BB:DD.F or BB:DD.F"),
+    ("gpunode_tuning_gpu_vendors", '10de", RUN+="/bin/sh -c id',
+     "gpunode_tuning_gpu_vendors: vendor must be a 4-digit hex PCI id such as 10de or 0x10de"),
 ]
 
 
@@ -228,8 +228,8 @@ def test_boot_runner_of_valid_values_selects_like_the_modules(tmp_path):
     tuned = build_node(tmp_path / "tuned", cpus=4, gpus=2)
     inventory = write_inventory(
         tmp_path / "hosts.yml", {"sim-ok": tuned},
-        gpunode_tuning_mrrs_bdfs=["61:00.0"], gpunode_tuning_mrrs_vendor="0x10DE",
-        gpunode_tuning_cstate_disable=["C2"], gpunode_tuning_cstate_cpus="0-1,3",
+        gpunode_tuning_gpu_bdfs=["61:00.0"], gpunode_tuning_gpu_vendors="0x10DE",
+        gpunode_tuning_cpuidle_disable=["C2"], gpunode_tuning_cpuidle_cpus="0-1,3",
         gpunode_tuning_cpufreq_epp="performance", gpunode_tuning_boot_unit_before=["vllm.service"])
     proc = run_playbook("tune.yml", inventory, "--tags", "persistent")
     assert_ok(proc)
@@ -255,7 +255,7 @@ def test_a_null_latency_bound_leaves_the_idle_states_alone_at_boot_too(tmp_path)
     """No names and max_latency_us null is a no-op at runtime, and so at boot (the same rule)."""
     tuned = build_node(tmp_path / "tuned", cpus=2, gpus=1)
     inventory = write_inventory(tmp_path / "hosts.yml", {"sim-null": tuned},
-                                gpunode_tuning_cstate_max_latency_us=None)
+                                gpunode_tuning_cpuidle_max_latency_us=None)
     assert_ok(run_playbook("tune.yml", inventory, "--tags", "boot_unit"))
     fresh = build_node(tmp_path / "fresh", cpus=2, gpus=1)
     run = run_runner(tuned, fresh)

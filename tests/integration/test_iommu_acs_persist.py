@@ -23,8 +23,8 @@ from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/ro
 )
 
 sys.path.insert(0, os.path.join(REPO, ".collections"))
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node  # noqa: E402
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node  # noqa: E402
 
 DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
 ACS_ARG = "pci=disable_acs_redir=0000:40:01.1;0000:60:01.1"
@@ -42,7 +42,8 @@ def verify_states(inventory):
 def test_persistent_kernel_args_pending_until_the_reboot(tmp_path):
     root = build_node(tmp_path / "node", gpus=2, cpus=4, iommu="DMA-FQ")
     inventory = write_inventory(tmp_path / "hosts.yml", {"sim-p2p": root}, gpunode_tuning_iommu_mode="passthrough",
-                                gpunode_tuning_acs="disable_redirect", gpunode_tuning_acs_persist="kernel_arg")
+                                gpunode_tuning_pcie_acs="disable_redirect",
+                                gpunode_tuning_pcie_acs_persist="kernel_arg")
 
     assert_ok(run_playbook("tune.yml", inventory, "--tags", "persistent"))
     with open(os.path.join(root, DROPIN)) as fh:

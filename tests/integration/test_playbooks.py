@@ -260,7 +260,7 @@ def test_bad_values_fail_validation_before_any_change(shared_node):
         "tune.yml",
         inventory,
         "-e",
-        "gpunode_tuning_mrrs=300",
+        "gpunode_tuning_pcie_mrrs=300",
         "-e",
         "gpunode_tuning_preset=foo",
         "-e",
@@ -269,7 +269,7 @@ def test_bad_values_fail_validation_before_any_change(shared_node):
     assert proc.returncode != 0
     out = proc.stdout
     assert "Check the role variables before anything changes" in out
-    assert "value of gpunode_tuning_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in out
+    assert "value of gpunode_tuning_pcie_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in out
     assert "value of gpunode_tuning_preset must be one of: inference-throughput, inference-latency, got: foo" in out
     assert re.search(
         r"value of gpunode_tuning_cpufreq_governor must be one of: performance, powersave, "
@@ -378,7 +378,8 @@ def test_rollback_removes_the_intel_pstate_argument_persistent_added(tmp_path):
     os.makedirs(os.path.join(root, "etc/default/grub.d"), exist_ok=True)
     with open(os.path.join(root, "etc/default/grub"), "w", encoding="utf-8") as fh:
         fh.write('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
-    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-intel": root}, gpunode_tuning_cmdline_bootloader="grub")
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-intel": root},
+                                gpunode_tuning_kernel_cmdline_bootloader="grub")
     before = snapshot(root)
 
     tuned = run_playbook("tune.yml", inventory, "--tags", "runtime,persistent")

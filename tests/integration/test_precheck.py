@@ -84,25 +84,25 @@ def assert_nothing_done(proc, root, digest):
 def test_bad_variable_is_one_short_line(node):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_mrrs=300")
+    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_pcie_mrrs=300")
     assert_nothing_done(proc, root, digest)
     text = failure_text(proc)
-    assert "value of gpunode_tuning_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in text
+    assert "value of gpunode_tuning_pcie_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in text
     # Not Ansible's validation task with its dump of the whole argument spec (~10 KB).
     assert "argument_spec_data" not in proc.stdout and "Validating arguments against arg spec" not in proc.stdout
     assert len(text) < 2000, text
 
 
 @pytest.mark.parametrize("playbook, extra, expected", [
-    ("verify.yml", {"gpunode_tuning_mrrs_enabled": "maybe"},
-     'value of gpunode_tuning_mrrs_enabled must be a boolean (true or false), got: "maybe"'),
-    ("rollback.yml", {"gpunode_tuning_cmdline_bootloader": "lilo"},
-     "value of gpunode_tuning_cmdline_bootloader must be one of: auto, grub, grubby, got: lilo"),
+    ("verify.yml", {"gpunode_tuning_pcie_mrrs_enabled": "maybe"},
+     'value of gpunode_tuning_pcie_mrrs_enabled must be a boolean (true or false), got: "maybe"'),
+    ("rollback.yml", {"gpunode_tuning_kernel_cmdline_bootloader": "lilo"},
+     "value of gpunode_tuning_kernel_cmdline_bootloader must be one of: auto, grub, grubby, got: lilo"),
     ("tune.yml", {"gpunode_tuning_kmod_modules": [{"nam": "nvidia_peermem"}]},
      "value of gpunode_tuning_kmod_modules must be a list of dicts with keys name (required), params, required, "
      'state, got: [{"nam": "nvidia_peermem"}] (missing required arguments: name'),
-    ("verify.yml", {"gpunode_tuning_cstate_max_latency_us": "low"},
-     'value of gpunode_tuning_cstate_max_latency_us must be an integer, got: "low"'),
+    ("verify.yml", {"gpunode_tuning_cpuidle_max_latency_us": "low"},
+     'value of gpunode_tuning_cpuidle_max_latency_us must be an integer, got: "low"'),
 ])
 def test_every_playbook_names_the_variable_its_value_and_what_is_allowed(node, playbook, extra, expected):
     root, inventory = node
@@ -129,21 +129,21 @@ def test_an_empty_or_relative_root_plans_nothing(node, value):
 def test_unknown_variable_warns_with_the_nearest_name(node):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "--check", "--tags", "mrrs", "-e", "gpunode_tuning_mrs=4096")
+    proc = run("tune.yml", inventory, "--check", "--tags", "mrrs", "-e", "gpunode_tuning_pcie_mrs=4096")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     warnings = " ".join(proc.stderr.split())  # before 2.19 a warning is wrapped at 80 columns
-    assert ("[WARNING]: gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_mrrs?)"
-            in warnings), proc.stderr
-    assert warnings.count("gpunode_tuning_mrs is not a variable") == 1
+    assert ("[WARNING]: gpunode_tuning_pcie_mrs is not a variable of gpunode.tuning "
+            "(did you mean gpunode_tuning_pcie_mrrs?)" in warnings), proc.stderr
+    assert warnings.count("gpunode_tuning_pcie_mrs is not a variable") == 1
     assert tree_digest(root) == digest
 
 
 def test_unknown_variable_fails_when_strict(node):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_mrs=4096", "-e", "gpunode_tuning_strict_vars=true")
+    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_pcie_mrs=4096", "-e", "gpunode_tuning_strict_vars=true")
     assert_nothing_done(proc, root, digest)
-    assert "gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_mrrs?)" in \
+    assert "gpunode_tuning_pcie_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_pcie_mrrs?)" in \
         failure_text(proc)
 
 
@@ -167,21 +167,23 @@ def test_rollout_stops_before_the_first_batch(tmp_path):
 # refused by the precheck, before any family ran (on 1752866 each of these applied the other families first,
 # or wrote the value into a file).
 NODE_FREE = [
-    ({"gpunode_tuning_mrrs_bdfs": ["bogus"]}, "value of gpunode_tuning_mrrs_bdfs: 'bogus' is not a PCI address"),
-    ({"gpunode_tuning_mrrs_class_prefixes": ["030"]},
-     "value of gpunode_tuning_mrrs_class_prefixes: class prefix '030'"),
-    ({"gpunode_tuning_gpu_power_limits": {"bogus": 300}}, "value of gpunode_tuning_gpu_power_limits: 'bogus'"),
-    ({"gpunode_tuning_gpu_locked_clocks": {"min": 1500}},
-     "value of gpunode_tuning_gpu_locked_clocks: locked_clocks must be a map {min: MHz, max: MHz}"),
-    ({"gpunode_tuning_cstate_disable": ["C2;reboot"]}, "value of gpunode_tuning_cstate_disable: idle state name"),
-    ({"gpunode_tuning_cstate_cpus": "0-3,x"}, "value of gpunode_tuning_cstate_cpus: cpulist '0-3,x' is invalid"),
+    ({"gpunode_tuning_gpu_bdfs": ["bogus"]}, "value of gpunode_tuning_gpu_bdfs: 'bogus' is not a PCI address"),
+    ({"gpunode_tuning_gpu_class_prefixes": ["030"]},
+     "value of gpunode_tuning_gpu_class_prefixes: class prefix '030'"),
+    ({"gpunode_tuning_gpu_settings_power_limits": {"bogus": 300}},
+     "value of gpunode_tuning_gpu_settings_power_limits: 'bogus'"),
+    ({"gpunode_tuning_gpu_settings_locked_clocks": {"min": 1500}},
+     "value of gpunode_tuning_gpu_settings_locked_clocks: locked_clocks must be a map {min: MHz, max: MHz}"),
+    ({"gpunode_tuning_cpuidle_disable": ["C2;reboot"]}, "value of gpunode_tuning_cpuidle_disable: idle state name"),
+    ({"gpunode_tuning_cpuidle_cpus": "0-3,x"}, "value of gpunode_tuning_cpuidle_cpus: cpulist '0-3,x' is invalid"),
     ({"gpunode_tuning_sysctl_extra": {"vm swappiness": 1}}, "sysctl key 'vm swappiness' is invalid"),
     ({"gpunode_tuning_sysctl_extra": {"vm.swappiness": -5}}, "vm.swappiness: value '-5' is not accepted"),
     ({"gpunode_tuning_kmod_modules": [{"name": "-r"}]}, "value of gpunode_tuning_kmod_modules: module name '-r'"),
-    ({"gpunode_tuning_cmdline_args": ["pci=disable_acs_redir=ZZZZ:00:01.1"]}, "gpunode_tuning_cmdline_args"),
-    ({"gpunode_tuning_acs": "disable_redirect", "gpunode_tuning_acs_persist": "kernel_arg",
-      "gpunode_tuning_cmdline_enabled": False},
-     "gpunode_tuning_acs_persist: kernel_arg needs gpunode_tuning_cmdline_enabled: true"),
+    ({"gpunode_tuning_kernel_cmdline_args": ["pci=disable_acs_redir=ZZZZ:00:01.1"]},
+     "gpunode_tuning_kernel_cmdline_args"),
+    ({"gpunode_tuning_pcie_acs": "disable_redirect", "gpunode_tuning_pcie_acs_persist": "kernel_arg",
+      "gpunode_tuning_kernel_cmdline_enabled": False},
+     "gpunode_tuning_pcie_acs_persist: kernel_arg needs gpunode_tuning_kernel_cmdline_enabled: true"),
     ({"gpunode_tuning_report_dir": "reports\nx"}, "value of gpunode_tuning_report_dir must be a directory path"),
 ]
 
@@ -226,7 +228,7 @@ def test_what_needs_the_node_stays_that_familys_failure_and_the_others_are_appli
     inventory.write_text(yaml.safe_dump({"all": {
         "children": {"gpunodes": {"hosts": {"sim-cpus": {"gpunode_tuning_root": root}}}},
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python"),
-                 "gpunode_tuning_cstate_cpus": "0-999"}}}))
+                 "gpunode_tuning_cpuidle_cpus": "0-999"}}}))
     proc = run("tune.yml", str(inventory), "--tags", "runtime")
     assert proc.returncode != 0
     text = failure_text(proc)

@@ -34,7 +34,7 @@ from test_playbooks import (  # noqa: E402
     write_inventory,
 )
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot  # noqa: E402
 
 PREVIOUS = "1752866"
 

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SETPCI = shutil.which("setpci")
 LSPCI = shutil.which("lspci")
@@ -329,14 +329,14 @@ def test_facts_iommu_groups_and_args(build_node):
 
 @needs_setpci
 def test_simulated_p2p_verdict_turns_ok_once_redirect_is_off(build_node, run_module):
-    from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import nvidia_smi
 
     root = build_node("xeon-4gpu-switch", gpus=2, nvidia_smi=True)
     smi = os.path.join(root, "usr/bin/nvidia-smi")
 
     def p2p(kind):
         out = subprocess.run([smi, "topo", "-p2p", kind], capture_output=True, text=True, check=True).stdout
-        return verification.parse_p2p(out)
+        return nvidia_smi.parse_p2p(out)
 
     assert [(p["a"], p["b"], p["status"]) for p in p2p("r")["not_ok"]] == [("GPU0", "GPU1", "CNS"),
                                                                            ("GPU1", "GPU0", "CNS")]

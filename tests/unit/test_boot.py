@@ -1,4 +1,4 @@
-"""module_utils/boot.py, the boot re-apply runner, run as the boot unit runs it.
+"""module_utils/flows/boot.py, the boot re-apply runner, run as the boot unit runs it.
 
 Each test installs the runner the way the persistent flow does (boot.runner_text, which carries
 every module_utils file (boot.carried_sources), at the default ``gpunode_tuning_boot_script``, the
@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot as boot_code
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot as boot_code
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(REPO, "roles", "tuning")

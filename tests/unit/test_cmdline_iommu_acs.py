@@ -13,12 +13,12 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import validate as v
-from ansible_collections.gpunode.tuning.plugins.module_utils import verification
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
 ACS_ARG = "pci=disable_acs_redir=0000:40:01.1;0000:60:01.1"
@@ -51,7 +51,7 @@ def grub_node(build_node, preset, **kwargs):
 
 def reboot(root, args, group_type=None):
     """What a reboot with ``args`` configured gives: them on /proc/cmdline (and the groups' new type)."""
-    running = bootcmdline.add_arguments(read(root, "proc/cmdline").split(), args)
+    running = kernel_cmdline.add_arguments(read(root, "proc/cmdline").split(), args)
     write(root, "proc/cmdline", " ".join(running) + "\n")
     groups = os.path.join(root, "sys/kernel/iommu_groups")
     for n in os.listdir(groups) if group_type else []:
@@ -62,7 +62,7 @@ def rows(root, desired):
     """Verification of ``desired`` with the drop-in as read on the node (tuning_info's dropin_text)."""
     facts = gather(Node(root))
     cmdline = {"bootloader": "grub", "dropin_text": read(root, DROPIN)}
-    result = verification.evaluate_host(facts, desired, {"root": root, "cmdline": cmdline})
+    result = verification.evaluate_host(facts, desired, {"root": root, "boot_config": cmdline})
     return {s["id"]: s for s in result["settings"]}
 
 
@@ -105,18 +105,18 @@ def test_validator_refuses_semicolon_elsewhere(arg):
 
 
 def test_dropin_quotes_the_acs_list_and_parses_it_back():
-    text = bootcmdline.render_dropin(["iommu=pt", ACS_ARG])
+    text = kernel_cmdline.render_dropin(["iommu=pt", ACS_ARG])
     assert "iommu=pt pci='disable_acs_redir=0000:40:01.1;0000:60:01.1'\"\n" in text
-    assert bootcmdline.parse_dropin(text) == (True, ["iommu=pt", ACS_ARG])
-    assert bootcmdline.grub_cmdline_args(['GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n', text]) == \
+    assert kernel_cmdline.parse_dropin(text) == (True, ["iommu=pt", ACS_ARG])
+    assert kernel_cmdline.grub_cmdline_args(['GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n', text]) == \
         ["quiet", "iommu=pt", ACS_ARG]
-    assert bootcmdline.render_dropin(["iommu=pt"]).splitlines()[-1].count("'") == 0  # nothing else is quoted
+    assert kernel_cmdline.render_dropin(["iommu=pt"]).splitlines()[-1].count("'") == 0  # nothing else is quoted
 
 
 def test_shell_sourcing_the_dropin_keeps_the_list(tmp_path):
     """update-grub sources the drop-in with /bin/sh: the ';' must not end the assignment."""
     path = tmp_path / "60-gpunode-tuning.cfg"
-    path.write_text(bootcmdline.render_dropin(["iommu=pt", ACS_ARG]))
+    path.write_text(kernel_cmdline.render_dropin(["iommu=pt", ACS_ARG]))
     script = 'GRUB_CMDLINE_LINUX_DEFAULT=quiet; . "$1"; printf %s "$GRUB_CMDLINE_LINUX_DEFAULT"'
     out = subprocess.run(["sh", "-c", script, "sh", str(path)], capture_output=True, text=True, check=True)
     # What grub-mkconfig copies to grub.cfg's linux line: one word, quoted for GRUB's own parser.
@@ -143,7 +143,7 @@ def test_iommu_mode_adds_the_nodes_vendor_arguments(build_node, run_module, dige
 
     result, failed = run_module("kernel_cmdline", {"arguments": ["quiet"], "iommu_mode": mode, "root": root})
     assert not failed, result["msg"]
-    assert bootcmdline.parse_dropin(read(root, DROPIN))[1] == ["quiet"] + expected
+    assert kernel_cmdline.parse_dropin(read(root, DROPIN))[1] == ["quiet"] + expected
     assert all(result["arguments"][a]["pending_reboot"] for a in expected) and result["reboot_required"]
     again, failed = run_module("kernel_cmdline", {"arguments": ["quiet"], "iommu_mode": mode, "root": root})
     assert not failed and not again["changed"]
@@ -154,7 +154,7 @@ def test_iommu_mode_adds_the_nodes_vendor_arguments(build_node, run_module, dige
                                                  "root": root})
     assert not failed and gone["changed"], gone
     assert set(gone["iommu_arguments"]) >= set(expected)
-    assert bootcmdline.parse_dropin(read(root, DROPIN))[1] == ["other=1"]
+    assert kernel_cmdline.parse_dropin(read(root, DROPIN))[1] == ["other=1"]
 
 
 def test_iommu_mode_on_grubby_without_grubby_still_names_the_arguments(build_node, run_module):

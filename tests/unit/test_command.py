@@ -1,4 +1,4 @@
-"""module_utils/command.py: every external command bounded, its process group killed, the hang named."""
+"""module_utils/core/command.py: every external command bounded, its process group killed, the hang named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family
 
 
 def script(tmp_path, name, body):

@@ -407,7 +407,7 @@ def test_restore_in_check_mode_names_what_it_could_not_restore(build_node, run_m
 
 
 def test_check_mode_probes_only_the_files_that_change(build_node, run_module, monkeypatch):
-    from ansible_collections.gpunode.tuning.plugins.module_utils import node as node_mod
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import node as node_mod
 
     root = build_node("audited-epyc-8gpu", cpus=8)
     for cpu in range(5):

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import node as node_mod
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import node as node_mod
 
 CPU = "sys/devices/system/cpu"
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
@@ -430,7 +430,7 @@ def test_a_knob_for_another_driver_is_not_applicable_and_the_governor_still_appl
 @pytest.mark.parametrize("preset,args,reasons,kernel_args", NOT_APPLICABLE)
 def test_verification_agrees_with_the_module(build_node, run_module, preset, args, reasons, kernel_args):
     """cpu_freq and verify.yml decide what does not apply with the same function, hence the same reasons."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
     root = build_node(preset, cpus=4)
     desired = dict(args, governor="performance")

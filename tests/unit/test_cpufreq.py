@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import cpu, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import cpu, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 
 def test_leaving_performance_for_powersave_and_balanced_epp_writes_governor_first():

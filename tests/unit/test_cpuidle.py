@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 
 def _states(spec):

@@ -18,15 +18,14 @@ import sys
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
-from ansible_collections.gpunode.tuning.plugins.module_utils import verification as v
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cmdline as bootcmdline
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, kernel_cmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
 CPUS = 4
 CPU = "sys/devices/system/cpu"
-DROPIN = bootcmdline.DEFAULT_DROPIN.lstrip("/")
+DROPIN = kernel_cmdline.DEFAULT_DROPIN.lstrip("/")
 
 # A stateful grubby stand-in: the default entry's arguments in <root>/grubby.args.
 GRUBBY = '''#!%s
@@ -127,8 +126,8 @@ def boot_config(root, loader):
 
 
 def driver_row(root, loader, desired):
-    facts = facts_mod.gather(Node(root), sysctls=[], modules=[])
-    result = v.evaluate_host(facts, {"cpufreq": desired}, {"root": root, "cmdline": boot_config(root, loader)})
+    facts = verify.gather(Node(root), sysctls=[], modules=[])
+    result = v.evaluate_host(facts, {"cpufreq": desired}, {"root": root, "boot_config": boot_config(root, loader)})
     return {s["id"]: s for s in result["settings"]}["cpufreq.driver"]
 
 
@@ -156,7 +155,7 @@ def test_transition_is_pending_then_applied_after_the_reboot(build_node, tmp_pat
     assert row["persisted"] == " ".join(args) and " ".join(args) in row["reason"]
 
     # The reboot: the configured arguments reach /proc/cmdline, the kernel loads the new driver.
-    running = bootcmdline.add_arguments(read(root, "proc/cmdline").split(), args)
+    running = kernel_cmdline.add_arguments(read(root, "proc/cmdline").split(), args)
     write(root, "proc/cmdline", " ".join(running))
     set_driver(root, tmp_path, new_driver, new_mode)
 

@@ -14,8 +14,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, pci, registry
-from ansible_collections.gpunode.tuning.plugins.module_utils import node as node_module
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import node as node_module
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, cpuidle, pcie_mrrs, tunables
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 
@@ -36,7 +37,7 @@ GOOD = {
     "sysctl": {"vm.swappiness": 10, "net.core.rmem_max": 134217728, "net.core.somaxconn": 65535,
                "net.ipv4.tcp_rmem": "4096 131072 67108864", "kernel.numa_balancing": 0},
     "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]},
-    "cmdline": ["iommu=pt", "pci=noaer,disable_acs_redir=0000:40:01.1;60:01.1", "quiet"],
+    "kernel_cmdline": ["iommu=pt", "pci=noaer,disable_acs_redir=0000:40:01.1;60:01.1", "quiet"],
     "gpu_settings": {"persistence": True, "power_limits": {"0000:41:00.0": 300}, "locked_clocks": {"min": 1500,
                                                                                                    "max": 1980},
                      "application_clocks": {"memory": 2619, "graphics": 1980}},
@@ -91,13 +92,14 @@ BAD = [
     ("kmod", {"modules": [{"name": "nvidia"}, {"name": "nvidia"}]}, "modules", "nvidia is given more than once"),
     ("kmod", {"modules": [{"name": "nvidia", "required": "yes"}]}, "modules", "required must be true or false"),
     ("kmod", {"modules": "nvidia_peermem"}, "modules", "modules must be a list"),
-    ("cmdline", ["iommu=pt", "pci=disable_acs_redir=ZZZZ:00:01.1"], "1", "'ZZZZ:00:01.1' in its disable_acs_redir="),
-    ("cmdline", ["pci=disable_acs_redir=0000:00:01.8"], "0", "'0000:00:01.8' in its disable_acs_redir= list"),
-    ("cmdline", ["pci=disable_acs_redir=0000:00:01.1;0000:00:3f.0"], "0", "'0000:00:3f.0' in its"),
-    ("cmdline", ["pci=noaer,disable_acs_redir=00:01.1;x"], "0", "'x' in its disable_acs_redir= list"),
-    ("cmdline", ["quiet", "$(reboot)"], "1", "argument '$(reboot)' is invalid"),
-    ("cmdline", ["amd_pstate=active", "amd_pstate=passive"], "1", "key amd_pstate is given twice"),
-    ("cmdline", "iommu=pt", "", "cmdline must be a list of kernel arguments"),
+    ("kernel_cmdline", ["iommu=pt", "pci=disable_acs_redir=ZZZZ:00:01.1"], "1",
+     "'ZZZZ:00:01.1' in its disable_acs_redir="),
+    ("kernel_cmdline", ["pci=disable_acs_redir=0000:00:01.8"], "0", "'0000:00:01.8' in its disable_acs_redir= list"),
+    ("kernel_cmdline", ["pci=disable_acs_redir=0000:00:01.1;0000:00:3f.0"], "0", "'0000:00:3f.0' in its"),
+    ("kernel_cmdline", ["pci=noaer,disable_acs_redir=00:01.1;x"], "0", "'x' in its disable_acs_redir= list"),
+    ("kernel_cmdline", ["quiet", "$(reboot)"], "1", "argument '$(reboot)' is invalid"),
+    ("kernel_cmdline", ["amd_pstate=active", "amd_pstate=passive"], "1", "key amd_pstate is given twice"),
+    ("kernel_cmdline", "iommu=pt", "", "kernel_cmdline must be a list of kernel arguments"),
     ("gpu_settings", {"power_limits": {"bogus": 300}}, "power_limits", "'bogus' is not a PCI address"),
     ("gpu_settings", {"power_limits": {"0000:41:00.0": -300}}, "power_limits", "a whole number of watts > 0, got -300"),
     ("gpu_settings", {"power_limit": 0}, "power_limit", "power_limit must be a whole number of watts > 0, got 0"),
@@ -142,10 +144,10 @@ def test_a_bad_value_is_named_with_its_key_and_what_is_allowed(entry, value, key
 def test_every_problem_of_the_desired_state_is_listed_with_its_entry():
     desired = dict(GOOD, pcie_mrrs=dict(GOOD["pcie_mrrs"], bdfs=["bogus", "41:00.0", "zz"]),
                    gpu_settings={"power_limits": {"bogus": 300}, "locked_clocks": {"min": 1500}},
-                   cmdline=["pci=disable_acs_redir=ZZZZ:00:01.1"])
+                   kernel_cmdline=["pci=disable_acs_redir=ZZZZ:00:01.1"])
     problems = registry.desired_problems(desired)
     assert [(e, k) for e, k, _m in problems] == [("pcie_mrrs", "bdfs"), ("pcie_mrrs", "bdfs"),
-                                                 ("cmdline", "0"), ("gpu_settings", "power_limits"),
+                                                 ("kernel_cmdline", "0"), ("gpu_settings", "power_limits"),
                                                  ("gpu_settings", "locked_clocks")]
     assert "'zz' is not a PCI address" in problems[1][2]
 

@@ -10,8 +10,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpunode.tuning.plugins.filter.rollout import FilterModule as RolloutFilters
 from ansible_collections.gpunode.tuning.plugins.filter.verification import FilterModule
-from ansible_collections.gpunode.tuning.plugins.module_utils import verification
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
 
@@ -38,11 +38,11 @@ def test_the_driver_switch_arguments_rollback_removes():
 
 
 def test_verify_host_and_fleet(build_node):
-    from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
-    from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
     root = build_node("tiny-vm")
-    facts = {"tuning_facts": facts_mod.gather(Node(root), sysctls=["vm.swappiness"])}
+    facts = {"tuning_facts": verify.gather(Node(root), sysctls=["vm.swappiness"])}
     f = FilterModule().filters()
     res = verification.evaluate_host(facts, {"sysctl": {"vm.swappiness": 60}}, context={"root": root}, host="vm",
                                      verified_at="T")
@@ -65,11 +65,11 @@ def test_verify_report_dir_is_below_the_working_directory(tmp_path, monkeypatch)
 
 
 def test_verify_host_passes_the_gate_through(build_node):
-    from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
-    from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
     root = build_node("audited-epyc-8gpu", cpus=2, gpus=1)
-    facts = {"tuning_facts": facts_mod.gather(Node(root))}
+    facts = {"tuning_facts": verify.gather(Node(root))}
     f = FilterModule().filters()
     desired = {"cpufreq": {"driver": "native", "amd_pstate_mode": "active"}}
     res = verification.evaluate_host(facts, desired, context={"root": root}, gate="runtime")

@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, verification, verify_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification, verify
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 
 def tools(root, timeouts=None, seen=None):
-    """verify_node.Tools as tuning_info builds them on a simulated node, bounded, recording each command."""
+    """verify.Tools as tuning_info builds them on a simulated node, bounded, recording each command."""
     run = command.runner(timeouts)
 
     def find(name, _package):
@@ -29,13 +30,13 @@ def tools(root, timeouts=None, seen=None):
         if seen is not None:
             seen.append(argv[1:])
         return run(argv)
-    return verify_node.Tools(find, record)
+    return verify.Tools(find, record)
 
 
 def probe_and_rows(root, desired=None, timeouts=None, seen=None):
     facts = gather(Node(root))
     desired = desired or {"gpu_health": {}}
-    probe = verify_node.gpu_probe(Node(root), dict(verify_node.VERIFY_DEFAULTS), tools(root, timeouts, seen), desired)
+    probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), tools(root, timeouts, seen), desired)
     facts["gpu_probe"] = probe
     return facts, probe, {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}
 

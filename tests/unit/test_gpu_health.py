@@ -9,26 +9,27 @@ import subprocess
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi, verify_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 
 def _tools(root, timeouts=None):
-    """verify_node.Tools as tuning_info builds them for a simulated node: only commands the node ships, bounded."""
+    """verify.Tools as tuning_info builds them for a simulated node: only commands the node ships, bounded."""
     def find(name, _package):
         path = os.path.join(root, "usr/bin", name)
         return path if os.access(path, os.X_OK) else None
 
-    return verify_node.Tools(find, command.runner(timeouts))
+    return verify.Tools(find, command.runner(timeouts))
 
 
 def _evaluate(root, desired=None):
     """gather + gpu_probe (the node-local nvidia-smi) + evaluate: {row name: row}."""
     facts = gather(Node(root))
     desired = desired or {"gpu_health": {}}
-    facts["gpu_probe"] = verify_node.gpu_probe(Node(root), dict(verify_node.VERIFY_DEFAULTS), _tools(root), desired)
+    facts["gpu_probe"] = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), _tools(root), desired)
     return {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}
 
 

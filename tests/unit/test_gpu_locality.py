@@ -18,9 +18,10 @@ import jsonschema
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, parse_cpulist
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, parse_cpulist
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REAL = os.path.join(REPO, "tests", "data", "real")
@@ -427,7 +428,8 @@ def test_remote_irqs_are_counted_per_device_and_fail_only_when_asked(build_node)
     strict = {"gpu_locality": {"remote_irqs_fail": True}}
     rows = {r["name"]: r for r in gpu_locality.evaluate(facts, strict)}
     assert sorted(n for n, r in rows.items() if r["state"] == "drifted") == ["0000:50:00.0", "nic.0000:15:00.0"]
-    assert "remote IRQs fail verification (gpunode_tuning_locality_remote_irqs_fail)" in rows["0000:50:00.0"]["reason"]
+    assert ("remote IRQs fail verification (gpunode_tuning_gpu_locality_remote_irqs_fail)"
+            in rows["0000:50:00.0"]["reason"])
 
 
 def test_irq_affinity_falls_back_to_smp_affinity_list_and_unreadable_irqs_are_counted(build_node):

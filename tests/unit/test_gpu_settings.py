@@ -8,9 +8,9 @@ import os
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 

@@ -1,4 +1,4 @@
-"""module_utils/guard.py, the guard, run as its unit runs it: the boot runner's ``guard`` subcommand.
+"""module_utils/flows/guard.py, the guard, run as its unit runs it: the boot runner's ``guard`` subcommand.
 
 Each test installs what the persistent flow installs (the runner as boot.runner_text writes it, the
 config from guard_files.installed_files) into a simulated node and runs the runner as a subprocess
@@ -21,7 +21,7 @@ import sys
 import pytest
 import simnode  # tools/, put on sys.path by conftest.py
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import boot, guard, guard_files, guard_metrics
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files, guard_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNNER = "/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
@@ -43,7 +43,7 @@ DESIRED = {
     "sysctl": {"vm.swappiness": 10, "net.core.rmem_max": 134217728, "net.core.wmem_max": 134217728,
                "net.core.somaxconn": 65535, "kernel.numa_balancing": 0},
     "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]},
-    "cmdline": [],
+    "kernel_cmdline": [],
     "pcie_acs": {"mode": "disable_redirect", "persist": "boot_unit", "vendor": "10de", "device": None,
                  "class_prefixes": ["0300", "0302"], "bdfs": None, "allow_empty": True},
     "iommu": None,

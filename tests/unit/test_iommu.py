@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import iommu
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.verification import Context
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import Context
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 DROPIN = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT %s"\n'
 
@@ -20,7 +20,7 @@ def _row(root, mode, configured=None, boot_unknown=False):
     facts = gather(Node(root))
     cmdline = {"bootloader": "grubby", "grubby": {"skipped": True}} if boot_unknown else \
         {"bootloader": "grub", "dropin_text": None if configured is None else DROPIN % configured}
-    ctx = Context(cmdline=cmdline, running_args=facts["kernel"]["cmdline_args"], root=root)
+    ctx = Context(boot_config=cmdline, running_args=facts["kernel"]["cmdline_args"], root=root)
     rows = iommu.evaluate(facts, {"iommu": {"mode": mode}}, ctx)
     assert len(rows) == 1 and rows[0]["id"] == "iommu.mode"
     return rows[0]

@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import FamilyError
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal, open_journal, open_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal, open_journal, open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 WHAT_TO_DO = "move it aside and re-run"

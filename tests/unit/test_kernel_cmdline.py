@@ -184,7 +184,7 @@ def test_update_grub_runs_only_on_live_root_and_only_when_changed(debian, run_mo
     """Pretend the simulated root is live to see which commands would run (a logging update-grub)."""
     from ansible.module_utils import basic
 
-    from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
     log = tmp_path / "update-grub.log"
     fake = tmp_path / "update-grub"

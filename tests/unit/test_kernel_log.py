@@ -1,4 +1,4 @@
-"""Kernel-log parsing, filtering and classification (plugins/module_utils/kernel_log.py)."""
+"""Kernel-log parsing, filtering and classification (plugins/module_utils/core/kernel_log.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log as kl
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log as kl
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 # One record of each class, plus records that the level filter must drop, a continuation line,
 # a user-space record (facility 3, "daemon") and malformed lines.

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 INFERENCE = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 # Messages as printed by kmod's modprobe and by the kernel (dmesg text without timestamps).
 PEERMEM_EINVAL = "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 

@@ -18,8 +18,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, pci
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 SETPCI = shutil.which("setpci")
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 

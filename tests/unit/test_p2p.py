@@ -8,10 +8,11 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, verify_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 needs_setpci = pytest.mark.skipif(shutil.which("setpci") is None, reason="setpci (pciutils) is not installed")
 
@@ -41,7 +42,7 @@ class Ctx:
 
 
 def _tools(root, calls=None):
-    """verify_node.Tools as tuning_info builds them for a simulated node: only commands the node ships."""
+    """verify.Tools as tuning_info builds them for a simulated node: only commands the node ships."""
     def find(name, _package):
         path = os.path.join(root, "usr/bin", name)
         return path if os.access(path, os.X_OK) else None
@@ -52,14 +53,14 @@ def _tools(root, calls=None):
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         return proc.returncode, proc.stdout, proc.stderr
 
-    return verify_node.Tools(find, run)
+    return verify.Tools(find, run)
 
 
 def _rows(root, desired=None, calls=None):
     """gather (ACS facts included) + gpu_probe + the family's evaluate: {row name: row}."""
     desired = {"gpu_p2p": {}} if desired is None else desired
     facts = gather(Node(root))
-    probe = verify_node.gpu_probe(Node(root), dict(verify_node.VERIFY_DEFAULTS), _tools(root, calls), desired)
+    probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), _tools(root, calls), desired)
     return {r["name"]: r for r in p2p.evaluate(facts, desired, Ctx(probe))}
 
 

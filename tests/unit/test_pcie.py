@@ -1,4 +1,4 @@
-"""module_utils/pci.py: decoding, selection and batched setpci on simulated nodes."""
+"""module_utils/core/pci.py: decoding, selection and batched setpci on simulated nodes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 SETPCI = shutil.which("setpci")
 LSPCI = shutil.which("lspci")
@@ -271,7 +271,7 @@ def test_run_mrrs_reports_refused_writes_and_keeps_the_journal(build_node):
     """setpci refuses every write (as under an undetected lockdown): after the failed batch each
     device is tried alone, so each fails with its own setpci message; nothing changed, and the
     journal was saved before the first write."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
 
     root = build_node("audited-epyc-8gpu", cpus=4)
     node = Node(root)

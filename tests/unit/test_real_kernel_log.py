@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
 
 _SYSLOG = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: ")

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_settings
 
 QUERY_CAPTURES = {

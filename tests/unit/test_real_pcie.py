@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import pci
-from ansible_collections.gpunode.tuning.plugins.module_utils.facts import pci_facts
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import pci_facts
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
 
 _DUMP = re.compile(r"^([0-9a-f]{2,3}): ((?:[0-9a-f]{2} ?){1,16})$")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 
 
 def links(text):
-    return {(link["a"], link["b"]): link["link"] for link in verification.parse_topology(text)["links"]}
+    return {(link["a"], link["b"]): link["link"] for link in nvidia_smi.parse_topology(text)["links"]}
 
 
 @pytest.mark.parametrize("name", ["smi-topo-m-h100-590.48.01.txt", "smi-topo-m-l40s-595.80.txt",
@@ -23,23 +23,23 @@ def links(text):
 def test_the_ansi_underlined_header_of_drivers_590_to_610_is_still_the_header(real, name):
     text = real(name).text
     assert text.startswith("\t\x1b[4mGPU0\t")  # the escape is in the real capture, into a file
-    topo = verification.parse_topology(text)
+    topo = nvidia_smi.parse_topology(text)
     assert topo == {"gpus": ["GPU0"], "links": []}
 
 
 def test_five_gpus_behind_an_ansi_header_keep_every_pair_derived(real):
     capture = real("smi-topo-m-ansi-5gpu-derived.txt")
     assert capture.meta["source"].startswith("DERIVED")
-    topo = verification.parse_topology(capture.text)
+    topo = nvidia_smi.parse_topology(capture.text)
     assert topo["gpus"] == ["GPU0", "GPU1", "GPU2", "GPU3", "GPU4"] and len(topo["links"]) == 10
     assert links(capture.text)[("GPU3", "GPU4")] == "PHB" and links(capture.text)[("GPU0", "GPU4")] == "NODE"
     # The same matrix without the escapes, as posted: the same answer.
-    assert verification.parse_topology(real("smi-topo-m-node-5gpu-aikitoria-13.txt").text) == topo
+    assert nvidia_smi.parse_topology(real("smi-topo-m-node-5gpu-aikitoria-13.txt").text) == topo
 
 
 def test_eight_gpus_behind_switches_with_a_nic_column(real):
     text = real("smi-topo-m-8gpu-mlx5-quda-669.txt").text
-    topo = verification.parse_topology(text)
+    topo = nvidia_smi.parse_topology(text)
     assert topo["gpus"] == ["GPU%d" % i for i in range(8)] and len(topo["links"]) == 28
     got = links(text)
     assert got[("GPU0", "GPU1")] == "PIX" and got[("GPU0", "GPU2")] == "PXB" and got[("GPU3", "GPU4")] == "SYS"
@@ -49,7 +49,7 @@ def test_eight_gpus_behind_switches_with_a_nic_column(real):
 
 def test_sixteen_nvlinked_gpus_pasted_with_spaces(real):
     text = real("smi-topo-m-16gpu-nv6-nccl-tests-78.txt").text
-    topo = verification.parse_topology(text)
+    topo = nvidia_smi.parse_topology(text)
     assert topo["gpus"] == ["GPU%d" % i for i in range(16)]
     got = links(text)
     assert got[("GPU0", "GPU15")] == "NV6" and got[("GPU3", "GPU10")] == "NV6"
@@ -65,31 +65,31 @@ def test_sixteen_nvlinked_gpus_pasted_with_spaces(real):
 ])
 def test_pastes_with_tabs_or_spaces_and_numa_columns(real, name, gpus, pair, link):
     text = real(name).text
-    assert len(verification.parse_topology(text)["gpus"]) == gpus
+    assert len(nvidia_smi.parse_topology(text)["gpus"]) == gpus
     assert links(text)[pair] == link
 
 
 def test_a_geforce_pair_is_gpu_not_supported_tabs_and_pasted_spaces_alike(real):
     for name in ("smi-topo-p2p-rw-gns-rtx5090-club3090-1229.txt", "smi-topo-p2p-rw-gns-spaces-club3090-1130.txt"):
-        parsed = verification.parse_p2p(real(name).text)
+        parsed = nvidia_smi.parse_p2p(real(name).text)
         assert parsed["gpus"] == ["GPU0", "GPU1"]
         assert [(p["a"], p["b"], p["status"], p["meaning"]) for p in parsed["pairs"]] == [
             ("GPU0", "GPU1", "GNS", "GPU not supported"), ("GPU1", "GPU0", "GNS", "GPU not supported")]
 
 
 def test_five_gpus_all_ok(real):
-    parsed = verification.parse_p2p(real("smi-topo-p2p-p-ok-5gpu-aikitoria-13.txt").text)
+    parsed = nvidia_smi.parse_p2p(real("smi-topo-p2p-p-ok-5gpu-aikitoria-13.txt").text)
     assert parsed["gpus"] == ["GPU%d" % i for i in range(5)] and len(parsed["pairs"]) == 20
     assert parsed["not_ok"] == []
 
 
 def test_the_real_legend_has_dr_and_every_code_is_known(real):
-    legend = verification.parse_legend(real("smi-topo-p2p-rw-gns-rtx5090-club3090-1229.txt").text)
+    legend = nvidia_smi.parse_legend(real("smi-topo-p2p-rw-gns-rtx5090-club3090-1229.txt").text)
     assert legend["DR"] == "Disabled by regkey"
-    assert set(legend) == set(verification.P2P_LEGEND)
+    assert set(legend) == set(nvidia_smi.P2P_LEGEND)
     # Our table says what the driver's legend says (in lower case; "Status Ok" is "ok", "Self" is "self").
     for code, meaning in legend.items():
-        assert verification.P2P_LEGEND[code].lower() == {"OK": "ok"}.get(code, meaning.lower())
+        assert nvidia_smi.P2P_LEGEND[code].lower() == {"OK": "ok"}.get(code, meaning.lower())
 
 
 def smi(read, write):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 
@@ -147,6 +148,31 @@ def test_our_reason_names_the_pending_change_and_stays_one_printable_line():
 
 
 # --- the real captures (tests/data/real/slurm-*) -------------------------------------------------------------
+
+REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "real")
+CAPTURES = (
+    "slurm-scontrol-show-node-down-not-responding-23.11-slurm-exporter-198.txt",
+    "slurm-scontrol-show-node-idle-drain-24.05-awsome-distributed-ai-195.txt",
+    "slurm-scontrol-show-node-o-captured-here.txt",
+    "slurm-scontrol-show-nodes-o-25.11-maintenance-drain-slurm-exporter.txt",
+    "slurm-scontrol-show-nodes-o-26.05-dynamic-norm-slurm-exporter.txt",
+    "slurm-scontrol-state-reboot-while-booting-20.11-nhc-84.txt",
+    "slurm-sinfo-D-T-E-reasons-prometheus-slurm-exporter-33.txt",
+    "slurm-sinfo-N-states-captured-here.txt",
+    "slurm-sinfo-R-captured-here.txt",
+    "slurm-sinfo-n-T-700-nodes-prometheus-slurm-exporter.txt",
+    "slurm-sinfo-partitions-drng-maint-fail-arjunausers-69.txt",
+)
+
+
+def test_every_slurm_capture_is_read_here_and_named_in_the_readme():
+    assert sorted(n for n in os.listdir(REAL) if n.startswith("slurm-")) == sorted(CAPTURES)
+    with open(os.path.join(REAL, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    with open(os.path.abspath(__file__), encoding="utf-8") as fh:
+        tests = fh.read()
+    assert [n for n in CAPTURES if "| %s |" % n not in readme] == []
+    assert [n for n in CAPTURES if tests.count('"%s"' % n) < 2] == []  # listed above and read by a test
 
 HERE_OUT = {"down1", "drained1", "drainedreboot1", "draining1", "fail1", "failing1", "maint1", "noresp1",
             "rebootasap1", "rebooted1", "rebootissued1"}

@@ -1,4 +1,4 @@
-"""The role-variable precheck: module_utils/role_vars.py and plugin_utils/role_variables.py (action tuning_flow)."""
+"""The role-variable precheck: plugin_utils/role_variables.py (action tuning_flow)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import role_vars
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables as role_vars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(REPO, "roles", "tuning", "meta", "argument_specs.yml")
@@ -33,19 +33,19 @@ def specs():
 
 
 def test_good_values_pass(warnings):
-    got = check({"gpunode_tuning_root": "/", "gpunode_tuning_mrrs": 4096, "gpunode_tuning_verification": {}},
+    got = check({"gpunode_tuning_root": "/", "gpunode_tuning_pcie_mrrs": 4096, "gpunode_tuning_verification": {}},
                 SPEC, "verify")
     assert got == {"errors": [], "warnings": [], "msg": ""}
 
 
 @pytest.mark.parametrize("name, value, line", [
-    ("gpunode_tuning_mrrs", 300, "value of gpunode_tuning_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, "
-                                 "got: 300"),
-    ("gpunode_tuning_mrrs_enabled", "maybe", 'value of gpunode_tuning_mrrs_enabled must be a boolean (true or false), '
-                                             'got: "maybe"'),
+    ("gpunode_tuning_pcie_mrrs", 300,
+     "value of gpunode_tuning_pcie_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300"),
+    ("gpunode_tuning_pcie_mrrs_enabled", "maybe",
+     'value of gpunode_tuning_pcie_mrrs_enabled must be a boolean (true or false), got: "maybe"'),
     ("gpunode_tuning_sysctl_extra", [1], "value of gpunode_tuning_sysctl_extra must be a dict, got: [1]"),
-    ("gpunode_tuning_cstate_max_latency_us", "abc",
-     'value of gpunode_tuning_cstate_max_latency_us must be an integer, got: "abc"'),
+    ("gpunode_tuning_cpuidle_max_latency_us", "abc",
+     'value of gpunode_tuning_cpuidle_max_latency_us must be an integer, got: "abc"'),
     ("gpunode_tuning_cpufreq_governor", "fast", "value of gpunode_tuning_cpufreq_governor must be one of: performance"),
     ("gpunode_tuning_kmsg_levels", ["loud"], "value of gpunode_tuning_kmsg_levels must be one or more of: emerg"),
     ("gpunode_tuning_kmod_modules", [{"nam": "x"}],
@@ -61,7 +61,7 @@ def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_what_is_allow
 
 def test_only_the_entry_points_options_are_validated(warnings):
     # rollback does not use MRRS: a bad MRRS value does not stop a rollback (nor is it unknown).
-    assert check({"gpunode_tuning_mrrs": 300}, SPEC, "rollback")["errors"] == []
+    assert check({"gpunode_tuning_pcie_mrrs": 300}, SPEC, "rollback")["errors"] == []
     with pytest.raises(role_variables.RoleVariablesError, match="entry point must be one of: main, runtime"):
         check({}, SPEC, "precheck")
     with pytest.raises(role_variables.RoleVariablesError, match="cannot read the role's argument specs"):
@@ -78,7 +78,7 @@ def test_the_root_must_be_an_absolute_path(warnings, root):
 
 
 @pytest.mark.parametrize("name", ["gpunode_tuning_journal", "gpunode_tuning_sysctl_file",
-                                  "gpunode_tuning_cmdline_dropin", "gpunode_tuning_boot_script",
+                                  "gpunode_tuning_kernel_cmdline_dropin", "gpunode_tuning_boot_script",
                                   "gpunode_tuning_udev_rule"])
 @pytest.mark.parametrize("value", ["/var/lib/../../../tmp/j.json", "relative/path", "/etc/x\n/etc/y", "/etc/a b"])
 def test_node_paths_stay_below_the_root(warnings, name, value):
@@ -91,12 +91,13 @@ def test_node_paths_stay_below_the_root(warnings, name, value):
 
 
 def test_unknown_names_warn_with_the_nearest_known_name(warnings):
-    values = {"gpunode_tuning_mrs": 4096, "gpunode_tuning_verificaton": 1, "gpunode_tuning_zzzz": 1,
+    values = {"gpunode_tuning_pcie_mrs": 4096, "gpunode_tuning_verificaton": 1, "gpunode_tuning_zzzz": 1,
               "gpunode_tuning_rollout_batch": "10%", "gpunode_tuning_pending_kernel_args": []}
     got = check(values, SPEC, "main")
     assert got["errors"] == []
     assert got["warnings"] == [
-        "gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_mrrs?). It is ignored; "
+        "gpunode_tuning_pcie_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_pcie_mrrs?). "
+        "It is ignored; "
         "gpunode_tuning_strict_vars: true makes this an error.",
         "gpunode_tuning_verificaton is not a variable of gpunode.tuning (did you mean gpunode_tuning_verification?)."
         " It is ignored; gpunode_tuning_strict_vars: true makes this an error.",
@@ -106,9 +107,9 @@ def test_unknown_names_warn_with_the_nearest_known_name(warnings):
 
 @pytest.mark.parametrize("strict", [True, "true", "yes"])
 def test_strict_makes_unknown_names_errors(warnings, strict):
-    got = check({"gpunode_tuning_mrs": 4096, "gpunode_tuning_strict_vars": strict}, SPEC, "main")
-    assert got["errors"] == ["gpunode_tuning_mrs is not a variable of gpunode.tuning (did you mean "
-                             "gpunode_tuning_mrrs?); gpunode_tuning_strict_vars is true."]
+    got = check({"gpunode_tuning_pcie_mrs": 4096, "gpunode_tuning_strict_vars": strict}, SPEC, "main")
+    assert got["errors"] == ["gpunode_tuning_pcie_mrs is not a variable of gpunode.tuning (did you mean "
+                             "gpunode_tuning_pcie_mrrs?); gpunode_tuning_strict_vars is true."]
     assert got["warnings"] == []
     got = check({"gpunode_tuning_strict_vars": "sometimes"}, SPEC, "main")
     assert got["errors"][0].startswith("value of gpunode_tuning_strict_vars must be a boolean")
@@ -137,3 +138,36 @@ def test_allowed_text_and_show_value():
         "a list of strings, each one of: x"
     assert role_vars.show_value("x" * 500).endswith("...") and len(role_vars.show_value("x" * 500)) == 120
     assert role_vars.nearest_name("gpunode_tuning_thp_mod", ["gpunode_tuning_thp_mode"]) == "gpunode_tuning_thp_mode"
+
+
+def test_a_former_variable_name_is_read_as_its_new_one_with_a_warning():
+    defaults = role_variables.load_defaults()
+    raw = {"gpunode_tuning_mrrs": 2048, "gpunode_tuning_mrrs_vendor": "10de",
+           "gpunode_tuning_pcie_mrrs": defaults["gpunode_tuning_pcie_mrrs"],
+           "gpunode_tuning_gpu_vendors": defaults["gpunode_tuning_gpu_vendors"]}
+    values = {"gpunode_tuning_mrrs": 2048, "gpunode_tuning_mrrs_vendor": "10de", "gpunode_tuning_pcie_mrrs": 4096,
+              "gpunode_tuning_gpu_vendors": ["10de"]}
+    errors, warnings = role_variables.apply_renames(values, raw, defaults)
+    assert errors == []
+    assert values == {"gpunode_tuning_pcie_mrrs": 2048, "gpunode_tuning_gpu_vendors": ["10de"]}
+    assert warnings == [
+        "gpunode_tuning_mrrs is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use "
+        "gpunode_tuning_pcie_mrrs",
+        "gpunode_tuning_mrrs_vendor is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use "
+        "gpunode_tuning_gpu_vendors"]
+
+
+def test_a_variable_set_under_both_names_is_refused_naming_both():
+    defaults = role_variables.load_defaults()
+    raw = {"gpunode_tuning_cstate_cpus": "0-3", "gpunode_tuning_cpuidle_cpus": "0-7"}
+    values = dict(raw)
+    errors, warnings = role_variables.apply_renames(values, raw, defaults)
+    assert errors == ["gpunode_tuning_cstate_cpus and gpunode_tuning_cpuidle_cpus are both set: "
+                      "gpunode_tuning_cstate_cpus is the former name of gpunode_tuning_cpuidle_cpus; keep only "
+                      "gpunode_tuning_cpuidle_cpus"] and warnings == []
+
+
+def test_every_former_name_maps_to_a_current_option():
+    options = role_vars.spec_options(specs())
+    assert set(role_variables.RENAMED.values()) <= set(options)
+    assert not set(role_variables.RENAMED) & set(options)

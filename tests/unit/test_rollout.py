@@ -1,11 +1,11 @@
-"""The fleet rollout's decisions (module_utils/rollout.py): settings, host status, batch gate, measure gate, summary."""
+"""The fleet rollout's decisions (plugin_utils/rollout.py): settings, host status, batch gate, measure gate, summary."""
 
 from __future__ import annotations
 
 import pytest
 
 from ansible_collections.gpunode.tuning.plugins.filter import rollout as rollout_filter
-from ansible_collections.gpunode.tuning.plugins.module_utils import rollout
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import rollout
 
 
 def test_defaults_are_one_canary_then_batches_of_a_fifth():

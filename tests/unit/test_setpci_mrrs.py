@@ -11,8 +11,8 @@ import subprocess
 import pytest
 from ansible.module_utils import basic
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, pci
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 SETPCI = shutil.which("setpci")
 LSPCI = shutil.which("lspci")

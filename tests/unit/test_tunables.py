@@ -6,9 +6,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import sysctl_boot, verify_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import sysctl_boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
 
 @pytest.mark.parametrize("key,parts", [
@@ -171,6 +172,6 @@ def test_verification_reads_the_sysctl_files_below_the_root_once_each(build_node
     with open(os.path.join(root, "usr/lib/sysctl.d/99-sysctl.conf"), "w", encoding="utf-8") as fh:
         fh.write("vm.swappiness = 99\n")  # hidden by /etc/sysctl.d/99-sysctl.conf
     node = Node.open(root)
-    assert [p for p, _v in verify_node.sysctl_files(node)] == ["/etc/sysctl.d/99-sysctl.conf"]
-    over = verify_node.sysctl_overrides(node, {"sysctl": {"vm.swappiness": 10}}, "/etc/sysctl.d/90-gpunode-tuning.conf")
+    assert [p for p, _v in verify.sysctl_files(node)] == ["/etc/sysctl.d/99-sysctl.conf"]
+    over = verify.sysctl_overrides(node, {"sysctl": {"vm.swappiness": 10}}, "/etc/sysctl.d/90-gpunode-tuning.conf")
     assert over == {"vm.swappiness": {"file": "/etc/sysctl.d/99-sysctl.conf", "value": "1"}}

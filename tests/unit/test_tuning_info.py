@@ -12,10 +12,10 @@ import time
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
-from ansible_collections.gpunode.tuning.plugins.module_utils import kernel_log
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import vendor_from_cpuinfo
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import vendor_from_cpuinfo
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 SECTIONS = ["cpu", "cpufreq", "cpuidle", "gpu_locality", "kernel", "kernel_log", "memory", "modules", "nvidia", "os",
             "pci", "pcie_acs", "sysctl"]
@@ -245,10 +245,11 @@ def test_cpufreq_differing_cpus(build_node, run_module):
 
 
 def test_aggregate_tie_goes_to_lowest_cpu_and_missing_values():
-    assert facts_mod.aggregate({0: "a", 1: "b", 2: "b", 3: "a"}) == {
+    assert node_facts.aggregate({0: "a", 1: "b", 2: "b", 3: "a"}) == {
         "value": "a", "cpus_differing": 2, "values": {"a": "0,3", "b": "1-2"}}
-    assert facts_mod.aggregate({0: None, 1: "x", 2: None}) == {"value": None, "cpus_differing": 1, "values": {"x": "1"}}
-    assert facts_mod.aggregate({}) == {"value": None, "cpus_differing": 0, "values": {}}
+    assert node_facts.aggregate({0: None, 1: "x", 2: None}) == {"value": None, "cpus_differing": 1,
+                                                                "values": {"x": "1"}}
+    assert node_facts.aggregate({}) == {"value": None, "cpus_differing": 0, "values": {}}
 
 
 def test_detail_adds_per_cpu_entries_only_when_asked(build_node, run_module):
@@ -483,7 +484,7 @@ def test_sockets_fall_back_to_cpuinfo_without_topology(build_node, run_module):
 
 
 # ---------------------------------------------------------------------------------------------
-# desired: the verification in the same call (module_utils/verify_node.py)
+# desired: the verification in the same call (module_utils/flows/verify.py)
 # ---------------------------------------------------------------------------------------------
 
 DESIRED = {
@@ -493,7 +494,7 @@ DESIRED = {
     "numa_balancing": 0,
     "sysctl": {"vm.swappiness": 10, "kernel.numa_balancing": 0},
     "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]},
-    "cmdline": ["iommu=pt"],
+    "kernel_cmdline": ["iommu=pt"],
 }
 DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
 MANAGED = "# Managed by gpunode.tuning (kernel_cmdline module). Do not edit: changes are overwritten.\n"
@@ -514,7 +515,7 @@ def states(result):
 
 
 def test_desired_verifies_in_the_same_call_as_the_filter_did(build_node, run_module, digest):
-    from ansible_collections.gpunode.tuning.plugins.module_utils import verification
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
     root = build_node("audited-epyc-8gpu")
     write(root, DROPIN, MANAGED + 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active iommu=pt"')
@@ -522,14 +523,15 @@ def test_desired_verifies_in_the_same_call_as_the_filter_did(build_node, run_mod
     result = verify_of(run_module, root)
     res = result["verification"]
     # What the role computed before from its slurps, find and the verify_host filter.
-    context = {"root": root, "cmdline": {"bootloader": "grub", "dropin_text": open(os.path.join(root, DROPIN)).read()}}
+    dropin = open(os.path.join(root, DROPIN)).read()
+    context = {"root": root, "boot_config": {"bootloader": "grub", "dropin_text": dropin}}
     expected = verification.evaluate_host(result["tuning_facts"], DESIRED, context, host="node1",
                                           kernel_log_since=verification.kmsg_since())
     assert res == expected
     s = states(result)
-    assert s["cpufreq.driver"] == "pending_reboot" and s["cmdline.iommu=pt"] == "pending_reboot"
+    assert s["cpufreq.driver"] == "pending_reboot" and s["kernel_cmdline.iommu=pt"] == "pending_reboot"
     assert s["pcie_mrrs.0000:41:00.0"] == "drifted" and s["gpu.count"] == "not_applicable"
-    assert res["pending"] == ["cpufreq.driver", "cmdline.iommu=pt"]
+    assert res["pending"] == ["cpufreq.driver", "kernel_cmdline.iommu=pt"]
     assert res["status"] == "fail" and res["ok"] is False and res["gate"]["name"] == "full"
     assert res["junit"]["tests"] == len(res["settings"]) + 2  # + aer, fallen_off_bus (Xids: gpu_health)
     assert digest(root) == before
@@ -594,7 +596,7 @@ class LiveNode(Node):
 
 
 def test_grubby_and_nvidia_smi_on_a_live_node(build_node):
-    from ansible_collections.gpunode.tuning.plugins.module_utils import verify_node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as verify_node
 
     root = build_node("xeon-4gpu-switch", cpus=4, gpus=2)
     write(root, "etc/os-release", 'ID="rocky"\nID_LIKE="rhel centos fedora"')
@@ -622,7 +624,7 @@ def test_grubby_and_nvidia_smi_on_a_live_node(build_node):
     assert [c[1:] for c in calls[3:]] == [list(a) for _k, a in verify_node.GPU_COMMANDS]
     # Without grubby the configuration is unknown, with the reason; without nvidia-smi the GPUs are absent.
     none = verify_node.Tools(lambda name, package: None, run)
-    assert "grubby not found" in verify_node.boot_configuration(node, {"cmdline": ["x=1"]}, opts, none)["grubby"][
-        "stderr"]
+    config = verify_node.boot_configuration(node, {"kernel_cmdline": ["x=1"]}, opts, none)
+    assert "grubby not found" in config["grubby"]["stderr"]
     assert verify_node.gpu_probe(node, opts, none) == {"probe": "absent"}
     assert verify_node.gpu_probe(node, dict(opts, gpu=False), tools) == {"probe": "disabled"}

@@ -1,4 +1,4 @@
-"""module_utils/validate.py: the validators every value passes before it reaches a file or an argv."""
+"""module_utils/core/validate.py: the validators every value passes before it reaches a file or an argv."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import validate as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate as v
 
 
 @pytest.mark.parametrize("text,names", [
@@ -152,12 +152,12 @@ def test_write_problem(tmp_path):
 
 
 def test_the_precheck_names_the_variable_of_a_bad_boot_value():
-    from ansible_collections.gpunode.tuning.plugins.module_utils import role_state
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state
 
-    assert role_state.combination_problems({"gpunode_tuning_boot_unit_before": ["vllm.service"]}) == []
-    (msg,) = role_state.combination_problems({"gpunode_tuning_boot_unit_before": ["a\nb.service"]})
+    assert desired_state.combination_problems({"gpunode_tuning_boot_unit_before": ["vllm.service"]}) == []
+    (msg,) = desired_state.combination_problems({"gpunode_tuning_boot_unit_before": ["a\nb.service"]})
     assert msg.startswith("value of gpunode_tuning_boot_unit_before: unit name 'a\\nb.service' is invalid: allowed is")
-    (msg,) = role_state.combination_problems({"gpunode_tuning_boot_script": "x y"})
+    (msg,) = desired_state.combination_problems({"gpunode_tuning_boot_script": "x y"})
     assert "gpunode_tuning_boot_script" in msg and "allowed is an absolute path" in msg
 
 
@@ -203,15 +203,20 @@ def test_cpulist_refuses(text):
 
 
 def test_pci_selectors_are_the_modules_rules_normalized_as_sysfs_shows_them():
-    from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import DeviceSelector
 
     assert v.pci_addresses(["41:00.0", "0000:C1:00.1"]) == ["0000:41:00.0", "0000:c1:00.1"]
     assert v.pci_id("10DE") == "0x10de" and v.pci_id("0x2330") == "0x2330" and v.pci_id("de") == "0x00de"
     assert v.pci_class_prefixes(["0302", "0x03", "030200"]) == ["0302", "03", "030200"]
     # The same values setpci_mrrs selects with.
     sel = DeviceSelector(vendor="10DE", device="0x2330", class_prefixes=["0302"], bdfs=["41:00.0"])
-    assert (sel.vendor, sel.device, sel.class_prefixes, sel.bdfs) == (
-        v.pci_id("10DE"), v.pci_id("0x2330"), v.pci_class_prefixes(["0302"]), v.pci_addresses(["41:00.0"]))
+    assert (sel.vendors, sel.device, sel.class_prefixes, sel.bdfs) == (
+        [v.pci_id("10DE")], v.pci_id("0x2330"), v.pci_class_prefixes(["0302"]), v.pci_addresses(["41:00.0"]))
+    # Several vendors: a device of any of them matches (NVIDIA's and AMD's GPUs in one selector).
+    both = DeviceSelector(vendor=["10de", "0x1002"])
+    assert both.vendors == ["0x10de", "0x1002"]
+    assert both.matches({"bdf": "0000:41:00.0", "vendor": "0x1002", "device": "0x74a1", "class": "0x120000"})
+    assert not both.matches({"bdf": "0000:41:00.0", "vendor": "0x15b3", "device": "0x1021", "class": "0x020000"})
 
 
 @pytest.mark.parametrize("call,value,fragment", [

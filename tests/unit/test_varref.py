@@ -23,7 +23,7 @@ def test_every_variable_and_its_precheck_coverage_is_on_the_page():
         for name in spec["options"]:
             assert "### `%s`" % name in page
     # The variables a family validator covers say what the precheck checks and what is left for the node.
-    section = page.split("### `gpunode_tuning_cstate_cpus`")[1].split("### ")[0]
+    section = page.split("### `gpunode_tuning_cpuidle_cpus`")[1].split("### ")[0]
     assert "Checked before any change" in section and "Left for the node" in section
-    latency = page.split("### `gpunode_tuning_cstate_max_latency_us`")[1]
+    latency = page.split("### `gpunode_tuning_cpuidle_max_latency_us`")[1]
     assert "Default: from the preset (inference-throughput: `100`" in latency

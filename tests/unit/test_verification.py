@@ -1,4 +1,4 @@
-"""Pure verification logic (module_utils/verification.py) on fixture data and simulated nodes."""
+"""Pure verification logic (module_utils/flows/verification.py) on fixture data and simulated nodes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import facts as facts_mod
-from ansible_collections.gpunode.tuning.plugins.module_utils import verification as v
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
 DESIRED = {
     "pcie_mrrs": {"mrrs": 4096},
@@ -20,7 +21,7 @@ DESIRED = {
     "thp": {"enabled": "madvise", "defrag": "defer+madvise"},
     "sysctl": {"vm.swappiness": 10, "kernel.numa_balancing": 0},
     "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]},
-    "cmdline": [],
+    "kernel_cmdline": [],
 }
 BOOT_ID = "5f0c7a1e-3b2d-4c8e-9a61-0d2b7e4f9c13"
 P2P = (" \tGPU0\tGPU1\tGPU2\t\n GPU0\tX\tOK\tCNS\t\n GPU1\tOK\tX\tOK\t\n GPU2\tCNS\tOK\tX\t\n\n"
@@ -34,7 +35,7 @@ QUERY = "0, 00000000:41:00.0, Enabled\n1, 00000000:61:00.0, Disabled\n2, 0000000
 def gather(root, **kw):
     kw.setdefault("sysctls", ["vm.swappiness", "kernel.numa_balancing"])
     kw.setdefault("modules", ["nvidia_peermem"])
-    return facts_mod.gather(Node(root), **kw)
+    return verify.gather(Node(root), **kw)
 
 
 def by_id(result):
@@ -86,22 +87,22 @@ def test_parse_sysctl_conf():
 
 
 def test_parse_p2p_lists_every_ordered_pair_and_the_bad_ones():
-    got = v.parse_p2p(P2P)
+    got = nvidia_smi.parse_p2p(P2P)
     assert got["gpus"] == ["GPU0", "GPU1", "GPU2"]
     assert len(got["pairs"]) == 6
     assert [(p["a"], p["b"], p["meaning"]) for p in got["not_ok"]] == [
         ("GPU0", "GPU2", "chipset not supported"), ("GPU2", "GPU0", "chipset not supported")]
-    assert v.parse_p2p("") == {"gpus": [], "pairs": [], "not_ok": []}
+    assert nvidia_smi.parse_p2p("") == {"gpus": [], "pairs": [], "not_ok": []}
 
 
 def test_parse_topology_ignores_affinity_columns():
-    got = v.parse_topology(TOPO)
+    got = nvidia_smi.parse_topology(TOPO)
     assert got["links"] == [{"a": "GPU0", "b": "GPU1", "link": "NODE"}, {"a": "GPU0", "b": "GPU2", "link": "SYS"},
                             {"a": "GPU1", "b": "GPU2", "link": "SYS"}]
 
 
 def test_parse_gpu_query_normalizes_the_domain():
-    assert v.parse_gpu_query(QUERY)[0] == {"index": 0, "bdf": "0000:41:00.0", "persistence_mode": "Enabled"}
+    assert nvidia_smi.parse_gpu_query(QUERY)[0] == {"index": 0, "bdf": "0000:41:00.0", "persistence_mode": "Enabled"}
 
 
 def test_configured_arguments_from_the_dropin_or_grubby():
@@ -137,7 +138,7 @@ def test_untuned_audited_node_drifts(build_node):
 def test_pending_reboot_when_the_argument_is_configured(build_node):
     root = build_node("audited-epyc-8gpu")
     dropin = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n'
-    ctx = {"root": root, "cmdline": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
+    ctx = {"root": root, "boot_config": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
     desired = dict(DESIRED, cpufreq={"driver": "amd-pstate", "amd_pstate_mode": "active", "epp": "performance"})
     s = by_id(v.evaluate_host(gather(root), desired, ctx))
     assert s["cpufreq.driver"]["state"] == "pending_reboot"
@@ -148,8 +149,8 @@ def test_pending_reboot_when_the_argument_is_configured(build_node):
 
 def test_pending_only_fails_when_asked(build_node):
     root = build_node("audited-epyc-8gpu")
-    desired = {"cmdline": ["iommu=pt"]}
-    ctx = {"root": root, "cmdline": {"bootloader": "grub",
+    desired = {"kernel_cmdline": ["iommu=pt"]}
+    ctx = {"root": root, "boot_config": {"bootloader": "grub",
                                      "dropin_slurp": slurp('GRUB_CMDLINE_LINUX_DEFAULT="iommu=pt"\n')}}
     facts = gather(root)
     assert v.evaluate_host(facts, desired, ctx)["ok"]
@@ -312,7 +313,7 @@ def test_native_driver_means_the_vendors_pstate_driver(build_node):
 # --- the runtime gate (the runtime rollout) ---------------------------------------------------------
 
 REBOOT_ONLY = {"cpufreq": {"driver": "amd-pstate", "amd_pstate_mode": "active", "epp": "performance"},
-               "cmdline": ["iommu=pt"]}
+               "kernel_cmdline": ["iommu=pt"]}
 
 
 def test_runtime_gate_passes_what_only_a_reboot_brings(build_node):
@@ -323,12 +324,13 @@ def test_runtime_gate_passes_what_only_a_reboot_brings(build_node):
     runtime = v.evaluate_host(gather(root), REBOOT_ONLY, {"root": root}, gate="runtime")
     for res in (full, runtime):
         s = by_id(res)
-        assert res["status"] == "fail" and res["failures"] == ["3 drifted: cpufreq driver, epp; cmdline iommu=pt"]
-        assert [s[k]["runtime"] for k in ("cpufreq.driver", "cpufreq.epp", "cmdline.iommu=pt")] == [False] * 3
+        assert res["status"] == "fail"
+        assert res["failures"] == ["3 drifted: cpufreq driver, epp; kernel_cmdline iommu=pt"]
+        assert [s[k]["runtime"] for k in ("cpufreq.driver", "cpufreq.epp", "kernel_cmdline.iommu=pt")] == [False] * 3
         assert res["needs_reboot"] == [
             "cpufreq driver: amd-pstate (active) wanted, acpi-cpufreq runs (needs the persistent flow and a reboot)",
             "cpufreq epp: performance wanted, not in effect (needs the persistent flow and a reboot)",
-            "cmdline iommu=pt: iommu=pt wanted, not in effect (needs the persistent flow and a reboot)"]
+            "kernel_cmdline iommu=pt: iommu=pt wanted, not in effect (needs the persistent flow and a reboot)"]
     assert full["gate"] == {"name": "full", "status": "fail", "ok": False, "failures": full["failures"]}
     assert runtime["gate"] == {"name": "runtime", "status": "pass", "ok": True, "failures": []}
 
@@ -351,7 +353,7 @@ def test_runtime_gate_fails_what_runtime_tuning_should_have_applied(build_node):
 def test_runtime_gate_lists_a_configured_driver_as_pending_and_keeps_kernel_errors(build_node):
     root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
     dropin = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n'
-    ctx = {"root": root, "cmdline": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
+    ctx = {"root": root, "boot_config": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
     facts = gather(root)
     facts["kernel_log"] = {"available": True, "counts": {"aer": 2}}
     res = v.evaluate_host(facts, {"cpufreq": {"driver": "amd-pstate", "amd_pstate_mode": "active"}}, ctx,
@@ -373,7 +375,7 @@ def test_runtime_gate_lists_a_configured_driver_as_pending_and_keeps_kernel_erro
 def test_junit_classification_is_computed_in_python(build_node):
     root = build_node("audited-epyc-8gpu")
     dropin = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT amd_pstate=active"\n'
-    ctx = {"root": root, "cmdline": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
+    ctx = {"root": root, "boot_config": {"bootloader": "grub", "dropin_slurp": slurp(dropin)}}
     res = v.evaluate_host(gather(root), DESIRED, ctx, host="n1")
     cases = {c["name"]: c for c in res["junit"]["cases"]}
     assert cases["cpufreq.driver"]["kind"] == "pass" and cases["cpufreq.driver"]["type"] == "pending_reboot"

@@ -1,4 +1,4 @@
-"""The action plugin gpunode.tuning.verify_reports and module_utils/report_files.py: writing the reports.
+"""The action plugin gpunode.tuning.verify_reports and module_utils/core/files.py: writing the reports.
 
 The action runs here in-process with a real Templar and the role's templates: what it writes, when
 it reports changed, that check mode writes nothing, that a rename replaces a report (never a write
@@ -19,7 +19,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from ansible_collections.gpunode.tuning.plugins.action.verify_reports import ActionModule
-from ansible_collections.gpunode.tuning.plugins.module_utils import report_files, verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as report_files
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 HOST = "node-a"
 SUFFIXES = (".json", ".junit.xml", ".md")

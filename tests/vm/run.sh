@@ -348,7 +348,7 @@ scenario_patched() {
     [[ $(grep -c '^mrrs .* 4096 ' "$VDIR/snapshot-reboot.txt") -eq 3 ]] ||
         fail "MRRS not re-applied at boot" || soft
     gssh systemctl is-active gpunode-tuning-boot.service >&2 || fail "boot unit not active" || soft
-    # The unit ran the collection's Python runner (module_utils/boot.py) with the guest's python3:
+    # The unit ran the collection's Python runner (module_utils/flows/boot.py) with the guest's python3:
     # one journald line per family, none failed, and the C-states are back as the runtime set them.
     gssh 'journalctl -b -o cat -u gpunode-tuning-boot.service' >"$VDIR/boot-unit.log" 2>&1 || true
     sed 's/^/    boot unit: /' "$VDIR/boot-unit.log" >&2

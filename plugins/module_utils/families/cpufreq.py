@@ -16,21 +16,20 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils import persist
-from ansible_collections.gpunode.tuning.plugins.module_utils.cpu import (  # noqa: F401 (cpu_vendor: re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import (  # noqa: F401 (cpu_vendor: re-exported)
     ARM64_VENDOR,
     cpu_vendor,
     driver_family,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import setting as setting_row
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import setting as setting_row
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
     open_node,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_CPU,
     Node,
@@ -1272,7 +1271,7 @@ def kernel_args(pc, remove: bool = False) -> list:
     if not want:
         return []
     options = {k: want.get(k) for k in ("driver", "amd_pstate_mode", "intel_pstate_status") if want.get(k)}
-    return list(persist.run_family(pc, FAMILY, options, check_mode=True).get("kernel_args") or [])
+    return list(pc.run_family(FAMILY, options, check_mode=True).get("kernel_args") or [])
 
 
 def summary(result: dict) -> str:
@@ -1292,7 +1291,6 @@ DEFINITION = Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    tags=("cpufreq",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

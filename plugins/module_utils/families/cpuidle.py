@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils import validate
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
     open_node,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_CPU,
     Node,
@@ -566,12 +566,12 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
 
 def from_role(v: dict, shared: dict) -> dict:
     """States to disable by name, else by the exit-latency bound, on the selected CPUs."""
-    if not v["gpunode_tuning_cstate_enabled"]:
+    if not v["gpunode_tuning_cpuidle_enabled"]:
         return {FAMILY: None}
-    names = v["gpunode_tuning_cstate_disable"] or []
-    latency = v["gpunode_tuning_cstate_max_latency_us"]
+    names = v["gpunode_tuning_cpuidle_disable"] or []
+    latency = v["gpunode_tuning_cpuidle_max_latency_us"]
     return {FAMILY: {"disable": names, "max_latency_us": None if names or latency is None else int(latency),
-                     "cpus": v["gpunode_tuning_cstate_cpus"] or None}}
+                     "cpus": v["gpunode_tuning_cpuidle_cpus"] or None}}
 
 
 def runtime_options(desired: dict, v: dict) -> dict | None:
@@ -605,7 +605,7 @@ DEFINITION = Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    tags=("cstate",),
+    deprecated_tags=("cstate",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

@@ -39,9 +39,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
-from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import SERIOUS_XIDS
-from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import HEALTH_FIELDS
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import SERIOUS_XIDS
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
 
 NAME = "gpu_health"
 # The fields each health row judges; a row none of whose fields the driver knows is left out.
@@ -548,16 +548,15 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
 # Read-only: no module, nothing to re-apply at boot.
 def from_role(v: dict, shared: dict) -> dict:
-    count = v.get("gpunode_tuning_gpu_count")
+    count = v.get("gpunode_tuning_gpu_health_count")
     return {NAME: {"gpu_count": None if count is None else int(count),
-                   "dcgm_diag": bool(v.get("gpunode_tuning_dcgm_diag", False))}}
+                   "dcgm_diag": bool(v.get("gpunode_tuning_gpu_health_dcgm_diag", False))}}
 
 
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU health"},
     evaluate=evaluate,
-    tags=("gpu_health",),
     from_role=from_role,
     validate={NAME: desired_problems},
 )

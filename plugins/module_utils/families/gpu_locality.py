@@ -34,8 +34,8 @@ import re
 import subprocess
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family, persist, report_files
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, files, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_PCI_DEVICES,
     BinaryNotFound,
@@ -45,7 +45,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
     parse_cpulist,
     read_small,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import DeviceSelector
 
 NAME = "gpu_locality"
 EXPORT_NAME = "topology.json"
@@ -511,7 +511,7 @@ def validate(want: Any) -> dict:
 def wanted(desired: dict | None) -> dict | None:
     """The validated ``desired["gpu_locality"]``, or None when the family is not part of the desired state.
 
-    The role sets it to null when gpunode_tuning_locality_enabled is false (a null that ansible-core before
+    The role sets it to null when gpunode_tuning_gpu_locality_enabled is false (a null that ansible-core before
     2.19 templates as "": that too means off).
     """
     raw = (desired or {}).get(NAME, None)
@@ -574,7 +574,7 @@ def gpu_row(gpu: dict, loc: dict, want: dict, smi: dict) -> dict:
     remote = bool(irqs.get("remote"))
     state = "drifted" if findings or (remote and want["remote_irqs_fail"]) else "applied"
     if remote and want["remote_irqs_fail"]:
-        findings.append("remote IRQs fail verification (gpunode_tuning_locality_remote_irqs_fail)")
+        findings.append("remote IRQs fail verification (gpunode_tuning_gpu_locality_remote_irqs_fail)")
     desired = "NUMA affinity published" + ("; IRQs on the GPU's node" if want["remote_irqs_fail"] else "")
     return _row(gpu["bdf"], desired, running, state, "; ".join(findings + notes))
 
@@ -593,7 +593,7 @@ def nic_row(nic: dict, want: dict, multi_node: bool) -> dict:
         reasons.append("firmware publishes no NUMA affinity for this NIC (numa_node -1)")
     state = "drifted" if remote and want["remote_irqs_fail"] else "applied"
     if state == "drifted":
-        reasons.append("remote IRQs fail verification (gpunode_tuning_locality_remote_irqs_fail)")
+        reasons.append("remote IRQs fail verification (gpunode_tuning_gpu_locality_remote_irqs_fail)")
     running = "%s %s, %s, CPUs %s" % (nic.get("nic_class"), _name(nic), numa, nic["cpus"])
     return _row("nic.%s" % nic["bdf"], "IRQs on the NIC's node" if want["remote_irqs_fail"] else None, running,
                 state, "; ".join(reasons))
@@ -795,9 +795,9 @@ def write_export(node: Node, path: str, document: dict, check_mode: bool = False
     except OSError as exc:
         raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
     try:
-        report_files.ensure_dir(os.path.dirname(full), check_mode, what="directory")
-        change = report_files.write_file(full, text.encode("utf-8"), check_mode, what="file")
-    except report_files.ReportError as exc:
+        files.ensure_dir(os.path.dirname(full), check_mode, what="directory")
+        change = files.write_file(full, text.encode("utf-8"), check_mode, what="file")
+    except files.ReportError as exc:
         raise NodeError(str(exc)) from exc
     return bool(change), before, text
 
@@ -843,9 +843,9 @@ ARGUMENT_SPEC = dict(
 
 def from_role(v: dict, shared: dict) -> dict:
     """Read-only; the export lives beside the boot unit's desired state."""
-    if not v.get("gpunode_tuning_locality_enabled", True):
+    if not v.get("gpunode_tuning_gpu_locality_enabled", True):
         return {NAME: None}
-    return {NAME: {"remote_irqs_fail": bool(v.get("gpunode_tuning_locality_remote_irqs_fail", False)),
+    return {NAME: {"remote_irqs_fail": bool(v.get("gpunode_tuning_gpu_locality_remote_irqs_fail", False)),
                    "export": EXPORT_PATH}}
 
 
@@ -853,7 +853,7 @@ def persist_export(pc) -> dict:
     """topology.json for launchers (the boot unit refreshes it at every boot)."""
     want = pc.desired.get(NAME)
     if not want:
-        return {"changed": False, "skipped": True, "reason": "gpunode_tuning_locality_enabled is false"}
+        return {"changed": False, "skipped": True, "reason": "gpunode_tuning_gpu_locality_enabled is false"}
     want = validate(want)
     document, said = node_document(pc.node, pc.call.lookup)
     pc.files.write(want["export"] or EXPORT_PATH, render(document))
@@ -865,7 +865,7 @@ def remove_export(pc) -> dict:
     return {}
 
 
-PERSIST = persist.Concern(NAME, ("locality",), persist_export, remove_export)
+PERSIST = persistence.Concern(NAME, ("locality",), persist_export, remove_export)
 
 DEFINITION = family.Family(
     name=NAME,
@@ -877,7 +877,7 @@ DEFINITION = family.Family(
     boot=boot,
     export=export,
     report=report,
-    tags=("locality",),
+    deprecated_tags=("locality",),
     from_role=from_role,
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,

@@ -16,8 +16,13 @@ import math
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
-from ansible_collections.gpunode.tuning.plugins.module_utils.nvidia_smi import NVBANDWIDTH_TEST
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
+    NVBANDWIDTH_TEST,
+    parse_gpu_query,
+    parse_p2p,
+    smi_failure,
+)
 
 NAME = "gpu_p2p"
 # nvidia-smi's matrices as gpu_probe keys them (verify_node.GPU_COMMANDS), with what they test.
@@ -118,9 +123,6 @@ def _row(name: str, running: Any, state: str, reason: str, desired: Any = ALL_OK
 
 def _matrices(smi: dict) -> tuple:
     """``({kind: parse_p2p result}, [unsupported rows])`` of the read, write and NVLink matrices."""
-    # verification imports the registry, which imports this file: import its parser when called.
-    from ansible_collections.gpunode.tuning.plugins.module_utils.verification import parse_p2p, smi_failure
-
     parsed, rows = {}, []
     for key, kind in MATRICES:
         res = smi.get(key)
@@ -159,7 +161,6 @@ def _pair_row(a: str, b: str, parsed: dict, bdfs: dict, redirect: dict) -> dict 
 
 def _gpu_bdfs(smi: dict) -> dict:
     """``{"GPU0": bdf}`` from the nvidia-smi query (topo numbers GPUs as nvidia-smi indexes them)."""
-    from ansible_collections.gpunode.tuning.plugins.module_utils.verification import parse_gpu_query
 
     return {"GPU%d" % g["index"]: g["bdf"] for g in parse_gpu_query((smi.get("query") or {}).get("stdout"))}
 
@@ -230,7 +231,6 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
             smi.get("probe"), "nvidia-smi is not installed on this node (no NVIDIA driver user space)")
         return [_row("pairs", None, "not_applicable", why)]
     if (smi.get("query") or {}).get("rc", 0) != 0:
-        from ansible_collections.gpunode.tuning.plugins.module_utils.verification import smi_failure
 
         return [_row("pairs", None, "unsupported", "the GPUs cannot be listed: %s" % smi_failure(smi["query"]))]
     rows = pair_rows(facts, smi)
@@ -241,7 +241,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
 # Read-only: no module, nothing to re-apply at boot.
 def from_role(v: dict, shared: dict) -> dict:
-    gbps = v.get("gpunode_tuning_p2p_min_gbps")
+    gbps = v.get("gpunode_tuning_gpu_p2p_min_gbps")
     return {NAME: {"min_gbps": None if gbps is None else float(gbps)}}
 
 
@@ -249,7 +249,6 @@ DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU P2P"},
     evaluate=evaluate,
-    tags=("gpu_p2p",),
     from_role=from_role,
     validate={NAME: desired_problems},
 )

@@ -24,10 +24,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, nvidia_smi
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, open_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.pci import DeviceSelector, normalize_bdf, select_devices
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import JOURNAL_ARGUMENT_SPEC, open_node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
+    DeviceSelector,
+    normalize_bdf,
+    select_devices,
+)
 
 NAME = "gpu_settings"
 FIELDS = ("index", "pci.bus_id", "persistence_mode", "power.limit", "power.min_limit", "power.max_limit",
@@ -571,7 +575,7 @@ ROLE_SETTINGS = ("persistence", "power_limit", "power_limits", "locked_clocks", 
 
 def from_role(v: dict, shared: dict) -> dict:
     """The GPU settings the variables ask for (unset ones left out); None when none is asked."""
-    want = {k: v["gpunode_tuning_gpu_" + k] for k in ROLE_SETTINGS}
+    want = {k: v["gpunode_tuning_%s_%s" % (NAME, k)] for k in ROLE_SETTINGS}
     want = {k: x for k, x in want.items() if x is not None and x != {}}
     return {NAME: want or None}
 
@@ -591,7 +595,6 @@ DEFINITION = family.Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    tags=("gpu_settings",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

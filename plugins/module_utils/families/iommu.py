@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family
-from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_args import MODES, iommu_kernel_args  # noqa: F401
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import MODES, iommu_kernel_args  # noqa: F401
 
 NAME = "iommu"
 # /sys/kernel/iommu_groups/N/type -> the mode it is (anything else, e.g. blocked: neither).
@@ -135,7 +135,6 @@ DEFINITION = family.Family(
     titles={NAME: "IOMMU mode"},
     evaluate=evaluate,
     reboot_only=(NAME,),
-    tags=("iommu",),
     from_role=from_role,
     validate={NAME: desired_problems},
 )

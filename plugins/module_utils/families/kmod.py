@@ -22,13 +22,17 @@ import os
 import re
 from typing import Any, Callable, Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, persist
-from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, normalize_value, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.kernel_log import parse_kmsg
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import NODE_ARGUMENT_SPEC, Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (  # noqa: F401 (sysfs_name: re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, normalize_value, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
+    JOURNAL_ARGUMENT_SPEC,
+    Journal,
+    open_node,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import parse_kmsg
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (  # noqa: F401 (sysfs_name: re-exported)
     KMOD_NAME_ALLOWED,
     KMOD_NAME_RE,
     ValidationError,
@@ -700,18 +704,18 @@ def persist_modules(pc) -> dict:
     want = pc.desired.get(FAMILY)
     if not want or not want.get("modules"):
         return {"changed": False, "skipped": True, "reason": "no kernel module to persist"}
-    results = persist.run_family(pc, FAMILY, {"modules": want["modules"]})["modules"]
+    results = pc.run_family(FAMILY, {"modules": want["modules"]})["modules"]
     keep = set()
     for res in results:
         if not res.get("persist_ok"):
             continue
         name = kmod_name(res["name"])
-        keep.add("%s/%s%s.conf" % (LOAD_DIR, persist.FILE_PREFIX, name))
-        pc.files.write("%s/%s%s.conf" % (LOAD_DIR, persist.FILE_PREFIX, name), persist.HEADER + name + "\n")
+        keep.add("%s/%s%s.conf" % (LOAD_DIR, persistence.FILE_PREFIX, name))
+        pc.files.write("%s/%s%s.conf" % (LOAD_DIR, persistence.FILE_PREFIX, name), persistence.HEADER + name + "\n")
         if res.get("modprobe_options"):
-            keep.add("%s/%s%s.conf" % (OPTIONS_DIR, persist.FILE_PREFIX, name))
-            pc.files.write("%s/%s%s.conf" % (OPTIONS_DIR, persist.FILE_PREFIX, name),
-                           persist.HEADER + res["modprobe_options"] + "\n")
+            keep.add("%s/%s%s.conf" % (OPTIONS_DIR, persistence.FILE_PREFIX, name))
+            pc.files.write("%s/%s%s.conf" % (OPTIONS_DIR, persistence.FILE_PREFIX, name),
+                           persistence.HEADER + res["modprobe_options"] + "\n")
     for path in pc.files.ours(LOAD_DIR) + pc.files.ours(OPTIONS_DIR):
         if path not in keep:
             pc.files.remove(path)
@@ -737,7 +741,7 @@ def remove_modules(pc) -> dict:
     return {}
 
 
-PERSIST = persist.Concern("kmod", (FAMILY,), persist_modules, remove_modules)
+PERSIST = persistence.Concern("kmod", (FAMILY,), persist_modules, remove_modules)
 
 
 def summary(result: dict) -> str:
@@ -750,7 +754,6 @@ DEFINITION = Family(
     module="kmod_optional",
     run=run,
     evaluate=evaluate,
-    tags=("kmod",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

@@ -20,9 +20,9 @@ import re
 import shutil
 import struct
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command, family, pci, persist
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import Journal
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     SYSFS_PCI_DEVICES,
     Node,
     NodeError,
@@ -52,7 +52,7 @@ _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 ARGUMENT_SPEC = dict(
     mode=dict(type="str", default="disable_redirect", choices=list(MODES)),
-    vendor=dict(type="str"),
+    vendor=dict(type="list", elements="str"),
     device=dict(type="str"),
     class_prefixes=dict(type="list", elements="str"),
     bdfs=dict(type="list", elements="str"),
@@ -680,10 +680,10 @@ def evaluate(facts: dict, desired: dict, ctx) -> list:
 
 def from_role(v: dict, shared: dict) -> dict:
     """ACS redirect on the GPUs' paths (the GPUs of the MRRS selectors), unless unmanaged."""
-    if v["gpunode_tuning_acs"] == "unmanaged":
+    if v["gpunode_tuning_pcie_acs"] == "unmanaged":
         return {NAME: None}
-    return {NAME: dict(mode=v["gpunode_tuning_acs"], persist=v["gpunode_tuning_acs_persist"], allow_empty=True,
-                       **shared["selector"])}
+    return {NAME: dict(mode=v["gpunode_tuning_pcie_acs"], persist=v["gpunode_tuning_pcie_acs_persist"],
+                       allow_empty=True, **shared["selector"])}
 
 
 def runtime_options(desired: dict, v: dict) -> dict | None:
@@ -712,7 +712,7 @@ def kernel_args(pc, remove: bool = False) -> list:
     selector = {k: pc.settings.get(k) for k in ("vendor", "device", "class_prefixes", "bdfs")}
     options = dict({k: v for k, v in selector.items() if v}, mode="disable_redirect", allow_empty=True)
     try:
-        arg = persist.run_family(pc, NAME, options, check_mode=True).get("kernel_arg")
+        arg = pc.run_family(NAME, options, check_mode=True).get("kernel_arg")
     except family.FamilyError as exc:
         arg = exc.result.get("kernel_arg")
         if not arg and not remove:
@@ -738,7 +738,7 @@ DEFINITION = family.Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    tags=("acs",),
+    deprecated_tags=("acs",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

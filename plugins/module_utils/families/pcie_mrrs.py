@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import command
-from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, SystemLookup, run_argv, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
+    JOURNAL_ARGUMENT_SPEC,
+    Journal,
+    open_node,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     Node,
     NodeError,
     lockdown_mode,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.pci import (  # noqa: F401 (select_devices: re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  # noqa: F401 (select_devices: re-exported)
     DEVCTL_MRRS_MASK,
     MRRS_CHOICES,
     DeviceSelector,
@@ -407,7 +411,7 @@ def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
     if selector.bdfs is not None and bdf not in selector.bdfs:
         return None
     # The default selector is resolved already (vendor 0x10de, GPU classes): keep it with the BDF.
-    return DeviceSelector(vendor=selector.vendor, device=selector.device,
+    return DeviceSelector(vendor=selector.vendors, device=selector.device,
                           class_prefixes=selector.class_prefixes, bdfs=[bdf])
 
 
@@ -439,7 +443,7 @@ def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
 # The options of its module (setpci_mrrs): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(
     mrrs=dict(type="int", choices=list(MRRS_CHOICES)),
-    vendor=dict(type="str"),
+    vendor=dict(type="list", elements="str"),
     device=dict(type="str"),
     class_prefixes=dict(type="list", elements="str"),
     bdfs=dict(type="list", elements="str"),
@@ -452,9 +456,9 @@ ARGUMENT_SPEC = dict(
 
 def from_role(v: dict, shared: dict) -> dict:
     """The desired MRRS of the role's variables: the value and the GPUs it applies to."""
-    if not v["gpunode_tuning_mrrs_enabled"]:
+    if not v["gpunode_tuning_pcie_mrrs_enabled"]:
         return {FAMILY: None}
-    return {FAMILY: dict(mrrs=v["gpunode_tuning_mrrs"], allow_empty=bool(v["gpunode_tuning_mrrs_allow_empty"]),
+    return {FAMILY: dict(mrrs=v["gpunode_tuning_pcie_mrrs"], allow_empty=bool(v["gpunode_tuning_gpu_allow_empty"]),
                          **shared["selector"])}
 
 
@@ -487,7 +491,7 @@ DEFINITION = Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    tags=("mrrs",),
+    deprecated_tags=("mrrs",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

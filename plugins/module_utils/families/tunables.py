@@ -20,18 +20,22 @@ import os
 import re
 from typing import Any, Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils import persist
-from ansible_collections.gpunode.tuning.plugins.module_utils.family import Family, same, setting
-from ansible_collections.gpunode.tuning.plugins.module_utils.journal import JOURNAL_ARGUMENT_SPEC, Journal, open_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.node import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, same, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
+    JOURNAL_ARGUMENT_SPEC,
+    Journal,
+    open_node,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     Node,
     NodeError,
     bracket_choices,
     selected_bracket,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.validate import (
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
     SYSCTL_KEY_ALLOWED,
     ValidationError,
     absolute_path,
@@ -717,16 +721,16 @@ def persist_sysctl(pc) -> dict:
         return {"changed": False, "skipped": True, "reason": "no sysctl to persist"}
     path = pc.settings["sysctl_file"]
     try:
-        plan = persist.run_family(pc, FAMILY, {"sysctl": sysctl, "sysctl_file": path}, check_mode=True)
+        plan = pc.run_family(FAMILY, {"sysctl": sysctl, "sysctl_file": path}, check_mode=True)
     except contract.FamilyError as exc:
         if "failed_keys" not in exc.result:
             raise
         plan = exc.result
     settings = plan["settings"]
     lines = ["%s=%s" % (k, r["desired"]) for k, r in settings.items() if not r.get("failed")]
-    if pc.files.write(path, persist.HEADER + "".join(line + "\n" for line in lines)) and not pc.settings.get(
+    if pc.files.write(path, persistence.HEADER + "".join(line + "\n" for line in lines)) and not pc.settings.get(
             "sysctl_skip_readonly"):
-        persist.run_command(pc, ["sysctl", "-p", path], "loading the sysctl drop-in")
+        persistence.run_command(pc, ["sysctl", "-p", path], "loading the sysctl drop-in")
     if plan["failed_keys"]:
         raise contract.FamilyError("not persisted to %s (the other sysctls were): %s" % (
             path, "; ".join(settings[k].get("reason") or k for k in plan["failed_keys"])))
@@ -738,7 +742,7 @@ def remove_sysctl(pc) -> dict:
     return {}
 
 
-PERSIST = persist.Concern("sysctl", ("numa_balancing", "sysctl", FAMILY), persist_sysctl, remove_sysctl)
+PERSIST = persistence.Concern("sysctl", ("numa_balancing", "sysctl", FAMILY), persist_sysctl, remove_sysctl)
 
 
 def summary(result: dict) -> str:

@@ -1,0 +1,230 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What every knob family shares: its record in the registry, the module's call, and a report row.
+
+A knob family is one file in module_utils/families (``pcie_mrrs.py``, ``cpuidle.py``, ...) that reads, validates,
+plans, applies (journaling originals) and restores its settings, evaluates them for verification
+and re-applies them at boot. It exports one ``DEFINITION = Family(...)``; ``registry.py`` lists them.
+Its module is a thin adapter (``run_module``): options in, one family call, result out.
+
+Plain Python (3.8+), no Ansible import: the boot runner loads this on the node without Ansible.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any, Callable, NamedTuple
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+
+# The state of one setting in verification (docs/verify.md).
+STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
+# PATH of the boot re-apply: a boot unit's environment is not a login shell's.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class FamilyError(Exception):
+    """The module fails with this message; ``result`` is what it returns alongside (what was done)."""
+
+    def __init__(self, msg: str, result: dict | None = None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+class EvaluationError(ValueError):
+    """Verification was called with something it cannot evaluate (a bug or a bad input shape)."""
+
+
+class Call(NamedTuple):
+    """One module run as the family sees it: the options and how to act on the controller's module."""
+
+    params: dict
+    check_mode: bool = False
+    diff: bool = False
+    warn: Callable[[str], None] = lambda _msg: None
+    # argv -> (rc, stdout, stderr), with LC_ALL=C: the module's run_command.
+    run_command: Callable[[list], tuple] | None = None
+    # (src, dest) -> None: the module's atomic_move.
+    atomic_move: Callable[[str, str], None] | None = None
+    # What Node.bin_path needs to find a live node's binaries: an object with get_bin_path(name).
+    lookup: Any = None
+
+
+class Family(NamedTuple):
+    """One knob family's entry in the registry (registry.py)."""
+
+    # Key of the family in the desired state (the boot runner's desired.json, verify's desired).
+    name: str
+    # Report families it produces, in report order, with their titles (the fleet summary's columns).
+    titles: dict
+    # Its runtime module, None for a read-only family.
+    module: str | None = None
+    # (node, selector) -> dict: the family's facts, under facts[name] in tuning_info (selector: the
+    # pci.DeviceSelector of the GPUs, pci_selector). None when facts.py already reads them.
+    read: Callable[..., dict] | None = None
+    # (call) -> result dict; raises FamilyError. The module runs exactly this (run_module).
+    run: Callable[..., dict] | None = None
+    # (facts, desired, ctx) -> list of setting() rows; ``desired`` is the whole desired state.
+    evaluate: Callable[..., list] | None = None
+    # (node, want) -> (ok, message): re-apply ``desired[name]`` at boot, None when the family has
+    # nothing to re-apply (it persists through a file the kernel or a tool reads at boot).
+    boot: Callable[..., tuple] | None = None
+    # Report families that only the persistent flow and a reboot bring (never "applied" at runtime).
+    reboot_only: tuple = ()
+    # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
+    boot_key: str | None = None
+    # Ansible tags that select the family in a flow besides its name and the flow's own tag (runtime,
+    # persistent, rollback, verify): the names of its settings (tunables: numa_balancing, thp, sysctl).
+    tags: tuple = ()
+    # Tags of earlier releases that still select it, with a deprecation warning naming its name.
+    deprecated_tags: tuple = ()
+    # (values, shared) -> dict: the family's keys of the desired state, from the role's variables
+    # (validated and typed: role_state.py); ``shared`` holds what several families use (the GPUs'
+    # PCI selector). None: the role has no variables for it.
+    from_role: Callable[..., dict] | None = None
+    # (desired, values) -> its module's options for runtime tuning, or None when there is nothing to
+    # do (switched off, nothing asked). The options the role's runtime flow runs ``run`` with.
+    runtime_options: Callable[..., Any] | None = None
+    # (values) -> its module's options for rollback (restore what the journal holds); None when the
+    # family journals nothing.
+    restore_options: Callable[..., Any] | None = None
+    # Its module's argument spec: the options ``run`` gets, with their defaults (the flow module
+    # validates and completes each family's options with it, as the family's own module does).
+    argument_spec: dict | None = None
+    # What the persistent flow writes for it (core/persistence.py's Concern: tags, persist, remove), None when the
+    # family persists nothing of its own (the boot unit re-applies it, or it is read-only).
+    persist: Any = None
+    # (pc, remove) -> kernel arguments the family needs on the command line (the persistent flow adds
+    # them), or, with ``remove``, every argument it may have added (rollback removes them).
+    kernel_args: Callable[..., list] | None = None
+    # (result) -> one line of what its runtime run did, for the flow's report (flow.summary otherwise).
+    summary: Callable[[dict], str] | None = None
+    # {desired-state key: (entry) -> [(key, message)]}: what is wrong in the family's entries of the desired
+    # state that can be judged without the node (shape, syntax, ranges that do not depend on the hardware).
+    # ``entry`` is ``desired[desired-state key]`` (None: not part of it, no problem); ``key`` the key inside it
+    # ("bdfs"; a list index as text for a list entry; "" the entry as a whole); ``message`` names the value and
+    # what is allowed. The family's module refuses the same before its first write (one rule, two callers).
+    validate: dict | None = None
+    # (facts, desired, ctx) -> {file name: JSON document}: what the family exports for programs. The
+    # verification result carries them (``exports``) and the reports are written beside the host's
+    # (``<host>.<file name>``); None when the family exports nothing.
+    export: Callable[..., dict] | None = None
+    # (facts, desired, ctx) -> Markdown text or None: the family's own section of the host's Markdown
+    # report (the verification result's ``sections``, titled with the family's title).
+    report: Callable[..., str | None] | None = None
+
+
+Problem = tuple  # (key inside the family's entry, message): what a ``Family.validate`` function returns
+
+
+def selecting_tags(fam: Family) -> tuple:
+    """Every Ansible tag that selects ``fam``: its name, its settings' tags, its deprecated tags."""
+    return (fam.name, *fam.tags, *fam.deprecated_tags)
+
+
+def problems_text(problems: list) -> str:
+    """``key: message; key: message`` of ``Family.validate`` problems (a module's error)."""
+    return "; ".join("%s: %s" % (key, msg) if key else msg for key, msg in problems)
+
+
+def entry_problem(name: str, entry: Any, allowed: str) -> list:
+    """``[("", message)]`` when a desired-state entry is not a mapping, else ``[]`` (None is no entry)."""
+    if entry is None or isinstance(entry, dict):
+        return []
+    return [("", "%s must be a mapping of %s, got %r" % (name, allowed, entry))]
+
+
+def normalize_value(value: Any) -> str | None:
+    """A value as text for comparison: booleans as 0/1, whitespace runs as single spaces."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return " ".join(str(value).split())
+
+
+def same(running: Any, desired: Any) -> bool:
+    """Whether a running value is the desired one once both are normalised."""
+    return normalize_value(running) == normalize_value(desired)
+
+
+def setting(family: str, name: str, desired: Any, running: Any, state: str, reason: str = "",
+            persisted: Any = None) -> dict:
+    """One row of the verification report."""
+    if state not in STATES:
+        raise EvaluationError("state %r is not one of %s" % (state, ", ".join(STATES)))
+    return {
+        "id": "%s.%s" % (family, name),
+        "family": family,
+        "name": name,
+        "desired": desired,
+        "running": running,
+        "persisted": persisted,
+        "state": state,
+        "reason": reason,
+    }
+
+
+def preset_options_spec(options: list) -> dict:
+    """The ``preset_options`` option of a module whose ``options`` a preset may set for every node."""
+    return dict(preset_options=dict(type="list", elements="str", default=[], choices=list(options)))
+
+
+def warn_not_applicable(call: Call, reasons: dict) -> None:
+    """Warn, naming why, about each option in ``reasons`` that the caller asked for by name.
+
+    ``reasons`` is ``{option: why it does not apply on this node}``. An option listed in the call's
+    ``preset_options`` came from a preset that sets it for every node (the role): there "not applicable"
+    is the expected answer and stays in the result only.
+    """
+    preset = set(call.params.get("preset_options") or [])
+    for key, why in sorted(reasons.items()):
+        if key not in preset:
+            call.warn("%s=%s does not apply on this node: %s" % (key, call.params.get(key), why))
+
+
+def module_call(module: Any) -> Call:
+    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible).
+
+    Commands run through ``command.runner`` (bounded by the module's ``command_timeouts`` option, or the
+    defaults): AnsibleModule.run_command has no timeout in the ansible-core releases supported.
+    Raises FamilyError for timeouts that ``command.validate`` refuses.
+    """
+    try:
+        run = command.runner(module.params.get("command_timeouts"))
+    except command.TimeoutsError as exc:
+        raise FamilyError(str(exc), {"changed": False}) from None
+    return Call(params=module.params, check_mode=module.check_mode, diff=module._diff, warn=module.warn,
+                run_command=run, atomic_move=module.atomic_move, lookup=module)
+
+
+def run_module(module: Any, run: Callable[[Call], dict]) -> None:
+    """The one shape of a family's module: options in, one family call, its result or its error out."""
+    try:
+        result = run(module_call(module))
+    except FamilyError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    module.exit_json(**result)
+
+
+class SystemLookup:
+    """What ``Node.bin_path`` asks of a module, without one: a lookup on the system PATH (boot re-apply)."""
+
+    @staticmethod
+    def get_bin_path(name: str) -> str | None:
+        return shutil.which(name, path=SYSTEM_PATH)
+
+
+def run_argv(argv: list) -> tuple:
+    """``(rc, stdout, stderr)`` of a command in the C locale on the system PATH (boot re-apply), bounded by
+    the default timeout of its kind (``command.DEFAULT_TIMEOUTS``)."""
+    return command.run(argv, command.DEFAULT_TIMEOUTS[command.kind_of(argv)], {"PATH": SYSTEM_PATH})
+
+
+def as_role_options(fam: Family, options: dict) -> dict:
+    """``options`` as the role passes them: every value is the role's (a preset's, for every node), so
+    the module does not warn about one that does not apply here (``preset_options``, where it has them)."""
+    spec = (fam.argument_spec or {}).get("preset_options")
+    if not spec:
+        return options
+    return dict(options, preset_options=[k for k in spec["choices"] if k in options])

@@ -1,0 +1,339 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One lock per node, taken by every flow that writes: runtime, persistent, rollback, the boot runner
+and the guard's re-apply, around their writes and the journal.
+
+The lock is an exclusive ``fcntl.flock`` on a file next to the journal (default
+``/var/lib/gpunode-tuning/.lock`` below the node root; ``lock_path`` resolves it). A second writer
+waits, polling, up to ``timeout`` seconds (default ``DEFAULT_TIMEOUT``) and then fails with
+``LockTimeout``, whose message names the holder (flow, pid, host, start time) and how long it waited.
+After taking the lock, the holder writes its record (flow, pid, host, start time; JSON) into the lock
+file. The record is information only: the kernel drops a flock when its process dies, so a record left
+by a dead process never blocks (the next writer takes the lock and writes its own). Check mode and
+verification never take the lock (``node_lock(..., check_mode=True)`` touches nothing), and
+``read_holder`` reads the record without taking it, for messages.
+
+Nothing is left behind. The lock creates the missing directories of its path (the last one 0700, as
+the journal's) and reports them in ``NodeLock.created`` (outermost first), so that a flow that then
+writes the journal there records them in it: the journal's rule applies, rollback removes the
+directories we created and none that existed before. On release the holder, still holding, unlinks
+the lock file and removes, deepest first and only when empty, the directories it created and those
+handed to ``NodeLock.remove_on_release`` (rollback hands it the ones its journal recorded, after the
+journal itself is gone). A writer that was waiting on the unlinked file notices (the path no longer
+names the file it locked) and takes the lock on a new file. One race is known and left: a waiter
+that creates a directory a releasing holder has just removed records it as its own, while a parent
+the holder removed right after may then stay.
+
+The same process taking the lock again on the same path (the guard's re-apply running the boot
+runner's functions) gets it at once, nested; only the outermost release lets it go. The lock file is
+opened close-on-exec, so commands the flows run do not inherit it.
+
+Plain Python (3.8+), standard library only (the boot runner carries it to the node), no Ansible import.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator
+
+DEFAULT_LOCK = "/var/lib/gpunode-tuning/.lock"
+DEFAULT_TIMEOUT = 60.0  # seconds a second writer waits before it fails naming the holder
+POLL_INTERVAL = 0.2  # seconds between two tries while waiting
+RECORD_LIMIT = 4096  # bytes of the holder record read back (it is a few dozen)
+FLOW_NAME_LIMIT = 64
+# (pid, lock path) -> the outermost NodeLock this process holds on it (nested takes reuse it).
+_HELD: dict = {}
+
+
+class LockError(Exception):
+    """The lock cannot be used: a bad path or flow name, or a directory or file that cannot be made."""
+
+
+class LockTimeout(LockError):
+    """Another writer held the lock for the whole wait; ``holder`` is its record (None when unknown)."""
+
+    def __init__(self, message: str, path: str, holder: dict | None, waited: float):
+        super().__init__(message)
+        self.path, self.holder, self.waited = path, holder, waited
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and the holder record
+# ---------------------------------------------------------------------------------------------
+
+
+def lock_path(root: str, path: str = DEFAULT_LOCK) -> str:
+    """The lock file's full path below the node ``root``; LockError when ``path`` is not absolute,
+    holds a control character, or leaves the root (``..`` or a symlink on the way)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise LockError("the lock path must be absolute on the node, got %r" % (path,))
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise LockError("the lock path %r contains a control character; give a path such as %s" % (path, DEFAULT_LOCK))
+    base = os.path.abspath(root)
+    full = os.path.normpath(os.path.join(base, path.lstrip("/")))
+    real_base = os.path.realpath(base)
+    for candidate, within in ((full, base), (os.path.realpath(full), real_base)):
+        if candidate == within or os.path.commonpath([candidate, within]) != within:
+            raise LockError("the lock path %s resolves to %s, not a file below the node root %s; give a path such "
+                            "as %s" % (path, os.path.realpath(full), root, DEFAULT_LOCK))
+    return full
+
+
+def next_to(journal_path: str, name: str = ".lock") -> str:
+    """The lock file beside a journal whose full path is ``journal_path``."""
+    return os.path.join(os.path.dirname(journal_path), name)
+
+
+def holder_record(flow: str, clock: Callable[[], float] = time.time) -> dict:
+    """The record the holder writes: flow, pid, host, start time (UTC, and seconds since the epoch)."""
+    now = clock()
+    return {"flow": flow, "pid": os.getpid(), "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "since": now}
+
+
+def read_holder(path: str) -> dict | None:
+    """The holder record in the lock file at ``path``, without taking the lock and without creating
+    anything; None when there is no file or no readable record. ``alive`` is False when the record
+    names a process of this host that no longer runs (a stale record: it does not block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, RECORD_LIMIT)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return None
+    record["alive"] = _alive(record["pid"]) if record.get("host") == socket.gethostname() else None
+    return record
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: it exists
+    return True
+
+
+def holder_text(holder: dict | None, clock: Callable[[], float] = time.time) -> str:
+    """``"the persistent run (pid 4242 on node7, since 2026-11-29T15:00:00Z, 12 s ago)"`` of a record."""
+    if not holder:
+        return "a run that has not written its record yet"
+    ago = ""
+    if isinstance(holder.get("since"), (int, float)):
+        ago = ", %d s ago" % max(0, round(clock() - holder["since"]))
+    stale = "; that process no longer runs" if holder.get("alive") is False else ""
+    return "the %s run (pid %s on %s, since %s%s%s)" % (holder.get("flow") or "unnamed", holder.get("pid"),
+                                                         holder.get("host") or "an unknown host",
+                                                         holder.get("started") or "an unknown time", ago, stale)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock
+# ---------------------------------------------------------------------------------------------
+
+
+def _checked(flow: str, timeout: float, poll: float) -> None:
+    if not isinstance(flow, str) or not flow or len(flow) > FLOW_NAME_LIMIT \
+            or any(ord(c) < 32 or ord(c) == 127 for c in flow):
+        raise LockError("the flow name must be 1 to %d printable characters, got %r" % (FLOW_NAME_LIMIT, flow))
+    for name, value, low in (("timeout", timeout, 0), ("poll", poll, 1e-3)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+            raise LockError("the lock's %s must be a number of seconds >= %s, got %r" % (name, low, value))
+
+
+class NodeLock:
+    """The node's lock, for one flow; a context manager (``with NodeLock(path, "persistent"): ...``).
+
+    ``path`` is the lock file's full path (``lock_path``). After ``acquire``: ``held``, ``waited``
+    (seconds), ``created`` (directories it made, outermost first), ``record`` (what it wrote) and
+    ``nested`` (this process already held it).
+    """
+
+    def __init__(self, path: str, flow: str, timeout: float = DEFAULT_TIMEOUT, poll: float = POLL_INTERVAL,
+                 on_wait: Callable[[dict | None], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        _checked(flow, timeout, poll)
+        self.path, self.flow, self.timeout, self.poll = os.path.abspath(path), flow, float(timeout), float(poll)
+        self.on_wait, self.clock, self.sleep = on_wait, clock, sleep
+        self.held, self.nested, self.waited = False, False, 0.0
+        self.created: list = []
+        self.record: dict | None = None
+        self._remove: list = []
+        self._fd: int | None = None
+        self._outer: NodeLock | None = None
+
+    def __enter__(self) -> NodeLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def acquire(self) -> NodeLock:
+        """Take the lock, waiting up to ``timeout``; LockTimeout naming the holder when it stays taken."""
+        if self.held:
+            return self
+        outer = _HELD.get((os.getpid(), self.path))
+        if outer is not None:
+            self.held, self.nested, self.record, self._outer = True, True, outer.record, outer
+            return self
+        start, told = self.clock(), False
+        while True:
+            fd = self._open()
+            state = self._try(fd)
+            if state == "taken":
+                break
+            os.close(fd)
+            self.waited = self.clock() - start
+            if self.waited >= self.timeout:
+                raise self._timeout()
+            if state == "stale":
+                continue  # the holder unlinked that file on release: open (or make) the new one at once
+            if not told and self.on_wait is not None:
+                told = True
+                self.on_wait(read_holder(self.path))
+            self.sleep(min(self.poll, self.timeout - self.waited))
+        self.waited, self._fd, self.held = self.clock() - start, fd, True
+        _HELD[(os.getpid(), self.path)] = self
+        self._write_record()
+        return self
+
+    def _open(self) -> int:
+        """The lock file, opened (created 0600 when missing, with the missing directories above it)."""
+        for _ in range(10):  # a releasing holder may remove the directory between our mkdir and open
+            self._make_directories()
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise self._error("cannot open the lock file", self.path, exc) from None
+        raise LockError("cannot open the lock file %s: its directory keeps disappearing" % self.path)
+
+    def _make_directories(self) -> None:
+        missing, directory = [], os.path.dirname(self.path)
+        while directory and not os.path.isdir(directory):
+            missing.append(directory)
+            directory = os.path.dirname(directory)
+        for directory in reversed(missing):
+            try:
+                os.mkdir(directory, 0o700 if directory == os.path.dirname(self.path) else 0o755)
+            except FileExistsError:
+                continue  # another writer made it first: not ours
+            except OSError as exc:
+                raise self._error("cannot create the lock's directory", directory, exc) from None
+            if directory not in self.created:
+                self.created.append(directory)
+
+    def _try(self, fd: int) -> str:
+        """``taken`` (the flock, on the file the path still names), ``busy`` or ``stale`` (unlinked file)."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "busy"
+        except OSError as exc:
+            os.close(fd)
+            raise self._error("cannot lock", self.path, exc) from None
+        return "taken" if _same_file(fd, self.path) else "stale"
+
+    def _write_record(self) -> None:
+        """The holder record, in place (a rename would replace the file others lock); information only."""
+        self.record = holder_record(self.flow)
+        data = (json.dumps(self.record, sort_keys=True) + "\n").encode("utf-8")
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+        except OSError:
+            pass  # a full disk: the lock holds all the same; messages then say the holder is unknown
+
+    def _timeout(self) -> LockTimeout:
+        holder = read_holder(self.path)
+        message = ("the node lock %s is held by %s; this %s run waited %.1f s for it and stops before writing "
+                   "anything: run it again when that run has finished"
+                   % (self.path, holder_text(holder), self.flow, self.waited))
+        self._remove_directories(self.created)  # only those we made and left empty
+        return LockTimeout(message, self.path, holder, self.waited)
+
+    @staticmethod
+    def _error(what: str, path: str, exc: OSError) -> LockError:
+        return LockError("%s %s: %s (errno %s)" % (what, path, exc.strerror or exc,
+                                                   errno.errorcode.get(exc.errno, exc.errno)))
+
+    def remove_on_release(self, directories: Iterable[str]) -> None:
+        """Also remove these directories on release (deepest first, only when empty): rollback hands
+        over those its journal recorded as ours. Only the lock file's own ancestors are accepted."""
+        target = self._outer if self.nested else self
+        for directory in directories:
+            directory = os.path.abspath(directory)
+            if not self.path.startswith(directory.rstrip("/") + "/"):
+                raise LockError("%s is not a directory above the lock file %s; not removed" % (directory, self.path))
+            if directory not in target._remove:
+                target._remove.append(directory)
+
+    def release(self) -> None:
+        """Let the lock go: the lock file unlinked, our empty directories removed, then the flock dropped."""
+        if not self.held:
+            return
+        self.held = False
+        if self.nested:
+            return
+        try:
+            if _same_file(self._fd, self.path):
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass  # it stays; the next writer takes it over
+            self._remove_directories(self.created + self._remove)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+            _HELD.pop((os.getpid(), self.path), None)
+
+    @staticmethod
+    def _remove_directories(directories: list) -> None:
+        for directory in sorted(set(directories), key=len, reverse=True):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                continue  # not empty (the journal is there), or already gone: it stays
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+@contextmanager
+def node_lock(path: str, flow: str, check_mode: bool = False, timeout: float = DEFAULT_TIMEOUT,
+              poll: float = POLL_INTERVAL, on_wait: Callable[[dict | None], None] | None = None
+              ) -> Iterator[NodeLock | None]:
+    """``with node_lock(path, "persistent", check_mode=module.check_mode) as lock:`` the flow's writes.
+
+    In check mode nothing is taken or created and ``lock`` is None (check mode writes nothing).
+    """
+    if check_mode:
+        _checked(flow, timeout, poll)
+        yield None
+        return
+    lock = NodeLock(path, flow, timeout=timeout, poll=poll, on_wait=on_wait)
+    with lock:
+        yield lock

@@ -1,0 +1,587 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""PCI devices of a node: listing, selection, config space and PCI Express capability decoding.
+
+The PCI library the PCI families share (families/pcie_mrrs.py, families/pcie_acs.py, the GPU families).
+
+Reading is pure Python over sysfs files (``vendor``, ``device``, ``class``, ``numa_node``,
+``config``); writing goes through ``setpci`` so that the kernel's config-space access path is
+the one real operators use. Nothing here imports Ansible: errors are ``ValueError`` (bad input)
+or ``NodeError`` (unreadable node), and the setpci runner is any callable
+``run(argv) -> (rc, stdout, stderr)``.
+
+Device dicts (``list_devices``) use the sysfs spelling for ids: ``vendor`` ``"0x10de"``,
+``device`` ``"0x2bb5"``, ``class`` ``"0x030200"`` (lower-case hex strings, 24-bit class with
+prog-if), ``numa_node`` an int (-1 when the platform has no NUMA information), ``bdf`` the
+domain-qualified address ``"0000:41:00.0"`` and ``path`` the device's sysfs directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import struct
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
+    SYSFS_PCI_DEVICES,
+    Node,
+    NodeError,
+    cmdline_args,
+    write_refusal,
+)
+
+PCI_CAP_ID_EXP = 0x10
+PCI_CAPABILITY_LIST = 0x34
+PCI_STATUS = 0x06
+PCI_STATUS_CAP_LIST = 0x10
+
+# Offsets inside the PCI Express capability (include/uapi/linux/pci_regs.h).
+PCI_EXP_FLAGS = 0x02
+PCI_EXP_DEVCAP = 0x04
+PCI_EXP_DEVCTL = 0x08
+PCI_EXP_LNKCAP = 0x0C
+PCI_EXP_LNKSTA = 0x12
+
+DEVCTL_MPS_MASK = 0x00E0
+DEVCTL_MRRS_MASK = 0x7000
+DEVCTL_MRRS_SHIFT = 12
+DEVCTL_BCR_FLR = 0x8000  # never written: on endpoints it initiates a Function Level Reset
+
+MRRS_CHOICES = (128, 256, 512, 1024, 2048, 4096)
+SETPCI_DEVCTL_REG = "CAP_EXP+08.w"
+
+NVIDIA_VENDOR = "0x10de"
+NVIDIA_GPU_CLASS_PREFIXES = ("0300", "0302")
+
+PCIE_PORT_TYPES = {
+    0x0: "endpoint", 0x1: "legacy_endpoint", 0x4: "root_port", 0x5: "upstream_port",
+    0x6: "downstream_port", 0x7: "pci_bridge", 0x8: "pcie_bridge", 0x9: "rc_integrated_endpoint",
+    0xA: "rc_event_collector",
+}
+LINK_SPEEDS = {1: "2.5 GT/s", 2: "5.0 GT/s", 3: "8.0 GT/s", 4: "16.0 GT/s", 5: "32.0 GT/s", 6: "64.0 GT/s"}
+
+_BDF_RE = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([01][0-9a-fA-F])\.([0-7])$")
+_HEX_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]+)$")
+
+# ---------------------------------------------------------------------------------------------
+# Encoding and decoding
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_mrrs(size: int) -> int:
+    """Return the Device Control MRRS field (0..5) for a size in bytes (128..4096).
+
+    Raises ``ValueError`` naming the allowed sizes for anything else.
+    """
+    if isinstance(size, bool) or size not in MRRS_CHOICES:
+        raise ValueError("mrrs must be one of %s bytes, got %r" % (", ".join(str(c) for c in MRRS_CHOICES), size))
+    return MRRS_CHOICES.index(size)
+
+
+def decode_mrrs(field: int) -> int:
+    """Return the size in bytes of an MRRS (or MPS) field value 0..7: ``128 << field``.
+
+    The encodings 6 and 7 are reserved by the specification: they return None.
+    """
+    if isinstance(field, bool) or not isinstance(field, int) or not 0 <= field <= 7:
+        raise ValueError("an MRRS field is 3 bits (0..7), got %r" % (field,))
+    return 128 << field if field <= 5 else None
+
+
+def mrrs_of_devctl(devctl: int) -> int | None:
+    """MRRS in bytes encoded in a Device Control value (None when reserved)."""
+    return decode_mrrs((devctl & DEVCTL_MRRS_MASK) >> DEVCTL_MRRS_SHIFT)
+
+
+def mps_of_devctl(devctl: int) -> int | None:
+    """MPS in bytes encoded in a Device Control value (None when reserved)."""
+    return decode_mrrs((devctl & DEVCTL_MPS_MASK) >> 5)
+
+
+def devctl_with_mrrs(devctl: int, size: int) -> int:
+    """Device Control value ``devctl`` with only its MRRS field replaced by ``size`` bytes."""
+    return (devctl & ~DEVCTL_MRRS_MASK & 0xFFFF) | (encode_mrrs(size) << DEVCTL_MRRS_SHIFT)
+
+
+def setpci_mrrs_assignment(size: int) -> str:
+    """The setpci ``value:mask`` write of an MRRS, e.g. ``CAP_EXP+08.w=5000:7000`` for 4096.
+
+    The mask is exactly 0x7000: MPS (bits 7:5) and bit 15 (FLR on endpoints) are never written.
+    """
+    return "%s=%04x:%04x" % (SETPCI_DEVCTL_REG, encode_mrrs(size) << DEVCTL_MRRS_SHIFT, DEVCTL_MRRS_MASK)
+
+
+def find_capability(config_bytes: bytes, cap_id: int) -> int | None:
+    """Offset of the first capability ``cap_id`` in the standard list, or None when absent.
+
+    Walks from the pointer at 0x34 (only when the Status register says a list exists), guarding
+    against loops and pointers into the header, as the kernel's ``pci_find_capability`` does.
+    """
+    cfg = bytes(config_bytes)
+    if len(cfg) < 0x40:
+        return None
+    status = struct.unpack_from("<H", cfg, PCI_STATUS)[0]
+    if not status & PCI_STATUS_CAP_LIST:
+        return None
+    pos = cfg[PCI_CAPABILITY_LIST] & 0xFC
+    for _step in range(48):  # at most 48 capabilities fit in 256 bytes
+        if pos < 0x40 or pos + 2 > len(cfg):
+            return None
+        if cfg[pos] == 0xFF:
+            return None
+        if cfg[pos] == cap_id:
+            return pos
+        pos = cfg[pos + 1] & 0xFC
+    return None
+
+
+def decode_pcie(config_bytes: bytes) -> dict | None:
+    """Decode the PCI Express capability of a config space; None when the device has none.
+
+    Returns a dict:
+    ``cap_offset`` (int), ``port_type`` (str, e.g. endpoint, root_port), ``devcap`` (int),
+    ``devcap_mps_max`` (largest supported MPS, bytes), ``devctl`` (int), ``mps`` and ``mrrs``
+    (bytes, None for a reserved encoding), ``link_speed_capable`` / ``link_speed_current``
+    (``"32.0 GT/s"``, None when unknown), ``link_speed_capable_code`` / ``link_speed_current_code``
+    (the register's speed code, 1 = 2.5 GT/s ... 6 = 64 GT/s), ``link_width_capable`` /
+    ``link_width_current`` (lanes, int).
+    """
+    cfg = bytes(config_bytes)
+    cap = find_capability(cfg, PCI_CAP_ID_EXP)
+    if cap is None or cap + PCI_EXP_LNKSTA + 2 > len(cfg):
+        return None
+    flags = struct.unpack_from("<H", cfg, cap + PCI_EXP_FLAGS)[0]
+    devcap = struct.unpack_from("<I", cfg, cap + PCI_EXP_DEVCAP)[0]
+    devctl = struct.unpack_from("<H", cfg, cap + PCI_EXP_DEVCTL)[0]
+    lnkcap = struct.unpack_from("<I", cfg, cap + PCI_EXP_LNKCAP)[0]
+    lnksta = struct.unpack_from("<H", cfg, cap + PCI_EXP_LNKSTA)[0]
+    return {
+        "cap_offset": cap,
+        "port_type": PCIE_PORT_TYPES.get((flags >> 4) & 0xF, "unknown"),
+        "devcap": devcap,
+        "devcap_mps_max": decode_mrrs(devcap & 0x7),
+        "devctl": devctl,
+        "mps": mps_of_devctl(devctl),
+        "mrrs": mrrs_of_devctl(devctl),
+        "link_speed_capable_code": lnkcap & 0xF,
+        "link_speed_capable": LINK_SPEEDS.get(lnkcap & 0xF),
+        "link_width_capable": (lnkcap >> 4) & 0x3F,
+        "link_speed_current_code": lnksta & 0xF,
+        "link_speed_current": LINK_SPEEDS.get(lnksta & 0xF),
+        "link_width_current": (lnksta >> 4) & 0x3F,
+    }
+
+
+_LSPCI_SLOT_RE = re.compile(r"^([0-9a-fA-F]{4}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s")
+_LSPCI_SIZES_RE = re.compile(r"MaxPayload (\d+) bytes, MaxReadReq (\d+) bytes")
+
+
+def parse_lspci_devctl(text: str) -> dict:
+    """Parse ``lspci -vvv`` (or ``-D -vvv``) output into ``{bdf: {"mps": int, "mrrs": int}}``.
+
+    The sizes are those of the ``DevCtl:`` block (its ``MaxPayload N bytes, MaxReadReq M bytes``
+    line); the ``DevCap:`` line shows what is supported, not what is set, and has no MaxReadReq.
+    BDFs printed without a domain get ``0000:``.
+    """
+    out = {}
+    bdf = None
+    for line in text.splitlines():
+        m = _LSPCI_SLOT_RE.match(line)
+        if m:
+            bdf = (m.group(1) or "0000:").lower() + m.group(2).lower()
+            continue
+        sizes = _LSPCI_SIZES_RE.search(line)
+        if sizes and bdf:
+            out[bdf] = {"mps": int(sizes.group(1)), "mrrs": int(sizes.group(2))}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation and selection
+# ---------------------------------------------------------------------------------------------
+
+
+def normalize_bdf(text: str) -> str:
+    """Return ``DDDD:BB:DD.F`` (lower case) for ``DDDD:BB:DD.F`` or ``BB:DD.F``; else ValueError."""
+    m = _BDF_RE.match(str(text).strip()) if isinstance(text, str) else None
+    if not m:
+        raise ValueError("%r is not a PCI address: use DDDD:BB:DD.F or BB:DD.F in hex "
+                         "(device 00-1f, function 0-7), e.g. 0000:41:00.0 or 41:00.0" % (text,))
+    domain = m.group(1) or "0000"
+    return ("%s:%s:%s.%s" % (domain, m.group(2), m.group(3), m.group(4))).lower()
+
+
+def normalize_hex_id(value: str | int, name: str, digits: int = 4) -> str:
+    """Return ``0x`` + ``digits`` lower-case hex digits for a PCI id given as hex text or int."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        m = _HEX_RE.match(str(value).strip()) if isinstance(value, str) else None
+        if not m or len(m.group(1)) > digits:
+            raise ValueError("%s must be a %d-digit hex PCI id such as %s, got %r"
+                             % (name, digits, "10de or 0x10de" if digits == 4 else "0x" + "0" * digits, value))
+        number = int(m.group(1), 16)
+    if not 0 <= number < 16 ** digits:
+        raise ValueError("%s must fit in %d hex digits, got %r" % (name, digits, value))
+    return "0x%0*x" % (digits, number)
+
+
+def normalize_class_prefix(value: str) -> str:
+    """Return a class prefix as 2, 4 or 6 lower-case hex digits (base, base+sub, with prog-if)."""
+    text = str(value).strip() if isinstance(value, str) else None
+    m = _HEX_RE.match(text) if text is not None else None
+    if not m or len(m.group(1)) not in (2, 4, 6):
+        raise ValueError("class prefix %r is not 2, 4 or 6 hex digits (base class, base+subclass, or "
+                         "with prog-if), e.g. \"03\", \"0302\" or \"030200\"; quote it in YAML" % (value,))
+    return m.group(1).lower()
+
+
+def selector_problems(want: dict) -> list:
+    """``[(key, message)]`` of the PCI selector keys ``vendor``, ``device``, ``class_prefixes``, ``bdfs``.
+
+    The rules are ``DeviceSelector``'s (normalize_hex_id, normalize_class_prefix, normalize_bdf), applied
+    to every value so that one message lists them all. Shared by setpci_mrrs, pcie_acs and the desired
+    state's ``pcie_mrrs`` and ``pcie_acs`` entries; no node is read.
+    """
+    out = []
+    for key in ("vendor", "device"):
+        value = want.get(key)
+        for one in value if key == "vendor" and isinstance(value, (list, tuple)) else [value]:
+            if one is None:
+                continue
+            try:
+                normalize_hex_id(one, key)
+            except ValueError as exc:
+                out.append((key, str(exc)))
+    for key, check, what in (("class_prefixes", normalize_class_prefix, "class prefixes (2, 4 or 6 hex digits)"),
+                             ("bdfs", normalize_bdf, "PCI addresses (DDDD:BB:DD.F or BB:DD.F)")):
+        values = want.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, (list, tuple)):
+            out.append((key, "%r is not a list: allowed is a list of %s" % (values, what)))
+            continue
+        for value in values:
+            try:
+                check(value)
+            except ValueError as exc:
+                out.append((key, str(exc)))
+    if want.get("allow_empty") is not None and not isinstance(want.get("allow_empty"), bool):
+        out.append(("allow_empty", "allow_empty must be true or false, got %r" % (want["allow_empty"],)))
+    return out
+
+
+class DeviceSelector:
+    """Which PCI functions a task applies to. Every given criterion must match (AND).
+
+    ``vendor``: a hex id (``"10de"``, ``"0x10de"`` or int) or a list of them (any of them matches);
+    ``device``: a hex id; ``class_prefixes``:
+    list of 2/4/6-hex-digit class prefixes matched against the 24-bit class; ``bdfs``: list of
+    addresses (``DDDD:BB:DD.F`` or ``BB:DD.F``). With no criterion at all the selector is the
+    default: NVIDIA GPUs, vendor 0x10de with class 0x0300 or 0x0302 (not their HDMI-audio
+    functions, not NVSwitch bridges). Raises ``ValueError`` on malformed input.
+    """
+
+    def __init__(self, vendor=None, device=None, class_prefixes=None, bdfs=None):
+        vendors = list(vendor) if isinstance(vendor, (list, tuple)) else [] if vendor is None else [vendor]
+        self.is_default = not vendors and device is None and not class_prefixes and not bdfs
+        if self.is_default:
+            vendors, class_prefixes = [NVIDIA_VENDOR], list(NVIDIA_GPU_CLASS_PREFIXES)
+        self.vendors = [normalize_hex_id(v, "vendor") for v in vendors] or None
+        self.device = normalize_hex_id(device, "device") if device is not None else None
+        self.class_prefixes = [normalize_class_prefix(c) for c in class_prefixes] if class_prefixes else None
+        self.bdfs = [normalize_bdf(b) for b in bdfs] if bdfs else None
+
+    @classmethod
+    def nvidia_gpus(cls) -> DeviceSelector:
+        """The default selector: NVIDIA display/3D controllers."""
+        return cls()
+
+    def matches(self, dev: dict) -> bool:
+        """True when a device dict (as from ``list_devices``) matches every given criterion."""
+        if self.bdfs is not None and dev["bdf"] not in self.bdfs:
+            return False
+        if self.vendors is not None and _as_hex(dev["vendor"], 4) not in self.vendors:
+            return False
+        if self.device is not None and _as_hex(dev["device"], 4) != self.device:
+            return False
+        if self.class_prefixes is not None:
+            cls = _as_hex(dev["class"], 6)[2:]
+            if not any(cls.startswith(p) for p in self.class_prefixes):
+                return False
+        return True
+
+    def describe(self) -> str:
+        """A short human description of the selection, for messages."""
+        if self.is_default:
+            return "NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)"
+        parts = []
+        if self.vendors:
+            parts.append("vendor %s" % "/".join(self.vendors))
+        if self.device:
+            parts.append("device %s" % self.device)
+        if self.class_prefixes:
+            parts.append("class prefix %s" % "/".join(self.class_prefixes))
+        if self.bdfs:
+            parts.append("bdfs %s" % ", ".join(self.bdfs))
+        return ", ".join(parts)
+
+
+def _as_hex(value, digits):
+    if isinstance(value, int):
+        return "0x%0*x" % (digits, value)
+    return "0x%0*x" % (digits, int(str(value), 16))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the node
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_int(text, default):
+    try:
+        return int(text, 0)
+    except (TypeError, ValueError):
+        return default
+
+
+def list_devices(node: Node) -> list[dict]:
+    """Every PCI function of the node, sorted by BDF, from sysfs attribute files.
+
+    Each dict: ``bdf``, ``vendor``, ``device``, ``class`` (sysfs hex strings, see the module
+    docstring), ``numa_node`` (int, -1 unknown) and ``path`` (the device's sysfs directory).
+    The config space is not read here (see ``read_config``).
+    """
+    devices = []
+    for bdf in node.listdir(SYSFS_PCI_DEVICES):
+        vendor = node.read(SYSFS_PCI_DEVICES, bdf, "vendor", default="")
+        if not vendor:
+            continue
+        devices.append({
+            "bdf": bdf.lower(),
+            "vendor": vendor.lower(),
+            "device": node.read(SYSFS_PCI_DEVICES, bdf, "device", default="0x0000").lower(),
+            "class": node.read(SYSFS_PCI_DEVICES, bdf, "class", default="0x000000").lower(),
+            "numa_node": _read_int(node.read(SYSFS_PCI_DEVICES, bdf, "numa_node", default="-1"), -1),
+            "path": node.path(SYSFS_PCI_DEVICES, bdf),
+        })
+    return devices
+
+
+def read_config(dev: dict) -> bytes:
+    """The config space bytes of a device dict (``path/config``); NodeError when unreadable."""
+    full = os.path.join(dev["path"], "config")
+    try:
+        with open(full, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
+
+
+def pcie_bus_perf(node: Node) -> bool:
+    """True when the kernel was booted with ``pci=pcie_bus_perf`` (it clamps MRRS to MPS)."""
+    for arg in cmdline_args(node):
+        if arg.startswith("pci=") and "pcie_bus_perf" in arg[4:].split(","):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# setpci
+# ---------------------------------------------------------------------------------------------
+
+
+class Setpci:
+    """Batched setpci calls: one process reads or writes Device Control of many devices.
+
+    ``run`` is ``run(argv) -> (rc, stdout, stderr)`` (the module passes ``run_command`` with
+    ``LC_ALL=C``); ``binary`` the setpci path; ``extra_args`` e.g. ``Node.pciutils_args()``.
+    setpci takes several ``-s BDF REG`` groups on one command line and prints one value per
+    line for each read, in order.
+    """
+
+    # Arguments per process: keeps the command line far below ARG_MAX on any node.
+    BATCH = 512
+
+    def __init__(self, run, binary, extra_args=()):
+        self.run = run
+        self.binary = binary
+        self.extra_args = list(extra_args)
+        self.calls = 0
+
+    def _argv(self, groups):
+        argv = [self.binary] + self.extra_args
+        for bdf, op in groups:
+            argv += ["-s", bdf, op]
+        return argv
+
+    def read_devctl(self, bdfs: list[str]) -> tuple[dict, dict]:
+        """Read Device Control of each BDF: ``({bdf: int}, {bdf: error message})``."""
+        values, errors = {}, {}
+        bdfs = list(bdfs)
+        for start in range(0, len(bdfs), self.BATCH):
+            chunk = bdfs[start:start + self.BATCH]
+            rc, out, err = self._call([(b, SETPCI_DEVCTL_REG) for b in chunk])
+            lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+            if rc == 0 and len(lines) == len(chunk) and all(re.match(r"^[0-9a-fA-F]{4}$", v) for v in lines):
+                values.update((b, int(v, 16)) for b, v in zip(chunk, lines))
+                continue
+            if len(chunk) == 1:
+                errors[chunk[0]] = "setpci read failed (rc %s): %s" % (rc, (err or out).strip() or "no output")
+                continue
+            # Output cannot be mapped to devices (one vanished or failed): ask each one alone.
+            for b in chunk:
+                v, e = self.read_devctl([b])
+                values.update(v)
+                errors.update(e)
+        return values, errors
+
+    def write_mrrs(self, targets: dict) -> tuple[int, str]:
+        """Write MRRS (mask 0x7000 only) for ``{bdf: bytes}``; returns ``(rc, stderr)`` of the last batch
+        that failed, or ``(0, "")``. Success per device is decided by reading back."""
+        items = sorted(targets.items())
+        result = (0, "")
+        for start in range(0, len(items), self.BATCH):
+            chunk = items[start:start + self.BATCH]
+            rc, _stdout, err = self._call([(b, setpci_mrrs_assignment(size)) for b, size in chunk])
+            if rc != 0 or err.strip():
+                result = (rc, err.strip())
+        return result
+
+    def _call(self, groups):
+        self.calls += 1
+        return self.run(self._argv(groups))
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults of one device: each failed device is named with its own cause
+# ---------------------------------------------------------------------------------------------
+
+_ROOT_HINT = "run the module as root (become: true)"
+
+
+def _not_root():
+    return hasattr(os, "geteuid") and os.geteuid() != 0
+
+
+def not_responding(cfg: bytes) -> str | None:
+    """Why a device that reads all ``0xff`` (or vendor id ``ffff``) has stopped answering; None when it answers.
+
+    A function that fell off the bus (an Xid 79 GPU, a link down, a device reset that never completed)
+    answers config reads with all ones: lspci shows ``rev ff`` and ``Unknown header type 7f``, while sysfs
+    still has the vendor and class the kernel read at enumeration.
+    """
+    cfg = bytes(cfg)
+    if len(cfg) < 2 or cfg[:2] != b"\xff\xff":
+        return None
+    if cfg.count(0xFF) == len(cfg):
+        return "not responding: config space reads 0xff (the device fell off the bus or lost power)"
+    return "not responding: vendor id reads ffff (the device fell off the bus or lost power)"
+
+
+def config_fault(cfg: bytes) -> str | None:
+    """Why config bytes read in full are unusable: the device does not respond, or they are too short to hold
+    the PCIe capability; None when usable.
+
+    A config file is 256 or 4096 bytes for root; the kernel shows only the 64-byte header to
+    other users. A device without a capability list needs no more than its header.
+    """
+    dead = not_responding(cfg)
+    if dead:
+        return dead
+    size = len(cfg)
+    if size >= 0x100:
+        return None
+    if size >= 0x40:
+        if not struct.unpack_from("<H", cfg, PCI_STATUS)[0] & PCI_STATUS_CAP_LIST:
+            return None
+        cap = find_capability(cfg, PCI_CAP_ID_EXP)
+        if cap is not None and cap + PCI_EXP_LNKSTA + 2 <= size:
+            return None
+    msg = "config space is only %d bytes: the device is not fully visible (no PCIe capability readable)" % size
+    if _not_root():
+        msg += "; only root reads past the 64-byte header: " + _ROOT_HINT
+    return msg
+
+
+def _access_fault(dev_path, exc):
+    """The cause of an OSError on a device's config file, classified."""
+    full = os.path.join(dev_path, "config")
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        gone = full if os.path.isdir(dev_path) else dev_path
+        return "device vanished: %s is gone (hot-removed or reset while the task ran)" % gone
+    if isinstance(exc, IsADirectoryError):
+        return "config space unreadable: %s is a directory, not the device's config file" % full
+    msg = "cannot access %s: %s" % (full, exc.strerror or exc)
+    if exc.errno in (errno.EPERM, errno.EACCES) and _not_root():
+        msg += "; " + _ROOT_HINT
+    return msg
+
+
+def write_fault(dev: dict) -> str | None:
+    """Why the config file of ``dev`` cannot be opened for writing; None when it can.
+
+    ``write_refusal`` (the probe every check mode shares) names the errno; the root hint is
+    given only to a process that is not root.
+    """
+    full = os.path.join(dev["path"], "config")
+    cause = write_refusal(full)
+    if cause is None:
+        return None
+    msg = "write refused: cannot open %s for writing (%s)" % (full, cause.strerror or cause)
+    if _not_root():
+        return msg + "; " + _ROOT_HINT
+    if cause.errno == errno.EPERM:
+        return msg + ": the file is immutable or the kernel forbids config-space writes"
+    if cause.errno == errno.EROFS:
+        return msg + ": sysfs is mounted read-only"
+    return msg
+
+
+def inspect_device(dev: dict) -> tuple[dict | None, str | None]:
+    """Read and decode a device's config space: ``(decode_pcie result or None, fault or None)``."""
+    try:
+        with open(os.path.join(dev["path"], "config"), "rb") as fh:
+            cfg = fh.read()
+    except OSError as exc:
+        return None, _access_fault(dev["path"], exc)
+    fault = config_fault(cfg)
+    if fault:
+        return None, fault
+    return decode_pcie(cfg), None
+
+
+def _failure_cause(dev, want, got, read_error, write_error):
+    """Why ``want`` is not what ``dev`` reads back after writing: its own fault, first found."""
+    _pcie, fault = inspect_device(dev)
+    fault = fault or write_fault(dev)
+    if fault:
+        return fault
+    if write_error:
+        msg = "write refused: setpci %s" % write_error
+        return msg + "; " + _ROOT_HINT if _not_root() else msg
+    if got is None:
+        return "read-back failed: %s" % read_error
+    return ("wrote MRRS %d but Device Control reads back 0x%04x (MRRS %s): the write did not take "
+            "(the device ignored it)" % (want, got, mrrs_of_devctl(got)))
+
+
+class SelectionError(ValueError):
+    """A selection that names devices the node does not have; nothing has been written."""
+
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
+    """Devices matching ``selector``; raises SelectionError when named BDFs are absent from the node."""
+    devices = list_devices(node)
+    if selector.bdfs:
+        present = {d["bdf"] for d in devices}
+        missing = [b for b in selector.bdfs if b not in present]
+        if missing:
+            raise SelectionError("bdfs not present on the node: %s (present: %s)"
+                                 % (", ".join(missing), ", ".join(sorted(present)) or "none"))
+    return [d for d in devices if selector.matches(d)]

@@ -1,0 +1,411 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Validators for every value that reaches a file or a command line on a node.
+
+One function per kind of value (sysctl key and value, kernel module name and parameter, kernel
+command-line argument, systemd unit name, absolute path, and what the boot script renders: idle
+state names, PCI addresses, ids and class prefixes, cpulists, sysfs words), shared by the runtime
+modules and by the persistent flow, so that what is written to /proc/sys is checked exactly like what goes into
+/etc/sysctl.d, and what modprobe gets on its command line like what goes into /etc/modprobe.d.
+
+Each validator returns the value it accepted (normalized where it says so) or raises
+``ValidationError`` with a message that names the value and what is allowed. A control
+character, a line break or a value that can be read as an option is never accepted: in a
+drop-in it would start a new line (a new key), in an argument list a new option.
+
+``write_problem`` says, without writing anything, why a file could not be written (check mode
+uses it to predict a failure the real run would have).
+
+Pure Python; nothing here knows about Ansible.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from typing import Any, Callable
+
+# The PCI selector rules are setpci_mrrs's own (one definition each); here they only get this
+# module's error type.
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
+    normalize_bdf,
+    normalize_class_prefix,
+    normalize_hex_id,
+)
+
+# Unicode categories never allowed: controls (C0, DEL, C1: newline, tab, escape ...), invisible
+# format characters (bidi overrides, zero-width), and the line/paragraph separators that
+# str.splitlines() treats as line breaks.
+FORBIDDEN_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
+TEXT_ALLOWED = "printable text without control characters or line breaks"
+
+SYSCTL_COMPONENT_RE = re.compile(r"[A-Za-z0-9_:@+-]+")
+SYSCTL_KEY_ALLOWED = (
+    "a sysctl name under /proc/sys such as vm.swappiness or kernel/numa_balancing: components of letters, "
+    "digits and _ - : @ +, separated by dots (or slashes), starting with a letter, digit or '_'; "
+    "no '..', no leading '/' or '-', no '=', whitespace or control characters")
+SYSCTL_KEY_MAX = 256
+SYSCTL_VALUE_ALLOWED = (
+    "printable text without control characters or line breaks; fields separated by spaces (or tabs, "
+    "written as spaces); a leading '-' only on a negative integer")
+SIGNED_INT_FIELDS_RE = re.compile(r"-?[0-9]+(?: +-?[0-9]+)*")
+
+KMOD_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
+KMOD_NAME_ALLOWED = "letters, digits, '_' and '-', not starting with '-', at most 64 characters"
+KMOD_PARAM_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+KMOD_PARAM_NAME_ALLOWED = "a letter or '_' then letters, digits, '_', '.', '-', at most 64 characters"
+# A value is always passed as NAME=VALUE (argv and modprobe.d alike), so a leading '-' cannot be
+# read as an option there; negative numbers (index=-2) are common parameter values.
+KMOD_PARAM_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:/+@%=-]{1,256}")
+KMOD_PARAM_VALUE_ALLOWED = (
+    "1 to 256 of letters, digits and , . _ : / + @ % = - (no whitespace, quotes, control or shell characters)")
+
+KERNEL_ARG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}")
+KERNEL_ARG_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# The one argument that needs ';': pci=disable_acs_redir= with a list of PCI addresses (the kernel's
+# separator; the GRUB drop-in quotes it, families/cmdline.py's grub_word). Addresses only: no other ';' passes.
+# pci= takes comma-separated options (kernel-parameters.txt), so the list is one option of pci=;
+# every address in it is checked, one or many: domain (4-8 hex digits, optional), bus, device 00-1f,
+# function 0-7.
+ACS_REDIR_OPTION = "disable_acs_redir="
+ACS_REDIR_MAX = 128
+PCI_ADDR_RE = re.compile(r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[01][0-9a-fA-F]\.[0-7]")
+PCI_ADDR_ALLOWED = "[DDDD:]BB:DD.F in hex (domain of 4 to 8 digits, device 00-1f, function 0-7)"
+KERNEL_ARG_ALLOWED = (
+    "KEY or KEY=VALUE; KEY of letters, digits, '_', '.', '-' (not starting with '-'); VALUE of letters, digits "
+    "and , . _ : / + @ % = ~ ^ - (no quotes, whitespace, control characters or shell characters such as $ ` ; |); "
+    "';' only between the PCI addresses of pci=disable_acs_redir=DDDD:BB:DD.F;DDDD:BB:DD.F")
+
+UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
+              "scope")
+_UNIT_CHAR = r"(?:[A-Za-z0-9:_.-]|\\x[0-9a-fA-F]{2})"
+UNIT_NAME_RE = re.compile(r"%s+(?:@%s*)?\.(?:%s)" % (_UNIT_CHAR, _UNIT_CHAR, "|".join(UNIT_TYPES)))
+UNIT_NAME_MAX = 255
+UNIT_NAME_ALLOWED = (
+    "a systemd unit name NAME.TYPE (NAME of letters, digits, ':', '_', '.', '-' and \\xHH escapes, optionally "
+    "TEMPLATE@INSTANCE; not starting with '-'; TYPE one of %s), at most %d characters"
+    % (", ".join(UNIT_TYPES), UNIT_NAME_MAX))
+
+PATH_RE = re.compile(r"/[A-Za-z0-9_.+@:/-]*")
+PATH_ALLOWED = ("an absolute path of letters, digits and _ . + @ : - / (no whitespace, quotes, '%', control "
+                "characters or '..')")
+
+# The names the kernel shows in cpuidle/stateN/name: POLL, C1E, C6_ACPI (intel_idle), WFI,
+# cpu-sleep-0 (psci_idle, from the device tree).
+CSTATE_NAME_RE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
+CSTATE_NAME_ALLOWED = ("an idle state name as cpuidle/stateN/name shows it (POLL, C1E, C6_ACPI, WFI, cpu-sleep-0): "
+                       "1 to 64 letters, digits, '_', '.', '-', not starting with '-'")
+
+# The largest CONFIG_NR_CPUS the kernel offers is 8192; the bound also keeps a range such as
+# 0-99999999 from being expanded into a list of that size.
+CPU_MAX = 8191
+_CPU_RANGE_RE = re.compile(r" *([0-9]{1,5}) *(?:- *([0-9]{1,5}) *)?")
+CPULIST_ALLOWED = ("a kernel cpulist such as 0-3,8,10-11: CPU numbers 0-%d and ascending ranges LOW-HIGH, "
+                   "separated by commas" % CPU_MAX)
+
+SYSFS_WORD_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
+SYSFS_WORD_ALLOWED = ("one word as a sysfs attribute takes it (performance, defer+madvise): 1 to 64 letters, digits "
+                      "and _ . + -, not starting with '-' or '.'")
+
+
+class ValidationError(ValueError):
+    """A value that may not reach a file or a command line; the message names it and what is allowed."""
+
+
+def forbidden_characters(text: str) -> list[str]:
+    """The characters of ``text`` that must never reach a file or an argument list, in order, once each."""
+    out: list[str] = []
+    for char in text:
+        if unicodedata.category(char) in FORBIDDEN_CATEGORIES and char not in out:
+            out.append(char)
+    return out
+
+
+def describe_characters(chars: list[str]) -> str:
+    """Human names of characters: ``line feed (\\n)``, ``U+202E``."""
+    names = {"\n": "line feed (\\n)", "\r": "carriage return (\\r)", "\t": "tab (\\t)", "\x00": "NUL (\\0)",
+             "\x1b": "escape (\\x1b)"}
+    return ", ".join(names.get(c, "U+%04X" % ord(c)) for c in chars)
+
+
+def check_text(what: str, text: str, allowed: str = TEXT_ALLOWED) -> str:
+    """Return ``text`` unless it holds a forbidden character; the error names ``what`` and them."""
+    bad = forbidden_characters(text)
+    if bad:
+        raise ValidationError("%s contains %s: allowed is %s" % (what, describe_characters(bad), allowed))
+    return text
+
+
+# --- sysctl --------------------------------------------------------------------------------------
+
+
+def sysctl_key_components(key: object) -> list[str]:
+    """Split a sysctl name into its file path components below /proc/sys.
+
+    As in sysctl(8), a name whose first separator is a dot is dotted (a ``/`` inside a component
+    stands for a dot in the file name); one whose first separator is a slash is a path.
+    """
+    if not isinstance(key, str) or not key or len(key) > SYSCTL_KEY_MAX:
+        raise ValidationError("sysctl key %r is invalid: allowed is %s" % (key, SYSCTL_KEY_ALLOWED))
+    check_text("sysctl key %r" % key, key, SYSCTL_KEY_ALLOWED)
+    if key[0] in "/.-" or ".." in key:
+        raise ValidationError("sysctl key %r is invalid: allowed is %s" % (key, SYSCTL_KEY_ALLOWED))
+    first = min((i for i in (key.find("."), key.find("/")) if i >= 0), default=-1)
+    if first >= 0 and key[first] == "/":
+        parts = key.split("/")
+    else:
+        parts = [p.replace("/", ".") for p in key.split(".")]
+    for part in parts:
+        # A dot inside a component is only allowed where it came from a '/' of a dotted name.
+        if not all(SYSCTL_COMPONENT_RE.fullmatch(piece) for piece in part.split(".")):
+            raise ValidationError("sysctl key %r is invalid: allowed is %s" % (key, SYSCTL_KEY_ALLOWED))
+    return parts
+
+
+def sysctl_value(key: str, text: str) -> str:
+    """Check the text of a sysctl value; return it with runs of spaces collapsed.
+
+    The same check serves /proc/sys (runtime) and the sysctl.d drop-in (persistent): a line break
+    would add a key to the drop-in, so no control character is accepted. A tab between fields
+    (as /proc shows tcp_rmem) is the one exception: it is written as a space.
+    """
+    if not isinstance(text, str):
+        raise ValidationError("sysctl %s: value %r is not text: allowed is %s" % (key, text, SYSCTL_VALUE_ALLOWED))
+    check_text("sysctl %s: value %r" % (key, text), text.replace("\t", " "), SYSCTL_VALUE_ALLOWED)
+    value = " ".join(text.split())
+    if not value:
+        raise ValidationError("sysctl %s: an empty value is not allowed: allowed is %s" % (key, SYSCTL_VALUE_ALLOWED))
+    if value.startswith("-") and not SIGNED_INT_FIELDS_RE.fullmatch(value):
+        raise ValidationError("sysctl %s: value %r starts with '-': allowed is %s" % (key, text, SYSCTL_VALUE_ALLOWED))
+    return value
+
+
+# --- kernel modules -----------------------------------------------------------------------------
+
+
+def kmod_name(name: object) -> str:
+    """A kernel module name that modprobe can never take for an option or a path."""
+    if not isinstance(name, str) or not KMOD_NAME_RE.fullmatch(name):
+        raise ValidationError("module name %r is invalid: allowed are %s" % (name, KMOD_NAME_ALLOWED))
+    return name
+
+
+def kmod_param_value(value: object) -> str:
+    """A parameter value as modprobe takes it (booleans as 1/0, numbers as text)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def kmod_param(module: str, name: object, value: object) -> str:
+    """Return ``NAME=VALUE`` for one module parameter, the same on modprobe's argv and in modprobe.d."""
+    if not isinstance(name, str) or not KMOD_PARAM_NAME_RE.fullmatch(name):
+        raise ValidationError("%s: parameter name %r is invalid: allowed are %s"
+                              % (module, name, KMOD_PARAM_NAME_ALLOWED))
+    if value is None or isinstance(value, (dict, list)) or not KMOD_PARAM_VALUE_RE.fullmatch(kmod_param_value(value)):
+        raise ValidationError("%s: value %r of parameter %s is invalid: allowed are %s"
+                              % (module, value, name, KMOD_PARAM_VALUE_ALLOWED))
+    return "%s=%s" % (name, kmod_param_value(value))
+
+
+# --- kernel command line ------------------------------------------------------------------------
+
+
+def kernel_argument(arg: object) -> str:
+    """A kernel command-line argument that fits the GRUB drop-in's double quotes and grubby's --args.
+
+    In ``pci=`` every ``disable_acs_redir=`` list is checked address by address (``acs_redir_addresses``);
+    the rest of the argument, the list left out, must fit the plain grammar (no ';' anywhere else).
+    """
+    if not isinstance(arg, str):
+        raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))
+    key, sep, value = arg.partition("=")
+    plain = arg
+    if key == "pci" and sep:
+        options = value.split(",")
+        for i, option in enumerate(options):
+            if option.startswith(ACS_REDIR_OPTION):
+                acs_redir_addresses(arg, option[len(ACS_REDIR_OPTION):])
+                options[i] = ACS_REDIR_OPTION + "0"  # checked: the plain grammar sees a stand-in
+        plain = "pci=" + ",".join(options)
+    if not KERNEL_ARG_RE.fullmatch(plain) or not KERNEL_ARG_KEY_RE.fullmatch(key):
+        raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))
+    return arg
+
+
+def acs_redir_addresses(arg: str, text: str) -> list[str]:
+    """The addresses of a ``disable_acs_redir=`` list (``;``-separated, at most 128); the error names the bad one."""
+    addresses = text.split(";")
+    if len(addresses) > ACS_REDIR_MAX:
+        raise ValidationError("argument %r is invalid: its disable_acs_redir= list has %d addresses, at most %d are "
+                              "allowed: allowed is %s" % (arg, len(addresses), ACS_REDIR_MAX, KERNEL_ARG_ALLOWED))
+    for address in addresses:
+        if not PCI_ADDR_RE.fullmatch(address):
+            raise ValidationError("argument %r is invalid: %r in its disable_acs_redir= list is not a PCI address %s: "
+                                  "allowed is %s" % (arg, address, PCI_ADDR_ALLOWED, KERNEL_ARG_ALLOWED))
+    return addresses
+
+
+# --- systemd ------------------------------------------------------------------------------------
+
+
+def systemd_unit_name(name: object) -> str:
+    """A unit name for Before=/After= lists: no whitespace (it would split the list), no '%' specifiers."""
+    if (not isinstance(name, str) or len(name) > UNIT_NAME_MAX or name.startswith("-")
+            or not UNIT_NAME_RE.fullmatch(name)):
+        raise ValidationError("unit name %r is invalid: allowed is %s" % (name, UNIT_NAME_ALLOWED))
+    return name
+
+
+def systemd_unit_names(names: object) -> list[str]:
+    """Validate a list of unit names; the error lists every invalid one."""
+    return each(names, systemd_unit_name, "unit names", UNIT_NAME_ALLOWED)
+
+
+def each(values: object, validator: Callable[[Any], Any], noun: str, allowed: str) -> list:
+    """Apply ``validator`` to every element of the list ``values``; the error lists every refused one."""
+    if not isinstance(values, (list, tuple)):
+        raise ValidationError("%r is not a list of %s: allowed is a list, each %s" % (values, noun, allowed))
+    out, errors = [], []
+    for value in values:
+        try:
+            out.append(validator(value))
+        except ValidationError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ValidationError("; ".join(errors))
+    return out
+
+
+# --- CPU idle states and CPU lists ------------------------------------------------------------
+
+
+def cstate_name(name: object) -> str:
+    """An idle state name, as the boot script compares it with cpuidle/stateN/name."""
+    if not isinstance(name, str) or not CSTATE_NAME_RE.fullmatch(name):
+        raise ValidationError("idle state name %r is invalid: allowed is %s" % (name, CSTATE_NAME_ALLOWED))
+    return name
+
+
+def cstate_names(names: object) -> list[str]:
+    """Validate a list of idle state names; the error lists every invalid one."""
+    return each(names, cstate_name, "idle state names", CSTATE_NAME_ALLOWED)
+
+
+def cpulist(text: object) -> list[int]:
+    """The sorted CPU numbers of a kernel cpulist (``0-3,8``); spaces around numbers are allowed."""
+    bad = ValidationError("cpulist %r is invalid: allowed is %s" % (text, CPULIST_ALLOWED))
+    if not isinstance(text, str) or not text.strip():
+        raise bad
+    cpus: set[int] = set()
+    for part in text.split(","):
+        m = _CPU_RANGE_RE.fullmatch(part)
+        if not m:
+            raise bad
+        low = int(m.group(1))
+        high = int(m.group(2)) if m.group(2) is not None else low
+        if high < low or high > CPU_MAX:
+            raise bad
+        cpus.update(range(low, high + 1))
+    return sorted(cpus)
+
+
+# --- PCI selectors ------------------------------------------------------------------------------
+
+
+def pci_address(text: object) -> str:
+    """``DDDD:BB:DD.F`` (lower case, as sysfs names the device) for ``DDDD:BB:DD.F`` or ``BB:DD.F``."""
+    try:
+        return normalize_bdf(text)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def pci_addresses(values: object) -> list[str]:
+    """Validate a list of PCI addresses; return them as sysfs names them."""
+    return each(values, pci_address, "PCI addresses", "DDDD:BB:DD.F or BB:DD.F in hex")
+
+
+def pci_id(value: object) -> str:
+    """A vendor or device id as sysfs shows it (``0x10de``), from hex text with or without ``0x``."""
+    try:
+        return normalize_hex_id(value, "value")
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def _pci_class_prefix(value: object) -> str:
+    try:
+        return normalize_class_prefix(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def pci_class_prefixes(values: object) -> list[str]:
+    """Class prefixes as 2, 4 or 6 lower-case hex digits without ``0x``."""
+    return each(values, _pci_class_prefix, "PCI class prefixes", "2, 4 or 6 hex digits")
+
+
+# --- sysfs values -------------------------------------------------------------------------------
+
+
+def sysfs_word(value: object) -> str:
+    """One word for a sysfs attribute (a governor, an EPP or THP mode) that a shell line can hold."""
+    if not isinstance(value, str) or not SYSFS_WORD_RE.fullmatch(value):
+        raise ValidationError("value %r is invalid: allowed is %s" % (value, SYSFS_WORD_ALLOWED))
+    return value
+
+
+# --- paths --------------------------------------------------------------------------------------
+
+
+def absolute_path(path: object) -> str:
+    """An absolute path that can stand unquoted in a unit file, a udev rule or a shell line."""
+    if (not isinstance(path, str) or not PATH_RE.fullmatch(path) or "/../" in path + "/"
+            or "/./" in path + "/"):
+        raise ValidationError("path %r is invalid: allowed is %s" % (path, PATH_ALLOWED))
+    return path
+
+
+def write_problem(path: str) -> str | None:
+    """Why a file at the absolute ``path`` could not be written, or None when it looks writable.
+
+    Writers here replace a file through a temporary file in its directory and a rename, and
+    create a missing directory, so the nearest existing directory must accept new entries, and
+    an existing file must be a regular file that is not immutable. ``os.access`` asks the kernel,
+    which for root too refuses writes to immutable files and to read-only mounts. Nothing is
+    written.
+    """
+    if os.path.lexists(path) and not os.path.isfile(path):
+        kind = "a directory" if os.path.isdir(path) else "not a regular file"
+        return "%s is %s" % (path, kind)
+    directory = os.path.dirname(path)
+    existing = directory
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return "%s is not a directory" % existing
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing != directory:
+            return "its directory %s does not exist and %s does not accept new files (%s)" % (
+                directory, existing, _refusal(existing))
+        return "its directory %s does not accept new files (%s)" % (directory, _refusal(directory))
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "%s cannot be replaced (%s)" % (path, _refusal(path))
+    return None
+
+
+def _refusal(path: str) -> str:
+    """The likely cause of a refused write: a read-only mount, else an immutable flag or permissions."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except OSError:
+        pass
+    return "immutable attribute or permissions"
+
+
+def sysfs_name(name: str) -> str:
+    """The name the kernel uses in /sys/module (modprobe treats '-' and '_' alike)."""
+    return name.replace("-", "_")

@@ -1,0 +1,112 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Several knob families in one module run on the node: each isolated, every failure reported.
+
+The role's runtime and rollback flows are one task each (action plugin tuning_flow); on the node
+that task is one module run (tuning_apply) that calls each selected family's ``run`` with its
+options, in registry order, exactly as the family's own module would. A family that fails, or
+crashes, is recorded with its message and the next one still runs.
+
+Plain Python (3.8+), no Ansible import: the module hands in how options are completed.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, FamilyError
+
+# Keys of a family result that hold its items, each with ``changed`` (and ``skipped``) keys.
+ITEM_KEYS = ("devices", "bridges", "modules", "gpus", "changes", "states", "settings")
+
+
+def run_families(requests: list, make_call: Callable[[Any, dict], Call]) -> dict:
+    """``{family name: result}`` of each ``{"name", "options"}`` request, in the order given.
+
+    ``make_call(family, options)`` completes the options (defaults, types) and returns the Call; it
+    raises FamilyError for options the family's module would refuse. A failed family's result has
+    ``failed: true`` and ``msg``, plus whatever it returned of what it did.
+    """
+    results = {}
+    for request in requests:
+        fam = registry.by_name(request["name"])
+        try:
+            results[fam.name] = fam.run(make_call(fam, dict(request.get("options") or {})))
+        except FamilyError as exc:
+            result = dict(exc.result)
+            result.update(failed=True, msg=str(exc))
+            results[fam.name] = result
+        except Exception as exc:  # noqa: BLE001  (a bug in one family must not stop the others)
+            results[fam.name] = {"failed": True, "changed": False,
+                                 "msg": "%s: %s (a bug: please report it)" % (type(exc).__name__, exc),
+                                 "exception": traceback.format_exc()}
+    return results
+
+
+def failures(results: dict) -> dict:
+    """``{family name: message}`` of the failed results."""
+    return {name: " ".join(str(r.get("msg") or "failed without a message").split())
+            for name, r in results.items() if isinstance(r, dict) and r.get("failed")}
+
+
+def diffs(results: dict) -> list:
+    """Every family's diff, each headed with the family's name (Ansible shows a list of diffs)."""
+    out = []
+    for name, result in results.items():
+        diff = result.get("diff") if isinstance(result, dict) else None
+        for one in diff if isinstance(diff, list) else [diff] if diff else []:
+            one = dict(one)
+            one.setdefault("before_header", name)
+            one.setdefault("after_header", name)
+            out.append(one)
+    return out
+
+
+def _items(result: dict) -> list:
+    for key in ITEM_KEYS:
+        value = result.get(key)
+        if isinstance(value, dict) and value:
+            return [dict(v, name=k) for k, v in value.items() if isinstance(v, dict)]
+        if isinstance(value, list) and value:
+            return [v for v in value if isinstance(v, dict)]
+    return []
+
+
+def _changed(item: dict) -> bool:
+    return bool(item.get("changed") or item.get("cpus_changed"))
+
+
+def summary(result: dict, fam=None) -> str:
+    """One line of what a family's run did, for the flow's report (the family's own words where it has them)."""
+    if result.get("failed"):
+        return "failed: %s" % " ".join(str(result.get("msg") or "").split())
+    if fam is not None and fam.summary is not None:
+        return fam.summary(result)
+    if result.get("supported") is False or result.get("not_applicable"):
+        return "not applicable: %s" % (result.get("reason") or "nothing on this node to tune")
+    items = _items(result)
+    if not items:
+        return "changed" if result.get("changed") else "nothing to do"
+    changed = [i for i in items if _changed(i)]
+    skipped = [i for i in items if not _changed(i) and i.get("skipped")]
+    line = "%d changed, %d already as desired" % (len(changed), len(items) - len(changed) - len(skipped))
+    if skipped:
+        line += ", %d skipped" % len(skipped)
+    if result.get("reboot_required") and result.get("kernel_args"):
+        line += "; needs %s and a reboot (--tags persistent)" % " ".join(result["kernel_args"])
+    return line
+
+
+def restored(result: dict):
+    """What a family's rollback restored: the items' names, "nothing journaled", or its failure."""
+    if result.get("failed"):
+        return "failed: %s" % " ".join(str(result.get("msg") or "").split())
+    names = [str(i.get("bdf") or i.get("name") or i.get("key") or "?") for i in _items(result) if _changed(i)]
+    return names or "nothing journaled"
+
+
+def runnable_names() -> list:
+    """Names of the families this module can run: those with a module (``run`` and its options)."""
+    return [fam.name for fam in registry.FAMILIES if fam.run is not None and fam.argument_spec is not None]
