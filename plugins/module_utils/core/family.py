@@ -112,9 +112,6 @@ class Family(NamedTuple):
     report: Callable[..., str | None] | None = None
 
 
-Problem = tuple  # (key inside the family's entry, message): what a ``Family.validate`` function returns
-
-
 def problems_text(problems: list) -> str:
     """``key: message; key: message`` of ``Family.validate`` problems (a module's error)."""
     return "; ".join("%s: %s" % (key, msg) if key else msg for key, msg in problems)

@@ -46,14 +46,12 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NodeError,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
-    KERNEL_ARG_ALLOWED,
     ValidationError,
     kernel_argument,
     write_problem,
 )
 
 STATES = ("present", "absent")
-ARG_ALLOWED = KERNEL_ARG_ALLOWED
 
 # Report family of the kernel arguments (verification) and the key of the desired state.
 FAMILY = "kernel_cmdline"

@@ -48,12 +48,9 @@ MODULE_NEEDS = {"nvidia_peermem": ("ib_core", "the RDMA stack (MOFED/ib_core)"),
                 "nv_peer_mem": ("ib_core", "the RDMA stack (MOFED/ib_core)")}
 NOT_LOADED = "not_loaded"
 STATES = ("present", "absent")
-REASON_CLASSES = ("not_found", "invalid_argument", "dependency_missing", "symbol_mismatch", "denied",
-                  "in_use", "builtin", "invalid_name", "unknown")
 
 # Anchored forms of validate.py's grammar for callers that use ``.match`` (facts.py).
 NAME_RE = re.compile(r"\A%s\Z" % KMOD_NAME_RE.pattern)
-NAME_ALLOWED = KMOD_NAME_ALLOWED
 # run(argv) -> (rc, stdout, stderr): the module's run_command in the C locale.
 Runner = Callable[[list], tuple]
 
