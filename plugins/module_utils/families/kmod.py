@@ -49,8 +49,6 @@ MODULE_NEEDS = {"nvidia_peermem": ("ib_core", "the RDMA stack (MOFED/ib_core)"),
 NOT_LOADED = "not_loaded"
 STATES = ("present", "absent")
 
-# Anchored forms of validate.py's grammar for callers that use ``.match`` (facts.py).
-NAME_RE = re.compile(r"\A%s\Z" % KMOD_NAME_RE.pattern)
 # run(argv) -> (rc, stdout, stderr): the module's run_command in the C locale.
 Runner = Callable[[list], tuple]
 
