@@ -100,7 +100,6 @@ CPULIST_ALLOWED = ("a kernel cpulist such as 0-3,8,10-11: CPU numbers 0-%d and a
                    "separated by commas" % CPU_MAX)
 
 
-
 class ValidationError(ValueError):
     """A value that may not reach a file or a command line; the message names it and what is allowed."""
 

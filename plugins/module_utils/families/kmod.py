@@ -33,8 +33,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import parse_kmsg
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (  # noqa: F401 (sysfs_name: re-exported)
-    KMOD_NAME_ALLOWED,
-    KMOD_NAME_RE,
     ValidationError,
     kmod_name,
     kmod_param,
