@@ -11,8 +11,8 @@ description:
   - Writes (O(state=present)) or removes (O(state=absent)) the persistent artifacts of the selected O(concerns),
     each isolated from the others (module_utils/flows/persist.py), in one Python process on the node.
   - V(sysctl) the sysctl drop-in (keys the node lacks are left out and fail the concern); V(kmod) modules-load.d
-    and modprobe.d files for the optional modules that load; V(cmdline) the kernel arguments (configured, those a
-    cpufreq driver switch or ACS by kernel argument need, the IOMMU mode's) through GRUB or grubby; V(boot_unit)
+    and modprobe.d files for the optional modules that load; V(kernel_cmdline) the kernel arguments (configured,
+    those a cpufreq driver switch or ACS by kernel argument need, the IOMMU mode's) through GRUB or grubby; V(boot_unit)
     the boot runner, its desired state and a systemd oneshot unit that re-applies the runtime-only settings at
     boot; V(udev) a udev rule that sets MRRS again on a hot-added GPU; V(gpu_locality) the topology file for
     inference engines; V(guard) the guard's config, oneshot service and timer that re-verify the node and write a
@@ -33,7 +33,7 @@ options:
     description: The concerns to persist or remove (always in the order of the choices; V(absent) reversed).
     type: list
     elements: str
-    choices: [sysctl, kmod, cmdline, gpu_locality, boot_unit, udev, guard]
+    choices: [sysctl, kmod, kernel_cmdline, gpu_locality, boot_unit, udev, guard]
     required: true
   desired:
     description: The desired state (the role's, one key per knob family).
@@ -42,7 +42,7 @@ options:
   settings:
     description:
       - The role's persistence variables without their C(gpunode_tuning_) prefix (C(sysctl_file), C(boot_script),
-        C(boot_python), C(boot_unit_before), C(udev_rule), C(cmdline_dropin), ...) and the GPUs' PCI selector.
+        C(boot_python), C(boot_unit_before), C(udev_rule), C(kernel_cmdline_dropin), ...) and the GPUs' PCI selector.
     type: dict
     default: {}
   runner_src:
@@ -69,7 +69,7 @@ EXAMPLES = r"""
 - name: Remove the persistent artifacts of this collection
   gpunode.tuning.tuning_persist:
     state: absent
-    concerns: [sysctl, kmod, cmdline, gpu_locality, boot_unit, udev, guard]
+    concerns: [sysctl, kmod, kernel_cmdline, gpu_locality, boot_unit, udev, guard]
     settings:
       sysctl_file: /etc/sysctl.d/90-gpunode-tuning.conf
       boot_script: /usr/local/lib/gpunode-tuning/apply-boot-tuning.sh

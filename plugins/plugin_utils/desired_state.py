@@ -24,7 +24,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate impor
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files
 
-FLOWS = ("runtime", "persistent", "rollback", "verify")
 PREFIX = "gpunode_tuning_"
 # The GPUs the PCI families act on: the MRRS selector variables (their names predate ACS).
 SELECTOR_VARIABLES = (("vendor", "gpunode_tuning_gpu_vendors"), ("device", "gpunode_tuning_gpu_device"),

@@ -8,19 +8,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/rollback tests)
-    REPORT_DIR,
-    assert_ok,
-    build_node,
-    run_playbook,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
+from support.inventory import REPORT_DIR, write_inventory
+from support.nodes import build_node
+from support.playbooks import assert_ok, run_playbook
+from support.trees import snapshot, tree_changes
 
 
 def acs_ctl(root, bdf):

@@ -12,15 +12,12 @@ import glob
 import json
 import os
 import subprocess
-import sys
 
+import simfleet
 import yaml
+from support.checkout import COLLECTIONS, REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-import simfleet  # noqa: E402  (tools/ is put on sys.path above)
-
+# ansible-runner is in the shared .venv only (not in the matrix's environments).
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 
 
@@ -33,7 +30,7 @@ def private_data_dir(tmp_path, inventory, reports):
     os.symlink(inventory, pdd / "inventory" / "hosts.yml")
     extravars = {"gpunode_tuning_report_dir": str(reports), "gpunode_tuning_rollout_batch": "100%"}
     (pdd / "env" / "extravars").write_text(yaml.safe_dump(extravars), encoding="utf-8")
-    envvars = {"ANSIBLE_COLLECTIONS_PATH": os.path.join(REPO, ".collections"), "ANSIBLE_NOCOLOR": "1"}
+    envvars = {"ANSIBLE_COLLECTIONS_PATH": COLLECTIONS, "ANSIBLE_NOCOLOR": "1"}
     (pdd / "env" / "envvars").write_text(yaml.safe_dump(envvars), encoding="utf-8")
     return pdd
 

@@ -18,26 +18,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-import sys
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_playbooks import (  # noqa: E402  (the playbook helpers of the x86 tests)
-    JOURNAL,
-    PERSISTENT_FILES,
-    REPORT_DIR,
-    assert_host_untouched,
-    assert_ok,
-    build_node,
-    cstate_disabled,
-    read_mrrs,
-    run_playbook,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
+from support.inventory import REPORT_DIR, write_inventory
+from support.nodes import JOURNAL, PERSISTENT_FILES, assert_host_untouched, build_node, cstate_disabled, read_mrrs
+from support.playbooks import assert_ok, run_playbook
+from support.trees import snapshot, tree_changes
 
 PRESET = "grace-arm64-4gpu"
 HOST = "sim-arm64"

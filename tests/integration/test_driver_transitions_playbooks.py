@@ -9,28 +9,18 @@ grubby variants are covered at the Python level (tests/unit/test_driver_transiti
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+import simnode
+from support.inventory import write_inventory
+from support.nodes import read_file, set_cpufreq_driver, write_file
+from support.playbooks import run_playbook
 
-# Imported for its side effect: it puts the collection and tools/ on sys.path.
-import conftest  # noqa: E402,F401  # pylint: disable=unused-import
-import simnode  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline
 
-# The unit test's node helpers (the same file name in both directories cannot be imported by name).
-_spec = importlib.util.spec_from_file_location(
-    "unit_driver_transitions", os.path.join(REPO, "tests", "unit", "test_driver_transitions.py"))
-_unit = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_unit)
-CPUS, DROPIN, read, set_driver, write = _unit.CPUS, _unit.DROPIN, _unit.read, _unit.set_driver, _unit.write
-from test_verify import run_playbook  # noqa: E402
-
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline  # noqa: E402
+CPUS = 4
+DROPIN = kernel_cmdline.DEFAULT_DROPIN.lstrip("/")
 
 # host -> (preset, driver to start from or None for the preset's, role variables, driver and mode after the reboot)
 HOSTS = {
@@ -52,26 +42,14 @@ def make_nodes(tmp_path):
         root = str(tmp_path / name)
         simnode.build(root, preset, cpus=CPUS, gpus=1)
         if driver:
-            set_driver(root, tmp_path, driver, None)
+            set_cpufreq_driver(root, tmp_path, driver, None)
         # A GRUB node (the xeon preset is a RHEL one).
-        write(root, "etc/os-release", 'ID=debian\nVERSION_ID="12"\n')
+        write_file(root, "etc/os-release", 'ID=debian\nVERSION_ID="12"\n')
         if not os.path.exists(os.path.join(root, "etc/default/grub")):
-            write(root, "etc/default/grub", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
+            write_file(root, "etc/default/grub", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
             os.makedirs(os.path.join(root, "etc/default/grub.d"), exist_ok=True)
         roots[name] = root
     return roots
-
-
-def inventory(tmp_path, roots, reports):
-    lines = ["all:", "  children:", "    gpunodes:", "      vars:", "        ansible_connection: local",
-             '        ansible_python_interpreter: "{{ ansible_playbook_python }}"',
-             "        gpunode_tuning_report_dir: %s" % reports, "      hosts:"]
-    for name, root in roots.items():
-        lines += ["        %s:" % name, "          gpunode_tuning_root: %s" % root]
-        lines += ["          %s: %s" % (k, json.dumps(v)) for k, v in HOSTS[name][2].items()]
-    path = tmp_path / "inventory.yml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 def driver_rows(reports):
@@ -85,20 +63,21 @@ def driver_rows(reports):
 def test_driver_transitions_pending_then_applied_after_a_reboot(tmp_path):
     roots = make_nodes(tmp_path)
     reports = tmp_path / "reports"
-    inv = inventory(tmp_path, roots, reports)
+    inv = write_inventory(tmp_path / "inventory.yml", roots, reports, host_vars={n: HOSTS[n][2] for n in roots})
     proc = run_playbook("tune.yml", inv)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     for name, root in roots.items():
-        assert HOSTS[name][4] in kernel_cmdline.parse_dropin(read(root, DROPIN))[1], name
+        assert HOSTS[name][4] in kernel_cmdline.parse_dropin(read_file(root, DROPIN))[1], name
 
     rows = driver_rows(reports)  # tune.yml ends with a verification (runtime gate) that writes the reports
     for name, row in rows.items():
         assert (row["state"], row["persisted"]) == ("pending_reboot", HOSTS[name][4]), (name, row, proc.stdout[-3000:])
 
     for name, root in roots.items():  # the reboot: the drop-in's arguments run, the kernel loads the new driver
-        args = kernel_cmdline.parse_dropin(read(root, DROPIN))[1]
-        write(root, "proc/cmdline", " ".join(kernel_cmdline.add_arguments(read(root, "proc/cmdline").split(), args)))
-        set_driver(root, tmp_path, *HOSTS[name][3])
+        args = kernel_cmdline.parse_dropin(read_file(root, DROPIN))[1]
+        cmdline = kernel_cmdline.add_arguments(read_file(root, "proc/cmdline").split(), args)
+        write_file(root, "proc/cmdline", " ".join(cmdline))
+        set_cpufreq_driver(root, tmp_path, *HOSTS[name][3])
     proc = run_playbook("verify.yml", inv)
     rows = driver_rows(reports)
     for name, row in rows.items():

@@ -18,21 +18,11 @@ import json
 import os
 import re
 import shutil
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/rollback tests)
-    JOURNAL,
-    assert_ok,
-    build_node,
-    cstate_disabled,
-    read_mrrs,
-    run_playbook,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
+from support.inventory import write_inventory
+from support.nodes import JOURNAL, build_node, cstate_disabled, read_mrrs
+from support.playbooks import assert_ok, failure_summary, run_playbook
+from support.trees import snapshot, tree_changes
 
 GPUS = ["0000:41:00.0", "0000:61:00.0"]
 # The runtime families by their one name (the registry's, the report's, the failure summary's).
@@ -67,14 +57,6 @@ TUNED = {
     "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
     "sys/kernel/mm/transparent_hugepage/defrag": "always defer [defer+madvise] madvise never",
 }
-
-
-def failure_summary(proc, host):
-    """The message of the host's last failed task: the summary that ends a flow."""
-    prefix = "fatal: [%s]: FAILED! => " % host
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(prefix)]
-    assert lines, proc.stdout[-6000:]
-    return json.loads(lines[-1][len(prefix):])["msg"]
 
 
 def failed_families(summary):

@@ -13,16 +13,12 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 
-import yaml
-from test_rollout import JOURNAL, VENV_BIN, by_host, rollout, tree_digest  # tests/integration is on sys.path
-from test_verify import run_playbook
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-import simnode  # noqa: E402
+import simnode
+from support.inventory import write_inventory
+from support.nodes import JOURNAL
+from support.playbooks import by_host, rollout, run_playbook
+from support.trees import tree_digest
 
 PRESET = "audited-epyc-8gpu"
 DEAD = 2  # the GPU index (simnode's gpu_bdfs order) that falls off the bus
@@ -31,16 +27,10 @@ BENCH_STAND_IN = "{{ gpunode_tuning_root }}/usr/bin/gpunode-sim-bench"
 
 
 def inventory(directory, roots, host_vars=None):
-    """``hosts.yml`` of the simulated nodes ``roots`` (name -> root), local connection, the venv's Python."""
-    hosts = {name: dict({"gpunode_tuning_root": root}, **(host_vars or {}).get(name, {}))
-             for name, root in roots.items()}
-    inv = {"all": {"children": {"gpunodes": {"hosts": hosts, "vars": {
-        "ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python"),
-        "gpunode_tuning_report_dir": os.path.join(directory, "reports")}}}}}
-    path = os.path.join(directory, "hosts.yml")
-    with open(path, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(inv, handle, default_flow_style=False, sort_keys=False)
-    return path
+    """``directory/hosts.yml`` of the simulated nodes ``roots`` (name -> root), reports to ``directory/reports``
+    (the fleet directory of ``rollout``)."""
+    return write_inventory(os.path.join(directory, "hosts.yml"), roots, report_dir=os.path.join(directory, "reports"),
+                           host_vars=host_vars)
 
 
 def gpu_rows(report):

@@ -7,15 +7,10 @@ at x8, Xid 79 in the kernel log), one healthy (same preset, with the node-local 
 from __future__ import annotations
 
 import json
-import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import simnode  # noqa: E402
-from test_verify import run_playbook, write_inventory  # noqa: E402
+import simnode
+from support.inventory import write_inventory
+from support.playbooks import run_playbook
 
 
 def test_x8_link_and_xid79_fail_verification_and_the_report_names_the_gpu(tmp_path):

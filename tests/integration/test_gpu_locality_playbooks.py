@@ -12,18 +12,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import jsonschema
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import simnode  # noqa: E402
-import test_playbooks as playbooks  # noqa: E402
-from test_verify import run_playbook, write_inventory  # noqa: E402
+import simnode
+from support.checkout import REPO, VENV_BIN, ansible_env
+from support.inventory import write_inventory
+from support.nodes import BOOT_DESIRED, assert_host_untouched
+from support.playbooks import assert_ok, run_playbook
+from support.runner import run_boot_runner
+from support.trees import snapshot, tree_changes
 
 SCHEMA = os.path.join(REPO, "docs", "topology.schema.json")
 EXPORT = "etc/gpunode-tuning/topology.json"
@@ -58,10 +56,10 @@ def verified(tmp_path_factory):
     roots = {"loc": str(base / "loc"), "nonuma": str(base / "nonuma")}
     simnode.build(roots["loc"], "xeon-2s-8gpu-switches", cpus=CPUS, nvidia_smi=True)
     simnode.build(roots["nonuma"], "xeon-2s-8gpu-switches-nonuma", cpus=CPUS)
-    before = {n: playbooks.snapshot(r) for n, r in roots.items()}
+    before = {n: snapshot(r) for n, r in roots.items()}
     reports = base / "reports"
     proc = run_playbook("verify.yml", write_inventory(base / "inv.yml", roots, reports))
-    after = {n: playbooks.snapshot(r) for n, r in roots.items()}
+    after = {n: snapshot(r) for n, r in roots.items()}
     results = {n: json.loads((reports / ("%s.json" % n)).read_text()) for n in roots}
     return {"proc": proc, "reports": reports, "results": results, "before": before, "after": after}
 
@@ -118,27 +116,27 @@ def test_the_markdown_section_and_the_topology_export_beside_the_reports(verifie
 def test_persistent_writes_the_export_the_boot_runner_refreshes_and_rollback_removes(tmp_path):
     root = str(tmp_path / "node")
     simnode.build(root, "xeon-2s-8gpu-switches", cpus=8, nvidia_smi=True)
-    inventory = playbooks.write_inventory(tmp_path / "hosts.yml", {"sim-loc": root})
-    before = playbooks.snapshot(root)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-loc": root})
+    before = snapshot(root)
 
-    dry = playbooks.run_playbook("tune.yml", inventory, "--tags", "persistent", "--check", "--diff")
-    playbooks.assert_ok(dry)
-    assert playbooks.snapshot(root) == before  # check mode writes nothing
+    dry = run_playbook("tune.yml", inventory, "--tags", "persistent", "--check", "--diff")
+    assert_ok(dry)
+    assert snapshot(root) == before  # check mode writes nothing
     assert "topology.json" in dry.stdout
 
-    tuned = playbooks.run_playbook("tune.yml", inventory, "--tags", "persistent")
-    playbooks.assert_ok(tuned)
+    tuned = run_playbook("tune.yml", inventory, "--tags", "persistent")
+    assert_ok(tuned)
     with open(os.path.join(root, EXPORT), encoding="utf-8") as fh:
         text = fh.read()
     document = json.loads(text)
     jsonschema.validate(document, schema())
     assert document["gpus"]["0000:6d:00.0"]["nearest_nic"]["relation"] == "PHB"
     assert document["gpus"]["0000:13:00.0"]["nvidia_smi_index"] == 0
-    with open(os.path.join(root, playbooks.BOOT_DESIRED.lstrip("/")), encoding="utf-8") as fh:
+    with open(os.path.join(root, BOOT_DESIRED.lstrip("/")), encoding="utf-8") as fh:
         assert json.load(fh)["gpu_locality"] == {"remote_irqs_fail": False, "export": "/" + EXPORT}
 
-    again = playbooks.run_playbook("tune.yml", inventory, "--tags", "persistent")
-    playbooks.assert_ok(again)
+    again = run_playbook("tune.yml", inventory, "--tags", "persistent")
+    assert_ok(again)
     assert again.recap["sim-loc"]["changed"] == 0, again.stdout[-4000:]
 
     # The boot runner (the unit's ExecStart), with this node's desired state, on a node of the same
@@ -146,28 +144,28 @@ def test_persistent_writes_the_export_the_boot_runner_refreshes_and_rollback_rem
     # undo here): it writes the same bytes.
     fresh = str(tmp_path / "fresh")
     simnode.build(fresh, "xeon-2s-8gpu-switches", cpus=8, nvidia_smi=True)
-    run = playbooks.run_boot_runner(root, fresh)
+    run = run_boot_runner(root, fresh)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "gpunode-tuning-boot: gpu_locality: /%s written (8 GPUs, 2 NICs, 2 NVMe drives; nvidia-smi answered)" \
         % EXPORT in run.stdout
     with open(os.path.join(fresh, EXPORT), encoding="utf-8") as fh:
         assert fh.read() == text
 
-    rollback = playbooks.run_playbook("rollback.yml", inventory)
-    playbooks.assert_ok(rollback)
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
     assert not os.path.lexists(os.path.join(root, EXPORT))
-    left = playbooks.tree_changes(before, playbooks.snapshot(root))
+    left = tree_changes(before, snapshot(root))
     assert left == [], left
-    playbooks.assert_host_untouched()
+    assert_host_untouched()
 
 
 def test_the_export_of_the_module_and_of_the_verification_are_the_same_bytes(tmp_path, verified):
     """What a launcher reads on the node and what the controller keeps agree for the same node."""
     root = str(tmp_path / "node")
     simnode.build(root, "xeon-2s-8gpu-switches", cpus=CPUS, nvidia_smi=True)
-    cmd = [os.path.join(playbooks.VENV_BIN, "ansible"), "localhost", "-c", "local", "-m", "gpunode.tuning.gpu_locality",
-           "-a", "root=%s" % root, "-e", "ansible_python_interpreter=%s" % os.path.join(playbooks.VENV_BIN, "python")]
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"), ANSIBLE_NOCOLOR="1")
+    cmd = [os.path.join(VENV_BIN, "ansible"), "localhost", "-c", "local", "-m", "gpunode.tuning.gpu_locality",
+           "-a", "root=%s" % root, "-e", "ansible_python_interpreter=%s" % os.path.join(VENV_BIN, "python")]
+    env = ansible_env()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with open(os.path.join(root, EXPORT), encoding="utf-8") as fh:

@@ -12,49 +12,24 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
+import simnode
+from support.inventory import REPORT_DIR, write_inventory
+from support.nodes import BOOT_RUNNER, assert_host_untouched, build_node, inject_drift
+from support.playbooks import assert_ok, run_playbook
+from support.runner import GUARD_CONFIG, GUARD_STATUS, PROM, run_guard
+from support.trees import snapshot, tree_changes
 
-import simnode  # noqa: E402  (tools/ is put on sys.path above)
-from test_playbooks import (  # noqa: E402
-    REPORT_DIR,
-    assert_host_untouched,
-    assert_ok,
-    build_node,
-    run_playbook,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
-
-RUNNER = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
-CONFIG = "/etc/gpunode-tuning/guard.json"
-STATUS = "var/lib/gpunode-tuning/guard-status.json"
-PROM = "var/lib/prometheus/node-exporter/gpunode-tuning.prom"
 GUARD_FILES = {
     "etc/gpunode-tuning/guard.json",
     "etc/systemd/system/gpunode-tuning-guard.service",
     "etc/systemd/system/gpunode-tuning-guard.timer",
     "etc/systemd/system/timers.target.wants/gpunode-tuning-guard.timer",
 }
-NODE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
-
-
-def run_guard(root):
-    """The installed runner as gpunode-tuning-guard.service runs it, against the simulated root."""
-    env = dict(os.environ, GPUNODE_TUNING_CODE_CACHE=os.path.join(root, "var/lib/gpunode-tuning/guard-code.cache"))
-    proc = subprocess.run([NODE_PYTHON, "-I", "-B", os.path.join(root, RUNNER), "guard", "--config", CONFIG,
-                           "--root", root], capture_output=True, text=True, check=False, cwd="/", env=env,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
 
 
 def guard_status(root):
-    with open(os.path.join(root, STATUS), encoding="utf-8") as fh:
+    with open(os.path.join(root, GUARD_STATUS), encoding="utf-8") as fh:
         return json.load(fh)
 
 
@@ -69,35 +44,16 @@ def drifted_series(root):
     return out
 
 
-def inject_drift(root, bdf="0000:61:00.0"):
-    """Issue 23's drift: kernel.numa_balancing back to 1, one GPU's MRRS back to 512 (the real setpci)."""
-    with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), "w", encoding="utf-8") as fh:
-        fh.write("1\n")
-    subprocess.run(["setpci", "-O", "sysfs.path=%s/sys/bus/pci" % root, "-s", bdf, "CAP_EXP+08.w=2000:7000"],
-                   check=True)
-
-
-def tuned_node(tmp_path, name):
-    """A simulated node with node_exporter's textfile directory, tuned by tune.yml --tags runtime,persistent."""
-    root = build_node(tmp_path / "node", cpus=8, gpus=2)
-    simnode.write_node_exporter_dir(root)
-    inventory = write_inventory(tmp_path / "hosts.yml", {name: root})
-    before = snapshot(root)
-    proc = run_playbook("tune.yml", inventory, "--tags", "runtime,persistent")
-    assert_ok(proc)
-    return root, inventory, before
-
-
-def test_persistent_guard_names_exactly_the_drift_and_rollback_removes_it(tmp_path):
-    root, inventory, before = tuned_node(tmp_path, "sim-guard")
+def test_persistent_guard_names_exactly_the_drift_and_rollback_removes_it(tmp_path, tuned_node):
+    root, inventory, before = tuned_node("sim-guard")
     added = set(snapshot(root)) - set(before)
     assert GUARD_FILES <= added, sorted(GUARD_FILES - added)
     service = (tmp_path / "node/etc/systemd/system/gpunode-tuning-guard.service").read_text().splitlines()
-    assert "ExecStart=/usr/bin/python3 -I -B /%s guard --config %s" % (RUNNER, CONFIG) in service
+    assert "ExecStart=/usr/bin/python3 -I -B /%s guard --config %s" % (BOOT_RUNNER, GUARD_CONFIG) in service
     timer = (tmp_path / "node/etc/systemd/system/gpunode-tuning-guard.timer").read_text().splitlines()
     assert "OnUnitActiveSec=300s" in timer
     # Everything verification needs is on the node; desired.json keeps its format for the boot runner.
-    with open(os.path.join(root, CONFIG.lstrip("/")), encoding="utf-8") as fh:
+    with open(os.path.join(root, GUARD_CONFIG.lstrip("/")), encoding="utf-8") as fh:
         config = json.load(fh)
     assert config["desired"]["sysctl"]["vm.swappiness"] == 10 and config["desired"]["numa_balancing"] == 0
     assert {"pcie_mrrs", "cpuidle", "cpufreq", "thp", "kmod", "kernel_cmdline", "gpu_health", "pcie_acs"} <= set(

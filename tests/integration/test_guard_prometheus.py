@@ -21,11 +21,9 @@ import urllib.parse
 import urllib.request
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-from test_guard_playbooks import PROM, inject_drift, run_guard, tuned_node  # noqa: E402
+from support.checkout import REPO
+from support.nodes import inject_drift
+from support.runner import PROM, run_guard
 
 RULES = os.path.join(REPO, "roles/tuning/files/prometheus/gpunode-tuning.rules.yml")
 RULE_TESTS = os.path.join(REPO, "tests/prometheus/gpunode-tuning.rules.test.yml")
@@ -112,9 +110,9 @@ def prometheus_config(path, exporter_port):
                  "      - targets: ['127.0.0.1:%d']\n" % (RULES, exporter_port))
 
 
-def test_drift_reaches_prometheus_and_the_drift_alert(tmp_path):
+def test_drift_reaches_prometheus_and_the_drift_alert(tmp_path, tuned_node):
     promtool, exporter, prometheus = tool("promtool"), tool("prometheus-node-exporter"), tool("prometheus")
-    root, _inventory, _before = tuned_node(tmp_path, "sim-e2e")
+    root, _inventory, _before = tuned_node("sim-e2e")
     run_guard(root)
     prom = os.path.join(root, PROM)
     with open(prom, "rb") as fh:

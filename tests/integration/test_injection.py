@@ -10,33 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_family_isolation import failure_summary  # noqa: E402
-from test_playbooks import (  # noqa: E402  (this directory is put on sys.path above)
-    assert_host_untouched,
-    assert_ok,
-    build_node,
-    cstate_disabled,
-    read_mrrs,
-    run_playbook,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
+from support.inventory import write_inventory
+from support.nodes import BOOT_DESIRED, BOOT_RUNNER, assert_host_untouched, build_node, cstate_disabled, read_mrrs
+from support.playbooks import assert_ok, failure_summary, run_playbook
+from support.runner import run_boot_runner
+from support.trees import snapshot, tree_changes
 
 SYSCTL_DROPIN = "etc/sysctl.d/90-gpunode-tuning.conf"
-BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"  # the runner (Python, name kept)
-BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
 # What the boot unit and the udev rule concerns write (relative to the node root).
 BOOT_FILES = (
-    BOOT_SCRIPT,
+    BOOT_RUNNER,
     BOOT_DESIRED.lstrip("/"),
     "etc/systemd/system/gpunode-tuning-boot.service",
     "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
@@ -212,16 +198,6 @@ def test_hostile_boot_values_never_reach_the_boot_files_and_the_host_is_not_rebo
     assert_host_untouched()
 
 
-def run_runner(tuned, fresh):
-    """The runner installed on ``tuned`` (the venv's python3 standing for the node's) with
-    ``tuned``'s desired state, against the node ``fresh``, as the boot unit starts it."""
-    desired = os.path.join(fresh, BOOT_DESIRED.lstrip("/"))
-    os.makedirs(os.path.dirname(desired), exist_ok=True)
-    shutil.copy(os.path.join(tuned, BOOT_DESIRED.lstrip("/")), desired)
-    return subprocess.run([sys.executable, "-I", "-B", os.path.join(tuned, BOOT_SCRIPT), "--desired", BOOT_DESIRED,
-                           "--root", fresh], capture_output=True, text=True, check=False, cwd="/")
-
-
 def test_boot_runner_of_valid_values_selects_like_the_modules(tmp_path):
     """Short BDFs, an upper-case vendor, a name, a cpulist, EPP: the desired state holds them as given and
     the runner selects with the modules' own code (short BDFs match, the vendor's case does not matter)."""
@@ -241,10 +217,10 @@ def test_boot_runner_of_valid_values_selects_like_the_modules(tmp_path):
         assert "Before=vllm.service" in fh.read().splitlines()
     with open(os.path.join(tuned, "etc/udev/rules.d/70-gpunode-tuning.rules"), encoding="utf-8") as fh:
         assert ('ATTR{vendor}=="0x10de", RUN+="/usr/bin/python3 -I -B /%s --desired %s --only-mrrs --bdf %%k"'
-                % (BOOT_SCRIPT, BOOT_DESIRED) in fh.read())
+                % (BOOT_RUNNER, BOOT_DESIRED) in fh.read())
 
     fresh = build_node(tmp_path / "fresh", cpus=4, gpus=2)
-    run = run_runner(tuned, fresh)
+    run = run_boot_runner(tuned, fresh)
     assert run.returncode == 0, run.stdout + run.stderr
     assert [read_mrrs(fresh, bdf) for bdf in ("0000:41:00.0", "0000:61:00.0")] == [512, 4096]
     assert cstate_disabled(fresh, "C2") == {0, 1, 3}
@@ -258,7 +234,7 @@ def test_a_null_latency_bound_leaves_the_idle_states_alone_at_boot_too(tmp_path)
                                 gpunode_tuning_cpuidle_max_latency_us=None)
     assert_ok(run_playbook("tune.yml", inventory, "--tags", "boot_unit"))
     fresh = build_node(tmp_path / "fresh", cpus=2, gpus=1)
-    run = run_runner(tuned, fresh)
+    run = run_boot_runner(tuned, fresh)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "cpuidle: no state names and no latency bound: idle states left alone" in run.stdout
     for name in ("C1", "C2"):

@@ -20,24 +20,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_playbooks import (  # noqa: E402  (the directory is put on sys.path above)
-    JOURNAL,
-    RECAP,
-    REPO,
-    VENV_BIN,
-    build_node,
-    read_mrrs,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
+from support.checkout import REPO, VENV_BIN
+from support.inventory import write_inventory
+from support.nodes import JOURNAL, build_node, read_mrrs
+from support.playbooks import RECAP
+from support.trees import snapshot, tree_changes
 
 GPUS = ["0000:41:00.0", "0000:61:00.0"]
 DEPENDENCIES = ("ansible.posix", "ansible.utils", "community.general")
@@ -58,7 +48,7 @@ def python38():
 def fleet(tmp_path):
     """{host: root} and the inventory: node1 with the controller's Python, node38 with 3.8 if there is one."""
     roots = {"node1": build_node(tmp_path / "node1", cpus=8, gpus=2)}
-    inventory = write_inventory(tmp_path / "hosts.yml", roots)
+    inventory = write_inventory(tmp_path / "hosts.yml", roots, report_dir=None)  # reports/ of the working directory
     py38 = python38()
     if py38:
         roots["node38"] = build_node(tmp_path / "node38", cpus=8, gpus=2)

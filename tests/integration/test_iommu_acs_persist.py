@@ -7,23 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 
 import pytest
+from support.inventory import REPORT_DIR, write_inventory
+from support.nodes import build_node
+from support.playbooks import assert_ok, run_playbook
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_playbooks import (  # noqa: E402  (the playbook helpers of the tune/rollback tests)
-    REPO,
-    REPORT_DIR,
-    assert_ok,
-    build_node,
-    run_playbook,
-    write_inventory,
-)
-
-sys.path.insert(0, os.path.join(REPO, ".collections"))
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 
 DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"

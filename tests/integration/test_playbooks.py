@@ -13,179 +13,30 @@ kernel log cannot be rolled back.
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import re
-import shutil
 import stat
-import subprocess
-import sys
-import tempfile
 
 import pytest
 import yaml
+from support.checkout import REPO
+from support.inventory import REPORT_DIR, write_inventory
+from support.nodes import (
+    BOOT_DESIRED,
+    BOOT_RUNNER,
+    JOURNAL,
+    PERSISTENT_FILES,
+    assert_host_untouched,
+    build_node,
+    cstate_disabled,
+    read_mrrs,
+)
+from support.playbooks import assert_ok, run_playbook
+from support.runner import run_boot_runner
+from support.trees import snapshot, tree_changes
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-import simnode  # noqa: E402  (tools/ is put on sys.path above)
-
-# The ansible-core under test: GPUNODE_ANSIBLE_BIN names a virtual environment's bin directory
-# (tests/matrix/run.sh points it at each version's); by default the shared .venv.
-VENV_BIN = os.environ.get("GPUNODE_ANSIBLE_BIN") or os.path.join(REPO, ".venv", "bin")
-REPORT_DIR = tempfile.mkdtemp(prefix="gpunode-tuning-reports.")
 ROLE = os.path.join(REPO, "roles", "tuning")
-JOURNAL = "var/lib/gpunode-tuning/journal.json"
-APPEND_ONLY = {"dev/kmsg"}
-# What the persistent flow writes (relative to the node root).
-PERSISTENT_FILES = {
-    "etc/sysctl.d/90-gpunode-tuning.conf",
-    "etc/systemd/system/gpunode-tuning-boot.service",
-    "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
-    "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh",
-    "etc/gpunode-tuning/desired.json",
-    "etc/udev/rules.d/70-gpunode-tuning.rules",
-    "etc/default/grub.d/60-gpunode-tuning.cfg",
-    # The guard (on by default with the persistent flow).
-    "etc/gpunode-tuning/guard.json",
-    "etc/systemd/system/gpunode-tuning-guard.service",
-    "etc/systemd/system/gpunode-tuning-guard.timer",
-    "etc/systemd/system/timers.target.wants/gpunode-tuning-guard.timer",
-}
-# The boot runner (gpunode_tuning_boot_script) and the desired state it re-applies.
-BOOT_RUNNER = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
-BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
-# Paths on the controller that must never appear: the runs target simulated roots only.
-HOST_PATHS = [
-    "/etc/sysctl.d/90-gpunode-tuning.conf",
-    "/etc/systemd/system/gpunode-tuning-boot.service",
-    "/etc/systemd/system/gpunode-tuning-guard.service",
-    "/etc/systemd/system/gpunode-tuning-guard.timer",
-    "/etc/udev/rules.d/70-gpunode-tuning.rules",
-    "/etc/default/grub.d/60-gpunode-tuning.cfg",
-    "/usr/local/lib/gpunode-tuning",
-    "/etc/gpunode-tuning",
-    "/var/lib/gpunode-tuning",
-]
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
-
-
-def snapshot(root):
-    """Map every path below root to what it is: ('f', sha256, mode), ('l', target) or ('d',)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root)
-            if rel in APPEND_ONLY:
-                continue
-            if os.path.islink(full):
-                out[rel] = ("l", os.readlink(full))
-            elif os.path.isdir(full):
-                out[rel] = ("d",)
-            else:
-                with open(full, "rb") as fh:
-                    out[rel] = ("f", hashlib.sha256(fh.read()).hexdigest(), stat.S_IMODE(os.lstat(full).st_mode))
-    return out
-
-
-def tree_changes(before, after):
-    """Paths added, removed or changed between two snapshots (sorted, for assertion messages)."""
-    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-
-
-def build_node(path, preset="audited-epyc-8gpu", **kwargs):
-    simnode.build(str(path), preset, **kwargs)
-    return str(path)
-
-
-def write_inventory(path, roots, **hostvars):
-    """A YAML inventory with one local host per simulated root, in group gpunodes."""
-    hosts = {}
-    for name, root in roots.items():
-        hosts[name] = dict(gpunode_tuning_root=root, **hostvars)
-    inv = {
-        "all": {
-            "children": {"gpunodes": {"hosts": hosts}},
-            "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python")},
-        }
-    }
-    path.write_text(yaml.safe_dump(inv))
-    return str(path)
-
-
-def run_playbook(playbook, inventory, *args):
-    env = dict(os.environ)
-    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
-    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
-    env["ANSIBLE_NOCOLOR"] = "1"
-    env.pop("ANSIBLE_CONFIG", None)  # the repository's ansible.cfg (cwd) applies
-    cmd = [
-        os.path.join(VENV_BIN, "ansible-playbook"),
-        "-i",
-        inventory,
-        os.path.join(REPO, "playbooks", playbook),
-        # Untagged tune.yml ends with verification: keep its reports out of the checkout.
-        "-e",
-        "gpunode_tuning_report_dir=%s" % REPORT_DIR,
-        *args,
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
-    proc.recap = {
-        m.group(1): dict(
-            ok=int(m.group(2)),
-            changed=int(m.group(3)),
-            unreachable=int(m.group(4)),
-            failed=int(m.group(5)),
-            skipped=int(m.group(6)),
-        )
-        for m in RECAP.finditer(proc.stdout)
-    }
-    return proc
-
-
-def assert_ok(proc):
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-
-
-def assert_host_untouched():
-    for path in HOST_PATHS:
-        assert not os.path.lexists(path), "a run against a simulated root wrote %s on the controller" % path
-
-
-def read_mrrs(root, bdf):
-    """MRRS of one device of a simulated node, read with the real setpci (DevCtl bits 14:12)."""
-    out = subprocess.run(
-        ["setpci", "-O", "sysfs.path=%s/sys/bus/pci" % root, "-s", bdf, "CAP_EXP+08.w"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return 128 << ((int(out, 16) & 0x7000) >> 12)
-
-
-def cstate_disabled(root, name):
-    """Set of CPUs on which the idle state ``name`` is disabled."""
-    cpu_dir = os.path.join(root, "sys/devices/system/cpu")
-    out = set()
-    for cpu in os.listdir(cpu_dir):
-        if not re.fullmatch(r"cpu\d+", cpu):
-            continue
-        idle = os.path.join(cpu_dir, cpu, "cpuidle")
-        for state in os.listdir(idle) if os.path.isdir(idle) else []:
-            with open(os.path.join(idle, state, "name")) as fh:
-                if fh.read().strip() != name:
-                    continue
-            with open(os.path.join(idle, state, "disable")) as fh:
-                if fh.read().strip() == "1":
-                    out.add(int(cpu[3:]))
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,18 +244,6 @@ def test_rollback_removes_the_intel_pstate_argument_persistent_added(tmp_path):
     assert not os.path.exists(dropin)
     left = tree_changes(before, snapshot(root))
     assert left == [], left
-
-
-def run_boot_runner(tuned, fresh, *extra):
-    """The runner installed on ``tuned`` as the unit starts it (the venv's python3 for the node's),
-    with ``tuned``'s desired state, against the node ``fresh``."""
-    desired = os.path.join(fresh, BOOT_DESIRED.lstrip("/"))
-    if tuned != fresh:
-        os.makedirs(os.path.dirname(desired), exist_ok=True)
-        shutil.copy(os.path.join(tuned, BOOT_DESIRED.lstrip("/")), desired)
-    cmd = [os.path.join(VENV_BIN, "python"), "-I", "-B", os.path.join(tuned, BOOT_RUNNER), "--desired", BOOT_DESIRED,
-           "--root", fresh, *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, cwd="/")
 
 
 def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):

@@ -10,42 +10,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+import simfleet
+import simnode
 import yaml
+from support.checkout import VENV_BIN
+from support.inventory import write_inventory
+from support.nodes import assert_host_untouched
+from support.playbooks import run_playbook
+from support.trees import tree_digest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-
-import simfleet  # noqa: E402  (tools/ is put on sys.path above)
-import simnode  # noqa: E402
-from conftest import tree_digest  # noqa: E402
-
-# The ansible-core under test: GPUNODE_ANSIBLE_BIN names a virtual environment's bin directory
-# (tests/matrix/run.sh points it at each version's); by default the shared .venv.
-VENV_BIN = os.environ.get("GPUNODE_ANSIBLE_BIN") or os.path.join(REPO, ".venv", "bin")
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 FATAL = re.compile(r"^fatal: \[[^\]]+\]: FAILED! => (\{.*\})$", re.M)
-# What a tune run plans on a node; none of it may appear on the controller.
-HOST_PATHS = ["/etc/sysctl.d/90-gpunode-tuning.conf", "/etc/default/grub.d/60-gpunode-tuning.cfg",
-              "/var/lib/gpunode-tuning", "/usr/local/lib/gpunode-tuning"]
-
-
-def run(playbook, inventory, *args):
-    env = dict(os.environ)
-    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
-    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
-    env["ANSIBLE_NOCOLOR"] = "1"
-    env.pop("ANSIBLE_CONFIG", None)
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", playbook)]
-    proc = subprocess.run(cmd + list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
-    proc.recap = {m.group(1): {"ok": int(m.group(2)), "changed": int(m.group(3)), "failed": int(m.group(5))}
-                  for m in RECAP.finditer(proc.stdout)}
-    return proc
 
 
 def failure_text(proc):
@@ -65,26 +41,21 @@ def node(tmp_path_factory):
     base = tmp_path_factory.mktemp("precheck")
     root = str(base / "node")
     simnode.build(root, "audited-epyc-8gpu", cpus=4, gpus=1)
-    inventory = base / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {
-        "children": {"gpunodes": {"hosts": {"sim-pre": {"gpunode_tuning_root": root}}}},
-        "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python"),
-                 "gpunode_tuning_report_dir": str(base / "reports")}}}))
-    return root, str(inventory)
+    return root, write_inventory(base / "hosts.yml", {"sim-pre": root}, base / "reports")
 
 
 def assert_nothing_done(proc, root, digest):
     assert proc.returncode != 0
-    assert proc.recap["sim-pre"] == {"ok": 0, "changed": 0, "failed": 1}, proc.stdout[-2000:]
+    counts = proc.recap["sim-pre"]
+    assert (counts["ok"], counts["changed"], counts["failed"]) == (0, 0, 1), proc.stdout[-2000:]
     assert tree_digest(root) == digest
-    for path in HOST_PATHS:
-        assert not os.path.lexists(path), "a run wrote %s on the controller" % path
+    assert_host_untouched()
 
 
 def test_bad_variable_is_one_short_line(node):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_pcie_mrrs=300")
+    proc = run_playbook("tune.yml", inventory, "-e", "gpunode_tuning_pcie_mrrs=300")
     assert_nothing_done(proc, root, digest)
     text = failure_text(proc)
     assert "value of gpunode_tuning_pcie_mrrs must be one of: 128, 256, 512, 1024, 2048, 4096, got: 300" in text
@@ -107,7 +78,7 @@ def test_bad_variable_is_one_short_line(node):
 def test_every_playbook_names_the_variable_its_value_and_what_is_allowed(node, playbook, extra, expected):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run(playbook, inventory, "-e", yaml.safe_dump(extra, default_flow_style=True).strip())
+    proc = run_playbook(playbook, inventory, "-e", yaml.safe_dump(extra, default_flow_style=True).strip())
     assert_nothing_done(proc, root, digest)
     text = failure_text(proc)
     assert expected in text
@@ -119,7 +90,7 @@ def test_an_empty_or_relative_root_plans_nothing(node, value):
     # Today an empty root is the controller's /: a check run plans writes to its /etc.
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "--check", "--diff", "-e", "gpunode_tuning_root=%s" % value)
+    proc = run_playbook("tune.yml", inventory, "--check", "--diff", "-e", "gpunode_tuning_root=%s" % value)
     assert_nothing_done(proc, root, digest)
     text = failure_text(proc)
     assert "value of gpunode_tuning_root must be an absolute path" in text
@@ -129,7 +100,7 @@ def test_an_empty_or_relative_root_plans_nothing(node, value):
 def test_unknown_variable_warns_with_the_nearest_name(node):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "--check", "--tags", "mrrs", "-e", "gpunode_tuning_pcie_mrs=4096")
+    proc = run_playbook("tune.yml", inventory, "--check", "--tags", "mrrs", "-e", "gpunode_tuning_pcie_mrs=4096")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     warnings = " ".join(proc.stderr.split())  # before 2.19 a warning is wrapped at 80 columns
     assert ("[WARNING]: gpunode_tuning_pcie_mrs is not a variable of gpunode.tuning "
@@ -141,7 +112,8 @@ def test_unknown_variable_warns_with_the_nearest_name(node):
 def test_unknown_variable_fails_when_strict(node):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "-e", "gpunode_tuning_pcie_mrs=4096", "-e", "gpunode_tuning_strict_vars=true")
+    proc = run_playbook("tune.yml", inventory, "-e", "gpunode_tuning_pcie_mrs=4096",
+                        "-e", "gpunode_tuning_strict_vars=true")
     assert_nothing_done(proc, root, digest)
     assert "gpunode_tuning_pcie_mrs is not a variable of gpunode.tuning (did you mean gpunode_tuning_pcie_mrrs?)" in \
         failure_text(proc)
@@ -156,7 +128,7 @@ def test_rollout_stops_before_the_first_batch(tmp_path):
     inventory.write_text(yaml.safe_dump(inv))
     nodes = {h: str(tmp_path / "nodes" / h) for h in ("sim-0001", "sim-0002")}
     before = {h: tree_digest(r) for h, r in nodes.items()}
-    proc = run("rollout.yml", str(inventory), "-e", "gpunode_tuning_report_dir=%s" % (tmp_path / "reports"))
+    proc = run_playbook("rollout.yml", str(inventory), "-e", "gpunode_tuning_report_dir=%s" % (tmp_path / "reports"))
     assert proc.returncode != 0
     assert "value of gpunode_tuning_thp_mode must be one of: always, madvise, never, got: sometimes" in proc.stdout
     assert "Count the batch" not in proc.stdout
@@ -193,7 +165,7 @@ NODE_FREE = [
 def test_what_needs_no_node_is_refused_before_any_family_runs(node, extra, expected):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("tune.yml", inventory, "-e", json.dumps(extra))
+    proc = run_playbook("tune.yml", inventory, "-e", json.dumps(extra))
     assert_nothing_done(proc, root, digest)
     text = failure_text(proc)
     assert "bad variable(s), nothing was changed" in text and expected in text, text[-3000:]
@@ -213,7 +185,7 @@ def test_what_needs_no_node_is_refused_before_any_family_runs(node, extra, expec
 def test_the_rollout_refuses_nonsense_batch_settings_before_any_host(node, extra, variable):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run("rollout.yml", inventory, "-e", json.dumps(extra))
+    proc = run_playbook("rollout.yml", inventory, "-e", json.dumps(extra))
     assert proc.returncode not in (0, 250), proc.stdout[-3000:]
     assert "Unexpected Exception" not in proc.stdout + proc.stderr
     assert "bad rollout setting(s), nothing was changed: %s must be" % variable in proc.stdout, proc.stdout[-3000:]
@@ -224,12 +196,8 @@ def test_what_needs_the_node_stays_that_familys_failure_and_the_others_are_appli
     # 0-999 is a well-formed cpulist: only the node can say that it has 4 CPUs.
     root = str(tmp_path / "node")
     simnode.build(root, "audited-epyc-8gpu", cpus=4, gpus=1)
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {
-        "children": {"gpunodes": {"hosts": {"sim-cpus": {"gpunode_tuning_root": root}}}},
-        "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python"),
-                 "gpunode_tuning_cpuidle_cpus": "0-999"}}}))
-    proc = run("tune.yml", str(inventory), "--tags", "runtime")
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-cpus": root}, gpunode_tuning_cpuidle_cpus="0-999")
+    proc = run_playbook("tune.yml", inventory, "--tags", "runtime")
     assert proc.returncode != 0
     text = failure_text(proc)
     assert "failed for these knob families (every other family ran): cpuidle: cpus='0-999'" in text, text[-3000:]

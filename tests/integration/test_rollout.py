@@ -15,75 +15,17 @@ Three small fleets, one rollout each (a few hosts cost ~5 s of CPU each on a 2-c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-import simfleet  # noqa: E402  (tools/ is put on sys.path above)
-import simnode  # noqa: E402
-
-# The ansible-core under test: GPUNODE_ANSIBLE_BIN names a virtual environment's bin directory
-# (tests/matrix/run.sh points it at each version's); by default the shared .venv.
-VENV_BIN = os.environ.get("GPUNODE_ANSIBLE_BIN") or os.path.join(REPO, ".venv", "bin")
-JOURNAL = "var/lib/gpunode-tuning/journal.json"
-
-
-def tree_digest(root):
-    """sha256 over every path, link target and file content below root."""
-    digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames + dirnames):
-            full = os.path.join(dirpath, name)
-            digest.update(os.path.relpath(full, root).encode())
-            if os.path.islink(full):
-                digest.update(os.readlink(full).encode())
-            elif os.path.isfile(full):
-                with open(full, "rb") as handle:
-                    digest.update(handle.read())
-    return digest.hexdigest()
-
-
-def rollout(fleet_dir, *extra, cwd=REPO, module_runs=None):
-    """Run the rollout over the fleet in fleet_dir; return (process, summary dict, report dir).
-
-    From the checkout, reports go to fleet_dir/reports (an absolute gpunode_tuning_report_dir);
-    from another ``cwd``, to the default reports/ there.
-    """
-    reports = os.path.join(fleet_dir, "reports") if cwd == REPO else os.path.join(cwd, "reports")
-    env = dict(os.environ)
-    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
-    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
-    env["ANSIBLE_NOCOLOR"] = "1"
-    env.pop("ANSIBLE_CONFIG", None)
-    if module_runs:  # counted per host into this file (benchmarks/callback_plugins/module_runs.py)
-        env["ANSIBLE_CALLBACK_PLUGINS"] = os.path.join(REPO, "benchmarks", "callback_plugins")
-        env["ANSIBLE_CALLBACKS_ENABLED"] = "module_runs"
-        env["BENCH_MODULE_RUNS_OUT"] = module_runs
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(fleet_dir, "hosts.yml"),
-           os.path.join(REPO, "playbooks", "rollout.yml"), "-f", "4"]
-    if cwd == REPO:
-        cmd += ["-e", "gpunode_tuning_report_dir=%s" % reports]
-    cmd += list(extra)
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
-    path = os.path.join(reports, "rollout-summary.json")
-    summary = None
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            summary = json.load(handle)
-    return proc, summary, reports
-
-
-def by_host(summary):
-    return {r["host"]: r for r in summary["results"]}
+import simfleet
+import simnode
+from support.checkout import VENV_BIN
+from support.nodes import JOURNAL
+from support.playbooks import by_host, rollout
+from support.trees import tree_digest
 
 
 def test_default_runtime_rollout_passes_an_acpi_cpufreq_fleet_canary_first(tmp_path):

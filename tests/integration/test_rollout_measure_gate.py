@@ -11,15 +11,13 @@ from __future__ import annotations
 import glob
 import json
 import os
-import sys
 
-from test_rollout import JOURNAL, VENV_BIN, by_host, rollout, tree_digest  # tests/integration is on sys.path (rootdir)
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-import simfleet  # noqa: E402  (tools/ is put on sys.path above)
-import simnode  # noqa: E402
+import simfleet
+import simnode
+from support.checkout import VENV_BIN
+from support.nodes import JOURNAL
+from support.playbooks import by_host, rollout
+from support.trees import tree_digest
 
 # Jinja in an extra var: each host runs the stand-in of its own simulated root.
 STAND_IN = "{{ gpunode_tuning_root }}/usr/bin/gpunode-sim-bench"

@@ -9,18 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from test_playbooks import (  # noqa: E402  (the directory is put on sys.path above)
-    assert_host_untouched,
-    build_node,
-    run_playbook,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
+from support.inventory import write_inventory
+from support.nodes import assert_host_untouched, build_node
+from support.playbooks import run_playbook
+from support.trees import snapshot, tree_changes
 
 
 def test_verify_fails_a_root_that_does_not_exist(tmp_path):

@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-
-import simnode  # noqa: E402
-from test_verify import run_playbook  # noqa: E402
+import simnode
+from support.playbooks import run_playbook
 
 JOURNAL = "var/lib/gpunode-tuning/journal.json"
 DROPIN = simnode.GRUB_DROPIN.lstrip("/")

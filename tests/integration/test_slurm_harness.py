@@ -8,26 +8,18 @@ and its reason); the sinfo monitor sees every node that was out of service, and 
 
 from __future__ import annotations
 
-import os
 import socket
-import sys
 import time
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests"))
-
-from support.slurm import SlurmCluster, SlurmError, missing_tools, out_of_service  # noqa: E402
-
-SETUP = "install them with scripts/setup.sh --tests (Debian packages slurmctld slurmd slurm-client munge)"
+from support.slurm import SlurmError, out_of_service
 
 
 @pytest.fixture
-def cluster():
-    assert not missing_tools(), "missing %s: %s" % (", ".join(missing_tools()), SETUP)
-    with SlurmCluster(nodes=6) as running:
-        yield running
+def cluster(slurm_cluster):
+    running = slurm_cluster(nodes=6)
+    yield running
+    running.stop()
     assert running.timings["stop_s"] < 10, running.timings
 
 

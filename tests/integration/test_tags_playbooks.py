@@ -12,7 +12,10 @@ import re
 
 import pytest
 import yaml
-from test_playbooks import REPO, assert_ok, build_node, cstate_disabled, read_mrrs, run_playbook, write_inventory
+from support.checkout import REPO
+from support.inventory import write_inventory
+from support.nodes import build_node, cstate_disabled, read_mrrs
+from support.playbooks import assert_ok, run_playbook
 
 GPU = "0000:41:00.0"
 SYSCTL_DROPIN = "etc/sysctl.d/90-gpunode-tuning.conf"

@@ -11,30 +11,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
+from support.checkout import REPO, VENV_BIN
+from support.inventory import REPORT_DIR, write_inventory
+from support.nodes import BOOT_DESIRED, JOURNAL, assert_host_untouched, build_node, cstate_disabled, read_mrrs
+from support.playbooks import assert_ok, run_playbook
+from support.trees import snapshot, tree_changes
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path[:0] = [os.path.join(REPO, "tools"), os.path.join(REPO, ".collections")]
-
-from test_playbooks import (  # noqa: E402
-    BOOT_DESIRED,
-    JOURNAL,
-    REPORT_DIR,
-    VENV_BIN,
-    assert_host_untouched,
-    assert_ok,
-    build_node,
-    cstate_disabled,
-    read_mrrs,
-    run_playbook,
-    snapshot,
-    tree_changes,
-    write_inventory,
-)
-
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
 
 PREVIOUS = "1752866"
 

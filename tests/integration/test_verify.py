@@ -11,22 +11,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
+import simnode
+from support.checkout import REPO, VENV_BIN, ansible_env
+from support.inventory import write_inventory
+from support.nodes import JOURNAL
+from support.playbooks import run_playbook
+from support.trees import tree_digest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-
-import simnode  # noqa: E402
-from conftest import tree_digest  # noqa: E402
-
-# The ansible-core under test: GPUNODE_ANSIBLE_BIN names a virtual environment's bin directory
-# (tests/matrix/run.sh points it at each version's); by default the shared .venv.
-VENV_BIN = os.environ.get("GPUNODE_ANSIBLE_BIN") or os.path.join(REPO, ".venv", "bin")
-JOURNAL = "var/lib/gpunode-tuning/journal.json"
 UPTIME = 86400.0  # simnode's /proc/uptime; the journal marker of a runtime tuning carries it
 
 # Host -> (preset, tuned at runtime). Extra preparation per host happens in the fixture.
@@ -39,53 +33,19 @@ HOSTS = {
     "rebooted": ("epyc-pstate-epp", True),
     "broken": ("tiny-vm", False),
 }
-
-
-def ansible_env():
-    env = dict(os.environ)
-    env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
-    env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(REPO, ".collections")
-    env["ANSIBLE_NOCOLOR"] = "1"
-    env.pop("ANSIBLE_CONFIG", None)
-    return env
-
-
-def run_playbook(playbook, inventory, *args):
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", playbook)]
-    cmd += list(args)
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False)
-    proc.wall = time.monotonic() - start
-    return proc
-
-
-def write_inventory(path, roots, report_dir, extra_hosts=""):
-    lines = [
-        "all:",
-        "  children:",
-        "    gpunodes:",
-        "      vars:",
-        "        ansible_connection: local",
-        '        ansible_python_interpreter: "{{ ansible_playbook_python }}"',
-        "        gpunode_tuning_report_dir: %s" % report_dir,
-        "      hosts:",
-    ]
-    for name, root in roots.items():
-        lines.append("        %s:" % name)
-        lines.append("          gpunode_tuning_root: %s" % root)
-        if name == "kmsg":
-            # Noise from the overlay network only; the same message from elsewhere is "other".
-            lines.append("          gpunode_tuning_kmsg_ignore:")
-            lines.append("            - pattern: '^vxlan: non-ECT from'")
-            lines.append("              cidr: 10.224.0.0/16")
-            # The kernel logs lockdown refusals at notice level (security/lockdown/lockdown.c).
-            lines.append("          gpunode_tuning_kmsg_levels: [err, warn, notice]")
-        if name == "broken":
-            # An invalid regex makes tuning_facts fail: the host must still be reported.
-            lines.append("          gpunode_tuning_kmsg_ignore: [{pattern: '(unclosed'}]")
-    lines.append(extra_hosts)
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+HOST_VARS = {
+    "kmsg": {
+        # Noise from the overlay network only; the same message from elsewhere is "other".
+        "gpunode_tuning_kmsg_ignore": [{"pattern": "^vxlan: non-ECT from", "cidr": "10.224.0.0/16"}],
+        # The kernel logs lockdown refusals at notice level (security/lockdown/lockdown.c).
+        "gpunode_tuning_kmsg_levels": ["err", "warn", "notice"],
+    },
+    # An invalid regex makes tuning_facts fail: the host must still be reported.
+    "broken": {"gpunode_tuning_kmsg_ignore": [{"pattern": "(unclosed"}]},
+}
+# A host that never gets a result and must be listed as missing.
+UNREACHABLE = {"unreachable": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+                               "ansible_python_interpreter": "/usr/bin/python3"}}
 
 
 def append_kmsg(root, records):
@@ -121,7 +81,8 @@ def fleet(tmp_path_factory):
     for name, (preset, _tuned) in HOSTS.items():
         roots[name] = str(base / "nodes" / name)
         simnode.build(roots[name], preset)
-    tune_inv = write_inventory(base / "tune.yml", {n: r for n, r in roots.items() if HOSTS[n][1]}, base / "unused")
+    tune_inv = write_inventory(base / "tune.yml", {n: r for n, r in roots.items() if HOSTS[n][1]}, base / "unused",
+                               host_vars=HOST_VARS)
     proc = run_playbook("tune.yml", tune_inv, "--tags", "runtime")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # pending: amd_pstate=active configured in the GRUB drop-in, not on /proc/cmdline.
@@ -137,11 +98,8 @@ def fleet(tmp_path_factory):
     append_kmsg(roots["rebooted"], [(3, 200.0, "NVRM: Xid (PCI:0000:41:00): 13, Graphics Exception")])
     for name in roots:
         assert os.path.exists(os.path.join(roots[name], JOURNAL)) == HOSTS[name][1], name
-    # An unreachable host: it never gets a result and must be listed as missing.
-    unreachable = ("        unreachable:\n          ansible_connection: ssh\n          ansible_host: 127.0.0.1\n"
-                   "          ansible_port: 1\n          ansible_python_interpreter: /usr/bin/python3\n")
     reports = base / "reports"
-    inv = write_inventory(base / "verify.yml", roots, reports, unreachable)
+    inv = write_inventory(base / "verify.yml", roots, reports, host_vars=HOST_VARS, extra_hosts=UNREACHABLE)
     before = {n: tree_digest(r) for n, r in roots.items()}
     proc = run_playbook("verify.yml", inv)
     after = {n: tree_digest(r) for n, r in roots.items()}

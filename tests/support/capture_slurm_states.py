@@ -1,6 +1,6 @@
 """Capture what Slurm prints for each node state, from this machine's real Slurm (tests/data/real/slurm-*-here.txt).
 
-    .venv/bin/python tests/support/capture_slurm_states.py tests/data/real
+    cd tests && ../.venv/bin/python -m support.capture_slurm_states data/real
 
 Starts a SlurmCluster (tests/support/slurm.py) of one node per state and brings each there for real: idle,
 mixed and allocated (jobs), draining and drained (our own reason), down after an unexpected reboot, drained
@@ -16,9 +16,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from support.slurm import SlurmCluster  # noqa: E402
+from .slurm import SlurmCluster
 
 OURS = "gpunode.tuning: reboot for amd_pstate=active"
 NODES = ["idle1", "mixed1", "alloc1", "draining1", "drained1", "rebooted1", "drainedreboot1", "fail1", "failing1",

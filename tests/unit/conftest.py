@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
-import sys
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIONS = os.path.join(REPO, ".collections")
-if not os.path.isdir(os.path.join(COLLECTIONS, "ansible_collections", "gpunode", "tuning")):
-    os.makedirs(os.path.join(COLLECTIONS, "ansible_collections", "gpunode"), exist_ok=True)
-    os.symlink("../../..", os.path.join(COLLECTIONS, "ansible_collections", "gpunode", "tuning"))
-for p in (COLLECTIONS, os.path.join(REPO, "tools")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-import simnode  # noqa: E402  (tools/ is put on sys.path above)
-from ansible.module_utils import basic  # noqa: E402
-from ansible.module_utils.testing import patch_module_args  # noqa: E402
+import simnode
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from support.checkout import REPO
+from support.trees import tree_digest
 
 
 class ModuleExit(Exception):
@@ -44,24 +34,6 @@ def build_node(tmp_path):
         return str(root)
 
     return _build
-
-
-def tree_digest(root):
-    """Hash of every path, file content and symlink target under root (byte-identity checks)."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
-            full = os.path.join(dirpath, name)
-            h.update(os.path.relpath(full, root).encode() + b"\0")
-            if os.path.islink(full):
-                h.update(b"L" + os.readlink(full).encode())
-            else:
-                with open(full, "rb") as fh:
-                    h.update(fh.read())
-        for d in dirnames:
-            h.update(os.path.relpath(os.path.join(dirpath, d), root).encode() + b"/\0")
-    return h.hexdigest()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-import simnode
+from support.nodes import read_file, set_cpufreq_driver, write_file
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, kernel_cmdline
@@ -24,7 +24,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verifi
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
 CPUS = 4
-CPU = "sys/devices/system/cpu"
 DROPIN = kernel_cmdline.DEFAULT_DROPIN.lstrip("/")
 
 # A stateful grubby stand-in: the default entry's arguments in <root>/grubby.args.
@@ -73,42 +72,22 @@ TRANSITIONS = {
 }
 
 
-def write(root, rel, text):
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(text)
-
-
-def read(root, rel, default=None):
-    path = os.path.join(root, rel)
-    if not os.path.exists(path):
-        return default
-    with open(path) as fh:
-        return fh.read()
-
-
-def set_driver(root, tmp_path, driver, mode):
-    """Give the node the cpufreq layout of ``driver`` in ``mode`` (simnode's, as its simulated reboot switches it)."""
-    simnode.set_cpufreq_driver(root, driver, mode)
-
-
 def make_node(build_node, tmp_path, preset, driver, mode, loader):
     """The start node: ``preset`` (or its CPU vendor with another driver), booting through ``loader``."""
     root = build_node(preset, cpus=CPUS, gpus=0)
     if driver:
-        set_driver(root, tmp_path, driver, mode)
+        set_cpufreq_driver(root, tmp_path, driver, mode)
     if loader == "grub":
-        write(root, "etc/os-release", 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n')
-        write(root, "etc/default/grub", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
+        write_file(root, "etc/os-release", 'ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n')
+        write_file(root, "etc/default/grub", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n')
         os.makedirs(os.path.join(root, "etc/default/grub.d"), exist_ok=True)
     else:
-        write(root, "etc/os-release", 'ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.5"\n')
+        write_file(root, "etc/os-release", 'ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.5"\n')
         for rel in ("etc/default/grub", DROPIN):
             if os.path.exists(os.path.join(root, rel)):
                 os.unlink(os.path.join(root, rel))
-        write(root, "grubby.args", read(root, "proc/cmdline"))
-        write(root, "usr/sbin/grubby", GRUBBY % (sys.executable, os.path.join(root, "grubby.args")))
+        write_file(root, "grubby.args", read_file(root, "proc/cmdline"))
+        write_file(root, "usr/sbin/grubby", GRUBBY % (sys.executable, os.path.join(root, "grubby.args")))
         os.chmod(os.path.join(root, "usr/sbin/grubby"), 0o755)
     return root
 
@@ -116,7 +95,7 @@ def make_node(build_node, tmp_path, preset, driver, mode, loader):
 def boot_config(root, loader):
     """The ``cmdline`` context verification gets from the role (the drop-in slurp, or grubby's answer)."""
     if loader == "grub":
-        text = read(root, DROPIN)
+        text = read_file(root, DROPIN)
         if text is None:
             return {"bootloader": "grub", "dropin_slurp": {"failed": True, "msg": "file not found: " + DROPIN}}
         return {"bootloader": "grub", "dropin_slurp": {"content": base64.b64encode(text.encode()).decode()}}
@@ -155,9 +134,9 @@ def test_transition_is_pending_then_applied_after_the_reboot(build_node, tmp_pat
     assert row["persisted"] == " ".join(args) and " ".join(args) in row["reason"]
 
     # The reboot: the configured arguments reach /proc/cmdline, the kernel loads the new driver.
-    running = kernel_cmdline.add_arguments(read(root, "proc/cmdline").split(), args)
-    write(root, "proc/cmdline", " ".join(running))
-    set_driver(root, tmp_path, new_driver, new_mode)
+    running = kernel_cmdline.add_arguments(read_file(root, "proc/cmdline").split(), args)
+    write_file(root, "proc/cmdline", " ".join(running))
+    set_cpufreq_driver(root, tmp_path, new_driver, new_mode)
 
     row = driver_row(root, loader, desired)
     assert row["state"] == "applied", row

@@ -112,7 +112,7 @@ def test_persistence_goes_through_the_daemon_where_it_is_installed(monkeypatch):
     monkeypatch.setattr(Node, "check_root", lambda self: None)
     query = "0, 00000000:41:00.0, Disabled, 600.00, 150.00, 600.00, 180, 2430, 14001, 3090, 14001\n"
     calls = []
-    responses = [(gpu_settings.QUERY, (0, query, "")),
+    responses = [(["--query-gpu=" + ",".join(gpu_settings.FIELDS)], (0, query, "")),
                  (["list-unit-files"], (0, "nvidia-persistenced.service disabled enabled\n", "")),
                  (["is-enabled"], (1, "", "")), (["is-active"], (3, "", ""))]
     result = gpu_settings.run(_live_call(responses, calls, persistence=True))

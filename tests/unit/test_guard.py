@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-import simnode  # tools/, put on sys.path by conftest.py
+import simnode
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files, guard_metrics
 

@@ -8,6 +8,7 @@ import struct
 import subprocess
 
 import pytest
+from support.lspci import parse_lspci_devctl
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
@@ -57,9 +58,7 @@ def test_setpci_assignment_uses_mask_7000_only():
         assert mask == "7000" and int(value, 16) & ~0x7000 == 0
 
 
-def test_devctl_with_mrrs_keeps_every_other_bit():
-    assert pci.devctl_with_mrrs(0xA93F, 4096) == 0xD93F
-    assert pci.devctl_with_mrrs(0xFFFF, 128) == 0x8FFF
+def test_mrrs_and_mps_of_a_devctl_value():
     assert pci.mrrs_of_devctl(0x293F) == 512 and pci.mps_of_devctl(0x293F) == 256
 
 
@@ -108,7 +107,7 @@ def test_decode_agrees_with_real_lspci(build_node, preset):
     node = Node(root)
     rc, out, err = _run([LSPCI] + node.pciutils_args() + ["-D", "-vvv"])
     assert rc == 0, err
-    parsed = pci.parse_lspci_devctl(out)
+    parsed = parse_lspci_devctl(out)
     devices = pci.list_devices(node)
     assert set(parsed) == {d["bdf"] for d in devices}
     for dev in devices:
@@ -123,7 +122,7 @@ def test_parse_lspci_devctl_ignores_devcap_line():
         "\t\tDevCtl:\tCorrErr+ NonFatalErr+\n"
         "\t\t\tMaxPayload 256 bytes, MaxReadReq 4096 bytes\n"
     )
-    assert pci.parse_lspci_devctl(text) == {"0000:41:00.0": {"mps": 256, "mrrs": 4096}}
+    assert parse_lspci_devctl(text) == {"0000:41:00.0": {"mps": 256, "mrrs": 4096}}
 
 
 # --- listing and selection ------------------------------------------------------------------

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 from ansible.module_utils import basic
+from support.lspci import parse_lspci_devctl
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
@@ -52,7 +53,7 @@ def assert_only_mrrs_changed(before, after, expected):
 def lspci_devctl(root):
     argv = [LSPCI] + Node(root).pciutils_args() + ["-D", "-vvv"]
     proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), check=True)
-    return pci.parse_lspci_devctl(proc.stdout)
+    return parse_lspci_devctl(proc.stdout)
 
 
 @pytest.fixture

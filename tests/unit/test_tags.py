@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
+import role_tags
 import yaml
+from support.checkout import REPO
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import tags
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-import role_tags  # noqa: E402  (tools/ is put on sys.path above)
 
 RUNTIME_TASK = ["pcie_mrrs", "mrrs", "pcie_acs", "acs", "cpuidle", "cstate", "cpufreq", "tunables", "numa_balancing",
                 "thp", "sysctl", "kmod", "gpu_settings"]

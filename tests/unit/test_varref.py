@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-
-import varref  # noqa: E402  (tools/ is put on sys.path above)
+import varref
 
 
 def test_the_checked_in_reference_is_current():

@@ -114,9 +114,6 @@ class Family(NamedTuple):
     report: Callable[..., str | None] | None = None
 
 
-Problem = tuple  # (key inside the family's entry, message): what a ``Family.validate`` function returns
-
-
 def selecting_tags(fam: Family) -> tuple:
     """Every Ansible tag that selects ``fam``: its name, its settings' tags, its deprecated tags."""
     return (fam.name, *fam.tags, *fam.deprecated_tags)

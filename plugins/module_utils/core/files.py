@@ -1,12 +1,18 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Report files on the controller: written whole or not at all, and only when their content changes.
+"""Atomic file writes: the one writer of every file the collection replaces whole.
 
-Used by the action plugin gpunode.tuning.verify_reports, which renders the verification reports
-and hands the text here. Plain Python, no Ansible import: the writing is tested without a play.
-A report is replaced by rename from a temporary file in the same directory, so a reader (a CI job
-collecting the JUnit files, a second run) never sees half a report; an unchanged report is not
-rewritten, so reruns report nothing changed and keep the file's timestamp.
+A file is replaced by rename from a temporary file in its own directory (``.NAME.XXXXXXXX.tmp``), so a
+reader (the boot unit, node_exporter, a CI job collecting JUnit files, a second run) sees the old file
+or the new one, never half of one; the temporary file has its final mode before the rename and is
+removed when anything fails. ``fsync`` makes the new content (and the rename) durable before the
+call returns: for what a crash must not lose (the journal rollback restores from, boot
+configuration); caches, reports and metrics that the next run rewrites go without it.
+
+``replace_file`` always writes and raises ``OSError``; ``write_file`` writes only when the content
+or the mode differs, does nothing in check mode and says what it changed (reports on the controller,
+the persistent flow's files on the node). Plain Python, no Ansible import: the writing is tested
+without a play, and the boot runner carries it.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from typing import Callable
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 
 
 class ReportError(Exception):
-    """A report directory or file that cannot be written; the message names the path."""
+    """A directory or file (a report, a persistent flow's file) that cannot be written; the message names the path."""
 
 
 def plan_file(path: str, data: bytes, mode: int = FILE_MODE, what: str = "report") -> str | None:
@@ -63,7 +70,7 @@ def ensure_dir(path: str, check_mode: bool = False, what: str = "report director
 
 
 def write_file(path: str, data: bytes, check_mode: bool = False, mode: int = FILE_MODE,
-               what: str = "report") -> str | None:
+               what: str = "report", fsync: bool = False) -> str | None:
     """Write ``data`` to ``path`` atomically when it differs; return plan_file's verdict (None: untouched)."""
     change = plan_file(path, data, mode, what)
     if change is None or check_mode:
@@ -71,20 +78,51 @@ def write_file(path: str, data: bytes, check_mode: bool = False, mode: int = FIL
     if change == "mode":
         _chmod(path, mode, what)
         return change
-    directory = os.path.dirname(path) or "."
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
+        replace_file(path, data, mode, fsync=fsync)
     except OSError as exc:
         raise ReportError("cannot write %s %s: %s" % (what, path, exc.strerror)) from exc
+    return change
+
+
+def replace_file(path: str, data: bytes, mode: int = FILE_MODE, fsync: bool = False,
+                 move: Callable[[str, str], None] = os.replace) -> None:
+    """Replace ``path`` by ``data`` (mode ``mode``) through a temporary file in the same directory.
+
+    ``move(temporary, path)`` does the rename (a module passes its ``atomic_move``, which also keeps
+    SELinux contexts); ``fsync`` flushes the file before and the directory after it. The directory
+    must exist; any ``OSError`` is raised after the temporary file is removed.
+    """
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.chmod(tmp, mode)  # mkstemp creates 0600: reports are for everyone who reads the directory
-        os.replace(tmp, path)
-    except OSError as exc:
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.chmod(tmp, mode)  # mkstemp creates 0600
+        move(tmp, path)
+    except BaseException:
         _unlink_quietly(tmp)
-        raise ReportError("cannot write %s %s: %s" % (what, path, exc.strerror)) from exc
-    return change
+        raise
+    if fsync:
+        _fsync_directory(directory)
+
+
+def _fsync_directory(directory):
+    """Make a rename in ``directory`` durable; best effort: the file is in place either way, and some
+    filesystems (FUSE ones) refuse to fsync a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _chmod(path, mode, what="report"):

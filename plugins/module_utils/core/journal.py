@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import Any
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import files
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
@@ -179,17 +179,9 @@ class Journal:
             return True
         if not os.path.isdir(directory):
             os.makedirs(directory, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=".journal.", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.data, fh, indent=1, sort_keys=True)
-                fh.write("\n")
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        # Durable: the originals rollback restores live only here.
+        files.replace_file(self.path, (json.dumps(self.data, indent=1, sort_keys=True) + "\n").encode("utf-8"),
+                           0o600, fsync=True)
         self.dirty = False
         return True
 

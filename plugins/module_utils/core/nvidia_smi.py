@@ -191,9 +191,6 @@ HEALTH_FIELDS = (
 )
 
 
-HEALTH_ARGS = ["--query-gpu=" + ",".join(HEALTH_FIELDS), CSV_FORMAT]
-
-
 DCGM_ARGS = ["diag", "-r", "1"]
 
 

@@ -46,7 +46,6 @@ PCI_EXP_LNKSTA = 0x12
 DEVCTL_MPS_MASK = 0x00E0
 DEVCTL_MRRS_MASK = 0x7000
 DEVCTL_MRRS_SHIFT = 12
-DEVCTL_BCR_FLR = 0x8000  # never written: on endpoints it initiates a Function Level Reset
 
 MRRS_CHOICES = (128, 256, 512, 1024, 2048, 4096)
 SETPCI_DEVCTL_REG = "CAP_EXP+08.w"
@@ -97,11 +96,6 @@ def mrrs_of_devctl(devctl: int) -> int | None:
 def mps_of_devctl(devctl: int) -> int | None:
     """MPS in bytes encoded in a Device Control value (None when reserved)."""
     return decode_mrrs((devctl & DEVCTL_MPS_MASK) >> 5)
-
-
-def devctl_with_mrrs(devctl: int, size: int) -> int:
-    """Device Control value ``devctl`` with only its MRRS field replaced by ``size`` bytes."""
-    return (devctl & ~DEVCTL_MRRS_MASK & 0xFFFF) | (encode_mrrs(size) << DEVCTL_MRRS_SHIFT)
 
 
 def setpci_mrrs_assignment(size: int) -> str:
@@ -171,30 +165,6 @@ def decode_pcie(config_bytes: bytes) -> dict | None:
         "link_speed_current": LINK_SPEEDS.get(lnksta & 0xF),
         "link_width_current": (lnksta >> 4) & 0x3F,
     }
-
-
-_LSPCI_SLOT_RE = re.compile(r"^([0-9a-fA-F]{4}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s")
-_LSPCI_SIZES_RE = re.compile(r"MaxPayload (\d+) bytes, MaxReadReq (\d+) bytes")
-
-
-def parse_lspci_devctl(text: str) -> dict:
-    """Parse ``lspci -vvv`` (or ``-D -vvv``) output into ``{bdf: {"mps": int, "mrrs": int}}``.
-
-    The sizes are those of the ``DevCtl:`` block (its ``MaxPayload N bytes, MaxReadReq M bytes``
-    line); the ``DevCap:`` line shows what is supported, not what is set, and has no MaxReadReq.
-    BDFs printed without a domain get ``0000:``.
-    """
-    out = {}
-    bdf = None
-    for line in text.splitlines():
-        m = _LSPCI_SLOT_RE.match(line)
-        if m:
-            bdf = (m.group(1) or "0000:").lower() + m.group(2).lower()
-            continue
-        sizes = _LSPCI_SIZES_RE.search(line)
-        if sizes and bdf:
-            out[bdf] = {"mps": int(sizes.group(1)), "mrrs": int(sizes.group(2))}
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

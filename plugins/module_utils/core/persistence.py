@@ -22,7 +22,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import No
 HEADER = "# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.\n"
 FILE_PREFIX = "gpunode-tuning-"
 FILE_MODE = 0o644
-DIR_MODE = 0o755
 
 
 class Concern(NamedTuple):

@@ -4,7 +4,7 @@
 
 One function per kind of value (sysctl key and value, kernel module name and parameter, kernel
 command-line argument, systemd unit name, absolute path, and what the boot script renders: idle
-state names, PCI addresses, ids and class prefixes, cpulists, sysfs words), shared by the runtime
+state names, PCI ids, cpulists), shared by the runtime
 modules and by the persistent flow, so that what is written to /proc/sys is checked exactly like what goes into
 /etc/sysctl.d, and what modprobe gets on its command line like what goes into /etc/modprobe.d.
 
@@ -26,13 +26,8 @@ import re
 import unicodedata
 from typing import Any, Callable
 
-# The PCI selector rules are setpci_mrrs's own (one definition each); here they only get this
-# module's error type.
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
-    normalize_bdf,
-    normalize_class_prefix,
-    normalize_hex_id,
-)
+# The PCI id rule is setpci_mrrs's own (one definition); here it only gets this module's error type.
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import normalize_hex_id
 
 # Unicode categories never allowed: controls (C0, DEL, C1: newline, tab, escape ...), invisible
 # format characters (bidi overrides, zero-width), and the line/paragraph separators that
@@ -103,10 +98,6 @@ CPU_MAX = 8191
 _CPU_RANGE_RE = re.compile(r" *([0-9]{1,5}) *(?:- *([0-9]{1,5}) *)?")
 CPULIST_ALLOWED = ("a kernel cpulist such as 0-3,8,10-11: CPU numbers 0-%d and ascending ranges LOW-HIGH, "
                    "separated by commas" % CPU_MAX)
-
-SYSFS_WORD_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
-SYSFS_WORD_ALLOWED = ("one word as a sysfs attribute takes it (performance, defer+madvise): 1 to 64 letters, digits "
-                      "and _ . + -, not starting with '-' or '.'")
 
 
 class ValidationError(ValueError):
@@ -314,47 +305,12 @@ def cpulist(text: object) -> list[int]:
 # --- PCI selectors ------------------------------------------------------------------------------
 
 
-def pci_address(text: object) -> str:
-    """``DDDD:BB:DD.F`` (lower case, as sysfs names the device) for ``DDDD:BB:DD.F`` or ``BB:DD.F``."""
-    try:
-        return normalize_bdf(text)
-    except ValueError as exc:
-        raise ValidationError(str(exc)) from None
-
-
-def pci_addresses(values: object) -> list[str]:
-    """Validate a list of PCI addresses; return them as sysfs names them."""
-    return each(values, pci_address, "PCI addresses", "DDDD:BB:DD.F or BB:DD.F in hex")
-
-
 def pci_id(value: object) -> str:
     """A vendor or device id as sysfs shows it (``0x10de``), from hex text with or without ``0x``."""
     try:
         return normalize_hex_id(value, "value")
     except ValueError as exc:
         raise ValidationError(str(exc)) from None
-
-
-def _pci_class_prefix(value: object) -> str:
-    try:
-        return normalize_class_prefix(value)
-    except ValueError as exc:
-        raise ValidationError(str(exc)) from None
-
-
-def pci_class_prefixes(values: object) -> list[str]:
-    """Class prefixes as 2, 4 or 6 lower-case hex digits without ``0x``."""
-    return each(values, _pci_class_prefix, "PCI class prefixes", "2, 4 or 6 hex digits")
-
-
-# --- sysfs values -------------------------------------------------------------------------------
-
-
-def sysfs_word(value: object) -> str:
-    """One word for a sysfs attribute (a governor, an EPP or THP mode) that a shell line can hold."""
-    if not isinstance(value, str) or not SYSFS_WORD_RE.fullmatch(value):
-        raise ValidationError("value %r is invalid: allowed is %s" % (value, SYSFS_WORD_ALLOWED))
-    return value
 
 
 # --- paths --------------------------------------------------------------------------------------

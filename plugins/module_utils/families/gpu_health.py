@@ -59,11 +59,6 @@ CLOCK_EVENTS_REPORTED = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x
                          0x10: "sync boost", 0x20: "SW thermal slowdown", 0x100: "display clock setting"}
 
 
-def normalize_bus_id(bus_id: str) -> str:
-    """nvidia-smi's 8-digit domain (00000000:41:00.0) as sysfs writes it (0000:41:00.0)."""
-    return nvidia_smi.normalize_bus_id(bus_id)
-
-
 def _number(value: Any) -> float | None:
     """A CSV number; None for ``[N/A]``, ``[Not Supported]`` and the like."""
     try:

@@ -72,7 +72,6 @@ INDEX_ORDER = ("nvidia_smi_index is nvidia-smi's number of the GPU (PCI bus orde
                "same way only with CUDA_DEVICE_ORDER=PCI_BUS_ID (its default puts the fastest first)")
 IRQBALANCE = "irqbalance"
 _HOST_BRIDGE = re.compile(r"^pci([0-9a-f]{4,}:[0-9a-f]{2})$")
-_BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
 _SMI_BUS_ID = re.compile(r"^0*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$")

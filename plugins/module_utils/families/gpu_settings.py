@@ -37,7 +37,6 @@ NAME = "gpu_settings"
 FIELDS = ("index", "pci.bus_id", "persistence_mode", "power.limit", "power.min_limit", "power.max_limit",
           "clocks.current.graphics", "clocks.applications.graphics", "clocks.applications.memory",
           "clocks.max.graphics", "clocks.max.memory")
-QUERY = ["--query-gpu=" + ",".join(FIELDS), "--format=csv,noheader,nounits"]
 DAEMON = "nvidia-persistenced.service"
 
 

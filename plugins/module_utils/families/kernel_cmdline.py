@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, cpu, kernel_args, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, cpu, files, kernel_args, persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import (  # noqa: F401 (re-exported)
     _ASSIGN_RE,
@@ -46,14 +45,12 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NodeError,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
-    KERNEL_ARG_ALLOWED,
     ValidationError,
     kernel_argument,
     write_problem,
 )
 
 STATES = ("present", "absent")
-ARG_ALLOWED = KERNEL_ARG_ALLOWED
 
 # Report family of the kernel arguments (verification) and the key of the desired state.
 FAMILY = "kernel_cmdline"
@@ -249,7 +246,8 @@ def dropin_problem(node: Node, dropin: str) -> str | None:
 
 
 def write_dropin(node: Node, dropin: str, text: str | None, atomic_move: Callable[[str, str], None]) -> None:
-    """Write (or with ``text`` None delete) the drop-in atomically: temp file in the target directory, then move."""
+    """Write (or with ``text`` None delete) the drop-in atomically (core/files.py: a temporary file in the target
+    directory, flushed, then ``atomic_move``d over it)."""
     full = node.path(dropin)
     directory = os.path.dirname(full)
     if text is None:
@@ -258,15 +256,7 @@ def write_dropin(node: Node, dropin: str, text: str | None, atomic_move: Callabl
         return
     if not os.path.isdir(directory):
         os.makedirs(directory, mode=0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".gpunode-tuning.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        atomic_move(tmp, full)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    files.replace_file(full, text.encode("utf-8"), 0o644, fsync=True, move=atomic_move)
 
 
 # --- grubby ------------------------------------------------------------------------------------------

@@ -33,8 +33,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import parse_kmsg
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (  # noqa: F401 (sysfs_name: re-exported)
-    KMOD_NAME_ALLOWED,
-    KMOD_NAME_RE,
     ValidationError,
     kmod_name,
     kmod_param,
@@ -48,12 +46,7 @@ MODULE_NEEDS = {"nvidia_peermem": ("ib_core", "the RDMA stack (MOFED/ib_core)"),
                 "nv_peer_mem": ("ib_core", "the RDMA stack (MOFED/ib_core)")}
 NOT_LOADED = "not_loaded"
 STATES = ("present", "absent")
-REASON_CLASSES = ("not_found", "invalid_argument", "dependency_missing", "symbol_mismatch", "denied",
-                  "in_use", "builtin", "invalid_name", "unknown")
 
-# Anchored forms of validate.py's grammar for callers that use ``.match`` (facts.py).
-NAME_RE = re.compile(r"\A%s\Z" % KMOD_NAME_RE.pattern)
-NAME_ALLOWED = KMOD_NAME_ALLOWED
 # run(argv) -> (rc, stdout, stderr): the module's run_command in the C locale.
 Runner = Callable[[list], tuple]
 

@@ -36,7 +36,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     selected_bracket,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
-    SYSCTL_KEY_ALLOWED,
     ValidationError,
     absolute_path,
     check_text,
@@ -51,7 +50,6 @@ THP_DIR = "sys/kernel/mm/transparent_hugepage"
 THP_FILES = ("enabled", "defrag")
 THP_PREFIX = "transparent_hugepage."
 
-KEY_ALLOWED = SYSCTL_KEY_ALLOWED
 INT_RE = re.compile(r"^-?[0-9]+$")
 READONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 

@@ -199,12 +199,12 @@ def _load_cache():
 
 
 def _save_cache(code):
-    """Write CODE_CACHE (temporary file and rename, mode 0600); a cache that cannot be written is only slower."""
+    """Write CODE_CACHE, mode 0600, with the collection's atomic writer (carried: boot.main imported it);
+    a cache that cannot be written is only slower."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import files
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(CODE_CACHE) + ".", dir=os.path.dirname(CODE_CACHE))
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(marshal.dumps((_cache_key(), code)))
-        os.replace(tmp, CODE_CACHE)
+        files.replace_file(CODE_CACHE, marshal.dumps((_cache_key(), code)), 0o600)
     except OSError:
         pass
 
@@ -310,7 +310,7 @@ def runner_text(sources: dict) -> str:
              "# exactly as in the collection) and runs module_utils/flows/boot.py:",
              "#   python3 -I -B THIS --desired %s [--only-mrrs --bdf BDF]" % DESIRED_PATH,
              "#   python3 -I -B THIS guard --config %s   (the guard unit: flows/guard.py)" % GUARD_CONFIG_PATH,
-             "import importlib.util", "import marshal", "import os", "import sys", "import tempfile", "",
+             "import importlib.util", "import marshal", "import os", "import sys", "",
              "PACKAGE = %s" % json.dumps(CARRIED_PACKAGE), "SOURCES = {"]
     lines += ["    %s: %s," % (json.dumps(name), json.dumps(sources[name])) for name in sorted(sources)]
     return "\n".join(lines) + "\n}\n" + RUNNER_LOADER

@@ -33,12 +33,11 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import files, kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     SYSTEM_PATH,
@@ -410,23 +409,8 @@ def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | Non
 
 
 # ---------------------------------------------------------------------------------------------
-# Files: atomic writes, the lock, the previous status
+# Files: the lock, the previous status (written by core/files.py's replace_file: readers never see half)
 # ---------------------------------------------------------------------------------------------
-
-
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    """``text`` into ``path`` through a temporary file in the same directory and a rename (readers never see half)."""
-    directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % name, dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def read_previous(path: str) -> dict | None:
@@ -469,7 +453,7 @@ def write_outputs(node: Node, config: dict, status: dict) -> list:
                                  "gpunode_tuning_guard_textfile_dir" % textfile_dir)
         else:
             try:
-                write_atomic(os.path.join(target, TEXTFILE), guard_metrics.render(status))
+                files.replace_file(os.path.join(target, TEXTFILE), guard_metrics.render(status).encode("utf-8"))
                 metrics.update(written=True, reason="")
             except OSError as exc:
                 metrics["reason"] = "cannot write %s: %s" % (metrics["file"], exc.strerror or exc)
@@ -478,8 +462,8 @@ def write_outputs(node: Node, config: dict, status: dict) -> list:
     status["metrics"] = metrics
     try:
         # Compact: json's C encoder (an indent selects the pure-Python one, several times slower).
-        write_atomic(node.path(config["guard"]["status_file"]),
-                     json.dumps(status, sort_keys=True, separators=(",", ":")) + "\n")
+        files.replace_file(node.path(config["guard"]["status_file"]),
+                           (json.dumps(status, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
     except OSError as exc:
         problems.append("cannot write the status %s: %s" % (config["guard"]["status_file"], exc.strerror or exc))
     return problems

@@ -173,7 +173,7 @@ def removal_dirs(options: dict) -> list:
 
 
 def temp_patterns() -> list:
-    """Names of the temporary files an interrupted write may leave (``guard.write_atomic``)."""
+    """Names of the temporary files an interrupted write may leave (``core/files.py``'s ``replace_file``)."""
     return [".%s.*" % guard.TEXTFILE, ".%s.*" % STATUS_NAME, ".%s.*" % CODE_CACHE_NAME]
 
 

@@ -55,7 +55,6 @@ FAMILIES = tuple(FAMILY_TITLES)
 # The role's default too (defaults/main.yml): Xids are judged by gpu_health (the serious ones fail).
 DEFAULT_FAIL_CLASSES = ("aer", "fallen_off_bus")
 KMSG_CLASSES = ("aer", "xid", "fallen_off_bus", "lockdown", "module_failure", "noise", "other")
-BOOT_UNIT = "gpunode-tuning-boot.service"
 
 
 # The input of an evaluation is malformed; the message names what was expected.

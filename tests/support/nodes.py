@@ -1,0 +1,117 @@
+"""Simulated nodes (tools/simnode.py): building them, what the flows write on them, reading them back."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import simnode
+
+JOURNAL = "var/lib/gpunode-tuning/journal.json"
+# The boot runner (gpunode_tuning_boot_script, Python despite its name) and the desired state it re-applies.
+BOOT_RUNNER = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
+BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
+# What the persistent flow writes (relative to the node root).
+PERSISTENT_FILES = {
+    "etc/sysctl.d/90-gpunode-tuning.conf",
+    "etc/systemd/system/gpunode-tuning-boot.service",
+    "etc/systemd/system/multi-user.target.wants/gpunode-tuning-boot.service",
+    BOOT_RUNNER,
+    BOOT_DESIRED.lstrip("/"),
+    "etc/udev/rules.d/70-gpunode-tuning.rules",
+    "etc/default/grub.d/60-gpunode-tuning.cfg",
+    # The guard (on by default with the persistent flow).
+    "etc/gpunode-tuning/guard.json",
+    "etc/systemd/system/gpunode-tuning-guard.service",
+    "etc/systemd/system/gpunode-tuning-guard.timer",
+    "etc/systemd/system/timers.target.wants/gpunode-tuning-guard.timer",
+}
+# Paths on the controller that must never appear: the runs target simulated roots only.
+HOST_PATHS = [
+    "/etc/sysctl.d/90-gpunode-tuning.conf",
+    "/etc/systemd/system/gpunode-tuning-boot.service",
+    "/etc/systemd/system/gpunode-tuning-guard.service",
+    "/etc/systemd/system/gpunode-tuning-guard.timer",
+    "/etc/udev/rules.d/70-gpunode-tuning.rules",
+    "/etc/default/grub.d/60-gpunode-tuning.cfg",
+    "/usr/local/lib/gpunode-tuning",
+    "/etc/gpunode-tuning",
+    "/var/lib/gpunode-tuning",
+]
+CPU = "sys/devices/system/cpu"
+
+
+def build_node(path, preset="audited-epyc-8gpu", **kwargs):
+    """Build a simulated node of ``preset`` at ``path`` (simnode.build's options); its root as a str."""
+    simnode.build(str(path), preset, **kwargs)
+    return str(path)
+
+
+def assert_host_untouched():
+    for path in HOST_PATHS:
+        assert not os.path.lexists(path), "a run against a simulated root wrote %s on the controller" % path
+
+
+def read_file(root, rel, default=None):
+    """The text of ``rel`` below ``root``, or ``default`` when it does not exist."""
+    path = os.path.join(root, rel)
+    if not os.path.exists(path):
+        return default
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def write_file(root, rel, text):
+    """Write ``text`` to ``rel`` below ``root``, creating its directories."""
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def read_mrrs(root, bdf):
+    """MRRS of one device of a simulated node, read with the real setpci (DevCtl bits 14:12)."""
+    out = subprocess.run(
+        ["setpci", "-O", "sysfs.path=%s/sys/bus/pci" % root, "-s", bdf, "CAP_EXP+08.w"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return 128 << ((int(out, 16) & 0x7000) >> 12)
+
+
+def cstate_disabled(root, name):
+    """Set of CPUs on which the idle state ``name`` is disabled."""
+    cpu_dir = os.path.join(root, CPU)
+    out = set()
+    for cpu in os.listdir(cpu_dir):
+        if not re.fullmatch(r"cpu\d+", cpu):
+            continue
+        idle = os.path.join(cpu_dir, cpu, "cpuidle")
+        for state in os.listdir(idle) if os.path.isdir(idle) else []:
+            with open(os.path.join(idle, state, "name")) as fh:
+                if fh.read().strip() != name:
+                    continue
+            with open(os.path.join(idle, state, "disable")) as fh:
+                if fh.read().strip() == "1":
+                    out.add(int(cpu[3:]))
+    return out
+
+
+def set_cpufreq_driver(root, tmp_path, driver, mode):
+    """Give the node the cpufreq layout of ``driver`` in ``mode`` (what the kernel shows after a boot into it).
+
+    simnode's own (the layout of the driver family's preset, as its simulated reboot switches drivers);
+    ``tmp_path`` is not needed any more and kept for the callers.
+    """
+    del tmp_path
+    simnode.set_cpufreq_driver(root, driver, mode)
+
+
+def inject_drift(root, bdf="0000:61:00.0"):
+    """Issue 23's drift: kernel.numa_balancing back to 1, one GPU's MRRS back to 512 (the real setpci)."""
+    with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), "w", encoding="utf-8") as fh:
+        fh.write("1\n")
+    subprocess.run(["setpci", "-O", "sysfs.path=%s/sys/bus/pci" % root, "-s", bdf, "CAP_EXP+08.w=2000:7000"],
+                   check=True)
