@@ -174,6 +174,7 @@ def test_every_slurm_capture_is_read_here_and_named_in_the_readme():
     assert [n for n in CAPTURES if "| %s |" % n not in readme] == []
     assert [n for n in CAPTURES if tests.count('"%s"' % n) < 2] == []  # listed above and read by a test
 
+
 HERE_OUT = {"down1", "drained1", "drainedreboot1", "draining1", "fail1", "failing1", "maint1", "noresp1",
             "rebootasap1", "rebooted1", "rebootissued1"}
 HERE_IN = {"idle1", "mixed1", "alloc1", "completing1"}
