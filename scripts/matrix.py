@@ -122,6 +122,8 @@ MATRIX_TESTS = [
     # node on the managed-node floor's Python of this core (3.8 before 2.20, 3.9 from 2.20).
     INSTALLED_TEST,
 ]
+# Tag selection is ansible-core's too: `--tags persistent`, `--tags runtime` and the alias `--tags mrrs`
+# run above; a test of `--list-tags` / `--skip-tags` (issue 29) belongs in this list.
 # Not per version, and why:
 # - the rest of test_verify.py, test_precheck.py and test_playbooks.py: the node's side (modules,
 #   families) and messages built in Python; the reports' rendering is in MATRIX_UNIT.

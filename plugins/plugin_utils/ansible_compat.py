@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Every use of an ansible-core interface that differs between the supported versions (2.16 to 2.21).
 
-The rest of the collection calls these small functions and never probes ansible-core itself;
-tests/unit/test_layout.py-style checks in tests/unit/test_ansible_compat.py fail when a
-version-dependent name appears anywhere else, and that test runs on every version of the matrix
+The rest of the collection calls these small functions and never probes ansible-core itself:
+tests/unit/test_ansible_compat.py fails when a version-dependent name appears in any other plugin
+(or in benchmarks/callback_plugins), and it runs on every version of the matrix
 (scripts/matrix.py). What differs:
 
 - **Templating** (2.19 reworked it, "data tagging"): from 2.19 a template's result keeps its type
