@@ -11,6 +11,10 @@ on the controller for the host it ran for; results of the host `localhost` itsel
 summary play) count as ``controller_plays``. Action plugins that run several modules for one
 task (template: stat, then copy) count once, as the task, except the collection's tuning_flow, whose
 result says how many it ran (``module_runs``: 0 for the precheck, 2 for a rollback).
+
+The task result is read through the collection's plugin_utils/ansible_compat.py (its shape differs
+between ansible-core versions), so the collection must be on the collections path, as it is for
+every run from this repository.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import json
 import os
 
 from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat
 
 DOCUMENTATION = """
 name: module_runs
@@ -49,20 +55,20 @@ class CallbackModule(CallbackBase):
         self.controller_plays = 0
 
     def _count(self, result):
-        action = result._task.action.rsplit(".", 1)[-1]
+        host, task, res = ansible_compat.task_result_parts(result)
+        action = task.action.rsplit(".", 1)[-1]
         if action in NO_MODULE:
             return
-        res = result._result
         runs = sum(1 for item in res["results"] if not item.get("skipped")) if "results" in res else 1
         # The collection's tuning_flow action says how many modules it ran (0 for its precheck).
         runs = res.get("module_runs", runs)
-        host = result._host.get_name()
+        host = host.get_name()
         if not runs:
             return
         if host in CONTROLLER:
             self.controller_plays += runs
             return
-        delegated = (res.get("_ansible_delegated_vars") or {}).get("ansible_delegated_host") or result._task.delegate_to
+        delegated = (res.get("_ansible_delegated_vars") or {}).get("ansible_delegated_host") or task.delegate_to
         where = "controller" if delegated in CONTROLLER else "node"
         self.hosts[host][where] += runs
         self.hosts[host]["actions"][action] += runs

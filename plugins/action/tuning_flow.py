@@ -34,7 +34,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables, tags
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, desired_state, role_variables, tags
 
 display = Display()
 ARGUMENT_SPEC = {
@@ -215,15 +215,15 @@ class ActionModule(ActionBase):
                        "fail_on_error": False, "command_timeouts": values.get("gpunode_tuning_command_timeouts")}
         try:
             if not remove and {"boot_unit", "guard"} & set(names):
-                tmp = self._connection._shell.tmpdir or self._make_tmp_path()
-                src = self._connection._shell.join_path(tmp, "gpunode-tuning-boot.py")
+                tmp = ansible_compat.remote_tmpdir(self._connection) or self._make_tmp_path()
+                src = ansible_compat.remote_join(self._connection, tmp, "gpunode-tuning-boot.py")
                 self._transfer_data(src, boot.runner_text(_module_utils_sources()))
                 self._fixup_perms2((tmp, src))
                 module_args["runner_src"] = src
             result = self._execute_module(module_name="gpunode.tuning.tuning_persist", module_args=module_args,
                                           task_vars=task_vars)
         finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            self._remove_tmp_path(ansible_compat.remote_tmpdir(self._connection))
         for key in ("concerns", "failed_concerns"):
             result.setdefault(key, {})
         result["module_runs"] = 1

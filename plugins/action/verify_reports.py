@@ -32,12 +32,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as report_files
-
-try:  # ansible-core 2.19+: template text from a file is rendered only once trusted
-    from ansible.template import trust_as_template
-except ImportError:  # 2.16 to 2.18: every string is a template
-    def trust_as_template(value):
-        return value
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "roles", "tuning", "templates")
@@ -83,23 +78,14 @@ class ActionModule(ActionBase):
         path = os.path.join(TEMPLATES, src)
         try:
             with open(path, encoding="utf-8") as handle:
-                text = trust_as_template(handle.read())
+                text = ansible_compat.trust_as_template(handle.read())
             variables = dict(task_vars)
             variables.update(extra)
-            return to_bytes(self._template(text, variables), encoding="utf-8", errors="surrogate_or_strict")
+            rendered = ansible_compat.render_template(self._templar, text, variables, [TEMPLATES], JINJA_OPTIONS)
+            return to_bytes(rendered, encoding="utf-8", errors="surrogate_or_strict")
         except Exception as exc:  # any template or I/O error: name the template, as the template action does
             raise AnsibleActionFail("gpunode.tuning.verify_reports: cannot render %s: %s"
                                     % (src, to_native(exc))) from exc
-
-    def _template(self, text, variables):
-        if hasattr(self._templar, "evaluate_expression"):  # ansible-core 2.19+: options per template call
-            templar = self._templar.copy_with_new_env(searchpath=[TEMPLATES], available_variables=variables)
-            return templar.template(text, escape_backslashes=False, overrides=JINJA_OPTIONS)
-        from ansible.template import AnsibleEnvironment  # noqa: PLC0415  (2.16 to 2.18 only; gone from 2.19's API)
-
-        templar = self._templar.copy_with_new_env(environment_class=AnsibleEnvironment, searchpath=[TEMPLATES],
-                                                  available_variables=variables, **JINJA_OPTIONS)
-        return templar.do_template(text, preserve_trailing_newlines=True, escape_backslashes=False)
 
     @staticmethod
     def _write(directory, rendered, check_mode):

@@ -29,13 +29,7 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import ArgumentTypeError, ElementError, NoLogError
 
-try:  # ansible-core 2.19+: templating keeps native types, None included
-    from ansible.template import trust_as_template as _trust  # noqa: F401  (only probed)
-    NATIVE_TYPES = True
-    AnsibleUnsafe = ()
-except ImportError:  # 2.16-2.18
-    NATIVE_TYPES = False
-    from ansible.utils.unsafe_proxy import AnsibleUnsafe
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat
 
 SPECS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                           "roles", "tuning", "meta", "argument_specs.yml")
@@ -285,13 +279,13 @@ def plain(value):
 
 def typed(templar, value):
     """``value`` templated with its type kept (see the module docstring)."""
-    if NATIVE_TYPES:
+    if ansible_compat.templating_keeps_types():
         return plain(templar.template(value))
     if isinstance(value, Mapping):
         return {typed(templar, k): typed(templar, v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [typed(templar, v) for v in value]
-    if not isinstance(value, str) or isinstance(value, AnsibleUnsafe) or "{" not in value:
+    if not isinstance(value, str) or ansible_compat.is_unsafe(value) or "{" not in value:
         return plain(value)
     match = _WHOLE_EXPRESSION.match(value)
     if not match:
@@ -359,10 +353,14 @@ def _option_errors(options: dict, provided: dict) -> list[str]:
     """One line per bad option: each failing option validated again alone, to name it and its value."""
     lines = []
     for name in sorted(provided):
+        if name == "gpunode_tuning_root" and root_problem(provided[name]):
+            # path_problems words it, alike on every core: for null, 2.16's validator reports a type error
+            # and 2.19's converts it to "".
+            continue
         result = ArgumentSpecValidator({name: options[name]}).validate({name: provided[name]})
         if not result.error_messages:
             continue
-        errors = result.errors.errors
+        errors = ansible_compat.validation_errors(result)
         detail = errors[0].msg
         if detail.startswith("value of %s must " % name):
             # Ansible's choice error names the variable, the choices and the value; null as YAML says it.

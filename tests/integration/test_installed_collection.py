@@ -7,9 +7,11 @@ the steps of docs/compatibility.md. The dependencies of galaxy.yml are the ones 
 already has, as the ``ansible`` package from PyPI brings them: the install must accept them and
 not ask Galaxy (unreachable here), which it only does while galaxy.yml's ranges hold them.
 
-A second node's modules run with Python 3.8, the managed node's floor, where this machine has one
-(pyenv's), so the floor is held on every controller version. The version matrix
-(scripts/matrix.py) runs this file on every supported ansible-core.
+A second node's modules run with the managed node's floor Python of the ansible-core under test
+where this machine has one (pyenv's): 3.8, the collection's own floor, up to 2.19; 3.9 from 2.20,
+which dropped 3.8 on targets (its changelog; ``_PY_MIN`` in its module_utils/basic.py). So the
+floor is held on every controller version. The version matrix (scripts/matrix.py) runs this file on
+every supported ansible-core.
 """
 
 from __future__ import annotations
@@ -33,29 +35,39 @@ GPUS = ["0000:41:00.0", "0000:61:00.0"]
 DEPENDENCIES = ("ansible.posix", "ansible.utils", "community.general")
 
 
-def python38():
-    """A Python 3.8 that runs (a pyenv shim of a version not selected does not), or None."""
-    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
-    candidates = [shutil.which("python3.8"), *pyenv]
+def node_floor():
+    """The oldest managed-node Python of the ansible-core under test that the collection supports."""
+    out = subprocess.run([os.path.join(VENV_BIN, "python"), "-c", "import ansible.release as r; print(r.__version__)"],
+                         capture_output=True, text=True, check=True).stdout
+    return "3.9" if tuple(int(part) for part in out.split(".")[:2]) >= (2, 20) else "3.8"
+
+
+def python_at(minor):
+    """A Python ``minor`` (``3.8``) that runs (a pyenv shim of a version not selected does not), or None."""
+    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/%s*/bin/python%s" % (minor, minor))))
+    candidates = [shutil.which("python" + minor), *pyenv]
+    want = tuple(int(part) for part in minor.split("."))
     for path in filter(None, candidates):
-        probe = subprocess.run([path, "-c", "import sys; assert sys.version_info[:2] == (3, 8)"], capture_output=True,
-                               check=False)
+        probe = subprocess.run([path, "-c", "import sys; assert sys.version_info[:2] == %r" % (want,)],
+                               capture_output=True, check=False)
         if probe.returncode == 0:
             return path
     return None
 
 
 def fleet(tmp_path):
-    """{host: root} and the inventory: node1 with the controller's Python, node38 with 3.8 if there is one."""
+    """{host: root} and the inventory: node1 with the controller's Python, node38 (or node39) with the floor's."""
     roots = {"node1": build_node(tmp_path / "node1", cpus=8, gpus=2)}
     inventory = write_inventory(tmp_path / "hosts.yml", roots, report_dir=None)  # reports/ of the working directory
-    py38 = python38()
-    if py38:
-        roots["node38"] = build_node(tmp_path / "node38", cpus=8, gpus=2)
+    floor = node_floor()
+    oldest = python_at(floor)
+    if oldest:
+        name = "node" + floor.replace(".", "")
+        roots[name] = build_node(tmp_path / name, cpus=8, gpus=2)
         with open(inventory, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
         hosts = data["all"]["children"]["gpunodes"]["hosts"]
-        hosts["node38"] = {"gpunode_tuning_root": roots["node38"], "ansible_python_interpreter": py38}
+        hosts[name] = {"gpunode_tuning_root": roots[name], "ansible_python_interpreter": oldest}
         with open(inventory, "w", encoding="utf-8") as fh:
             yaml.safe_dump(data, fh)
     return roots, inventory

@@ -1,9 +1,10 @@
 """The version matrix (scripts/matrix.py) and what the collection claims agree.
 
-meta/runtime.yml's requires_ansible is exactly the range the matrix tests, the newest version of
-the matrix is the one of requirements.txt (the shared .venv, where the full suite runs), and each
-version's files pin an ansible-core of that version and the ``ansible`` package of the same
-generation (the ansible package N carries ansible-core 2.(N + 7): 9 -> 2.16, ..., 12 -> 2.19).
+meta/runtime.yml's requires_ansible is exactly the range the matrix tests, the shared .venv's
+version (requirements.txt, where the full suite runs) is one of the matrix's with the same pins, and
+each version's files pin an ansible-core of that version and the ``ansible`` package of the same
+generation (the ansible package N carries ansible-core 2.(N + 7): 9 -> 2.16, ..., 14 -> 2.21). A
+version whose controller Python is missing fails the setup with what to install; it is never skipped.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ VERSIONS = matrix.versions()
 
 
 def test_the_matrix_covers_the_supported_versions():
-    assert VERSIONS == ["2.16", "2.17", "2.18", "2.19"]
+    assert VERSIONS == ["2.16", "2.17", "2.18", "2.19", "2.20", "2.21"]
 
 
 def test_requires_ansible_is_the_tested_range():
@@ -35,11 +36,49 @@ def test_requires_ansible_is_the_tested_range():
     assert requires == ">=%s.0,<%s.%d.0" % (VERSIONS[0], major, int(minor) + 1)
 
 
-def test_the_newest_version_is_the_shared_venv():
-    core, bundle = matrix.requirement_files(VERSIONS[-1])
+def test_the_shared_venv_is_a_matrix_version_with_its_pins():
+    assert matrix.shared_version() in VERSIONS
+    core, bundle = matrix.requirement_files(matrix.shared_version())
     shared = os.path.join(REPO, "requirements.txt")
     assert matrix.pinned(core, "ansible-core") == matrix.pinned(shared, "ansible-core")
     assert matrix.pinned(bundle, "ansible") == matrix.pinned(shared, "ansible")
+
+
+def test_the_shared_version_runs_the_in_process_tests_only():
+    # The unit and integration stages run everything on it already.
+    assert matrix.selection(matrix.shared_version()) == (matrix.MATRIX_UNIT, [])
+    for version in set(VERSIONS) - {matrix.shared_version()}:
+        assert matrix.selection(version) == (matrix.MATRIX_UNIT, matrix.MATRIX_TESTS)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_version_names_its_controller_pythons_and_pins_pytest(version):
+    pythons = matrix.CONTROLLER_PYTHONS[version]
+    minor = int(version.split(".")[1])
+    # ansible-core 2.20 dropped Python 3.11 on the controller; 2.18 dropped 3.10.
+    floor = (3, 12) if minor >= 20 else (3, 11) if minor >= 18 else (3, 10)
+    assert all(tuple(map(int, p.split("."))) >= floor for p in pythons), pythons
+    core, _bundle = matrix.requirement_files(version)
+    assert matrix.pinned(core, "pytest")  # MATRIX_UNIT runs in the environment itself
+
+
+def test_a_missing_controller_python_fails_saying_what_to_install(monkeypatch):
+    monkeypatch.setattr(matrix, "candidates", lambda minor: [])
+    monkeypatch.delenv("MATRIX_PYTHON_2_21", raising=False)
+    monkeypatch.setattr(matrix, "_PYTHONS", {})
+    with pytest.raises(matrix.NoPython) as caught:
+        matrix.python("2.21")
+    message = str(caught.value)
+    assert "ansible-core 2.21 needs Python 3.13 or 3.12 or 3.14 on the controller" in message
+    assert "pyenv install 3.13" in message and "apt-get install python3.13 python3.13-venv" in message
+    assert "MATRIX_PYTHON_2_21=" in message
+
+
+def test_a_named_controller_python_must_be_a_supported_one(monkeypatch):
+    monkeypatch.setattr(matrix, "_PYTHONS", {})
+    monkeypatch.setenv("MATRIX_PYTHON_2_21", sys.executable)  # the .venv's 3.11: not for 2.21
+    with pytest.raises(matrix.NoPython, match="MATRIX_PYTHON_2_21=.* is not a Python 3.13/3.12/3.14"):
+        matrix.python("2.21")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -59,9 +98,10 @@ def test_galaxy_ranges_are_checked_like_galaxy_reads_them():
 
 def test_every_matrix_test_exists():
     # A renamed or removed integration test must not silently leave the matrix.
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           *matrix.MATRIX_TESTS], cwd=REPO, capture_output=True, text=True, check=False)
+    tests = matrix.MATRIX_UNIT + matrix.MATRIX_TESTS
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *tests],
+                          cwd=REPO, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     collected = [line for line in proc.stdout.splitlines() if "::" in line]
-    for test in matrix.MATRIX_TESTS:
+    for test in tests:
         assert any(line == test or line.startswith((test + "::", test + "[")) for line in collected), test
