@@ -120,10 +120,14 @@ MATRIX_TESTS = [
     # ranges, requires_ansible: no "does not support" warning), its playbooks by FQCN outside the
     # checkout: verify (exit status 2, reports), `--tags runtime` twice (changed=0), rollback; a second
     # node on the managed-node floor's Python of this core (3.8 before 2.20, 3.9 from 2.20).
+    # Tag selection is ansible-core's: `--list-tags` listing every task's tags (the generated lists
+    # included) and `--skip-tags always` running the flows (ansible_run_tags / ansible_skip_tags and the
+    # flow tasks' inherited tags as each core computes them).
+    "tests/integration/test_tags_playbooks.py::test_list_tags_shows_every_tag_that_selects_a_family_or_a_concern",
+    "tests/integration/test_tags_playbooks.py::test_skip_tags_always_still_checks_the_variables_and_runs_every_flow",
     INSTALLED_TEST,
 ]
-# Tag selection is ansible-core's too: `--tags persistent`, `--tags runtime` and the alias `--tags mrrs`
-# run above; a test of `--list-tags` / `--skip-tags` (issue 29) belongs in this list.
+# Tag selection also runs above: `--tags persistent`, `--tags runtime` and the alias `--tags mrrs`.
 # Not per version, and why:
 # - the rest of test_verify.py, test_precheck.py and test_playbooks.py: the node's side (modules,
 #   families) and messages built in Python; the reports' rendering is in MATRIX_UNIT.

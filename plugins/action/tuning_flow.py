@@ -129,8 +129,9 @@ class ActionModule(ActionBase):
         lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
         record = list(task_vars.get(FAILURES_FACT) or []) + lines
         result.setdefault("ansible_facts", {})[FAILURES_FACT] = record
+        persistent_inherited = (set(inherited) - {"runtime"}) | {"persistent"}
         persistent_runs = flow == "runtime" and defer and bool(
-            tags.selected_concerns("persistent", only, skip, (set(inherited) - {"runtime"}) | {"persistent"}))
+            tags.selected_concerns("persistent", only, skip, persistent_inherited))
         if lines and "always" in skip and not persistent_runs:
             result.update(failed=True, msg="%s tuning failed for these knob families (every other family ran): %s"
                           % (flow.capitalize(), " | ".join(record)))

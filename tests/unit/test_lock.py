@@ -27,7 +27,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock
 path, flow, mode, arg = sys.argv[1:5]
 if mode == "count":
     counter = os.path.join(os.path.dirname(os.path.dirname(path)), "counter")
-    for _ in range(int(arg)):
+    for _round in range(int(arg)):
         with lock.NodeLock(path, flow, timeout=30, poll=0.001):
             with open(counter) as fh:
                 value = int(fh.read())
@@ -52,7 +52,7 @@ def writer(path, flow="persistent", mode="wait", arg="0"):
 
 def said(proc, within=20.0):
     """The writer's next line (bounded: a writer that says nothing fails the test, it does not hang it)."""
-    ready, _, _ = select.select([proc.stdout], [], [], within)
+    ready, _writable, _errors = select.select([proc.stdout], [], [], within)
     assert ready, "the writer said nothing within %s s: %s" % (within, proc.stderr.read() if proc.poll() else "")
     return proc.stdout.readline().split()
 

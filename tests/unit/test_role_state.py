@@ -129,8 +129,8 @@ def test_the_guards_interval_is_judged_before_anything_changes(interval, ok):
     # Rollback writes nothing of the guard: a bad interval must not stop it.
     assert desired_state.combination_problems(preset_values(gpunode_tuning_guard_interval=interval), "rollback") == []
     # Off, the guard is not written, so its interval is not judged.
-    assert desired_state.combination_problems(preset_values(gpunode_tuning_guard_interval=interval,
-                                                         gpunode_tuning_guard_enabled=False)) == []
+    off = preset_values(gpunode_tuning_guard_interval=interval, gpunode_tuning_guard_enabled=False)
+    assert desired_state.combination_problems(off) == []
 
 
 def test_the_guards_textfile_directory_is_absolute_or_empty():

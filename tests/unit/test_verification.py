@@ -150,8 +150,8 @@ def test_pending_reboot_when_the_argument_is_configured(build_node):
 def test_pending_only_fails_when_asked(build_node):
     root = build_node("audited-epyc-8gpu")
     desired = {"kernel_cmdline": ["iommu=pt"]}
-    ctx = {"root": root, "boot_config": {"bootloader": "grub",
-                                     "dropin_slurp": slurp('GRUB_CMDLINE_LINUX_DEFAULT="iommu=pt"\n')}}
+    dropin = slurp('GRUB_CMDLINE_LINUX_DEFAULT="iommu=pt"\n')
+    ctx = {"root": root, "boot_config": {"bootloader": "grub", "dropin_slurp": dropin}}
     facts = gather(root)
     assert v.evaluate_host(facts, desired, ctx)["ok"]
     res = v.evaluate_host(facts, desired, ctx, fail_on_pending=True)

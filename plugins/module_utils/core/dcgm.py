@@ -224,7 +224,7 @@ class _Reader:
             _settle(test, out["findings"])
         out["failures"] = [_entry(t) for t in out["tests"] if t["status"] in FAILING]
         out["failures"] += [{"test": "dcgmi", "section": None, "status": "error", "result": text, "gpus": [],
-                             "detail": ""} for _, text in self.outside]
+                             "detail": ""} for _line, text in self.outside]
         out["warnings"] = [_entry(t) for t in out["tests"] if t["status"] == "warn"]
         out["complete"] = self.seen and not self.open
         if self.seen and self.open and self.last is not None:

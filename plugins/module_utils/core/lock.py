@@ -139,9 +139,9 @@ def holder_text(holder: dict | None, clock: Callable[[], float] = time.time) -> 
     if isinstance(holder.get("since"), (int, float)):
         ago = ", %d s ago" % max(0, round(clock() - holder["since"]))
     stale = "; that process no longer runs" if holder.get("alive") is False else ""
-    return "the %s run (pid %s on %s, since %s%s%s)" % (holder.get("flow") or "unnamed", holder.get("pid"),
-                                                         holder.get("host") or "an unknown host",
-                                                         holder.get("started") or "an unknown time", ago, stale)
+    return "the %s run (pid %s on %s, since %s%s%s)" % (
+        holder.get("flow") or "unnamed", holder.get("pid"), holder.get("host") or "an unknown host",
+        holder.get("started") or "an unknown time", ago, stale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ class NodeLock:
 
     def _open(self) -> int:
         """The lock file, opened (created 0600 when missing, with the missing directories above it)."""
-        for _ in range(10):  # a releasing holder may remove the directory between our mkdir and open
+        for _attempt in range(10):  # a releasing holder may remove the directory between our mkdir and open
             self._make_directories()
             try:
                 return os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
