@@ -70,6 +70,9 @@ def test_an_exit_9_nvidia_smi_is_asked_once_and_the_host_is_unhealthy(build_node
     assert probe["query"]["not_run"].startswith("nvidia-smi failed (rc 9): NVIDIA-SMI has failed")
     assert rows["nvidia_smi"]["state"] == "drifted" and "couldn't communicate" in rows["nvidia_smi"]["reason"]
     assert gpu_health.health_findings({"settings": list(rows.values())})[0].startswith("gpu_health.nvidia_smi: ")
+    # The GPU list failed with the same nvidia-smi: not a second finding, named as that failure.
+    assert rows["driver_count"]["state"] == "unsupported" and "see nvidia_smi" in rows["driver_count"]["reason"]
+    assert len(gpu_health.health_findings({"settings": list(rows.values())})) == 1
     result, failed = run_module("gpu_settings", {"persistence": True, "root": root})
     assert failed and "GPU settings not read: nvidia-smi --query-gpu failed (rc 9): NVIDIA-SMI has failed" \
         in result["msg"]

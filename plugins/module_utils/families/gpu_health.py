@@ -599,6 +599,11 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     want = validate((desired or {}).get(NAME))
     health = probe.get("health") if probe.get("probe") == "present" else None
     rows, smi = smi_rows(facts, health)
+    if driver and driver["state"] == "drifted" and driver["running"] is None \
+            and any(r["name"] == "nvidia_smi" and r["state"] == "drifted" for r in rows):
+        # The same nvidia-smi that failed the health query failed the GPU list: one finding, nvidia_smi's.
+        tail = [_row("driver_count", driver["desired"], None, "unsupported",
+                     "the GPUs could not be listed (see nvidia_smi): %s" % driver["reason"])]
     busy = {g["bdf"]: _number(g.get("utilization.gpu")) for g in smi or []
             if _number(g.get("utilization.gpu")) is not None}
     out = link_rows(facts, busy) + [responding_row(facts)]
