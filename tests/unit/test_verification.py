@@ -440,3 +440,15 @@ def test_configured_arguments_from_text_read_on_the_node():
     assert v.configured_arguments({"bootloader": "grub", "dropin_text": None}) == ([], None)
     args, why = v.configured_arguments({"bootloader": "grub", "dropin_text": None, "dropin_error": "EACCES"})
     assert args is None and "could not be read: EACCES" in why
+
+
+def test_the_pci_functions_are_listed_once_for_the_node_and_every_family(build_node, monkeypatch):
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
+
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    real, calls = pci.list_devices, []
+    monkeypatch.setattr(pci, "list_devices", lambda node: calls.append(node.root) or real(node))
+    facts = gather(root)
+    assert calls == [root]
+    assert facts["pci"]["count"] == 8 and len(facts["pcie_acs"]["gpus"]) == 8 and len(facts["iommu"]["gpus"]) == 8
+    assert len(facts["gpu_p2p"]["redirect"]) == 8

@@ -191,13 +191,14 @@ def aggregate(values_by_cpu: dict) -> dict:
     }
 
 
-def pci_facts(node: Node, selector: DeviceSelector) -> dict:
-    """``pci``: the selected devices with their PCIe settings, decoded from config space."""
+def pci_facts(node: Node, selector: DeviceSelector, listed: list | None = None) -> dict:
+    """``pci``: the selected devices with their PCIe settings, decoded from config space (``listed``: the
+    node's PCI functions when the caller listed them already)."""
     devices = []
     present = set()
     nvidia_gpus = []
     default = DeviceSelector()
-    for dev in list_devices(node):
+    for dev in list_devices(node) if listed is None else listed:
         present.add(dev["bdf"])
         if default.matches(dev):
             nvidia_gpus.append(dev["bdf"])
@@ -252,8 +253,10 @@ def pci_facts(node: Node, selector: DeviceSelector) -> dict:
 
 
 def gather(node: Node, pci_selector: dict | None = None, kmsg_since: float = 0.0,
-           kmsg_levels: Any = kernel_log.DEFAULT_LEVELS, kmsg_ignore: Any = None) -> dict:
+           kmsg_levels: Any = kernel_log.DEFAULT_LEVELS, kmsg_ignore: Any = None, devices: list | None = None) -> dict:
     """The node-level sections of ``tuning_facts``. Raises ``FactsError`` (bad option) before reading anything.
+
+    ``devices``: the node's PCI functions when the caller listed them already (``list_devices``).
 
     Raises ``NodeError`` when the node lists no CPU (it could not be read).
     """
@@ -276,6 +279,6 @@ def gather(node: Node, pci_selector: dict | None = None, kmsg_since: float = 0.0
         "os": os_facts(node),
         "kernel": kernel_facts(node),
         "cpu": cpu_facts(node, cpus),
-        "pci": pci_facts(node, selector),
+        "pci": pci_facts(node, selector, devices),
         "kernel_log": kernel_log.kernel_log_facts(node, kmsg_levels, kmsg_since, kmsg_ignore),
     }

@@ -59,6 +59,8 @@ class FactsQuery(NamedTuple):
     detail: bool = False
     # tuning_info's facts options the family reads (``Family.read_options``), each checked by its validator.
     options: dict = {}
+    # The node's PCI functions as pci.list_devices lists them, listed once for every family (None: not listed).
+    devices: tuple | None = None
 
 
 class GpuCommand(NamedTuple):

@@ -670,11 +670,17 @@ def bridge_chain(node: Node, bdf: str) -> list:
     return chain[:-1] if chain and chain[-1][0] == bdf else chain
 
 
-def redirecting_bridges(node: Node, selector: DeviceSelector) -> dict:
+def listed(node: Node, query: object = None) -> list:
+    """The node's PCI functions: those a FactsQuery listed once for every family, else ``list_devices``."""
+    devices = getattr(query, "devices", None)
+    return list(devices) if devices is not None else list_devices(node)
+
+
+def redirecting_bridges(node: Node, selector: DeviceSelector, devices: list | None = None) -> dict:
     """``{device bdf: [bridge bdf, ...]}``: the bridges above each selected device with ACS ReqRedir or CmpltRedir
     on (peer traffic sent up to the root complex). A bridge whose config space cannot be read counts as not."""
     out, seen = {}, {}
-    for dev in list_devices(node):
+    for dev in list_devices(node) if devices is None else devices:
         if not selector.matches(dev):
             continue
         for bdf, path in bridge_chain(node, dev["bdf"]):

@@ -113,7 +113,7 @@ def nvbandwidth_waived(text: str | None) -> str | None:
 
 def read(node: Node, selector: pci.DeviceSelector | None = None, query: Any = None) -> dict:
     """The family's facts (``facts["gpu_p2p"]``): per GPU the bridges above it that redirect peer traffic."""
-    return {"redirect": pci.redirecting_bridges(node, selector or pci.DeviceSelector())}
+    return {"redirect": pci.redirecting_bridges(node, selector or pci.DeviceSelector(), pci.listed(node, query))}
 
 
 def _redirecting(facts: dict) -> dict:

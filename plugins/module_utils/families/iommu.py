@@ -83,7 +83,7 @@ def read(node: Node, selector: pci.DeviceSelector | None = None, query: object =
     group (and its default domain type) of each selected GPU."""
     selector = selector or pci.DeviceSelector()
     gpus = []
-    for dev in pci.list_devices(node):
+    for dev in pci.listed(node, query):
         if selector.matches(dev):
             group, group_type = pci.iommu_group(node, dev["bdf"])
             gpus.append({"bdf": dev["bdf"], "iommu_group": group, "iommu_group_type": group_type})

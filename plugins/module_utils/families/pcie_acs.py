@@ -112,9 +112,9 @@ def vfio_below(devices: list, bridge_path: str) -> list:
     return sorted(d["bdf"] for d in devices if d["driver"] == "vfio-pci" and d["dir"].startswith(bridge_path + os.sep))
 
 
-def _all_devices(node: Node) -> list:
+def _all_devices(node: Node, query: object = None) -> list:
     out = []
-    for dev in pci.list_devices(node):
+    for dev in pci.listed(node, query):
         path = device_dir(node, dev["bdf"])
         out.append(dict(dev, dir=path, driver=driver_of(path)))
     return out
@@ -144,13 +144,13 @@ def _read_bridge(bridge: str, path: str) -> dict:
     return entry
 
 
-def gpu_paths(node: Node, selector: pci.DeviceSelector) -> dict:
+def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) -> dict:
     """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those.
 
     ``{"gpus": [{bdf, bridges: [bdf, ...root port first], iommu_group, iommu_group_type}],
     "bridges": {bdf: {bdf, port_type, acs, acs_state, error, gpus, vfio}}, "vfio_devices": [...]}``.
     """
-    devices = _all_devices(node)
+    devices = _all_devices(node, query)
     gpus, bridges = [], {}
     for dev in devices:
         if not selector.matches(dev):
@@ -170,7 +170,7 @@ def gpu_paths(node: Node, selector: pci.DeviceSelector) -> dict:
 def read(node: Node, selector: pci.DeviceSelector | None = None, query: object = None) -> dict:
     """The family's facts (``facts["pcie_acs"]``): GPU paths, their bridges' ACS, vfio-pci below them, the IOMMU
     groups of the GPUs and the ACS arguments of the running kernel (``pci=disable_acs_redir=``)."""
-    paths = gpu_paths(node, selector or pci.DeviceSelector())
+    paths = gpu_paths(node, selector or pci.DeviceSelector(), query)
     for entry in paths["bridges"].values():
         entry.pop("path", None)
         if entry["acs"]:  # registers in hex, as lspci and the module's result show them

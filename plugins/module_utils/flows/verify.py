@@ -22,7 +22,7 @@ import os
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi, sysctl_boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi, pci, sysctl_boot
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FactsQuery
@@ -69,10 +69,11 @@ def gather(node: Node, pci_selector: dict | None = None, detail: bool = False, *
             raise
         except ValueError as exc:
             raise node_facts.FactsError("%s: %s" % (key, exc)) from None
-    facts = node_facts.gather(node, pci_selector=pci_selector, **options)
     selector = node_facts.build_selector(pci_selector)
+    devices = tuple(pci.list_devices(node))  # once, for the node's pci section and every family that reads PCI
+    facts = node_facts.gather(node, pci_selector=pci_selector, devices=list(devices), **options)
     query = FactsQuery(cpus=tuple(parse_cpulist(facts["cpu"]["online"])), detail=bool(detail),
-                       options=family_options)
+                       options=family_options, devices=devices)
     for fam in registry.FAMILIES:
         if fam.read is not None:
             facts[fam.name] = fam.read(node, selector, query)
