@@ -15,19 +15,20 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
     cpuidle,
     gpu_health,
     gpu_locality,
+    gpu_p2p,
     gpu_settings,
     iommu,
     kernel_cmdline,
     kmod,
+    pcie_acs,
     pcie_mrrs,
     tunables,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 
+# One line per family; the order is the runtime, boot and report order.
 FAMILIES: tuple[Family, ...] = (
     pcie_mrrs.DEFINITION,
-    acs.DEFINITION,
+    pcie_acs.DEFINITION,
     iommu.DEFINITION,
     cpuidle.DEFINITION,
     cpufreq.DEFINITION,
@@ -36,7 +37,7 @@ FAMILIES: tuple[Family, ...] = (
     kernel_cmdline.DEFINITION,
     gpu_settings.DEFINITION,
     gpu_health.DEFINITION,
-    p2p.DEFINITION,
+    gpu_p2p.DEFINITION,
     gpu_locality.DEFINITION,
 )
 
@@ -47,6 +48,53 @@ def by_name(name: str) -> Family:
         if fam.name == name:
             return fam
     raise KeyError("no knob family %r; known: %s" % (name, ", ".join(f.name for f in FAMILIES)))
+
+
+def of_report(report: str) -> Family | None:
+    """The family that produces the report family ``report`` (None for none)."""
+    return next((fam for fam in FAMILIES if report in fam.titles), None)
+
+
+def selecting_tags(fam: Family) -> tuple[str, ...]:
+    """Every tag that selects ``fam``: its name, its settings' tags, its deprecated former names."""
+    return (fam.name, *fam.tags, *fam.deprecated_tags)
+
+
+def deprecated_tags() -> dict[str, str]:
+    """Deprecated tag -> the family name that replaces it."""
+    return {tag: fam.name for fam in FAMILIES for tag in fam.deprecated_tags}
+
+
+def read_options() -> dict:
+    """tuning_info facts option -> its validator, of every family's ``read`` (``Family.read_options``)."""
+    out: dict = {}
+    for fam in FAMILIES:
+        out.update(fam.read_options or {})
+    return out
+
+
+def facts_options(desired: dict) -> dict:
+    """The facts options every family's ``read`` needs to judge ``desired`` (``Family.facts_options``)."""
+    out: dict = {}
+    for fam in FAMILIES:
+        if fam.facts_options is not None:
+            out.update(fam.facts_options(desired))
+    return out
+
+
+def health_families() -> tuple[str, ...]:
+    """Report families whose drifted and reset-pending rows are health findings (``Family.health``)."""
+    return tuple(r for fam in FAMILIES if fam.health for r in fam.titles)
+
+
+def hotplug_families() -> list[Family]:
+    """The families the udev rule re-applies for a hot-added PCI function (``Family.hotplug``), in order."""
+    return [fam for fam in FAMILIES if fam.hotplug is not None and fam.boot is not None]
+
+
+def per_cpu_keys() -> dict:
+    """Family -> the keys of its journal entries kept per CPU (None: every key), of the families that have some."""
+    return {fam.name: None if "*" in fam.per_cpu else tuple(fam.per_cpu) for fam in FAMILIES if fam.per_cpu}
 
 
 def report_titles() -> dict[str, str]:

@@ -66,7 +66,7 @@ options:
         elements: str
   sysctls:
     description:
-      - Dotted sysctl keys to report in RV(tuning_facts.sysctl), for example V(vm.swappiness).
+      - Dotted sysctl keys to report in RV(tuning_facts.tunables.sysctl), for example V(vm.swappiness).
       - A C(/) in a key stands for a dot inside one name, as with C(sysctl) (V(net.ipv4.conf.eth0/100.rp_filter)).
     type: list
     elements: str
@@ -108,7 +108,7 @@ options:
         type: str
   modules:
     description:
-      - Kernel module names to report in RV(tuning_facts.modules.by_name), with their parameters.
+      - Kernel module names to report in RV(tuning_facts.kmod.by_name), with their parameters.
         C(-) and C(_) are equivalent.
     type: list
     elements: str
@@ -270,7 +270,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 tuning_facts:
-  description: The facts, one section per concern. Keys are always present; values are null when unknown.
+  description:
+    - The facts, one section per concern. Keys are always present; values are null when unknown.
+    - The node's own sections (C(os), C(kernel), C(cpu), C(pci), C(kernel_log)) and one section per knob family
+      that reads facts, under the family's name (its C(read)).
   returned: always
   type: dict
   contains:
@@ -395,6 +398,304 @@ tuning_facts:
               type: str
               returned: always
               sample: 0-63
+    pci:
+      description: The PCI functions selected by O(pci_selector) and their PCI Express settings.
+      returned: always
+      type: dict
+      contains:
+        selector:
+          description: The selection in words.
+          type: str
+          returned: always
+          sample: NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)
+        pcie_bus_perf:
+          description: True when the kernel was booted with C(pci=pcie_bus_perf), which clamps MRRS to MPS.
+          type: bool
+          returned: always
+          sample: false
+        count:
+          description: Number of selected devices.
+          type: int
+          returned: always
+          sample: 8
+        missing_bdfs:
+          description: Addresses of O(pci_selector.bdfs) that the node does not have.
+          type: list
+          elements: str
+          returned: always
+          sample: []
+        nvidia_gpus:
+          description:
+            - Every NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) on the PCI bus, selected or not; GPU health
+              compares it with the GPUs nvidia-smi lists.
+          type: list
+          elements: str
+          returned: always
+          sample: ["0000:41:00.0", "0000:61:00.0"]
+        devices:
+          description: The selected devices, sorted by address.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            bdf:
+              description: Domain-qualified address.
+              type: str
+              returned: always
+              sample: "0000:41:00.0"
+            vendor:
+              description: Vendor id as sysfs spells it.
+              type: str
+              returned: always
+              sample: "0x10de"
+            device:
+              description: Device id.
+              type: str
+              returned: always
+              sample: "0x2bb5"
+            class:
+              description: 24-bit class code.
+              type: str
+              returned: always
+              sample: "0x030200"
+            numa_node:
+              description: NUMA node of the device; -1 when the platform does not say.
+              type: int
+              returned: always
+              sample: 0
+            pcie:
+              description: True when the config space has a PCI Express capability.
+              type: bool
+              returned: always
+              sample: true
+            port_type:
+              description: PCI Express device/port type (V(endpoint), V(root_port), ...); null without PCIe.
+              type: str
+              returned: always
+              sample: endpoint
+            mps:
+              description: Max Payload Size set in Device Control, bytes; null when unknown.
+              type: int
+              returned: always
+              sample: 256
+            mps_supported:
+              description: Largest Max Payload Size the device supports (Device Capabilities), bytes.
+              type: int
+              returned: always
+              sample: 512
+            mrrs:
+              description: Max Read Request Size set in Device Control, bytes; null when unknown.
+              type: int
+              returned: always
+              sample: 4096
+            link_speed:
+              description: Current link speed (Link Status).
+              type: str
+              returned: always
+              sample: 32.0 GT/s
+            link_width:
+              description: Current link width, lanes (Link Status).
+              type: int
+              returned: always
+              sample: 16
+            link_speed_capable:
+              description: Maximum link speed (Link Capabilities).
+              type: str
+              returned: always
+              sample: 32.0 GT/s
+            link_width_capable:
+              description: Maximum link width, lanes (Link Capabilities).
+              type: int
+              returned: always
+              sample: 16
+            error:
+              description:
+                - >-
+                  Why the PCIe values are unknown (config space unreadable or truncated, or C(not responding -
+                  config space reads 0xff)); null otherwise.
+              type: str
+              returned: always
+              sample: null
+            responding:
+              description:
+                - >-
+                  False when the device's config space reads all 0xff (or vendor id ffff), that is when it fell off
+                  the bus (lspci shows C(rev ff)); GPU health fails such a GPU.
+              type: bool
+              returned: always
+              sample: true
+    kernel_log:
+      description:
+        - The kernel log, filtered by O(kmsg_levels) and O(kmsg_since), classified.
+        - Each record is a dict with C(level) (name), C(time) (seconds since boot), C(seq) (kernel sequence
+          number) and C(message); C(xid) records add C(code) (int) and C(device) (C(DDDD:BB:DD) as NVRM
+          prints it); C(aer) and C(fallen_off_bus) records add C(device) when the message names one and
+          C(aer) records C(severity); C(lockdown) records add C(program) and C(what); C(module_failure)
+          records add C(module); C(noise) records add C(rule) (index in the rules) and C(address) when the rule
+          has a cidr.
+      returned: always
+      type: dict
+      contains:
+        available:
+          description: False when the kernel log could not be read; the other counts are then zero.
+          type: bool
+          returned: always
+          sample: true
+        reason:
+          description: Why the kernel log is unavailable; null when available.
+          type: str
+          returned: always
+          sample: null
+        source:
+          description: The path read.
+          type: str
+          returned: always
+          sample: /dev/kmsg
+        levels:
+          description: The level names used, normalized.
+          type: list
+          elements: str
+          returned: always
+          sample: [err, warn]
+        since:
+          description: O(kmsg_since) as used.
+          type: float
+          returned: always
+          sample: 0.0
+        last_time:
+          description:
+            - Timestamp (seconds since boot) of the newest record in the log at any level; null when the log is
+              empty or unavailable. Pass it plus V(0.000001) as O(kmsg_since) to a later call to see only newer
+              records.
+          type: float
+          returned: always
+          sample: 5321.402113
+        records_total:
+          description: Well-formed records in the log.
+          type: int
+          returned: always
+          sample: 1890
+        records_selected:
+          description: Records at a selected level and time.
+          type: int
+          returned: always
+          sample: 12
+        malformed:
+          description: Lines that are not records; skipped.
+          type: int
+          returned: always
+          sample: 0
+        trouble:
+          description: Number of selected records in the classes aer, xid, fallen_off_bus, lockdown, module_failure.
+          type: int
+          returned: always
+          sample: 0
+        counts:
+          description: Number of selected records per class.
+          type: dict
+          returned: always
+          contains:
+            aer:
+              description: PCIe Advanced Error Reporting records.
+              type: int
+              returned: always
+              sample: 0
+            xid:
+              description: NVIDIA Xid records.
+              type: int
+              returned: always
+              sample: 0
+            fallen_off_bus:
+              description: C(GPU has fallen off the bus) records.
+              type: int
+              returned: always
+              sample: 0
+            lockdown:
+              description: Lockdown refusals.
+              type: int
+              returned: always
+              sample: 0
+            module_failure:
+              description: Module load failures (symbol version mismatch, unknown symbol, nvidia-peermem error,
+                signature verification).
+              type: int
+              returned: always
+              sample: 0
+            noise:
+              description: Records matched by an ignore rule.
+              type: int
+              returned: always
+              sample: 2
+            other:
+              description: Everything else.
+              type: int
+              returned: always
+              sample: 1
+        records:
+          description: Per class (the keys of RV(tuning_facts.kernel_log.counts)), the first 5 records of that class.
+          type: dict
+          returned: always
+          sample:
+            xid:
+              - {level: err, time: 5321.402113, seq: 1822, code: 79, device: "0000:41:00",
+                 message: "NVRM: Xid (PCI:0000:41:00): 79, pid=2231, GPU has fallen off the bus."}
+            noise:
+              - {level: warn, time: 0.959, seq: 6, rule: 0, message: "vxlan: non-ECT from 10.224.3.17 with TOS=0x2"}
+        xid_codes:
+          description: Xid code (string) -> number of records.
+          type: dict
+          returned: always
+          sample: {"79": 1}
+        aer_severities:
+          description:
+            - >-
+              AER severity -> number of records, as newer kernels spell it (C(Corrected) of older kernels counts as
+              C(Correctable), C(Uncorrected) as C(Uncorrectable)).
+          type: dict
+          returned: always
+          sample: {Correctable: 3}
+    # tools/generate.py writes the families' sections (Family.facts_doc): BEGIN GENERATED tuning_info.facts
+    pcie_acs:
+      description:
+        - The P2P path of the selected GPUs (module_utils/families/pcie_acs.py, the C(pcie_acs) family's read), C(gpus)
+          each GPU's chain of bridges up to its root port, C(bridges) per bridge the ACS capability (ACSCap and ACSCtl
+          decoded as SrcValid, TransBlk, ReqRedir, CmpltRedir, UpstreamFwd, EgressCtrl, DirectTrans) or no ACS
+          capability, and the devices bound to vfio-pci below it, each GPU's IOMMU group and its default domain type,
+          C(kernel_args) the ACS arguments of the running kernel (C(pci=disable_acs_redir=)), C(lockdown) the kernel
+          lockdown mode.
+      returned: always
+      type: dict
+    iommu:
+      description:
+        - The IOMMU that translates the selected GPUs' DMA, from sysfs and the running command line.
+      returned: always
+      type: dict
+      contains:
+        active:
+          description: True when an IOMMU is active (C(/sys/class/iommu) lists a unit).
+          type: bool
+          returned: always
+          sample: true
+        units:
+          description: The IOMMU units of C(/sys/class/iommu).
+          type: list
+          elements: str
+          returned: always
+          sample: [ivhd0]
+        kernel_args:
+          description: The IOMMU arguments of the running kernel (C(iommu=), C(iommu.), C(amd_iommu=), C(intel_iommu=)).
+          type: list
+          elements: str
+          returned: always
+          sample: [iommu=pt]
+        gpus:
+          description:
+            - Per selected GPU its C(bdf), C(iommu_group) (null without one) and C(iommu_group_type), the group's
+              default domain type (V(identity) is passthrough, V(DMA) and V(DMA-FQ) translated).
+          type: list
+          elements: dict
+          returned: always
+          sample: [{bdf: "0000:41:00.0", iommu_group: "32", iommu_group_type: identity}]
     cpuidle:
       description: CPU idle states (C-states) of the online CPUs.
       returned: always
@@ -549,8 +850,10 @@ tuning_facts:
           type: dict
           returned: when O(detail=true)
           sample: {"0": {governor: performance, epp: performance}}
-    memory:
-      description: Memory-management settings.
+    tunables:
+      description:
+        - The kernel tunables of the family, NUMA balancing, zone reclaim, transparent hugepages and the sysctls of
+          O(sysctls).
       returned: always
       type: dict
       contains:
@@ -579,163 +882,14 @@ tuning_facts:
               type: str
               returned: always
               sample: defer+madvise
-    sysctl:
-      description:
-        - Each key of O(sysctls) -> its value, whitespace runs made single spaces (C(4096 131072 6291456));
-          null when the key does not exist.
-      returned: always
-      type: dict
-      sample: {vm.swappiness: "10", net.ipv4.tcp_rmem: 4096 131072 6291456}
-    pcie_acs:
-      description:
-        - The P2P path of the selected GPUs (module_utils/families/pcie_acs.py, the C(pcie_acs) family's read), C(gpus)
-          each GPU's chain of bridges up to its root port, C(bridges) per bridge the ACS capability (ACSCap and ACSCtl
-          decoded as SrcValid, TransBlk, ReqRedir, CmpltRedir, UpstreamFwd, EgressCtrl, DirectTrans) or no ACS
-          capability, and the devices bound to vfio-pci below it, C(iommu) whether an IOMMU is active, each GPU's IOMMU
-          group and its default domain type, and the IOMMU kernel arguments running.
-      returned: always
-      type: dict
-    gpu_locality:
-      description:
-        - Where each GPU sits (module_utils/families/gpu_locality.py, the C(gpu_locality) family's read;
-          docs/gpu-locality.md), from sysfs alone. C(gpus) per selected GPU its C(numa_node) (null when unknown;
-          C(numa_source) says whether the device or its nearest bridge published it, C(numa_node_published) the raw
-          value), C(cpus) (its local CPUs that are online), C(host_bridge), C(root_port), C(switches), C(irqs), C(nics)
-          and C(nvme) (every NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m), one of PIX,
-          PXB, PHB, NODE, SYS, nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
-        - C(nics) (classes 0x0200 and 0x0207, physical functions) and C(nvme) (0x010802) with the same placement fields
-          and their names (C(netdevs), C(rdma), C(names)); C(irqs) of GPUs and NICs counts the MSI/MSI-X IRQs and
-          those served only on another NUMA node (C(remote), C(remote_cpus)). C(irqbalance) says whether it runs;
-          C(numa_nodes), C(multi_node), C(online_cpus), C(host_bridges) (host bridge -> NUMA node) and C(hostname).
-      returned: always
-      type: dict
-    pci:
-      description: The PCI functions selected by O(pci_selector) and their PCI Express settings.
-      returned: always
-      type: dict
-      contains:
-        selector:
-          description: The selection in words.
-          type: str
-          returned: always
-          sample: NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)
-        pcie_bus_perf:
-          description: True when the kernel was booted with C(pci=pcie_bus_perf), which clamps MRRS to MPS.
-          type: bool
-          returned: always
-          sample: false
-        count:
-          description: Number of selected devices.
-          type: int
-          returned: always
-          sample: 8
-        missing_bdfs:
-          description: Addresses of O(pci_selector.bdfs) that the node does not have.
-          type: list
-          elements: str
-          returned: always
-          sample: []
-        nvidia_gpus:
+        sysctl:
           description:
-            - Every NVIDIA GPU (vendor 0x10de, class 0x0300/0x0302) on the PCI bus, selected or not; GPU health
-              compares it with the GPUs nvidia-smi lists.
-          type: list
-          elements: str
+            - Each key of O(sysctls) -> its value, whitespace runs made single spaces (C(4096 131072 6291456));
+              null when the key does not exist.
           returned: always
-          sample: ["0000:41:00.0", "0000:61:00.0"]
-        devices:
-          description: The selected devices, sorted by address.
-          type: list
-          elements: dict
-          returned: always
-          contains:
-            bdf:
-              description: Domain-qualified address.
-              type: str
-              returned: always
-              sample: "0000:41:00.0"
-            vendor:
-              description: Vendor id as sysfs spells it.
-              type: str
-              returned: always
-              sample: "0x10de"
-            device:
-              description: Device id.
-              type: str
-              returned: always
-              sample: "0x2bb5"
-            class:
-              description: 24-bit class code.
-              type: str
-              returned: always
-              sample: "0x030200"
-            numa_node:
-              description: NUMA node of the device; -1 when the platform does not say.
-              type: int
-              returned: always
-              sample: 0
-            pcie:
-              description: True when the config space has a PCI Express capability.
-              type: bool
-              returned: always
-              sample: true
-            port_type:
-              description: PCI Express device/port type (V(endpoint), V(root_port), ...); null without PCIe.
-              type: str
-              returned: always
-              sample: endpoint
-            mps:
-              description: Max Payload Size set in Device Control, bytes; null when unknown.
-              type: int
-              returned: always
-              sample: 256
-            mps_supported:
-              description: Largest Max Payload Size the device supports (Device Capabilities), bytes.
-              type: int
-              returned: always
-              sample: 512
-            mrrs:
-              description: Max Read Request Size set in Device Control, bytes; null when unknown.
-              type: int
-              returned: always
-              sample: 4096
-            link_speed:
-              description: Current link speed (Link Status).
-              type: str
-              returned: always
-              sample: 32.0 GT/s
-            link_width:
-              description: Current link width, lanes (Link Status).
-              type: int
-              returned: always
-              sample: 16
-            link_speed_capable:
-              description: Maximum link speed (Link Capabilities).
-              type: str
-              returned: always
-              sample: 32.0 GT/s
-            link_width_capable:
-              description: Maximum link width, lanes (Link Capabilities).
-              type: int
-              returned: always
-              sample: 16
-            error:
-              description:
-                - >-
-                  Why the PCIe values are unknown (config space unreadable or truncated, or C(not responding -
-                  config space reads 0xff)); null otherwise.
-              type: str
-              returned: always
-              sample: null
-            responding:
-              description:
-                - >-
-                  False when the device's config space reads all 0xff (or vendor id ffff), that is when it fell off
-                  the bus (lspci shows C(rev ff)); GPU health fails such a GPU.
-              type: bool
-              returned: always
-              sample: true
-    modules:
+          type: dict
+          sample: {vm.swappiness: "10", net.ipv4.tcp_rmem: 4096 131072 6291456}
+    kmod:
       description: Kernel modules.
       returned: always
       type: dict
@@ -755,7 +909,7 @@ tuning_facts:
           returned: always
           sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}},
                    nvidia: {loaded: true, builtin: false, parameters: {NVreg_EnableGpuFirmware: "1"}}}
-    nvidia:
+    gpu_health:
       description: NVIDIA driver user-space state.
       returned: always
       type: dict
@@ -781,136 +935,34 @@ tuning_facts:
           type: str
           returned: always
           sample: 570.124.06
-    kernel_log:
+    gpu_p2p:
       description:
-        - The kernel log, filtered by O(kmsg_levels) and O(kmsg_since), classified.
-        - Each record is a dict with C(level) (name), C(time) (seconds since boot), C(seq) (kernel sequence
-          number) and C(message); C(xid) records add C(code) (int) and C(device) (C(DDDD:BB:DD) as NVRM
-          prints it); C(aer) and C(fallen_off_bus) records add C(device) when the message names one and
-          C(aer) records C(severity); C(lockdown) records add C(program) and C(what); C(module_failure)
-          records add C(module); C(noise) records add C(rule) (index in the rules) and C(address) when the rule
-          has a cidr.
+        - What stops peer-to-peer traffic of the selected GPUs that config space shows.
       returned: always
       type: dict
       contains:
-        available:
-          description: False when the kernel log could not be read; the other counts are then zero.
-          type: bool
-          returned: always
-          sample: true
-        reason:
-          description: Why the kernel log is unavailable; null when available.
-          type: str
-          returned: always
-          sample: null
-        source:
-          description: The path read.
-          type: str
-          returned: always
-          sample: /dev/kmsg
-        levels:
-          description: The level names used, normalized.
-          type: list
-          elements: str
-          returned: always
-          sample: [err, warn]
-        since:
-          description: O(kmsg_since) as used.
-          type: float
-          returned: always
-          sample: 0.0
-        last_time:
+        redirect:
           description:
-            - Timestamp (seconds since boot) of the newest record in the log at any level; null when the log is
-              empty or unavailable. Pass it plus V(0.000001) as O(kmsg_since) to a later call to see only newer
-              records.
-          type: float
-          returned: always
-          sample: 5321.402113
-        records_total:
-          description: Well-formed records in the log.
-          type: int
-          returned: always
-          sample: 1890
-        records_selected:
-          description: Records at a selected level and time.
-          type: int
-          returned: always
-          sample: 12
-        malformed:
-          description: Lines that are not records; skipped.
-          type: int
-          returned: always
-          sample: 0
-        trouble:
-          description: Number of selected records in the classes aer, xid, fallen_off_bus, lockdown, module_failure.
-          type: int
-          returned: always
-          sample: 0
-        counts:
-          description: Number of selected records per class.
+            - Per selected GPU with one, the bridges above it (the root port first) whose ACS control has P2P Request
+              Redirect or Completion Redirect on, which sends its peer traffic up to the root complex.
           type: dict
           returned: always
-          contains:
-            aer:
-              description: PCIe Advanced Error Reporting records.
-              type: int
-              returned: always
-              sample: 0
-            xid:
-              description: NVIDIA Xid records.
-              type: int
-              returned: always
-              sample: 0
-            fallen_off_bus:
-              description: C(GPU has fallen off the bus) records.
-              type: int
-              returned: always
-              sample: 0
-            lockdown:
-              description: Lockdown refusals.
-              type: int
-              returned: always
-              sample: 0
-            module_failure:
-              description: Module load failures (symbol version mismatch, unknown symbol, nvidia-peermem error,
-                signature verification).
-              type: int
-              returned: always
-              sample: 0
-            noise:
-              description: Records matched by an ignore rule.
-              type: int
-              returned: always
-              sample: 2
-            other:
-              description: Everything else.
-              type: int
-              returned: always
-              sample: 1
-        records:
-          description: Per class (the keys of RV(tuning_facts.kernel_log.counts)), the first 5 records of that class.
-          type: dict
-          returned: always
-          sample:
-            xid:
-              - {level: err, time: 5321.402113, seq: 1822, code: 79, device: "0000:41:00",
-                 message: "NVRM: Xid (PCI:0000:41:00): 79, pid=2231, GPU has fallen off the bus."}
-            noise:
-              - {level: warn, time: 0.959, seq: 6, rule: 0, message: "vxlan: non-ECT from 10.224.3.17 with TOS=0x2"}
-        xid_codes:
-          description: Xid code (string) -> number of records.
-          type: dict
-          returned: always
-          sample: {"79": 1}
-        aer_severities:
-          description:
-            - >-
-              AER severity -> number of records, as newer kernels spell it (C(Corrected) of older kernels counts as
-              C(Correctable), C(Uncorrected) as C(Uncorrectable)).
-          type: dict
-          returned: always
-          sample: {Correctable: 3}
+          sample: {"0000:01:00.0": ["0000:00:01.1"]}
+    gpu_locality:
+      description:
+        - Where each GPU sits (module_utils/families/gpu_locality.py, the C(gpu_locality) family's read;
+          docs/gpu-locality.md), from sysfs alone. C(gpus) per selected GPU its C(numa_node) (null when unknown;
+          C(numa_source) says whether the device or its nearest bridge published it, C(numa_node_published) the raw
+          value), C(cpus) (its local CPUs that are online), C(host_bridge), C(root_port), C(switches), C(irqs), C(nics)
+          and C(nvme) (every NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m), one of PIX,
+          PXB, PHB, NODE, SYS, nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
+        - C(nics) (classes 0x0200 and 0x0207, physical functions) and C(nvme) (0x010802) with the same placement fields
+          and their names (C(netdevs), C(rdma), C(names)); C(irqs) of GPUs and NICs counts the MSI/MSI-X IRQs and
+          those served only on another NUMA node (C(remote), C(remote_cpus)). C(irqbalance) says whether it runs;
+          C(numa_nodes), C(multi_node), C(online_cpus), C(host_bridges) (host bridge -> NUMA node) and C(hostname).
+      returned: always
+      type: dict
+    # END GENERATED tuning_info.facts
 verification:
   description:
     - The node against O(desired), as C(roles/tuning) writes its JSON, JUnit and Markdown reports from it; see

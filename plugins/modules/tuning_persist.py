@@ -10,13 +10,17 @@ version_added: 0.3.0
 description:
   - Writes (O(state=present)) or removes (O(state=absent)) the persistent artifacts of the selected O(concerns),
     each isolated from the others (module_utils/flows/persist.py), in one Python process on the node.
-  - V(sysctl) the sysctl drop-in (keys the node lacks are left out and fail the concern); V(kmod) modules-load.d
-    and modprobe.d files for the optional modules that load; V(kernel_cmdline) the kernel arguments (configured,
-    those a cpufreq driver switch or ACS by kernel argument need, the IOMMU mode's) through GRUB or grubby; V(boot_unit)
-    the boot runner, its desired state and a systemd oneshot unit that re-applies the runtime-only settings at
-    boot; V(udev) a udev rule that sets MRRS again on a hot-added GPU; V(gpu_locality) the topology file for
-    inference engines; V(guard) the guard's config, oneshot service and timer that re-verify the node and write a
-    status file and Prometheus metrics (docs/guard.md).
+  # tools/generate.py writes what each concern does (Concern.description): BEGIN GENERATED tuning_persist.concerns
+  - >-
+    The concerns, in the order they run: V(sysctl) the sysctl drop-in (keys the node lacks are left out and fail the
+    concern); V(kmod) modules-load.d and modprobe.d files for the optional modules that load; V(kernel_cmdline) the
+    kernel arguments (configured, and those the other families need: a cpufreq driver switch, ACS by kernel argument,
+    the IOMMU mode's) through GRUB or grubby; V(gpu_locality) the topology file for inference engines; V(boot_unit)
+    the boot runner, its desired state and a systemd oneshot unit that re-applies the runtime-only settings at boot;
+    V(udev) a udev rule that re-applies the hot-plug families (Family.hotplug) on a hot-added GPU; V(guard) the
+    guard's config, oneshot service and timer that re-verify the node and write a status file and Prometheus metrics
+    (docs/guard.md).
+  # END GENERATED tuning_persist.concerns
   - V(absent) removes the concerns in the reverse order (the guard stopped first, the udev rule before the runner).
   - Files are written whole (temporary file and rename) and only when they differ; check mode writes nothing.
     System commands (sysctl, systemctl, udevadm, update-grub, grubby) run only when O(root) is V(/).
@@ -33,7 +37,9 @@ options:
     description: The concerns to persist or remove (always in the order of the choices; V(absent) reversed).
     type: list
     elements: str
+    # tools/generate.py writes the registry's concerns: BEGIN GENERATED tuning_persist.choices
     choices: [sysctl, kmod, kernel_cmdline, gpu_locality, boot_unit, udev, guard]
+    # END GENERATED tuning_persist.choices
     required: true
   desired:
     description: The desired state (the role's, one key per knob family).
@@ -143,9 +149,9 @@ def main():
     results = persist.run_concerns(wanted, make_pc, remove=params["state"] == "absent")
     out = dict(changed=any(r.get("changed") for r in results.values()), concerns=results,
                failed_concerns=flow.failures(results), summary={n: r["summary"] for n, r in results.items()},
-               reboot_required=bool((results.get("kernel_cmdline") or {}).get("reboot_required")),
-               pending_kernel_args=[arg for arg, state in ((results.get("kernel_cmdline") or {}).get("arguments")
-                                                           or {}).items() if (state or {}).get("pending_reboot")])
+               reboot_required=any(bool(r.get("reboot_required")) for r in results.values()),
+               pending_kernel_args=[arg for r in results.values() for arg, state in (r.get("arguments") or {}).items()
+                                    if isinstance(state, dict) and state.get("pending_reboot")])
     if module._diff:
         out["diff"] = flow.diffs(results)
     if out["failed_concerns"] and module.params["fail_on_error"]:

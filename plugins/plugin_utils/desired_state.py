@@ -69,14 +69,7 @@ def combination_problems(values: dict, entry_point: str = "main") -> list:
     Rollback does not judge what only the persistent flow writes (the guard's interval): a bad value
     there must not stop a node from being rolled back.
     """
-    out = []
-    if (values.get("gpunode_tuning_pcie_acs") == "disable_redirect"
-            and values.get("gpunode_tuning_pcie_acs_persist") == "kernel_arg"
-            and values.get("gpunode_tuning_kernel_cmdline_enabled") is False):
-        out.append("gpunode_tuning_pcie_acs_persist: kernel_arg needs gpunode_tuning_kernel_cmdline_enabled: true "
-                   "(the kernel argument is written by the command-line family; with it off nothing would keep ACS "
-                   "redirect off after a reboot); set gpunode_tuning_kernel_cmdline_enabled: true or "
-                   "gpunode_tuning_pcie_acs_persist: boot_unit")
+    out = [line for fam in registry.FAMILIES if fam.role_problems is not None for line in fam.role_problems(values)]
     for name, check in (("gpunode_tuning_boot_unit_before", validate.systemd_unit_names),
                         ("gpunode_tuning_boot_script", validate.absolute_path),
                         ("gpunode_tuning_boot_python", validate.absolute_path),
@@ -153,7 +146,7 @@ def _variable_of(entry: str, key: str, known) -> str | None:
     if key in selector:
         return selector[key]
     fam = next((f for f in registry.FAMILIES if entry in (f.name, f.boot_key) or entry in f.tags), None)
-    stems = [entry] + ([fam.name, *fam.tags, fam.name.split("_")[0]] if fam else [])
+    stems = [entry] + ([*registry.selecting_tags(fam), fam.name.split("_")[0]] if fam else [])
     candidates = ["%s%s_%s" % (PREFIX, stem, key) for stem in stems if key] + ["%s%s" % (PREFIX, s) for s in stems]
     candidates += ["%s%s_args" % (PREFIX, s) for s in stems]
     return next((c for c in candidates if c in known), None)
@@ -188,22 +181,22 @@ def verify_options(values: dict, desired: dict, host: str, verified_at: str, gat
               "verified_at": verified_at}
     if values.get("gpunode_tuning_kmsg_since") is not None:
         verify["kmsg_since"] = values["gpunode_tuning_kmsg_since"]
-    return {"pci_selector": _gpu_selector_options(values), "sysctls": list(desired.get("sysctl") or {}),
+    return {"pci_selector": _gpu_selector_options(values), **registry.facts_options(desired),
             "command_timeouts": values.get("gpunode_tuning_command_timeouts"),
-            "modules": [m["name"] for m in (desired.get("kmod") or {}).get("modules") or []],
             "kmsg_levels": values["gpunode_tuning_kmsg_levels"], "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"],
             "root": values["gpunode_tuning_root"], "desired": desired, "verify": verify}
 
 
 def health_options(values: dict, desired: dict, host: str) -> dict:
-    """tuning_info's options for the rollout's health gate: gpu_health alone, the whole boot's kernel log.
+    """tuning_info's options for the rollout's health gate: the health families alone (``Family.health``), the
+    whole boot's kernel log.
 
     An Xid 79 from before the last tuning is still a GPU off the bus; gpunode_tuning_kmsg_since, when set, wins.
     """
     since = values.get("gpunode_tuning_kmsg_since")
     return {"pci_selector": _gpu_selector_options(values), "kmsg_levels": values["gpunode_tuning_kmsg_levels"],
             "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"], "root": values["gpunode_tuning_root"],
-            "desired": {"gpu_health": desired.get("gpu_health")},
+            "desired": {name: desired.get(name) for name in registry.health_families()},
             "command_timeouts": values.get("gpunode_tuning_command_timeouts"),
             "verify": {"kmsg_since": 0 if since is None else since,
                        "gpu": bool(values["gpunode_tuning_verify_gpu_enabled"]), "host": host}}

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import selecting_tags
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import persist
 
 # The flows with a task of their own tag and one of their families' tags.
@@ -35,7 +34,7 @@ def run_tags(task_vars: Mapping) -> tuple:
 
 def family_tags(fam) -> set:
     """Tags that select a family: its name, its settings' tags and its deprecated tags."""
-    return set(selecting_tags(fam))
+    return set(registry.selecting_tags(fam))
 
 
 def tags_select(tags: Iterable[str], only: Iterable[str] | None, skip: Iterable[str] | None) -> bool:
@@ -90,15 +89,16 @@ def flow_task_tags(flow: str) -> list:
     """
     concern_tags = [t for c in persist.concerns() for t in (c.name, *c.tags)]
     if flow == "runtime":
-        return _unique(t for fam in registry.FAMILIES if fam.runtime_options is not None for t in selecting_tags(fam))
+        return _unique(t for fam in registry.FAMILIES if fam.runtime_options is not None
+                       for t in registry.selecting_tags(fam))
     if flow == "persistent":
         return _unique(concern_tags)
     if flow == "rollback":
         return _unique(["runtime", "persistent"] + [t for fam in registry.FAMILIES if fam.restore_options is not None
-                                                    for t in selecting_tags(fam)] + concern_tags)
+                                                    for t in registry.selecting_tags(fam)] + concern_tags)
     if flow == "reboot":
         return _unique(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
-                       for t in selecting_tags(fam))
+                       for t in registry.selecting_tags(fam))
     raise KeyError("no family task for flow %r; known: %s, reboot" % (flow, ", ".join(TAGGED_FLOWS)))
 
 
@@ -120,7 +120,7 @@ def inherited_tags(flow: str, task_tags: Iterable[str], by_family: bool) -> set:
 
 def deprecated_in(only: Iterable[str], skip: Iterable[str]) -> list:
     """One warning per deprecated tag the run uses (``--tags`` or ``--skip-tags``), naming its family."""
-    aliases = {tag: fam.name for fam in registry.FAMILIES for tag in fam.deprecated_tags}
+    aliases = registry.deprecated_tags()
     used = [t for t in list(only) + list(skip) if t in aliases]
     return ["tag %s is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use %s" % (t, aliases[t])
             for t in _unique(used)]

@@ -68,7 +68,7 @@ def test_verify_judges_an_r470_driver_a_dead_gpu_and_a_hanging_nvidia_smi(tmp_pa
         rows["remapped_rows.pending"]["reason"]
     assert {n: rows[n]["state"] for n in ("link_width", "ecc_mode", "ecc_uncorrected", "xid", "clocks_event")} == \
         dict.fromkeys(("link_width", "ecc_mode", "ecc_uncorrected", "xid", "clocks_event"), "applied")
-    persistence = [s for s in load["r470"]["settings"] if s["id"] == "gpu.persistence_mode"][0]
+    persistence = [s for s in load["r470"]["settings"] if s["id"] == "gpu_settings.persistence_mode"][0]
     assert persistence["state"] == "applied"
 
     # The dead GPU fails gpu_health, named; the seven others are judged.

@@ -216,7 +216,7 @@ def test_boot_runner_of_valid_values_selects_like_the_modules(tmp_path):
     with open(os.path.join(tuned, "etc/systemd/system/gpunode-tuning-boot.service"), encoding="utf-8") as fh:
         assert "Before=vllm.service" in fh.read().splitlines()
     with open(os.path.join(tuned, "etc/udev/rules.d/70-gpunode-tuning.rules"), encoding="utf-8") as fh:
-        assert ('ATTR{vendor}=="0x10de", RUN+="/usr/bin/python3 -I -B /%s --desired %s --only-mrrs --bdf %%k"'
+        assert ('ATTR{vendor}=="0x10de", RUN+="/usr/bin/python3 -I -B /%s --desired %s --only pcie_mrrs --bdf %%k"'
                 % (BOOT_RUNNER, BOOT_DESIRED) in fh.read())
 
     fresh = build_node(tmp_path / "fresh", cpus=4, gpus=2)

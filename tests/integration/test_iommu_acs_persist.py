@@ -38,7 +38,10 @@ def test_persistent_kernel_args_pending_until_the_reboot(tmp_path):
     assert_ok(run_playbook("tune.yml", inventory, "--tags", "persistent"))
     with open(os.path.join(root, DROPIN)) as fh:
         line = fh.read().splitlines()[-1]
-    assert " pci='disable_acs_redir=0000:40:01.1;0000:60:01.1' " in line and " iommu=pt\"" in line, line
+    # The families' arguments in registry order (pcie_acs, iommu, cpufreq): the IOMMU mode's are iommu's own
+    # Family.kernel_args since 0.4 (they came last before, added by kernel_cmdline itself).
+    assert line == ('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT '
+                    "pci='disable_acs_redir=0000:40:01.1;0000:60:01.1' iommu=pt amd_pstate=active\""), line
     pending = ("pending_reboot", ACS_ARG)
     assert verify_states(inventory) == {"iommu.mode": ("pending_reboot", "iommu=pt"),
                                         BRIDGES[0]: pending, BRIDGES[1]: pending}

@@ -169,14 +169,16 @@ def test_not_applicable_on_tiny_vm(fleet):
     res = fleet["results"]["tiny"]
     got = states(res)
     assert res["status"] == "pass", res["failures"]
-    for family in ("pcie_mrrs", "cpuidle", "cpufreq", "kmod", "gpu"):
+    # gpu_settings: only the persistence_mode row of the former GPU section here (no GPU setting is asked).
+    for family in ("pcie_mrrs", "cpuidle", "cpufreq", "kmod", "gpu_settings"):
         fam = states(res, family)
         assert fam and set(fam.values()) == {"not_applicable"}, (family, fam)
     reasons = {s["id"]: s["reason"] for s in res["settings"]}
     assert "no PCI device" in reasons["pcie_mrrs.devices"]
     assert "no cpuidle driver" in reasons["cpuidle.states"]
     assert "no cpufreq driver" in reasons["cpufreq.driver"]
-    assert "simulated node root" in reasons["gpu.count"]
+    assert "simulated node root" in reasons["gpu_health.driver_count"]
+    assert "simulated node root" in reasons["gpu_settings.persistence_mode"]
     assert got["thp.defrag"] == "applied"
 
 
@@ -329,7 +331,7 @@ def test_tuning_facts_still_works_redirected_with_a_deprecation(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    assert result["tuning_facts"]["sysctl"]["vm.swappiness"] is not None
+    assert result["tuning_facts"]["tunables"]["sysctl"]["vm.swappiness"] is not None
     assert "verification" not in result
     out = proc.stdout + proc.stderr
     assert "gpunode.tuning.tuning_facts" in out and "gpunode.tuning.tuning_info" in out and "1.0.0" in out

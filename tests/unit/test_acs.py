@@ -14,6 +14,7 @@ import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import iommu
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
 
 SETPCI = shutil.which("setpci")
@@ -317,14 +318,18 @@ def test_facts_iommu_groups_and_args(build_node):
     with open(os.path.join(root, "proc/cmdline"), "w") as fh:
         fh.write("ro quiet iommu=pt amd_iommu=on\n")
     facts = acs.read(Node(root), pci.DeviceSelector())
-    assert facts["iommu"] == {"active": True, "units": ["ivhd0"], "kernel_args": ["iommu=pt", "amd_iommu=on"],
-                              "acs_kernel_args": []}
+    # The IOMMU's own state is the IOMMU family's facts (facts["iommu"]); ACS keeps its arguments and the groups.
+    assert iommu.read(Node(root), pci.DeviceSelector()) == {
+        "active": True, "units": ["ivhd0"], "kernel_args": ["iommu=pt", "amd_iommu=on"],
+        "gpus": [{"bdf": "0000:41:00.0", "iommu_group": facts["gpus"][0]["iommu_group"],
+                  "iommu_group_type": "DMA-FQ"}]}
+    assert facts["kernel_args"] == []
     group = facts["gpus"][0]["iommu_group"]
     assert group is not None and facts["gpus"][0]["iommu_group_type"] == "DMA-FQ"
     # the GPU and its HDMI-audio function share a slot, so a group
     assert sorted(os.listdir(os.path.join(root, "sys/kernel/iommu_groups", group, "devices"))) == \
         ["0000:41:00.0", "0000:41:00.1"]
-    assert acs.read(Node(build_node(gpus=1)))["iommu"]["active"] is False
+    assert iommu.read(Node(build_node(gpus=1)))["active"] is False
 
 
 @needs_setpci

@@ -199,6 +199,35 @@ def test_udev_form_sets_one_selected_device_only(build_node):
     assert tuned_files(node) == after
 
 
+def test_udev_form_names_the_hotplug_families_and_keeps_the_old_spelling(build_node):
+    """``--only FAMILY --bdf`` (the rule written since 0.4) does what ``--only-mrrs --bdf`` did, and an old rule's
+    ``--only-mrrs`` still runs; ``--bdf`` needs families that re-apply on hot-plug, ``--only`` known ones."""
+    node = build_node("audited-epyc-8gpu", cpus=2, gpus=2)
+    install(node)
+    before = tuned_files(node)
+    proc = boot(node, "--only", "pcie_mrrs", "--bdf", "0000:61:00.0")
+    assert proc.returncode == 0, proc.stdout
+    after = tuned_files(node)
+    assert sorted(k for k in after if after[k] != before[k]) == ["sys/bus/pci/devices/0000:61:00.0/config"]
+    assert [ln.split(":")[1].strip() for ln in proc.stdout.splitlines()] == ["pcie_mrrs"]
+    assert boot_code.parse_args(["--desired", "x", "--only-mrrs", "--bdf", "1"]).only == ["pcie_mrrs"]
+    assert boot_code.parse_args(["--desired", "x", "--only-cstate"]).only == ["cpuidle"]  # a deprecated tag
+    for argv, error in ((["--only", "cpuidle", "--bdf", "0000:61:00.0"], "--bdf needs --only with families that "
+                         "re-apply on hot-plug (pcie_mrrs)"), (["--bdf", "0000:61:00.0"], "--bdf needs --only"),
+                        (["--only", "nosuch"], "no family 'nosuch'")):
+        proc = boot(node, *argv)
+        assert proc.returncode == 2 and error in proc.stderr, (argv, proc.stderr)
+    assert tuned_files(node) == after
+
+
+def test_only_runs_just_the_families_named(build_node):
+    node = build_node("audited-epyc-8gpu", cpus=2, gpus=2)
+    install(node)
+    proc = boot(node, "--only", "cpuidle", "--only", "tunables")
+    assert proc.returncode == 0, proc.stdout
+    assert [ln.split(":")[1].strip() for ln in proc.stdout.splitlines()] == ["cpuidle", "thp"]
+
+
 def test_an_unreadable_desired_state_is_exit_2_naming_it(build_node):
     node = build_node("tiny-vm")
     install(node)

@@ -12,9 +12,9 @@ import subprocess
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_settings
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification, verify
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 
@@ -57,8 +57,9 @@ def test_an_r470_driver_costs_exactly_its_missing_fields(build_node):
     for name in ("link_width", "ecc_mode", "ecc_uncorrected", "clocks_event", "xid", "gpu_count", "driver_version"):
         assert rows[name]["state"] == "applied", name
     assert rows["clocks_event"]["reason"] == "reported: GPU idle on all 8 GPUs"  # read by its old name
-    _section, settings = verification.gpu_section(facts, probe, root)
+    settings = gpu_settings.evaluate(facts, {}, None)
     assert {s["name"]: s["state"] for s in settings}["persistence_mode"] == "applied"
+    assert rows["driver_count"]["state"] == "applied"
 
 
 def test_an_exit_9_nvidia_smi_is_asked_once_and_the_host_is_unhealthy(build_node, run_module):
@@ -69,6 +70,9 @@ def test_an_exit_9_nvidia_smi_is_asked_once_and_the_host_is_unhealthy(build_node
     assert probe["query"]["not_run"].startswith("nvidia-smi failed (rc 9): NVIDIA-SMI has failed")
     assert rows["nvidia_smi"]["state"] == "drifted" and "couldn't communicate" in rows["nvidia_smi"]["reason"]
     assert gpu_health.health_findings({"settings": list(rows.values())})[0].startswith("gpu_health.nvidia_smi: ")
+    # The GPU list failed with the same nvidia-smi: not a second finding, named as that failure.
+    assert rows["driver_count"]["state"] == "unsupported" and "see nvidia_smi" in rows["driver_count"]["reason"]
+    assert len(gpu_health.health_findings({"settings": list(rows.values())})) == 1
     result, failed = run_module("gpu_settings", {"persistence": True, "root": root})
     assert failed and "GPU settings not read: nvidia-smi --query-gpu failed (rc 9): NVIDIA-SMI has failed" \
         in result["msg"]

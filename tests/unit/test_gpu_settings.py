@@ -130,7 +130,10 @@ def test_evaluate_reads_the_health_query():
     assert rows["persistence"]["state"] == "applied"
     assert rows["power_limit"]["state"] == "drifted" and "0000:41:00.0 450.00 W of 400 W" in rows["power_limit"][
         "reason"]
-    assert gpu_settings.evaluate({}, {}, None) == []
+    assert rows["persistence_mode"]["state"] == "not_applicable"  # the health query alone lists no GPU
+    # Nothing desired: only persistence_mode (verification's former gpu.persistence_mode), whatever is desired.
+    assert [(r["name"], r["state"]) for r in gpu_settings.evaluate({}, {}, None)] == [
+        ("persistence_mode", "not_applicable")]
     missing = gpu_settings.evaluate({}, {"gpu_settings": {"persistence": True}}, None)
     assert missing[0]["state"] == "not_applicable"
 
@@ -254,4 +257,5 @@ def test_evaluate_clock_rows_from_the_health_query():
     assert bad["application_clocks"]["state"] == "drifted"
     missing = gpu_settings.evaluate({}, want, None)
     assert {r["name"]: r["state"] for r in missing} == {"locked_clocks": "not_applicable",
-                                                        "application_clocks": "not_applicable"}
+                                                        "application_clocks": "not_applicable",
+                                                        "persistence_mode": "not_applicable"}

@@ -17,8 +17,10 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
-SECTIONS = ["cpu", "cpufreq", "cpuidle", "gpu_locality", "kernel", "kernel_log", "memory", "modules", "nvidia", "os",
-            "pci", "pcie_acs", "sysctl"]
+# The node's own sections and one per family that reads facts, under the family's name (memory and sysctl are
+# tunables', modules kmod's, nvidia gpu_health's since 0.4; iommu and gpu_p2p read their own).
+SECTIONS = ["cpu", "cpufreq", "cpuidle", "gpu_health", "gpu_locality", "gpu_p2p", "iommu", "kernel", "kernel_log",
+            "kmod", "os", "pci", "pcie_acs", "tunables"]
 CPU = "sys/devices/system/cpu"
 
 
@@ -96,10 +98,10 @@ def test_every_preset_reads_back_what_simnode_wrote(build_node, run_module, dige
     else:
         assert freq["intel_pstate"] == {"present": False, "status": None, "no_turbo": None}
 
-    assert f["memory"]["numa_balancing"] == int(spec["numa_balancing"])
-    assert f["memory"]["thp"]["enabled"] == re.search(r"\[(\S+)\]", spec["thp_enabled"]).group(1)
-    assert f["memory"]["thp"]["defrag"] == re.search(r"\[(\S+)\]", spec["thp_defrag"]).group(1)
-    assert f["sysctl"] == {"kernel.numa_balancing": spec["numa_balancing"], "vm.swappiness": "60"}
+    assert f["tunables"]["numa_balancing"] == int(spec["numa_balancing"])
+    assert f["tunables"]["thp"]["enabled"] == re.search(r"\[(\S+)\]", spec["thp_enabled"]).group(1)
+    assert f["tunables"]["thp"]["defrag"] == re.search(r"\[(\S+)\]", spec["thp_defrag"]).group(1)
+    assert f["tunables"]["sysctl"] == {"kernel.numa_balancing": spec["numa_balancing"], "vm.swappiness": "60"}
 
     gpus = f["pci"]["devices"]
     assert f["pci"]["count"] == spec["gpus"] == len(gpus)
@@ -112,13 +114,13 @@ def test_every_preset_reads_back_what_simnode_wrote(build_node, run_module, dige
         assert dev["pcie"] is True and dev["port_type"] == "endpoint" and dev["error"] is None
     assert f["pci"]["pcie_bus_perf"] is ("pci=pcie_bus_perf" in spec["cmdline"])
 
-    mods = f["modules"]
+    mods = f["kmod"]
     assert mods["loaded"] == sorted(spec["modules"])
     for name, params in spec["modules"].items():
         assert mods["by_name"][name] == {"loaded": True, "builtin": False, "parameters": params}
     assert mods["by_name"]["nvidia_peermem"] == {"loaded": False, "builtin": False, "parameters": {}}
 
-    assert f["nvidia"]["persistenced"] == {"running": spec.get("persistenced", True),
+    assert f["gpu_health"]["persistenced"] == {"running": spec.get("persistenced", True),
                                            "pids": [2187] if spec.get("persistenced", True) else []}
 
     log = f["kernel_log"]
@@ -159,9 +161,9 @@ def test_audited_node_values(build_node, run_module):
     assert f["cpufreq"]["driver"] == "acpi-cpufreq"
     assert f["cpufreq"]["governor"] == {"value": "schedutil", "cpus_differing": 0, "values": {"schedutil": "0-127"}}
     assert f["cpufreq"]["available_governors"][-1] == "schedutil"
-    assert f["memory"]["numa_balancing"] == 1
-    assert f["modules"]["by_name"]["nvidia"]["parameters"] == {"NVreg_EnableGpuFirmware": "1"}
-    assert f["modules"]["by_name"]["pcie_aspm"] == {"loaded": True, "builtin": True, "parameters": {}}
+    assert f["tunables"]["numa_balancing"] == 1
+    assert f["kmod"]["by_name"]["nvidia"]["parameters"] == {"NVreg_EnableGpuFirmware": "1"}
+    assert f["kmod"]["by_name"]["pcie_aspm"] == {"loaded": True, "builtin": True, "parameters": {}}
     log = f["kernel_log"]
     assert log["counts"] == {"aer": 0, "xid": 0, "fallen_off_bus": 0, "lockdown": 0, "module_failure": 0,
                              "noise": 2, "other": 1}
@@ -281,7 +283,7 @@ def test_tiny_vm_has_nothing_to_tune(build_node, run_module):
     assert f["cpufreq"]["supported"] is False and f["cpufreq"]["driver"] is None
     assert f["cpufreq"]["governor"] == {"value": None, "cpus_differing": 0, "values": {}}
     assert f["pci"]["devices"] == [] and f["pci"]["count"] == 0
-    assert f["nvidia"] == {"persistenced": {"running": False, "pids": []}, "driver_version": None}
+    assert f["gpu_health"] == {"persistenced": {"running": False, "pids": []}, "driver_version": None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,13 +335,13 @@ def test_sysctls_whitespace_and_missing(build_node, run_module):
     os.makedirs(os.path.join(root, "proc/sys/net/ipv4/conf/eth0.100"))
     write(root, "proc/sys/net/ipv4/conf/eth0.100/rp_filter", "2")
     f = facts_of(run_module, root, sysctls=["net.ipv4.tcp_rmem", "net.core.nope", "net.ipv4.conf.eth0/100.rp_filter"])
-    assert f["sysctl"] == {"net.ipv4.tcp_rmem": "4096 131072 6291456", "net.core.nope": None,
+    assert f["tunables"]["sysctl"] == {"net.ipv4.tcp_rmem": "4096 131072 6291456", "net.core.nope": None,
                            "net.ipv4.conf.eth0/100.rp_filter": "2"}
 
 
 def test_builtin_and_absent_modules(build_node, run_module):
     root = build_node("tiny-vm")
-    f = facts_of(run_module, root, modules=["processor", "nvidia", "virtio-net"])["modules"]
+    f = facts_of(run_module, root, modules=["processor", "nvidia", "virtio-net"])["kmod"]
     assert f["by_name"]["processor"] == {"loaded": True, "builtin": True, "parameters": {}}
     assert f["by_name"]["nvidia"] == {"loaded": False, "builtin": False, "parameters": {}}
     assert f["by_name"]["virtio-net"]["loaded"] is True  # '-' and '_' are the same module
@@ -354,7 +356,7 @@ def test_persistenced_found_by_truncated_comm(build_node, run_module):
     os.makedirs(os.path.join(root, "proc/4243"))
     write(root, "proc/4243/comm", "nvidia-persistenced-helper")
     f = facts_of(run_module, root)
-    assert f["nvidia"]["persistenced"] == {"running": True, "pids": [4242]}
+    assert f["gpu_health"]["persistenced"] == {"running": True, "pids": [4242]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,7 +532,7 @@ def test_desired_verifies_in_the_same_call_as_the_filter_did(build_node, run_mod
     assert res == expected
     s = states(result)
     assert s["cpufreq.driver"] == "pending_reboot" and s["kernel_cmdline.iommu=pt"] == "pending_reboot"
-    assert s["pcie_mrrs.0000:41:00.0"] == "drifted" and s["gpu.count"] == "not_applicable"
+    assert s["pcie_mrrs.0000:41:00.0"] == "drifted" and s["gpu_health.driver_count"] == "not_applicable"
     assert res["pending"] == ["cpufreq.driver", "kernel_cmdline.iommu=pt"]
     assert res["status"] == "fail" and res["ok"] is False and res["gate"]["name"] == "full"
     assert res["junit"]["tests"] == len(res["settings"]) + 2  # + aer, fallen_off_bus (Xids: gpu_health)
@@ -621,7 +623,11 @@ def test_grubby_and_nvidia_smi_on_a_live_node(build_node):
     assert gpu["probe"] == "present" and gpu["query"]["rc"] == 0 and gpu["p2p_read"]["rc"] == 2
     # The field list first, then the health query of the fields it names, then each GPU command once.
     assert calls[1][1:] == ["--help-query-gpu"] and calls[2][1].startswith("--query-gpu=index,pci.bus_id")
-    assert [c[1:] for c in calls[3:]] == [list(a) for _k, a in verify_node.GPU_COMMANDS]
+    # The commands the GPU families ask for (Family.gpu_commands), in the order of the former GPU section.
+    expected = [["--query-gpu=index,pci.bus_id,persistence_mode", "--format=csv,noheader"], ["topo", "-m"],
+                ["topo", "-p2p", "r"], ["topo", "-p2p", "w"], ["topo", "-p2p", "n"]]
+    assert [c[1:] for c in calls[3:]] == expected
+    assert [list(c.args) for c in verify_node.gpu_commands({}) if not c.fields] == expected
     # Without grubby the configuration is unknown, with the reason; without nvidia-smi the GPUs are absent.
     none = verify_node.Tools(lambda name, package: None, run)
     config = verify_node.boot_configuration(node, {"kernel_cmdline": ["x=1"]}, opts, none)

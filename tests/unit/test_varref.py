@@ -1,4 +1,5 @@
-"""docs/variables.md is what tools/varref.py renders from the argument specs (the one description of the variables)."""
+"""docs/variables.md is what tools/varref.py renders (tools/generate.py writes it) from the argument specs (the one
+description of the variables)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import varref
 
 def test_the_checked_in_reference_is_current():
     with open(varref.OUT, encoding="utf-8") as handle:
-        assert handle.read() == varref.render(), "run: .venv/bin/python tools/varref.py"
+        assert handle.read() == varref.render(), "run: .venv/bin/python tools/generate.py"
 
 
 def test_every_variable_and_its_precheck_coverage_is_on_the_page():

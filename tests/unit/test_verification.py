@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
@@ -188,8 +188,9 @@ def test_unsupported_governor_and_wrong_vendor(build_node):
 def test_tiny_vm_is_not_applicable(build_node):
     root = build_node("tiny-vm")
     res = v.evaluate_host(gather(root), DESIRED, {"root": root})
-    for family in ("pcie_mrrs", "cpuidle", "cpufreq", "kmod", "gpu"):
-        assert {s["state"] for s in res["settings"] if s["family"] == family} == {"not_applicable"}, family
+    # gpu_health and gpu_settings: the rows of the former GPU section (driver_count, persistence_mode).
+    for name in ("pcie_mrrs", "cpuidle", "cpufreq", "kmod", "gpu_health", "gpu_settings"):
+        assert {s["state"] for s in res["settings"] if s["family"] == name} == {"not_applicable"}, name
 
 
 def test_lockdown_and_bus_perf_explain_the_mrrs_drift(build_node):
@@ -238,40 +239,62 @@ def test_kernel_log_failing_classes_are_configurable():
     assert v.kernel_log_section(kl, {}, ["module_failure"])["failing"] == {"module_failure": 2}
 
 
-# --- GPU section --------------------------------------------------------------------------------
+# --- the GPU rows and sections (gpu_health, gpu_settings, gpu_p2p; the GPU section before 0.4) ---------
 
 
-def test_gpu_section_not_applicable_without_nvidia_smi(build_node):
+def test_gpu_rows_not_applicable_without_nvidia_smi(build_node):
     root = build_node("audited-epyc-8gpu")
     facts = gather(root)
-    section, settings = v.gpu_section(facts, {"probe": "simulated"}, root)
-    assert section["state"] == "not_applicable" and {s["state"] for s in settings} == {"not_applicable"}
-    section, _settings = v.gpu_section(facts, {"probe": "absent"}, "/")
-    assert "not installed" in section["reason"]
+    res = v.evaluate_host(facts, {}, {"root": root}, gpu={"probe": "simulated"})
+    s = by_id(res)
+    assert s["gpu_health.driver_count"]["state"] == "not_applicable" == s["gpu_settings.persistence_mode"]["state"]
+    sections = {x["family"]: x["markdown"] for x in res["sections"]}
+    assert sections == {"gpu_health": "Not applicable: simulated node root (%s): nvidia-smi is not run." % root}
+    res = v.evaluate_host(facts, {}, {"root": "/"}, gpu={"probe": "absent"})
+    assert "not installed" in by_id(res)["gpu_health.driver_count"]["reason"]
+    assert "not installed" in res["sections"][0]["markdown"]
+    res = v.evaluate_host(facts, {}, {"root": "/"}, gpu={"probe": "disabled"})
+    assert not [x for x in res["settings"] if x["family"].startswith("gpu")]
+    assert [x["markdown"] for x in res["sections"]] == ["Disabled: gpunode_tuning_verify_gpu_enabled is false."]
 
 
-def test_gpu_section_with_nvidia_smi_output(build_node):
+def test_gpu_rows_and_sections_with_nvidia_smi_output(build_node):
     root = build_node("audited-epyc-8gpu", gpus=3)
     results = [{"item": {"key": "query"}, "rc": 0, "stdout": QUERY},
                {"item": {"key": "topology"}, "rc": 0, "stdout": TOPO},
                {"item": {"key": "p2p_read"}, "rc": 0, "stdout": P2P},
                {"item": {"key": "p2p_write"}, "rc": 0, "stdout": P2P}]
-    section, settings = v.gpu_section(gather(root), {"probe": "present", "results": results}, "/")
-    s = {x["id"]: x for x in settings}
-    assert section["count"] == 3 and section["pci_gpus"] == 3
-    assert s["gpu.count"]["state"] == "applied"
-    assert s["gpu.persistence_mode"]["state"] == "drifted" and "GPU 1" in s["gpu.persistence_mode"]["running"]
-    assert len(section["p2p_read"]["not_ok"]) == 2
+    res = v.evaluate_host(gather(root), {}, {"root": "/"}, gpu={"probe": "present", "results": results})
+    s = by_id(res)
+    assert s["gpu_health.driver_count"]["state"] == "applied"
+    assert (s["gpu_health.driver_count"]["desired"], s["gpu_health.driver_count"]["running"]) == (3, 3)
+    assert s["gpu_settings.persistence_mode"]["state"] == "drifted"
+    assert "GPU 1" in s["gpu_settings.persistence_mode"]["running"]
+    sections = {x["family"]: x for x in res["sections"]}
+    health = sections["gpu_health"]
+    assert health["title"] == "GPU health"
+    assert health["markdown"].startswith("3 GPU(s) visible to the driver (3 on the PCI bus).")
+    assert "| 1 | 0000:61:00.0 | Disabled |" in health["markdown"]
+    p2p = sections["gpu_p2p"]["markdown"]
+    assert "```\n%s\n```" % TOPO.rstrip() in p2p
+    assert len(nvidia_smi.parse_p2p(P2P)["not_ok"]) == 2
+    assert "P2P read: 4 of 6 GPU pairs OK; not OK: GPU0->GPU2 CNS (chipset not supported), GPU2->GPU0 CNS" in p2p
+    assert "P2P write: 4 of 6 GPU pairs OK" in p2p
+    assert "gpu" not in res and "gpu" not in v.FAMILY_TITLES  # no GPU section, no "gpu" fleet column
 
 
 def test_gpu_missing_from_the_driver_is_drifted(build_node):
     root = build_node("audited-epyc-8gpu", gpus=4)
-    section, settings = v.gpu_section(gather(root), {"probe": "present", "query": {"rc": 0, "stdout": QUERY}}, "/")
-    count = settings[0]
+    probe = {"probe": "present", "query": {"rc": 0, "stdout": QUERY}}
+    res = v.evaluate_host(gather(root), {}, {"root": "/"}, gpu=probe)
+    count = by_id(res)["gpu_health.driver_count"]
     assert count["state"] == "drifted" and "3 of 4" in count["reason"]
+    assert v.health_findings(res) == ["gpu_health.driver_count: " + count["reason"]]
     failing = {"probe": "present", "query": {"rc": 9, "stderr": "NVIDIA-SMI has failed"}}
-    _section, settings = v.gpu_section(gather(root), failing, "/")
-    assert settings[0]["state"] == "drifted" and "rc 9" in settings[0]["reason"]
+    res = v.evaluate_host(gather(root), {}, {"root": "/"}, gpu=failing)
+    for row in ("gpu_health.driver_count", "gpu_settings.persistence_mode"):
+        assert by_id(res)[row]["state"] == "drifted" and "rc 9" in by_id(res)[row]["reason"]
+    assert res["sections"][0]["markdown"].startswith("Error: nvidia-smi failed (rc 9)")
 
 
 # --- fleet --------------------------------------------------------------------------------------
@@ -293,7 +316,7 @@ def test_fleet_summary_orders_failing_hosts_and_lists_missing(build_node):
 
 def test_setting_rejects_unknown_states():
     with pytest.raises(v.VerificationError, match="applied"):
-        v.setting("sysctl", "x", 1, 1, "fine")
+        family.setting("sysctl", "x", 1, 1, "fine")
 
 
 def test_native_driver_means_the_vendors_pstate_driver(build_node):
@@ -417,3 +440,15 @@ def test_configured_arguments_from_text_read_on_the_node():
     assert v.configured_arguments({"bootloader": "grub", "dropin_text": None}) == ([], None)
     args, why = v.configured_arguments({"bootloader": "grub", "dropin_text": None, "dropin_error": "EACCES"})
     assert args is None and "could not be read: EACCES" in why
+
+
+def test_the_pci_functions_are_listed_once_for_the_node_and_every_family(build_node, monkeypatch):
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
+
+    root = build_node("audited-epyc-8gpu", cpus=4)
+    real, calls = pci.list_devices, []
+    monkeypatch.setattr(pci, "list_devices", lambda node: calls.append(node.root) or real(node))
+    facts = gather(root)
+    assert calls == [root]
+    assert facts["pci"]["count"] == 8 and len(facts["pcie_acs"]["gpus"]) == 8 and len(facts["iommu"]["gpus"]) == 8
+    assert len(facts["gpu_p2p"]["redirect"]) == 8

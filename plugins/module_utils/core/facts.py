@@ -1,14 +1,13 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Read-only facts for verification: one cheap pass over a node's sysfs, procfs and kernel log.
+"""Read-only facts of the node itself for verification: one cheap pass over sysfs, procfs and the kernel log.
 
-``gather(node, ...)`` returns the ``tuning_facts`` dict documented in the tuning_info module.
-Everything is read directly from files below the node root (no lspci/setpci or other process),
-and per-CPU data is aggregated: a state's disabled CPUs are a count plus a cpulist, a cpufreq
-setting is its most common value plus the number of CPUs that differ. Per-CPU entries appear only
-with ``detail=True``. The state index -> name mapping of cpuidle is read from the first online
-CPU only (cpuidle drivers register one state table for all CPUs); per CPU only the ``disable``
-attribute is read, so the cost is one open per CPU and state.
+``gather(node, ...)`` returns the node-level sections of the ``tuning_facts`` dict documented in the
+tuning_info module: ``os``, ``kernel``, ``cpu``, ``pci`` (the selected PCI functions, which several
+families judge) and ``kernel_log``. Each knob family reads its own section (``Family.read``;
+flows/verify.gather adds them). Everything is read directly from files below the node root (no
+lspci/setpci or other process); ``aggregate`` is the one way a per-CPU value is summarized (its most
+common value plus the number of CPUs that differ), so facts do not grow with the number of CPUs.
 
 Invalid options raise ``FactsError`` before anything is read; a node without a readable CPU
 raises ``NodeError``.
@@ -16,8 +15,6 @@ raises ``NodeError``.
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
@@ -32,7 +29,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     online_cpus,
     parse_cpulist,
     read_small,
-    selected_bracket,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
     DeviceSelector,
@@ -42,15 +38,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
     pcie_bus_perf,
     read_config,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import KMOD_NAME_ALLOWED as NAME_ALLOWED
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import KMOD_NAME_RE, sysfs_name
 
 SELECTOR_KEYS = ("vendor", "device", "class_prefixes", "bdfs")
-PERSISTENCED_COMM = "nvidia-persistenced"
-# The kernel truncates comm to 15 characters: a real node shows "nvidia-persiste".
-_PERSISTENCED_PREFIX = PERSISTENCED_COMM[:15]
-_SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_/:@+-]+)+$")
-SYSCTL_ALLOWED = "dotted names such as vm.swappiness (letters, digits, '_', '-'; '/' for a dot inside a name)"
 
 
 class FactsError(ValueError):
@@ -62,7 +51,7 @@ class FactsError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_all(path):
+def read_all(path: str) -> str | None:
     """Whole text of a file that may exceed one read (/proc/cpuinfo), or None."""
     try:
         with open(path, "rb") as fh:
@@ -71,7 +60,8 @@ def _read_all(path):
         return None
 
 
-def _int_or_none(text):
+def int_or_none(text: str | None) -> int | None:
+    """The integer of a sysfs or procfs value, None when it is absent or not a number."""
     try:
         return int(text)
     except (TypeError, ValueError):
@@ -95,27 +85,6 @@ def build_selector(spec: dict | None) -> DeviceSelector:
                               class_prefixes=spec.get("class_prefixes"), bdfs=spec.get("bdfs"))
     except ValueError as exc:
         raise FactsError("pci_selector: %s" % exc) from exc
-
-
-def validate_sysctl_keys(keys: list[str] | None) -> list[str]:
-    """Return the keys unchanged after checking each is a dotted sysctl name."""
-    out = []
-    for key in keys or []:
-        # "/" stands for a dot inside a name: no component may become "." or ".." (path traversal).
-        if (not isinstance(key, str) or not _SYSCTL_KEY.match(key)
-                or any(c in ("", ".", "..") for c in sysctl_path(key).split("/")[2:])):
-            raise FactsError("sysctls: %r is not a sysctl key; allowed: %s" % (key, SYSCTL_ALLOWED))
-        out.append(key)
-    return out
-
-
-def validate_module_names(names: list[str] | None) -> list[str]:
-    out = []
-    for name in names or []:
-        if not isinstance(name, str) or not KMOD_NAME_RE.fullmatch(name):
-            raise FactsError("modules: %r is not a module name; allowed: %s" % (name, NAME_ALLOWED))
-        out.append(name)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +130,7 @@ def cpu_facts(node: Node, cpus: list[int]) -> dict:
     """
     model = family = None
     packages = set()
-    lines = (_read_all(node.path("proc/cpuinfo")) or "").splitlines()
+    lines = (read_all(node.path("proc/cpuinfo")) or "").splitlines()
     for line in lines:
         key, sep, value = line.partition(":")
         if not sep:
@@ -172,7 +141,7 @@ def cpu_facts(node: Node, cpus: list[int]) -> dict:
         elif model is None and key == "model name":
             model = value.strip()
         elif family is None and key == "cpu family":
-            family = _int_or_none(value.strip())
+            family = int_or_none(value.strip())
     node_ids = parse_cpulist(read_small(node.path("sys/devices/system/node/online")) or "")
     numa = [{"node": n, "cpus": read_small(node.path("sys/devices/system/node/node%d/cpulist" % n)) or ""}
             for n in node_ids]
@@ -197,64 +166,10 @@ def package_count(node: Node, cpus: list[int]) -> int:
     """
     packages = set()
     for cpu in cpus:
-        package = _int_or_none(read_small(node.path(SYSFS_CPU, "cpu%d/topology/physical_package_id" % cpu)))
+        package = int_or_none(read_small(node.path(SYSFS_CPU, "cpu%d/topology/physical_package_id" % cpu)))
         if package is not None and package >= 0:
             packages.add(package)
     return len(packages)
-
-
-def cpuidle_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
-    """``cpuidle``: driver and, per state name, latency and on how many CPUs it is disabled."""
-    base = node.path(SYSFS_CPU)
-    driver = read_small(os.path.join(base, "cpuidle", "current_driver"))
-    governor = read_small(os.path.join(base, "cpuidle", "current_governor"))
-    driver = None if driver in (None, "", "none") else driver
-    governor = None if governor in (None, "", "none") else governor
-    states = {}
-    result = {"supported": False, "driver": driver, "governor": governor, "states": states}
-    if not cpus:
-        return result
-    first = os.path.join(base, "cpu%d" % cpus[0], "cpuidle")
-    table = []
-    for entry in node.listdir(SYSFS_CPU, "cpu%d" % cpus[0], "cpuidle"):
-        if entry.startswith("state") and entry[5:].isdigit():
-            d = os.path.join(first, entry)
-            name = read_small(os.path.join(d, "name"))
-            if name:
-                table.append((int(entry[5:]), entry, name, _int_or_none(read_small(os.path.join(d, "latency"))),
-                              _int_or_none(read_small(os.path.join(d, "residency")))))
-    table.sort()
-    for index, entry, name, latency, residency in table:
-        disabled = []
-        missing = 0
-        per_cpu = {} if detail else None
-        for cpu in cpus:
-            d = "%s/cpu%d/cpuidle/%s/" % (base, cpu, entry)
-            value = read_small(d + "disable")
-            if value is None:
-                missing += 1
-            elif value != "0":
-                disabled.append(cpu)
-            if detail:
-                per_cpu[str(cpu)] = {
-                    "disabled": None if value is None else value != "0",
-                    "usage": _int_or_none(read_small(d + "usage")),
-                    "time": _int_or_none(read_small(d + "time")),
-                }
-        state = {
-            "index": index,
-            "latency": latency,
-            "residency": residency,
-            "disabled_cpus": len(disabled),
-            "disabled_cpulist": format_cpulist(disabled),
-            "enabled_cpus": len(cpus) - len(disabled) - missing,
-            "missing_cpus": missing,
-        }
-        if detail:
-            state["per_cpu"] = per_cpu
-        states[name] = state
-    result["supported"] = bool(driver and states)
-    return result
 
 
 def aggregate(values_by_cpu: dict) -> dict:
@@ -276,78 +191,14 @@ def aggregate(values_by_cpu: dict) -> dict:
     }
 
 
-def cpufreq_facts(node: Node, cpus: list[int], detail: bool = False) -> dict:
-    """``cpufreq``: driver, governor, EPP, boost (aggregated), amd_pstate and intel_pstate state."""
-    base = node.path(SYSFS_CPU)
-    governors = {}
-    epps = {}
-    driver = None
-    available_governors = available_epp = None
-    for cpu in cpus:
-        d = "%s/cpu%d/cpufreq/" % (base, cpu)
-        governors[cpu] = read_small(d + "scaling_governor")
-        epps[cpu] = read_small(d + "energy_performance_preference")
-        if driver is None and governors[cpu] is not None:
-            # One cpufreq driver serves the whole system: read it (and the choices) once.
-            driver = read_small(d + "scaling_driver")
-            available_governors = (read_small(d + "scaling_available_governors") or "").split()
-            available_epp = (read_small(d + "energy_performance_available_preferences") or "").split()
-    boost = read_small(os.path.join(base, "cpufreq", "boost"))
-    amd_status = read_small(os.path.join(base, "amd_pstate", "status"))
-    intel_status = read_small(os.path.join(base, "intel_pstate", "status"))
-    no_turbo = read_small(os.path.join(base, "intel_pstate", "no_turbo"))
-    result = {
-        "supported": driver is not None,
-        "driver": driver,
-        "cpus_with_policy": sum(1 for v in governors.values() if v is not None),
-        "governor": aggregate(governors),
-        "epp": aggregate(epps),
-        "boost": None if boost is None else boost.strip() == "1",
-        "available_governors": available_governors or [],
-        "available_epp": available_epp or [],
-        "amd_pstate": {"present": amd_status is not None, "status": amd_status},
-        "intel_pstate": {"present": intel_status is not None, "status": intel_status,
-                         "no_turbo": None if no_turbo is None else no_turbo == "1"},
-    }
-    if detail:
-        result["per_cpu"] = {str(cpu): {"governor": governors[cpu], "epp": epps[cpu]} for cpu in cpus}
-    return result
-
-
-def memory_facts(node: Node) -> dict:
-    """``memory``: NUMA balancing, zone reclaim, transparent hugepages."""
-    thp = "sys/kernel/mm/transparent_hugepage/"
-    return {
-        "numa_balancing": _int_or_none(read_small(node.path("proc/sys/kernel/numa_balancing"))),
-        "zone_reclaim_mode": _int_or_none(read_small(node.path("proc/sys/vm/zone_reclaim_mode"))),
-        "thp": {
-            "enabled": selected_bracket(read_small(node.path(thp + "enabled")) or ""),
-            "defrag": selected_bracket(read_small(node.path(thp + "defrag")) or ""),
-        },
-    }
-
-
-def sysctl_path(key: str) -> str:
-    """``proc/sys`` relative path of a dotted key (``/`` in a key stands for a dot in a name)."""
-    return "proc/sys/" + key.replace(".", "\0").replace("/", ".").replace("\0", "/")
-
-
-def sysctl_facts(node: Node, keys: list[str]) -> dict:
-    """``sysctl``: key -> value with whitespace runs made single spaces (None when absent)."""
-    out = {}
-    for key in keys:
-        value = read_small(node.path(sysctl_path(key)))
-        out[key] = None if value is None else " ".join(value.split())
-    return out
-
-
-def pci_facts(node: Node, selector: DeviceSelector) -> dict:
-    """``pci``: the selected devices with their PCIe settings, decoded from config space."""
+def pci_facts(node: Node, selector: DeviceSelector, listed: list | None = None) -> dict:
+    """``pci``: the selected devices with their PCIe settings, decoded from config space (``listed``: the
+    node's PCI functions when the caller listed them already)."""
     devices = []
     present = set()
     nvidia_gpus = []
     default = DeviceSelector()
-    for dev in list_devices(node):
+    for dev in list_devices(node) if listed is None else listed:
         present.add(dev["bdf"])
         if default.matches(dev):
             nvidia_gpus.append(dev["bdf"])
@@ -396,56 +247,20 @@ def pci_facts(node: Node, selector: DeviceSelector) -> dict:
     }
 
 
-def modules_facts(node: Node, names: list[str]) -> dict:
-    """``modules``: loaded module names (/proc/modules) and, for ``names``, state and parameters."""
-    loaded = []
-    for line in (_read_all(node.path("proc/modules")) or "").splitlines():
-        if line.strip():
-            loaded.append(line.split(None, 1)[0])
-    loaded_set = set(loaded)
-    by_name = {}
-    for name in names:
-        key = sysfs_name(name)
-        base = node.path("sys/module", key)
-        present = os.path.isdir(base)
-        builtin = present and key not in loaded_set and not os.path.exists(os.path.join(base, "initstate"))
-        params = {}
-        for p in node.listdir("sys/module", key, "parameters"):
-            params[p] = read_small(os.path.join(base, "parameters", p))
-        by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params}
-    return {"loaded": sorted(loaded), "by_name": by_name}
-
-
-def nvidia_facts(node: Node) -> dict:
-    """``nvidia``: whether nvidia-persistenced runs (a scan of /proc/*/comm), driver version."""
-    pids = []
-    proc = node.path("proc")
-    for entry in node.listdir("proc"):
-        if entry.isdigit():
-            comm = read_small(os.path.join(proc, entry, "comm"))
-            if comm and comm.startswith(_PERSISTENCED_PREFIX) and PERSISTENCED_COMM.startswith(comm):
-                pids.append(int(entry))
-    return {
-        "persistenced": {"running": bool(pids), "pids": sorted(pids)},
-        "driver_version": read_small(node.path("sys/module/nvidia/version")),
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # Everything
 # ---------------------------------------------------------------------------------------------
 
 
-def gather(node: Node, pci_selector: dict | None = None, sysctls: list[str] | None = None, kmsg_since: float = 0.0,
-           kmsg_levels: Any = kernel_log.DEFAULT_LEVELS, kmsg_ignore: Any = None, modules: list[str] | None = None,
-           detail: bool = False) -> dict:
-    """Return the ``tuning_facts`` dict. Raises ``FactsError`` (bad option) before reading anything.
+def gather(node: Node, pci_selector: dict | None = None, kmsg_since: float = 0.0,
+           kmsg_levels: Any = kernel_log.DEFAULT_LEVELS, kmsg_ignore: Any = None, devices: list | None = None) -> dict:
+    """The node-level sections of ``tuning_facts``. Raises ``FactsError`` (bad option) before reading anything.
+
+    ``devices``: the node's PCI functions when the caller listed them already (``list_devices``).
 
     Raises ``NodeError`` when the node lists no CPU (it could not be read).
     """
     selector = build_selector(pci_selector)
-    sysctl_keys = validate_sysctl_keys(sysctls)
-    module_names = validate_module_names(modules)
     try:
         kernel_log.select_levels(kmsg_levels)
         kernel_log.compile_ignore_rules(kmsg_ignore)
@@ -460,17 +275,10 @@ def gather(node: Node, pci_selector: dict | None = None, sysctls: list[str] | No
         # facts full of nulls would let a verification pass it.
         raise NodeError("no CPU found below %s (neither %s/online nor cpuN directories): the root is not a "
                         "readable Linux node" % (node.root, node.path(SYSFS_CPU)))
-    facts = {
+    return {
         "os": os_facts(node),
         "kernel": kernel_facts(node),
         "cpu": cpu_facts(node, cpus),
-        "cpuidle": cpuidle_facts(node, cpus, detail),
-        "cpufreq": cpufreq_facts(node, cpus, detail),
-        "memory": memory_facts(node),
-        "sysctl": sysctl_facts(node, sysctl_keys),
-        "pci": pci_facts(node, selector),
-        "modules": modules_facts(node, module_names),
-        "nvidia": nvidia_facts(node),
+        "pci": pci_facts(node, selector, devices),
         "kernel_log": kernel_log.kernel_log_facts(node, kmsg_levels, kmsg_since, kmsg_ignore),
     }
-    return facts

@@ -50,22 +50,81 @@ class Call(NamedTuple):
     lookup: Any = None
 
 
-class Family(NamedTuple):
-    """One knob family's entry in the registry (registry.py)."""
+class FactsQuery(NamedTuple):
+    """What a family's ``read`` is asked besides the node and the GPUs' selector (flows/verify.gather)."""
 
-    # Key of the family in the desired state (the boot runner's desired.json, verify's desired).
+    # The node's online CPUs, as core/facts.py found them.
+    cpus: tuple = ()
+    # Per-CPU entries too (tuning_info's ``detail``): they grow with the number of CPUs.
+    detail: bool = False
+    # tuning_info's facts options the family reads (``Family.read_options``), each checked by its validator.
+    options: dict = {}
+    # The node's PCI functions as pci.list_devices lists them, listed once for every family (None: not listed).
+    devices: tuple | None = None
+
+
+class GpuCommand(NamedTuple):
+    """One command the GPU probe of verification runs for a family (flows/verify.gpu_probe).
+
+    Its answer is ``ctx.gpu[key]``: ``{rc, stdout, stderr, timed_out}`` (plus ``fields`` and ``missing`` of
+    a negotiated query, ``not_run`` when the driver was down and it was not asked). nvidia-smi's commands
+    run only where nvidia-smi is installed, and once the driver is down nothing more is asked of it.
+    """
+
+    # The probe's key of the answer; two families asking for the same key share one run.
+    key: str
+    # The arguments after the tool.
+    args: tuple = ()
+    # The binary (found as Node.bin_path finds it) and the package that provides it.
+    tool: str = "nvidia-smi"
+    package: str = "nvidia-utils"
+    # nvidia-smi only: ``--query-gpu`` of these fields, negotiated with ``--help-query-gpu`` (nvidia_smi.query).
+    fields: tuple = ()
+    # Another tool: the stderr of the rc 127 answer when the node does not have it (what to install).
+    missing: str = ""
+
+
+class Family(NamedTuple):
+    """One knob family's entry in the registry (registry.py).
+
+    Every field but ``name`` and ``titles`` is optional; each says which flow uses it. No code outside
+    the family's own file and the registry names a family: what the flows need to know of one is here.
+    """
+
+    # Key of the family in the desired state (the boot runner's desired.json, verify's desired), its file
+    # name, its tag, the prefix of its variables and its facts key.
     name: str
     # Report families it produces, in report order, with their titles (the fleet summary's columns).
     titles: dict
     # Its runtime module, None for a read-only family.
     module: str | None = None
-    # (node, selector) -> dict: the family's facts, under facts[name] in tuning_info (selector: the
-    # pci.DeviceSelector of the GPUs, pci_selector). None when facts.py already reads them.
+    # (node, selector, query) -> dict: the family's facts, under facts[name] in tuning_info (selector: the
+    # pci.DeviceSelector of the GPUs, pci_selector; query: a FactsQuery). None: it reads no facts.
     read: Callable[..., dict] | None = None
+    # {tuning_info option: (value) -> value}: the facts options ``read`` takes (``query.options``); the
+    # validator raises ValueError naming the allowed values, before anything is read.
+    read_options: dict | None = None
+    # (desired) -> {tuning_info option: value}: the options ``read`` needs to judge ``desired`` (the role's
+    # verification and the guard pass them).
+    facts_options: Callable[[dict], dict] | None = None
+    # The RETURN documentation of ``tuning_facts.<name>`` (YAML, as in a module's RETURN, the section's
+    # keys at the top level); tools/generate.py writes it into tuning_info's RETURN.
+    facts_doc: str | None = None
     # (call) -> result dict; raises FamilyError. The module runs exactly this (run_module).
     run: Callable[..., dict] | None = None
     # (facts, desired, ctx) -> list of setting() rows; ``desired`` is the whole desired state.
     evaluate: Callable[..., list] | None = None
+    # (desired) -> the GpuCommand tuples whose answers ``evaluate`` reads from ``ctx.gpu``.
+    gpu_commands: Callable[[dict], tuple] | None = None
+    # (desired) -> whether ``evaluate`` needs the kernel arguments configured for the next boot
+    # (``ctx.arg``): verification reads the boot configuration only when a family does.
+    reads_boot_config: Callable[[dict], bool] | None = None
+    # (desired) -> {sysctl key: value} the persistent flow sets at boot for it (the sysctl drop-in):
+    # verification reads the drop-in and the sysctl files that override it only when a family has some.
+    boot_sysctls: Callable[[dict], dict] | None = None
+    # (row, facts, rows) -> whether runtime tuning can bring this row of the family (``rows``: all its
+    # rows); None: every row but those of ``reboot_only`` report families.
+    runtime: Callable[..., bool] | None = None
     # (node, want) -> (ok, message): re-apply ``desired[name]`` at boot, None when the family has
     # nothing to re-apply (it persists through a file the kernel or a tool reads at boot).
     boot: Callable[..., tuple] | None = None
@@ -73,15 +132,21 @@ class Family(NamedTuple):
     reboot_only: tuple = ()
     # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
     boot_key: str | None = None
-    # Ansible tags that select the family in a flow besides its name and the flow's own tag (runtime,
-    # persistent, rollback, verify): the names of its settings (tunables: numa_balancing, thp, sysctl).
+    # (want) -> the PCI vendor ids ([] any vendor) of the hot-added PCI functions whose settings ``boot``
+    # re-applies, called as ``boot(node, want, bdf)``: the udev rule runs the boot runner with
+    # ``--only <name> --bdf <function>``. None: not re-applied on hot-plug.
+    hotplug: Callable[[Any], list] | None = None
+    # Ansible tags of its settings that select it besides its name (tunables: numa_balancing, thp, sysctl).
     tags: tuple = ()
-    # Tags of earlier releases that still select it, with a deprecation warning naming its name.
+    # Former names that still select it as tags, with a deprecation warning naming ``name``.
     deprecated_tags: tuple = ()
     # (values, shared) -> dict: the family's keys of the desired state, from the role's variables
-    # (validated and typed: role_state.py); ``shared`` holds what several families use (the GPUs'
-    # PCI selector). None: the role has no variables for it.
+    # (validated and typed: plugin_utils/desired_state.py); ``shared`` holds what several families use
+    # (the GPUs' PCI selector). None: the role has no variables for it.
     from_role: Callable[..., dict] | None = None
+    # (values) -> [message]: what is wrong with the role's variables of the family taken together (each
+    # valid alone), for the precheck; None when nothing can be.
+    role_problems: Callable[[dict], list] | None = None
     # (desired, values) -> its module's options for runtime tuning, or None when there is nothing to
     # do (switched off, nothing asked). The options the role's runtime flow runs ``run`` with.
     runtime_options: Callable[..., Any] | None = None
@@ -97,6 +162,15 @@ class Family(NamedTuple):
     # (pc, remove) -> kernel arguments the family needs on the command line (the persistent flow adds
     # them), or, with ``remove``, every argument it may have added (rollback removes them).
     kernel_args: Callable[..., list] | None = None
+    # Keys of its journal entries whose original is kept per CPU (value -> cpulist, Journal.record_per_cpu);
+    # ("*",): every key. The journal refuses a file where such an original is not (core/registry_tables.py).
+    per_cpu: tuple = ()
+    # (row, online CPUs) -> on how many CPUs a per-CPU row is wrong (0 when applied), None for a row that is
+    # not per CPU: the guard's metric of drifted CPUs.
+    drifted_cpus: Callable[[dict, int], Any] | None = None
+    # Whether its drifted and reset-pending rows are health findings: the rollout's health gate
+    # (the gpu_health_findings filter) and the guard's finding metrics.
+    health: bool = False
     # (result) -> one line of what its runtime run did, for the flow's report (flow.summary otherwise).
     summary: Callable[[dict], str] | None = None
     # {desired-state key: (entry) -> [(key, message)]}: what is wrong in the family's entries of the desired
@@ -112,11 +186,6 @@ class Family(NamedTuple):
     # (facts, desired, ctx) -> Markdown text or None: the family's own section of the host's Markdown
     # report (the verification result's ``sections``, titled with the family's title).
     report: Callable[..., str | None] | None = None
-
-
-def selecting_tags(fam: Family) -> tuple:
-    """Every Ansible tag that selects ``fam``: its name, its settings' tags, its deprecated tags."""
-    return (fam.name, *fam.tags, *fam.deprecated_tags)
 
 
 def problems_text(problems: list) -> str:

@@ -33,6 +33,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     format_cpulist,
     parse_cpulist,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.registry_tables import PER_CPU_KEYS
 
 DEFAULT_JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 JOURNAL_ARGUMENT_SPEC = dict(
@@ -46,9 +47,8 @@ def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-# Entries whose original is grouped per CPU (value -> cpulist), as record_per_cpu writes them.
-# None: every key of the family.
-PER_CPU_KEYS = {"cpuidle": None, "cpufreq": ("governor", "epp")}
+# Entries whose original is grouped per CPU (value -> cpulist), as record_per_cpu writes them: PER_CPU_KEYS,
+# family -> keys (None: every key of the family), generated from the registry (Family.per_cpu).
 WHAT_TO_DO = ("move it aside and re-run; the originals it held are lost unless restored by hand (the file "
               "shows them)")
 

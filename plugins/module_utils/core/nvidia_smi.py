@@ -22,6 +22,7 @@ import re
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import GpuCommand
 
 HELP_ARGS = ["--help-query-gpu"]
 CSV_FORMAT = "--format=csv,noheader,nounits"
@@ -325,3 +326,46 @@ def smi_failure(res: dict, what: str = "nvidia-smi") -> str:
     result = command.Result(res.get("rc"), res.get("stdout") or "", res.get("stderr") or "",
                             timed_out=bool(res.get("timed_out")))
     return command.failure(what, result)
+
+
+# --- the GPU probe's commands (flows/verify.gpu_probe); each family names those it reads (Family.gpu_commands) ---
+
+# The GPUs the driver lists, with their persistence mode (parse_gpu_query).
+QUERY = GpuCommand("query", ("--query-gpu=index,pci.bus_id,persistence_mode", "--format=csv,noheader"))
+# The health fields, negotiated with --help-query-gpu (query()): ``fields`` and ``missing`` in the answer.
+HEALTH = GpuCommand("health", fields=HEALTH_FIELDS)
+TOPOLOGY = GpuCommand("topology", ("topo", "-m"))
+P2P_READ = GpuCommand("p2p_read", ("topo", "-p2p", "r"))
+P2P_WRITE = GpuCommand("p2p_write", ("topo", "-p2p", "w"))
+P2P_NVLINK = GpuCommand("p2p_nvlink", ("topo", "-p2p", "n"))
+DCGM = GpuCommand("dcgm", tuple(DCGM_ARGS), tool="dcgmi", package="datacenter-gpu-manager",
+                  missing="dcgmi not found: install DCGM (datacenter-gpu-manager) on the node")
+NVBANDWIDTH = GpuCommand("nvbandwidth", tuple(NVBANDWIDTH_ARGS), tool="nvbandwidth", package="nvbandwidth",
+                         missing="nvbandwidth not found on the node: build it from github.com/NVIDIA/nvbandwidth to "
+                                 "measure GPU pair bandwidth")
+
+
+def probe_answers(probe: dict | None) -> dict:
+    """The probe's answers keyed by command, also from the verify tasks' registered loop (``results``, item.key)."""
+    out = dict(probe or {})
+    for res in out.pop("results", None) or []:
+        key = (res.get("item") or {}).get("key")
+        if key and not res.get("skipped"):
+            out[key] = {"rc": res.get("rc"), "stdout": res.get("stdout"), "stderr": res.get("stderr") or res.get("msg")}
+    return out
+
+
+def probe_status(probe: dict | None, root: str = "/") -> tuple:
+    """``(state, reason)`` of the GPU probe: ``present`` (nvidia-smi was asked), ``disabled`` (verification was told
+    not to ask it) or ``not_applicable`` with why: a simulated root, or no nvidia-smi on the node."""
+    root = root or "/"
+    probe = (probe or {}).get("probe") or ("simulated" if root != "/" else "absent")
+    if probe == "present":
+        return "present", ""
+    if probe == "disabled":
+        return "disabled", "gpunode_tuning_verify_gpu_enabled is false"
+    reasons = {
+        "simulated": "simulated node root (%s): nvidia-smi is not run" % root,
+        "absent": "nvidia-smi is not installed on this node (no NVIDIA driver user space)",
+    }
+    return "not_applicable", reasons.get(probe, "nvidia-smi unavailable")

@@ -2,7 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """PCI devices of a node: listing, selection, config space and PCI Express capability decoding.
 
-The PCI library the PCI families share (families/pcie_mrrs.py, families/pcie_acs.py, the GPU families).
+The PCI library the PCI families share (the MRRS and ACS families, the IOMMU mode, the GPU families):
+devices, selection, the PCI Express capability, the ACS extended capability, the bridges above a device
+and the device's IOMMU group.
 
 Reading is pure Python over sysfs files (``vendor``, ``device``, ``class``, ``numa_node``,
 ``config``); writing goes through ``setpci`` so that the kernel's config-space access path is
@@ -30,6 +32,20 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     cmdline_args,
     write_refusal,
 )
+
+# The ACS extended capability (pci_regs.h PCI_EXT_CAP_ID_ACS, PCI_ACS_CAP, PCI_ACS_CTRL).
+PCI_EXT_CAP_ID_ACS = 0x000D
+EXT_CAP_START = 0x100
+ACS_CAP = 0x04
+ACS_CTRL = 0x06
+# Bit names as lspci prints them (pciutils ls-ecaps.c), bit numbers from pci_regs.h PCI_ACS_*.
+ACS_BITS = (("SrcValid", 0), ("TransBlk", 1), ("ReqRedir", 2), ("CmpltRedir", 3), ("UpstreamFwd", 4),
+            ("EgressCtrl", 5), ("DirectTrans", 6))
+# ReqRedir, CmpltRedir, EgressCtrl: what pci=disable_acs_redir= clears too.
+ACS_REDIRECT_MASK = 0x002C
+# The kernel arguments that choose the IOMMU's mode (kernel-parameters.txt).
+IOMMU_ARG_PREFIXES = ("iommu=", "iommu.", "amd_iommu=", "intel_iommu=")
+_BDF_COMPONENT = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 PCI_CAP_ID_EXP = 0x10
 PCI_CAPABILITY_LIST = 0x34
@@ -555,3 +571,118 @@ def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
             raise SelectionError("bdfs not present on the node: %s (present: %s)"
                                  % (", ".join(missing), ", ".join(sorted(present)) or "none"))
     return [d for d in devices if selector.matches(d)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The ACS extended capability and the bridges above a device (peer-to-peer traffic between GPUs)
+# ---------------------------------------------------------------------------------------------
+
+
+def find_ext_capability(cfg: bytes, cap_id: int) -> int | None:
+    """Offset of the first extended capability ``cap_id`` (walked from 0x100), None when absent.
+
+    A 256-byte config (no root, or a conventional PCI device) has no extended space. Pointers
+    below 0x100 end the walk and a step limit guards against loops, as pci_find_ext_capability.
+    """
+    pos = EXT_CAP_START
+    for _step in range((len(cfg) - EXT_CAP_START) // 8 + 1):
+        if pos < EXT_CAP_START or pos + 4 > len(cfg):
+            return None
+        header = struct.unpack_from("<I", cfg, pos)[0]
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == cap_id:
+            return pos
+        pos = (header >> 20) & 0xFFC
+    return None
+
+
+def acs_bits(value: int) -> dict:
+    """``{SrcValid: bool, ...}`` of an ACSCap or ACSCtl value."""
+    return {name: bool(value >> bit & 1) for name, bit in ACS_BITS}
+
+
+def describe_acs(value: int) -> str:
+    """``SrcValid+ TransBlk- ...`` as ``lspci -vvv`` prints an ACS register."""
+    return " ".join("%s%s" % (name, "+" if value >> bit & 1 else "-") for name, bit in ACS_BITS)
+
+
+def decode_acs(cfg: bytes) -> dict | None:
+    """The ACS capability of a config space: offset, ACSCap and ACSCtl (raw and decoded); None if absent."""
+    pos = find_ext_capability(bytes(cfg), PCI_EXT_CAP_ID_ACS)
+    if pos is None or pos + ACS_CTRL + 2 > len(cfg):
+        return None
+    cap, ctl = struct.unpack_from("<HH", cfg, pos + ACS_CAP)
+    return {"offset": pos, "cap": cap, "ctl": ctl, "cap_bits": acs_bits(cap), "ctl_bits": acs_bits(ctl),
+            "redirect": bool(ctl & ACS_REDIRECT_MASK)}
+
+
+def device_dir(node: Node, bdf: str) -> str:
+    """The real sysfs directory of a PCI function (its /sys/bus/pci/devices link resolved)."""
+    return os.path.realpath(node.path(SYSFS_PCI_DEVICES, bdf))
+
+
+def bridge_chain(node: Node, bdf: str) -> list:
+    """``[(bridge bdf, its sysfs dir)]`` from the root port down to the device's parent.
+
+    The kernel nests a function's directory below every bridge on its path
+    (``/sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0``), so the BDF components
+    before the device's own are its bridges. Components that are not a BDF (``pci0000:00``) are skipped.
+    """
+    path = device_dir(node, bdf)
+    base = os.path.realpath(node.path("sys/devices"))
+    rel = os.path.relpath(path, base) if path.startswith(base + os.sep) else path
+    chain, prefix = [], base if path.startswith(base + os.sep) else ""
+    for part in rel.split(os.sep):
+        prefix = os.path.join(prefix, part) if prefix else part
+        if _BDF_COMPONENT.match(part.lower()):
+            chain.append((part.lower(), prefix))
+    return chain[:-1] if chain and chain[-1][0] == bdf else chain
+
+
+def listed(node: Node, query: object = None) -> list:
+    """The node's PCI functions: those a FactsQuery listed once for every family, else ``list_devices``."""
+    devices = getattr(query, "devices", None)
+    return list(devices) if devices is not None else list_devices(node)
+
+
+def redirecting_bridges(node: Node, selector: DeviceSelector, devices: list | None = None) -> dict:
+    """``{device bdf: [bridge bdf, ...]}``: the bridges above each selected device with ACS ReqRedir or CmpltRedir
+    on (peer traffic sent up to the root complex). A bridge whose config space cannot be read counts as not."""
+    out, seen = {}, {}
+    for dev in list_devices(node) if devices is None else devices:
+        if not selector.matches(dev):
+            continue
+        for bdf, path in bridge_chain(node, dev["bdf"]):
+            if bdf not in seen:
+                try:
+                    with open(os.path.join(path, "config"), "rb") as fh:
+                        acs = decode_acs(fh.read())
+                except OSError:
+                    acs = None
+                bits = (acs or {}).get("ctl_bits") or {}
+                seen[bdf] = bool(bits.get("ReqRedir") or bits.get("CmpltRedir"))
+            if seen[bdf]:
+                out.setdefault(dev["bdf"], []).append(bdf)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The IOMMU that translates the devices' DMA
+# ---------------------------------------------------------------------------------------------
+
+
+def iommu_group(node: Node, bdf: str) -> tuple:
+    """``(group, default domain type)`` of a PCI function (``identity``, ``DMA``, ``DMA-FQ``); None for unknown."""
+    try:
+        group = os.path.basename(os.readlink(os.path.join(device_dir(node, bdf), "iommu_group")))
+    except OSError:
+        return None, None
+    return group, node.read("sys/kernel/iommu_groups", group, "type", default="") or None
+
+
+def iommu_state(node: Node) -> dict:
+    """Whether an IOMMU is active (/sys/class/iommu), its units, and the IOMMU arguments of the running kernel."""
+    units = node.listdir("sys/class/iommu")
+    args = [a for a in cmdline_args(node) if a.startswith(IOMMU_ARG_PREFIXES)]
+    return {"active": bool(units), "units": units, "kernel_args": args}

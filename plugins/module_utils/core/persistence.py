@@ -36,6 +36,8 @@ class Concern(NamedTuple):
     remove: Callable[..., dict]
     # Whether it writes the kernel arguments other families need: then their tags select it too.
     kernel_args: bool = False
+    # What it writes, in a few words: tuning_persist's documentation of its ``concerns`` (tools/generate.py).
+    description: str = ""
 
 
 class PersistCall(NamedTuple):

@@ -14,6 +14,7 @@ use it), ``driver_change``, ``order_governor_epp``,
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
@@ -22,6 +23,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import (  
     cpu_vendor,
     driver_family,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import aggregate
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import setting as setting_row
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
@@ -35,7 +37,9 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
     NodeError,
     format_cpulist,
+    online_cpus,
     parse_cpulist,
+    read_small,
 )
 
 FAMILY = "cpufreq"
@@ -58,6 +62,130 @@ NATIVE_DRIVERS = {"AuthenticAMD": "amd-pstate", "GenuineIntel": "intel_pstate"}
 MODE_SETTINGS = {"amd_pstate_mode": "amd-pstate", "intel_pstate_status": "intel_pstate"}
 # Drivers that refuse an EPP other than "performance" (EBUSY) while the governor is performance.
 EPP_LOCKED_UNDER_PERFORMANCE = ("amd-pstate-epp", "intel_pstate")
+# tuning_info's RETURN of tuning_facts.cpufreq (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description:
+  - CPU frequency scaling. Per-CPU settings are aggregated as a dict with C(value) (the most common value
+    over the online CPUs, null when the attribute is absent), C(cpus_differing) (how many online CPUs
+    have another value) and C(values) (each value present -> the cpulist that has it).
+returned: always
+type: dict
+contains:
+  supported:
+    description: True when a cpufreq driver serves the CPUs.
+    type: bool
+    returned: always
+    sample: true
+  driver:
+    description: The cpufreq driver (C(acpi-cpufreq), C(amd-pstate), C(amd-pstate-epp), C(intel_pstate), ...).
+    type: str
+    returned: always
+    sample: acpi-cpufreq
+  cpus_with_policy:
+    description: Number of online CPUs that have a cpufreq policy.
+    type: int
+    returned: always
+    sample: 128
+  governor:
+    description: The scaling governor, aggregated.
+    type: dict
+    returned: always
+    sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+    contains:
+      value:
+        description: The most common governor.
+        type: str
+        returned: always
+        sample: performance
+      cpus_differing:
+        description: Number of online CPUs with another governor (or none).
+        type: int
+        returned: always
+        sample: 0
+      values:
+        description: Governor -> cpulist of the CPUs that use it.
+        type: dict
+        returned: always
+        sample: {performance: 0-127}
+  epp:
+    description: The energy performance preference, aggregated like RV(tuning_facts.cpufreq.governor).
+    type: dict
+    returned: always
+    sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+    contains:
+      value:
+        description: The most common EPP; null when the driver has no EPP.
+        type: str
+        returned: always
+        sample: performance
+      cpus_differing:
+        description: Number of online CPUs with another EPP.
+        type: int
+        returned: always
+        sample: 0
+      values:
+        description: EPP -> cpulist.
+        type: dict
+        returned: always
+        sample: {performance: 0-127}
+  boost:
+    description: C(/sys/devices/system/cpu/cpufreq/boost); null when absent (see C(intel_pstate.no_turbo)).
+    type: bool
+    returned: always
+    sample: true
+  available_governors:
+    description: Governors the driver offers.
+    type: list
+    elements: str
+    returned: always
+    sample: [performance, powersave]
+  available_epp:
+    description: EPP values the driver offers; empty without EPP.
+    type: list
+    elements: str
+    returned: always
+    sample: [default, performance, balance_performance, balance_power, power]
+  amd_pstate:
+    description: The amd-pstate driver's status file (it exists only when amd-pstate registered).
+    type: dict
+    returned: always
+    contains:
+      present:
+        description: True when C(amd_pstate/status) exists.
+        type: bool
+        returned: always
+        sample: true
+      status:
+        description: V(active), V(passive), V(guided) or V(disable); null when absent.
+        type: str
+        returned: always
+        sample: active
+  intel_pstate:
+    description: The intel_pstate driver's state.
+    type: dict
+    returned: always
+    contains:
+      present:
+        description: True when C(intel_pstate/status) exists.
+        type: bool
+        returned: always
+        sample: false
+      status:
+        description: V(active), V(passive) or V(off); null when absent.
+        type: str
+        returned: always
+        sample: active
+      no_turbo:
+        description: C(intel_pstate/no_turbo) as a bool; null when absent.
+        type: bool
+        returned: always
+        sample: false
+  per_cpu:
+    description: Per CPU number (string), its C(governor) and C(epp).
+    type: dict
+    returned: when O(detail=true)
+    sample: {"0": {governor: performance, epp: performance}}
+"""
 # The policy file of each per-policy setting.
 POLICY_FILES = {"governor": "scaling_governor", "epp": "energy_performance_preference"}
 # Governors of the setpolicy drivers (active modes): known before the mode switch.
@@ -1083,6 +1211,47 @@ def _cpufreq_running(cf):
                 boost=cf.get("boost") is not None or intel.get("no_turbo") is not None)
 
 
+def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = None) -> dict:
+    """The family's facts (``facts["cpufreq"]``): driver, governor, EPP, boost (aggregated over the online CPUs),
+    amd_pstate and intel_pstate state; per CPU only with ``query.detail``."""
+    query = query or contract.FactsQuery(cpus=tuple(online_cpus(node)))
+    cpus, detail = list(query.cpus), query.detail
+    base = node.path(SYSFS_CPU)
+    governors = {}
+    epps = {}
+    driver = None
+    available_governors = available_epp = None
+    for cpu in cpus:
+        d = "%s/cpu%d/cpufreq/" % (base, cpu)
+        governors[cpu] = read_small(d + "scaling_governor")
+        epps[cpu] = read_small(d + "energy_performance_preference")
+        if driver is None and governors[cpu] is not None:
+            # One cpufreq driver serves the whole system: read it (and the choices) once.
+            driver = read_small(d + "scaling_driver")
+            available_governors = (read_small(d + "scaling_available_governors") or "").split()
+            available_epp = (read_small(d + "energy_performance_available_preferences") or "").split()
+    boost = read_small(os.path.join(base, "cpufreq", "boost"))
+    amd_status = read_small(os.path.join(base, "amd_pstate", "status"))
+    intel_status = read_small(os.path.join(base, "intel_pstate", "status"))
+    no_turbo = read_small(os.path.join(base, "intel_pstate", "no_turbo"))
+    result = {
+        "supported": driver is not None,
+        "driver": driver,
+        "cpus_with_policy": sum(1 for v in governors.values() if v is not None),
+        "governor": aggregate(governors),
+        "epp": aggregate(epps),
+        "boost": None if boost is None else boost.strip() == "1",
+        "available_governors": available_governors or [],
+        "available_epp": available_epp or [],
+        "amd_pstate": {"present": amd_status is not None, "status": amd_status},
+        "intel_pstate": {"present": intel_status is not None, "status": intel_status,
+                         "no_turbo": None if no_turbo is None else no_turbo == "1"},
+    }
+    if detail:
+        result["per_cpu"] = {str(cpu): {"governor": governors[cpu], "epp": epps[cpu]} for cpu in cpus}
+    return result
+
+
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """Driver (and pstate mode), governor, EPP and boost of ``desired['cpufreq']``.
 
@@ -1092,7 +1261,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     with the module's reason.
     """
     desired = desired.get(FAMILY) or {}
-    cf = facts.get("cpufreq") or {}
+    cf = facts.get(FAMILY) or {}
     vendor = (facts.get("cpu") or {}).get("vendor")
     wanted = [(k, desired.get(k)) for k in ("governor", "epp", "boost") if desired.get(k) is not None]
     if not desired.get("driver") and not wanted:
@@ -1274,6 +1443,50 @@ def kernel_args(pc, remove: bool = False) -> list:
     return list(pc.run_family(FAMILY, options, check_mode=True).get("kernel_args") or [])
 
 
+def _driver_switch(row: dict, cf: dict) -> bool:
+    """Whether a driver row wants another driver family than the running one."""
+    wanted = str(row.get("desired") or "").split(" ", maxsplit=1)[0]  # "amd-pstate (active)" -> amd-pstate
+    return bool(wanted) and wanted != driver_family(cf.get("driver"))
+
+
+def _offered(cf: dict, key: str, want: Any) -> bool:
+    """Whether the running cpufreq driver offers ``key`` = ``want`` (governor or EPP)."""
+    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
+    return (cf.get(key) or {}).get("value") is not None and (not available or want in available)
+
+
+def runtime(row: dict, facts: dict, rows: list) -> bool:
+    """Whether runtime tuning can bring a row: not a switch to another driver (only the persistent flow's
+    kernel argument and a reboot do), nor a governor or EPP value that only the wanted driver offers.
+    A mode switch within the running pstate driver is runtime work."""
+    cf = facts.get(FAMILY) or {}
+    if row["name"] == "driver":
+        return not _driver_switch(row, cf)
+    if row["name"] in ("governor", "epp") and any(r["name"] == "driver" and _driver_switch(r, cf) for r in rows):
+        return _offered(cf, row["name"], row["desired"])
+    return True
+
+
+def drifted_cpus(row: dict, online: int) -> int | None:
+    """The guard's count of CPUs a governor or EPP row is wrong on (0 when applied).
+
+    Mixed values read "performance on 0-5,8, schedutil on 6-7": the CPUs of the other values.
+    """
+    if row["name"] not in ("governor", "epp") or row["state"] not in ("drifted", "applied"):
+        return None
+    if row["state"] == "applied":
+        return 0
+    pairs = [part.split(" on ", 1) for part in str(row.get("running") or "").split(", ") if " on " in part]
+    if not pairs:
+        return online
+    return sum(len(parse_cpulist(cpus)) for value, cpus in pairs if value != str(row.get("desired")))
+
+
+def reads_boot_config(desired: dict) -> bool:
+    """A driver is judged against the kernel argument configured for the next boot (pending_reboot)."""
+    return bool((desired.get(FAMILY) or {}).get("driver"))
+
+
 def summary(result: dict) -> str:
     if not result.get("supported", True):
         return "not applicable: %s" % result.get("reason")
@@ -1286,16 +1499,22 @@ def summary(result: dict) -> str:
 
 DEFINITION = Family(
     name=FAMILY,
-    titles={"cpufreq": "cpufreq"},
+    titles={FAMILY: "cpufreq"},
     module="cpu_freq",
+    read=read,
+    facts_doc=FACTS_DOC,
     run=run,
     evaluate=evaluate,
+    reads_boot_config=reads_boot_config,
+    runtime=runtime,
     boot=boot,
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,
     argument_spec=ARGUMENT_SPEC,
     kernel_args=kernel_args,
+    per_cpu=("governor", "epp"),
+    drifted_cpus=drifted_cpus,
     summary=summary,
     validate={FAMILY: desired_problems},
 )

@@ -14,6 +14,9 @@ Severities (the state of each row; ``drifted`` fails verification):
   their link speed to save power) unless the GPU is busy (utilization >= ``BUSY_UTILIZATION``).
 - ``gpu_count``: fewer GPUs on the PCI bus than ``gpu_count``, or a GPU on the bus that the driver
   does not list (nvidia-smi), fails.
+- ``driver_count``: every NVIDIA GPU on the PCI bus is listed by the driver (``nvidia-smi --query-gpu``), else
+  it fails (fallen off the bus?); judged whenever nvidia-smi is asked, whatever the desired state holds
+  (verification's former GPU section).
 - ``ecc_mode``: current differs from pending = ``pending_reboot`` (a reboot or GPU reset brings it).
 - ``ecc_uncorrected``: volatile uncorrectable errors (since the driver loaded) fail; aggregate
   (lifetime) ones only are reported.
@@ -21,7 +24,7 @@ Severities (the state of each row; ``drifted`` fails verification):
   ``pending_reboot`` (a GPU reset activates it).
 - ``power_limit``: reported (a limit below the default may be deliberate). ``clocks_event``:
   hardware slowdown, hardware thermal slowdown and power brake fail; others are reported.
-  ``driver_version``: reported. Persistence mode: the ``gpu.persistence_mode`` row.
+  ``driver_version``: reported. Persistence mode: gpu_settings' ``persistence_mode`` row.
 - ``xid``: the codes in ``SERIOUS_XIDS`` fail, the others are reported.
 - ``dcgm_diag``: a failing ``dcgmi diag -r 1`` fails (any test whose result or GPU line is Fail, DCGM 3.x and
   4.x tables); dcgmi missing is ``unsupported``.
@@ -36,14 +39,47 @@ Plain Python (3.8+), no Ansible import.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import SERIOUS_XIDS
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
 
 NAME = "gpu_health"
+PERSISTENCED_COMM = "nvidia-persistenced"
+# The kernel truncates comm to 15 characters: a real node shows "nvidia-persiste".
+_PERSISTENCED_PREFIX = PERSISTENCED_COMM[:15]
+# tuning_info's RETURN of tuning_facts.gpu_health (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description: NVIDIA driver user-space state.
+returned: always
+type: dict
+contains:
+  persistenced:
+    description: The NVIDIA persistence daemon, found by a scan of C(/proc/*/comm).
+    type: dict
+    returned: always
+    contains:
+      running:
+        description: True when a C(nvidia-persistenced) process exists.
+        type: bool
+        returned: always
+        sample: true
+      pids:
+        description: Its process ids.
+        type: list
+        elements: int
+        returned: always
+        sample: [2187]
+  driver_version:
+    description: C(/sys/module/nvidia/version); null when the driver is not loaded.
+    type: str
+    returned: always
+    sample: 570.124.06
+"""
 # The fields each health row judges; a row none of whose fields the driver knows is left out.
 ROW_FIELDS = {
     "ecc": ("ecc.mode.current", "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total"),
@@ -172,6 +208,32 @@ def responding_row(facts: dict) -> dict:
     return _row("responding", "all", "all", "applied", "%d GPU(s) answer config-space reads" % len(gpus))
 
 
+def driver_count_row(facts: dict, probe: dict, root: str = "/") -> dict | None:
+    """``driver_count``: the driver (``nvidia-smi --query-gpu``) lists every NVIDIA GPU on the PCI bus.
+
+    ``not_applicable`` where nvidia-smi is not asked (a simulated root, none installed); None when verification
+    was told not to probe the GPUs, or the probe has no GPU list (a probe recorded without the query).
+    """
+    state, why = nvidia_smi.probe_status(probe, root)
+    if state == "disabled" or (state == "present" and "query" not in probe):
+        return None
+    if state != "present":
+        return _row("driver_count", None, None, "not_applicable", why)
+    query = probe["query"] or {}
+    on_bus = _gpus(facts)
+    if query.get("rc", 0) != 0:
+        return _row("driver_count", len(on_bus), None, "drifted", nvidia_smi.smi_failure(query))
+    gpus = nvidia_smi.parse_gpu_query(query.get("stdout"))
+    if on_bus and len(gpus) < len(on_bus):
+        seen = {g["bdf"] for g in gpus}
+        missing = [d["bdf"] for d in (facts.get("pci") or {}).get("devices") or [] if d["bdf"] not in seen]
+        return _row("driver_count", len(on_bus), len(gpus), "drifted",
+                    "the driver sees %d of %d GPUs on the PCI bus (missing: %s); fallen off the bus?"
+                    % (len(gpus), len(on_bus), ", ".join(missing) or "?"))
+    return _row("driver_count", len(on_bus) or len(gpus), len(gpus), "applied", "%d GPUs visible to the driver"
+                % len(gpus))
+
+
 # ---------------------------------------------------------------------------------------------
 # nvidia-smi health fields (a node with nvidia-smi)
 # ---------------------------------------------------------------------------------------------
@@ -277,7 +339,7 @@ def clocks_row(gpus: list) -> dict:
 def driver_row(gpus: list, facts: dict) -> dict:
     """``driver_version``: reported; a user space that differs from the loaded module is a finding."""
     versions = sorted({g["driver_version"] for g in gpus})
-    module = (facts.get("nvidia") or {}).get("driver_version")
+    module = (facts.get(NAME) or {}).get("driver_version")
     if module and versions and versions != [module]:
         return _row("driver_version", module, "/".join(versions), "drifted",
                     "nvidia-smi reports %s, the loaded kernel module %s (reboot after a driver upgrade)"
@@ -287,7 +349,7 @@ def driver_row(gpus: list, facts: dict) -> dict:
 
 def _driver_of(gpus: list, facts: dict) -> str:
     versions = sorted({g.get("driver_version") for g in gpus if g.get("driver_version")})
-    return "/".join(versions) or (facts.get("nvidia") or {}).get("driver_version") or "of unknown version"
+    return "/".join(versions) or (facts.get(NAME) or {}).get("driver_version") or "of unknown version"
 
 
 def _field_rows(missing: list, driver: str) -> list:
@@ -521,15 +583,22 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     The nvidia-smi and DCGM answers are ``verify_node.gpu_probe``'s result, taken from ``ctx.gpu``
     or else ``facts["gpu_probe"]`` (absent: the rows that need them are left out): ``health``
     (``nvidia_smi.query``'s {rc, stdout, stderr, timed_out, fields, missing}; without ``fields``, the
-    columns of ``HEALTH_FIELDS``) and ``dcgm`` when they ran. No rows when ``desired`` has no
-    ``gpu_health`` key; ``{}`` asks for the checks without an expected count or DCGM.
+    columns of ``HEALTH_FIELDS``), ``query`` and ``dcgm`` when they ran. Only ``driver_count`` when ``desired``
+    has no ``gpu_health`` key; ``{}`` asks for the checks without an expected count or DCGM.
     """
+    probe = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
+    driver = driver_count_row(facts, probe, getattr(ctx, "root", "/"))
+    tail = [driver] if driver else []
     if NAME not in (desired or {}):
-        return []  # not part of the desired state (the role always asks; tuning_info alone may not)
+        return tail  # not part of the desired state (the role always asks; tuning_info alone may not)
     want = validate((desired or {}).get(NAME))
-    probe = getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {}
     health = probe.get("health") if probe.get("probe") == "present" else None
     rows, smi = smi_rows(facts, health)
+    if driver and driver["state"] == "drifted" and driver["running"] is None \
+            and any(r["name"] == "nvidia_smi" and r["state"] == "drifted" for r in rows):
+        # The same nvidia-smi that failed the health query failed the GPU list: one finding, nvidia_smi's.
+        tail = [_row("driver_count", driver["desired"], None, "unsupported",
+                     "the GPUs could not be listed (see nvidia_smi): %s" % driver["reason"])]
     busy = {g["bdf"]: _number(g.get("utilization.gpu")) for g in smi or []
             if _number(g.get("utilization.gpu")) is not None}
     out = link_rows(facts, busy) + [responding_row(facts)]
@@ -538,7 +607,45 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     out += rows + [xid_row(facts)]
     if want["dcgm_diag"]:
         out.append(dcgm_row(probe.get("dcgm")))
-    return out
+    return out + tail
+
+
+def read(node: Node, selector: Any = None, query: Any = None) -> dict:
+    """The family's facts (``facts["gpu_health"]``): whether nvidia-persistenced runs (a scan of /proc/*/comm),
+    the loaded driver's version."""
+    pids = []
+    proc = node.path("proc")
+    for entry in node.listdir("proc"):
+        if entry.isdigit():
+            comm = read_small(os.path.join(proc, entry, "comm"))
+            if comm and comm.startswith(_PERSISTENCED_PREFIX) and PERSISTENCED_COMM.startswith(comm):
+                pids.append(int(entry))
+    return {
+        "persistenced": {"running": bool(pids), "pids": sorted(pids)},
+        "driver_version": read_small(node.path("sys/module/nvidia/version")),
+    }
+
+
+def gpu_commands(desired: dict) -> tuple:
+    """The health query and the GPU list; ``dcgmi diag -r 1`` when the desired state asks for it."""
+    dcgm = ((desired or {}).get(NAME) or {}).get("dcgm_diag")
+    return (nvidia_smi.HEALTH, nvidia_smi.QUERY) + ((nvidia_smi.DCGM,) if dcgm else ())
+
+
+def report(facts: dict, desired: dict, ctx: Any = None) -> str:
+    """The GPUs the driver lists (nvidia-smi) against the PCI bus, with their persistence mode."""
+    probe = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
+    state, why = nvidia_smi.probe_status(probe, getattr(ctx, "root", "/"))
+    query = probe.get("query") or {}
+    if state == "present" and query.get("rc", 0) != 0:
+        state, why = "error", nvidia_smi.smi_failure(query)
+    if state != "present":
+        return "%s: %s." % (state.replace("_", " ").capitalize(), why)
+    gpus = nvidia_smi.parse_gpu_query(query.get("stdout"))
+    lines = ["%d GPU(s) visible to the driver (%d on the PCI bus)." % (len(gpus), len(_gpus(facts))), "",
+             "| GPU | PCI address | Persistence mode |", "|---|---|---|"]
+    lines += ["| %s | %s | %s |" % (g["index"], g["bdf"], g["persistence_mode"]) for g in gpus]
+    return "\n".join(lines)
 
 
 # Read-only: no module, nothing to re-apply at boot.
@@ -551,9 +658,14 @@ def from_role(v: dict, shared: dict) -> dict:
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU health"},
+    read=read,
+    facts_doc=FACTS_DOC,
     evaluate=evaluate,
+    gpu_commands=gpu_commands,
+    health=True,
     from_role=from_role,
     validate={NAME: desired_problems},
+    report=report,
 )
 
 

@@ -34,7 +34,7 @@ import re
 import subprocess
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, files, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, files, nvidia_smi, persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_PCI_DEVICES,
@@ -48,6 +48,22 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import DeviceSelector
 
 NAME = "gpu_locality"
+# tuning_info's RETURN of tuning_facts.gpu_locality (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description:
+  - Where each GPU sits (module_utils/families/gpu_locality.py, the C(gpu_locality) family's read;
+    docs/gpu-locality.md), from sysfs alone. C(gpus) per selected GPU its C(numa_node) (null when unknown;
+    C(numa_source) says whether the device or its nearest bridge published it, C(numa_node_published) the raw
+    value), C(cpus) (its local CPUs that are online), C(host_bridge), C(root_port), C(switches), C(irqs), C(nics)
+    and C(nvme) (every NIC and NVMe drive with its C(relation) in the legend of C(nvidia-smi topo -m), one of PIX,
+    PXB, PHB, NODE, SYS, nearest first) and C(nearest_nic) (RDMA-capable NICs first) and C(nearest_nvme).
+  - C(nics) (classes 0x0200 and 0x0207, physical functions) and C(nvme) (0x010802) with the same placement fields
+    and their names (C(netdevs), C(rdma), C(names)); C(irqs) of GPUs and NICs counts the MSI/MSI-X IRQs and
+    those served only on another NUMA node (C(remote), C(remote_cpus)). C(irqbalance) says whether it runs;
+    C(numa_nodes), C(multi_node), C(online_cpus), C(host_bridges) (host bridge -> NUMA node) and C(hostname).
+returned: always
+type: dict
+"""
 EXPORT_NAME = "topology.json"
 EXPORT_PATH = "/etc/gpunode-tuning/topology.json"
 SCHEMA = "gpunode.tuning/topology"
@@ -356,7 +372,7 @@ def _nearest_of(ranked: list, pool: list, names: tuple) -> dict | None:
     return None
 
 
-def read(node: Node, selector: DeviceSelector | None = None) -> dict:
+def read(node: Node, selector: DeviceSelector | None = None, query: Any = None) -> dict:
     """The family's facts (``facts["gpu_locality"]``); see the module docstring and docs/gpu-locality.md."""
     selector = selector or DeviceSelector()
     nodes, online = numa_layout(node)
@@ -864,15 +880,23 @@ def remove_export(pc) -> dict:
     return {}
 
 
-PERSIST = persistence.Concern(NAME, ("locality",), persist_export, remove_export)
+PERSIST = persistence.Concern(NAME, ("locality",), persist_export, remove_export,
+                              description="the topology file for inference engines")
+
+def gpu_commands(desired: dict) -> tuple:
+    """The GPU list (nvidia-smi's numbering) and ``topo -m`` (its CPU and NUMA affinity column)."""
+    return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY)
+
 
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU locality"},
     module="gpu_locality",
     read=read,
+    facts_doc=FACTS_DOC,
     run=run,
     evaluate=evaluate,
+    gpu_commands=gpu_commands,
     boot=boot,
     export=export,
     report=report,

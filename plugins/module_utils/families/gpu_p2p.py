@@ -5,9 +5,10 @@
 Tensor parallelism over PCIe lives on GPU-to-GPU P2P. On a live node with nvidia-smi,
 ``verify_node.gpu_probe`` runs ``nvidia-smi topo -p2p r``, ``w`` and ``n`` (read, write, NVLink);
 this family judges each GPU pair from those matrices and names, for a pair that is not OK, the
-bridges above either GPU that still redirect peer traffic (ACS, ``facts["pcie_acs"]``). When
-``desired["gpu_p2p"]["min_gbps"]`` is set and ``nvbandwidth`` is installed, the probe also measures
-the pair bandwidths, judged against it. Nothing is installed or changed: no module, no boot step.
+bridges above either GPU that still redirect peer traffic (ACS, read from config space: ``read``).
+When ``desired["gpu_p2p"]["min_gbps"]`` is set and ``nvbandwidth`` is installed, the probe also
+measures the pair bandwidths, judged against it. Its report section shows nvidia-smi's topology and
+the P2P read/write status of each pair. Nothing is installed or changed: no module, no boot step.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import math
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, nvidia_smi, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
     NVBANDWIDTH_TEST,
     parse_gpu_query,
@@ -25,7 +27,22 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi imp
 )
 
 NAME = "gpu_p2p"
-# nvidia-smi's matrices as gpu_probe keys them (verify_node.GPU_COMMANDS), with what they test.
+# tuning_info's RETURN of tuning_facts.gpu_p2p (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description:
+  - What stops peer-to-peer traffic of the selected GPUs that config space shows.
+returned: always
+type: dict
+contains:
+  redirect:
+    description:
+      - Per selected GPU with one, the bridges above it (the root port first) whose ACS control has P2P Request
+        Redirect or Completion Redirect on, which sends its peer traffic up to the root complex.
+    type: dict
+    returned: always
+    sample: {"0000:01:00.0": ["0000:00:01.1"]}
+"""
+# nvidia-smi's matrices as the GPU probe keys them (nvidia_smi.P2P_*), with what they test.
 MATRICES = (("p2p_read", "read"), ("p2p_write", "write"), ("p2p_nvlink", "nvlink"))
 # Read and write decide a pair's verdict; NVLink "NS" only says the pair talks over PCIe.
 DECIDING = ("read", "write")
@@ -94,27 +111,14 @@ def nvbandwidth_waived(text: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def _outputs(probe: dict) -> dict:
-    """gpu_probe's answers, also from the verify tasks' registered loop (``results`` keyed by item.key)."""
-    out = dict(probe)
-    for res in out.pop("results", None) or []:
-        key = (res.get("item") or {}).get("key")
-        if key and not res.get("skipped"):
-            out[key] = {"rc": res.get("rc"), "stdout": res.get("stdout"), "stderr": res.get("stderr") or res.get("msg")}
-    return out
+def read(node: Node, selector: pci.DeviceSelector | None = None, query: Any = None) -> dict:
+    """The family's facts (``facts["gpu_p2p"]``): per GPU the bridges above it that redirect peer traffic."""
+    return {"redirect": pci.redirecting_bridges(node, selector or pci.DeviceSelector(), pci.listed(node, query))}
 
 
 def _redirecting(facts: dict) -> dict:
     """``{gpu bdf: [bridge bdf, ...]}``: bridges above each GPU with ACS ReqRedir or CmpltRedir on."""
-    acs = facts.get("pcie_acs") or {}
-    bridges = acs.get("bridges") or {}
-    out = {}
-    for gpu in acs.get("gpus") or []:
-        for b in gpu.get("bridges") or []:
-            bits = ((bridges.get(b) or {}).get("acs") or {}).get("ctl_bits") or {}
-            if bits.get("ReqRedir") or bits.get("CmpltRedir"):
-                out.setdefault(gpu["bdf"], []).append(b)
-    return out
+    return dict((facts.get(NAME) or {}).get("redirect") or {})
 
 
 def _row(name: str, running: Any, state: str, reason: str, desired: Any = ALL_OK) -> dict:
@@ -224,7 +228,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     if NAME not in (desired or {}):
         return []
     want = validate(desired.get(NAME))
-    smi = _outputs(getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {})
+    smi = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
     if smi.get("probe") != "present":
         why = {"disabled": "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)",
                "simulated": "simulated node without an nvidia-smi stand-in"}.get(
@@ -239,6 +243,39 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     return rows
 
 
+def gpu_commands(desired: dict) -> tuple:
+    """The GPU list, the topology (the report) and the P2P matrices; nvbandwidth when a floor is wanted."""
+    floor = ((desired or {}).get(NAME) or {}).get("min_gbps") is not None
+    return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY, nvidia_smi.P2P_READ, nvidia_smi.P2P_WRITE, nvidia_smi.P2P_NVLINK) \
+        + ((nvidia_smi.NVBANDWIDTH,) if floor else ())
+
+
+def _status_line(title: str, matrix: dict) -> str:
+    """``P2P read: 27 of 28 GPU pairs OK; not OK: GPU0->GPU1 CNS (chipset not supported).``"""
+    line = "%s: %d of %d GPU pairs OK" % (title, len(matrix["pairs"]) - len(matrix["not_ok"]), len(matrix["pairs"]))
+    if matrix["not_ok"]:
+        line += "; not OK: " + ", ".join("%s->%s %s (%s)" % (p["a"], p["b"], p["status"], p["meaning"])
+                                         for p in matrix["not_ok"])
+    return line + "."
+
+
+def report(facts: dict, desired: dict, ctx: Any = None) -> str | None:
+    """nvidia-smi's topology matrix and the P2P read/write status per GPU pair, where nvidia-smi answered.
+
+    Reported, not judged here (the rows judge the pairs): across sockets ``CNS`` is normal.
+    """
+    smi = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
+    if nvidia_smi.probe_status(smi, getattr(ctx, "root", "/"))[0] != "present" \
+            or (smi.get("query") or {}).get("rc", 0) != 0:
+        return None
+    topology = nvidia_smi.strip_ansi((smi.get("topology") or {}).get("stdout") or "").rstrip()
+    parts = ["Topology (`nvidia-smi topo -m`):", "", "```", topology, "```", ""]
+    for key, title in (("p2p_read", "P2P read"), ("p2p_write", "P2P write")):
+        parts.append(_status_line(title, parse_p2p((smi.get(key) or {}).get("stdout"))))
+        parts.append("")
+    return "\n".join(parts).rstrip()
+
+
 # Read-only: no module, nothing to re-apply at boot.
 def from_role(v: dict, shared: dict) -> dict:
     gbps = v.get("gpunode_tuning_gpu_p2p_min_gbps")
@@ -248,7 +285,11 @@ def from_role(v: dict, shared: dict) -> dict:
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU P2P"},
+    read=read,
+    facts_doc=FACTS_DOC,
     evaluate=evaluate,
+    gpu_commands=gpu_commands,
     from_role=from_role,
     validate={NAME: desired_problems},
+    report=report,
 )

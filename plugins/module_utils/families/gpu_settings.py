@@ -470,9 +470,44 @@ def _restore(call: family.Call, journal, smi: str, gpus: list, daemon: dict | No
 # --- verification and boot ---
 
 
+def persistence_mode_row(probe: dict, root: str = "/") -> dict | None:
+    """``persistence_mode``: Enabled on every GPU the driver lists (``nvidia-smi --query-gpu``), judged whenever
+    nvidia-smi is asked, whatever the desired state holds (verification's former GPU section). Off, the driver
+    tears a GPU's state down when it idles. None when verification was told not to probe the GPUs."""
+    state, why = nvidia_smi.probe_status(probe, root)
+    if state == "disabled":
+        return None
+    if state != "present":
+        return family.setting(NAME, "persistence_mode", "Enabled", None, "not_applicable", why)
+    query = probe.get("query") or {}
+    if query.get("rc", 0) != 0:
+        return family.setting(NAME, "persistence_mode", "Enabled", None, "drifted", nvidia_smi.smi_failure(query))
+    gpus = nvidia_smi.parse_gpu_query(query.get("stdout"))
+    off = [str(g["index"]) for g in gpus if g["persistence_mode"].lower() != "enabled"]
+    if not gpus:
+        return family.setting(NAME, "persistence_mode", "Enabled", None, "not_applicable", "no GPU")
+    if off:
+        return family.setting(NAME, "persistence_mode", "Enabled", "Disabled on GPU %s" % ", ".join(off), "drifted",
+                              "persistence mode off: the driver tears down GPU state when idle (run "
+                              "nvidia-persistenced)")
+    return family.setting(NAME, "persistence_mode", "Enabled", "Enabled", "applied", "")
+
+
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
-    """Rows ``gpu_settings.persistence``, ``.power_limit``, ``.locked_clocks`` and ``.application_clocks``
-    from gpu_health's nvidia-smi query."""
+    """For what the desired state sets, rows ``gpu_settings.persistence``, ``.power_limit``, ``.locked_clocks`` and
+    ``.application_clocks`` from the health query; then ``.persistence_mode`` (always: ``persistence_mode_row``)."""
+    probe = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
+    mode_row = persistence_mode_row(probe, getattr(ctx, "root", "/"))
+    return _setting_rows(probe, desired) + ([mode_row] if mode_row else [])
+
+
+def gpu_commands(desired: dict) -> tuple:
+    """The health query (the settings' values) and the GPU list (persistence mode)."""
+    return (nvidia_smi.HEALTH, nvidia_smi.QUERY)
+
+
+def _setting_rows(probe: dict, desired: dict) -> list:
+    """The rows of the settings the desired state sets (none when it sets none)."""
     want_params = (desired or {}).get(NAME) or {}
     if not want_params:
         return []
@@ -480,7 +515,6 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
         want = validate(want_params)
     except family.FamilyError as exc:
         raise family.EvaluationError(str(exc)) from None
-    probe = getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {}
     health = probe.get("health") or {}
     if probe.get("probe") != "present" or health.get("rc", 0) != 0 or health.get("timed_out"):
         state, why = "not_applicable", "nvidia-smi is not available (%s)" % (probe.get("probe") or "not probed")
@@ -593,6 +627,7 @@ DEFINITION = family.Family(
     module="gpu_settings",
     run=run,
     evaluate=evaluate,
+    gpu_commands=gpu_commands,
     boot=boot,
     from_role=from_role,
     runtime_options=runtime_options,

@@ -6,20 +6,54 @@ With the IOMMU translating DMA (default domain ``DMA`` / ``DMA-FQ``) GPU peer-to
 translated or blocked; passthrough (``iommu=pt``, default domain ``identity``) lets it go direct.
 The mode is chosen at boot by kernel arguments, so the family has no runtime module and nothing
 to re-apply at boot: the persistent flow configures ``iommu_kernel_args``' arguments through the
-command-line family and a reboot brings them. Verification reads the GPUs' IOMMU group types
-from the ACS family's facts (``facts["pcie_acs"]``, acs.read).
+command-line family and a reboot brings them (``kernel_args``). Verification reads the GPUs' IOMMU
+group types (``read``, ``facts["iommu"]``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import cpu, family, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import MODES, iommu_kernel_args  # noqa: F401
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 NAME = "iommu"
 # /sys/kernel/iommu_groups/N/type -> the mode it is (anything else, e.g. blocked: neither).
 GROUP_MODES = {"identity": "passthrough", "DMA": "translated", "DMA-FQ": "translated"}
+# tuning_info's RETURN of tuning_facts.iommu (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description:
+  - The IOMMU that translates the selected GPUs' DMA, from sysfs and the running command line.
+returned: always
+type: dict
+contains:
+  active:
+    description: True when an IOMMU is active (C(/sys/class/iommu) lists a unit).
+    type: bool
+    returned: always
+    sample: true
+  units:
+    description: The IOMMU units of C(/sys/class/iommu).
+    type: list
+    elements: str
+    returned: always
+    sample: [ivhd0]
+  kernel_args:
+    description: The IOMMU arguments of the running kernel (C(iommu=), C(iommu.), C(amd_iommu=), C(intel_iommu=)).
+    type: list
+    elements: str
+    returned: always
+    sample: [iommu=pt]
+  gpus:
+    description:
+      - Per selected GPU its C(bdf), C(iommu_group) (null without one) and C(iommu_group_type), the group's
+        default domain type (V(identity) is passthrough, V(DMA) and V(DMA-FQ) translated).
+    type: list
+    elements: dict
+    returned: always
+    sample: [{bdf: "0000:41:00.0", iommu_group: "32", iommu_group_type: identity}]
+"""
 
 
 def desired_problems(want: Any) -> list:
@@ -42,6 +76,18 @@ def validate(want: Any) -> str:
     if problems:
         raise family.EvaluationError(family.problems_text(problems))
     return (want or {}).get("mode") or "unmanaged"
+
+
+def read(node: Node, selector: pci.DeviceSelector | None = None, query: object = None) -> dict:
+    """The family's facts (``facts["iommu"]``): whether an IOMMU is active, its arguments running, and the IOMMU
+    group (and its default domain type) of each selected GPU."""
+    selector = selector or pci.DeviceSelector()
+    gpus = []
+    for dev in pci.listed(node, query):
+        if selector.matches(dev):
+            group, group_type = pci.iommu_group(node, dev["bdf"])
+            gpus.append({"bdf": dev["bdf"], "iommu_group": group, "iommu_group_type": group_type})
+    return dict(pci.iommu_state(node), gpus=gpus)
 
 
 def _args_state(args: list, ctx: Any) -> tuple:
@@ -115,13 +161,27 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     mode = validate((desired or {}).get(NAME))
     if mode == "unmanaged":
         return []
-    acs = facts.get("pcie_acs")
-    if not isinstance(acs, dict) or not isinstance(acs.get("iommu"), dict):
-        return [_row(mode, None, "unsupported", "the facts have no pcie_acs section (the IOMMU was not read)")]
+    mine = facts.get(NAME)
+    if not isinstance(mine, dict):
+        return [_row(mode, None, "unsupported", "the facts have no %s section (the IOMMU was not read)" % NAME)]
     args = iommu_kernel_args(mode, (facts.get("cpu") or {}).get("vendor")).needed
-    if not acs["iommu"].get("active"):
+    if not mine.get("active"):
         return [_inactive_row(mode, args, ctx)]
-    return [_active_row(mode, acs.get("gpus") or [], args, ctx)]
+    return [_active_row(mode, mine.get("gpus") or [], args, ctx)]
+
+
+def reads_boot_config(desired: dict) -> bool:
+    """A managed mode is judged against the arguments configured for the next boot."""
+    return validate((desired or {}).get(NAME)) != "unmanaged"
+
+
+def kernel_args(pc, remove: bool = False) -> list:
+    """The mode's arguments for this node's CPU (the persistent flow adds them through the command-line family);
+    with ``remove``, every argument any node may have got for the mode rollback is told (``iommu_mode``)."""
+    if remove:
+        return list(iommu_kernel_args(pc.settings.get("iommu_mode") or "unmanaged").removable)
+    mode = validate(pc.desired.get(NAME))
+    return list(iommu_kernel_args(mode, cpu.cpu_vendor(pc.node) if mode != "unmanaged" else None).needed)
 
 
 # Kernel arguments only: no module, nothing to re-apply at boot; only a reboot brings the mode.
@@ -133,8 +193,12 @@ def from_role(v: dict, shared: dict) -> dict:
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "IOMMU mode"},
+    read=read,
+    facts_doc=FACTS_DOC,
     evaluate=evaluate,
+    reads_boot_config=reads_boot_config,
     reboot_only=(NAME,),
     from_role=from_role,
+    kernel_args=kernel_args,
     validate={NAME: desired_problems},
 )

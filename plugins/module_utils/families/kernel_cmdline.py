@@ -481,36 +481,38 @@ def from_role(v: dict, shared: dict) -> dict:
     return {FAMILY: list(v["gpunode_tuning_kernel_cmdline_args"] or []) if enabled else []}
 
 
-def _cmdline_options(pc, arguments: list, state: str, iommu_mode: str) -> dict:
+def _cmdline_options(pc, arguments: list, state: str) -> dict:
+    """kernel_cmdline's options for the persistent flow: the role's bootloader and drop-in."""
     settings = pc.settings
     return {"arguments": arguments, "state": state, "bootloader": settings.get("kernel_cmdline_bootloader") or "auto",
-            "dropin": settings.get("kernel_cmdline_dropin") or DEFAULT_DROPIN, "update_bootloader": pc.node.is_live,
-            "iommu_mode": iommu_mode}
+            "dropin": settings.get("kernel_cmdline_dropin") or DEFAULT_DROPIN, "update_bootloader": pc.node.is_live}
 
 
 def persist_cmdline(pc) -> dict:
-    """The configured kernel arguments, those other families need (a driver switch, ACS) and the IOMMU mode's."""
+    """The configured kernel arguments and those other families need (``Family.kernel_args``: a driver switch,
+    ACS by kernel argument, the IOMMU mode's)."""
     if not pc.settings.get("kernel_cmdline_enabled"):
         return {"changed": False, "skipped": True, "reason": "gpunode_tuning_kernel_cmdline_enabled is false"}
     arguments = list(pc.desired.get(FAMILY) or [])
     arguments += [a for a in pc.family_kernel_args() if a not in arguments]
-    mode = (pc.desired.get("iommu") or {}).get("mode") or "unmanaged"
-    if not arguments and mode == "unmanaged":
+    if not arguments:
         return {"changed": False, "skipped": True, "reason": "no kernel argument to configure"}
-    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "present", mode))
+    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "present"))
 
 
 def remove_cmdline(pc) -> dict:
     """Every argument the persistent flow may have added (exact KEY=VALUE forms: an administrator's own stay)."""
     arguments = list(pc.settings.get("kernel_cmdline_args") or [])
     arguments += [a for a in pc.family_kernel_args(remove=True) if a not in arguments]
-    mode = pc.settings.get("iommu_mode") or "unmanaged"
-    if not arguments and mode == "unmanaged":
+    if not arguments:
         return {"changed": False, "skipped": True, "reason": "no kernel argument to remove"}
-    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "absent", mode))
+    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "absent"))
 
 
-PERSIST = persistence.Concern(FAMILY, (FAMILY,), persist_cmdline, remove_cmdline, kernel_args=True)
+PERSIST = persistence.Concern(FAMILY, (FAMILY,), persist_cmdline, remove_cmdline, kernel_args=True,
+                              description="the kernel arguments (configured, and those the other families need: a "
+                                          "cpufreq driver switch, ACS by kernel argument, the IOMMU mode's) through "
+                                          "GRUB or grubby")
 
 
 DEFINITION = Family(
@@ -519,6 +521,7 @@ DEFINITION = Family(
     module="kernel_cmdline",
     run=run,
     evaluate=evaluate,
+    reads_boot_config=lambda desired: bool(desired.get(FAMILY)),
     reboot_only=(FAMILY,),
     deprecated_tags=("cmdline",),
     from_role=from_role,

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError, read_all
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, normalize_value, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
@@ -31,8 +32,15 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import
     open_node,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import parse_kmsg
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
+    NODE_ARGUMENT_SPEC,
+    Node,
+    NodeError,
+    read_small,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (  # noqa: F401 (sysfs_name: re-exported)
+    KMOD_NAME_ALLOWED,
+    KMOD_NAME_RE,
     ValidationError,
     kmod_name,
     kmod_param,
@@ -57,6 +65,28 @@ PEERMEM_MESSAGE = (
 )
 _TRUE = ("1", "y", "yes", "true", "on")
 _FALSE = ("0", "n", "no", "false", "off")
+# tuning_info's RETURN of tuning_facts.kmod (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description: Kernel modules.
+returned: always
+type: dict
+contains:
+  loaded:
+    description: Names of the loaded (loadable) modules, from C(/proc/modules), sorted.
+    type: list
+    elements: str
+    returned: always
+    sample: [mlx5_core, nvidia, nvidia_modeset, nvidia_uvm, nvme]
+  by_name:
+    description:
+      - Each name of O(modules) -> C(loaded) (bool, C(/sys/module/NAME) exists), C(builtin) (bool, built
+        into the kernel) and C(parameters) (dict, parameter name -> current value from
+        C(/sys/module/NAME/parameters), null when unreadable).
+    type: dict
+    returned: always
+    sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}},
+             nvidia: {loaded: true, builtin: false, parameters: {NVreg_EnableGpuFirmware: "1"}}}
+"""
 
 
 def param_string(value: Any) -> str:
@@ -604,13 +634,53 @@ def _diff(results, check_mode):
     return dict(before={r["name"]: shown(r, False) for r in results},
                 after={r["name"]: shown(r, True) for r in results})
 
+# --- facts: what tuning_info reads of this family (facts["kmod"]) ---
+
+
+def facts_names(names: list[str] | None) -> list[str]:
+    """tuning_info's ``modules``, unchanged after checking each is a module name; FactsError otherwise."""
+    out = []
+    for name in names or []:
+        if not isinstance(name, str) or not KMOD_NAME_RE.fullmatch(name):
+            raise FactsError("modules: %r is not a module name; allowed: %s" % (name, KMOD_NAME_ALLOWED))
+        out.append(name)
+    return out
+
+
+def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = None) -> dict:
+    """The family's facts (``facts["kmod"]``): loaded module names (/proc/modules) and, for each name of the
+    ``modules`` option, its state and parameters."""
+    names = ((query.options if query else None) or {}).get("modules") or []
+    loaded = []
+    for line in (read_all(node.path("proc/modules")) or "").splitlines():
+        if line.strip():
+            loaded.append(line.split(None, 1)[0])
+    loaded_set = set(loaded)
+    by_name = {}
+    for name in names:
+        key = sysfs_name(name)
+        base = node.path("sys/module", key)
+        present = os.path.isdir(base)
+        builtin = present and key not in loaded_set and not os.path.exists(os.path.join(base, "initstate"))
+        params = {}
+        for p in node.listdir("sys/module", key, "parameters"):
+            params[p] = read_small(os.path.join(base, "parameters", p))
+        by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params}
+    return {"loaded": sorted(loaded), "by_name": by_name}
+
+
+def facts_options(desired: dict) -> dict:
+    """The desired modules are the names read() reads."""
+    return {"modules": [m["name"] for m in (desired.get(FAMILY) or {}).get("modules") or []]}
+
+
 # --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """One setting per module of ``desired['kmod']['modules']``: loaded (with its parameters) or, for absent, not."""
     desired = desired.get(FAMILY) or {}
-    mods = facts.get("modules") or {}
+    mods = facts.get(FAMILY) or {}
     by_name = mods.get("by_name") or {}
     loaded_names = set(mods.get("loaded") or [])
     out = []
@@ -734,7 +804,8 @@ def remove_modules(pc) -> dict:
     return {}
 
 
-PERSIST = persistence.Concern("kmod", (FAMILY,), persist_modules, remove_modules)
+PERSIST = persistence.Concern(FAMILY, (FAMILY,), persist_modules, remove_modules,
+                              description="modules-load.d and modprobe.d files for the optional modules that load")
 
 
 def summary(result: dict) -> str:
@@ -743,8 +814,12 @@ def summary(result: dict) -> str:
 
 DEFINITION = Family(
     name=FAMILY,
-    titles={"kmod": "modules"},
+    titles={FAMILY: "modules"},
     module="kmod_optional",
+    read=read,
+    read_options={"modules": facts_names},
+    facts_options=facts_options,
+    facts_doc=FACTS_DOC,
     run=run,
     evaluate=evaluate,
     from_role=from_role,

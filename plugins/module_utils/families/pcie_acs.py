@@ -16,9 +16,7 @@ refused (ACS is what isolates passthrough devices). Reading is pure Python over 
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import struct
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
@@ -29,25 +27,41 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     cmdline_args,
     lockdown_mode,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  # noqa: F401 (the decoding: re-exported)
+    ACS_BITS,
+    ACS_CAP,
+    ACS_CTRL,
+    EXT_CAP_START,
+    PCI_EXT_CAP_ID_ACS,
+    bridge_chain,
+    decode_acs,
+    device_dir,
+    find_ext_capability,
+)
 
 NAME = "pcie_acs"
-PCI_EXT_CAP_ID_ACS = 0x000D
-EXT_CAP_START = 0x100
-ACS_CAP = 0x04
-ACS_CTRL = 0x06
-# Bit names as lspci prints them (pciutils ls-ecaps.c), bit numbers from pci_regs.h PCI_ACS_*.
-ACS_BITS = (("SrcValid", 0), ("TransBlk", 1), ("ReqRedir", 2), ("CmpltRedir", 3), ("UpstreamFwd", 4),
-            ("EgressCtrl", 5), ("DirectTrans", 6))
 # ReqRedir, CmpltRedir, EgressCtrl: what pci=disable_acs_redir= clears too. Nothing else is written.
-REDIRECT_MASK = 0x002C
+REDIRECT_MASK = pci.ACS_REDIRECT_MASK
+# tuning_info's RETURN of tuning_facts.pcie_acs (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description:
+  - The P2P path of the selected GPUs (module_utils/families/pcie_acs.py, the C(pcie_acs) family's read), C(gpus)
+    each GPU's chain of bridges up to its root port, C(bridges) per bridge the ACS capability (ACSCap and ACSCtl
+    decoded as SrcValid, TransBlk, ReqRedir, CmpltRedir, UpstreamFwd, EgressCtrl, DirectTrans) or no ACS
+    capability, and the devices bound to vfio-pci below it, each GPU's IOMMU group and its default domain type,
+    C(kernel_args) the ACS arguments of the running kernel (C(pci=disable_acs_redir=)), C(lockdown) the kernel
+    lockdown mode.
+returned: always
+type: dict
+"""
+bits = pci.acs_bits
+describe = pci.describe_acs
 SETPCI_ACS_CTRL = "ECAP_ACS+6.w"
 MODES = ("disable_redirect", "unmanaged")
 # How redirect survives a reboot (desired["pcie_acs"]["persist"]): the boot unit re-applies it, or
 # the kernel argument pci=disable_acs_redir= (written through the command-line family).
 PERSIST = ("boot_unit", "kernel_arg")
 NO_ACS = "no ACS capability"
-IOMMU_ARG_PREFIXES = ("iommu=", "iommu.", "amd_iommu=", "intel_iommu=")
-_BDF_COMPONENT = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 ARGUMENT_SPEC = dict(
@@ -72,45 +86,6 @@ ARGUMENT_SPEC.update(family.preset_options_spec(DESIRED_OPTIONS))
 # ---------------------------------------------------------------------------------------------
 
 
-def find_ext_capability(cfg: bytes, cap_id: int) -> int | None:
-    """Offset of the first extended capability ``cap_id`` (walked from 0x100), None when absent.
-
-    A 256-byte config (no root, or a conventional PCI device) has no extended space. Pointers
-    below 0x100 end the walk and a step limit guards against loops, as pci_find_ext_capability.
-    """
-    pos = EXT_CAP_START
-    for _step in range((len(cfg) - EXT_CAP_START) // 8 + 1):
-        if pos < EXT_CAP_START or pos + 4 > len(cfg):
-            return None
-        header = struct.unpack_from("<I", cfg, pos)[0]
-        if header in (0, 0xFFFFFFFF):
-            return None
-        if header & 0xFFFF == cap_id:
-            return pos
-        pos = (header >> 20) & 0xFFC
-    return None
-
-
-def bits(value: int) -> dict:
-    """``{SrcValid: bool, ...}`` of an ACSCap or ACSCtl value."""
-    return {name: bool(value >> bit & 1) for name, bit in ACS_BITS}
-
-
-def describe(value: int) -> str:
-    """``SrcValid+ TransBlk- ...`` as ``lspci -vvv`` prints an ACS register."""
-    return " ".join("%s%s" % (name, "+" if value >> bit & 1 else "-") for name, bit in ACS_BITS)
-
-
-def decode_acs(cfg: bytes) -> dict | None:
-    """The ACS capability of a config space: offset, ACSCap and ACSCtl (raw and decoded); None if absent."""
-    pos = find_ext_capability(bytes(cfg), PCI_EXT_CAP_ID_ACS)
-    if pos is None or pos + ACS_CTRL + 2 > len(cfg):
-        return None
-    cap, ctl = struct.unpack_from("<HH", cfg, pos + ACS_CAP)
-    return {"offset": pos, "cap": cap, "ctl": ctl, "cap_bits": bits(cap), "ctl_bits": bits(ctl),
-            "redirect": bool(ctl & REDIRECT_MASK)}
-
-
 def kernel_arg(bridges: list) -> str:
     """``pci=disable_acs_redir=BDF;BDF`` for the bridges (the kernel clears the same three bits at boot).
 
@@ -122,29 +97,6 @@ def kernel_arg(bridges: list) -> str:
 # ---------------------------------------------------------------------------------------------
 # The GPU paths
 # ---------------------------------------------------------------------------------------------
-
-
-def device_dir(node: Node, bdf: str) -> str:
-    """The real sysfs directory of a PCI function (its /sys/bus/pci/devices link resolved)."""
-    return os.path.realpath(node.path(SYSFS_PCI_DEVICES, bdf))
-
-
-def bridge_chain(node: Node, bdf: str) -> list:
-    """``[(bridge bdf, its sysfs dir)]`` from the root port down to the device's parent.
-
-    The kernel nests a function's directory below every bridge on its path
-    (``/sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0``), so the BDF components
-    before the device's own are its bridges. Components that are not a BDF (``pci0000:00``) are skipped.
-    """
-    path = device_dir(node, bdf)
-    base = os.path.realpath(node.path("sys/devices"))
-    rel = os.path.relpath(path, base) if path.startswith(base + os.sep) else path
-    chain, prefix = [], base if path.startswith(base + os.sep) else ""
-    for part in rel.split(os.sep):
-        prefix = os.path.join(prefix, part) if prefix else part
-        if _BDF_COMPONENT.match(part.lower()):
-            chain.append((part.lower(), prefix))
-    return chain[:-1] if chain and chain[-1][0] == bdf else chain
 
 
 def driver_of(path: str) -> str | None:
@@ -160,9 +112,9 @@ def vfio_below(devices: list, bridge_path: str) -> list:
     return sorted(d["bdf"] for d in devices if d["driver"] == "vfio-pci" and d["dir"].startswith(bridge_path + os.sep))
 
 
-def _all_devices(node: Node) -> list:
+def _all_devices(node: Node, query: object = None) -> list:
     out = []
-    for dev in pci.list_devices(node):
+    for dev in pci.listed(node, query):
         path = device_dir(node, dev["bdf"])
         out.append(dict(dev, dir=path, driver=driver_of(path)))
     return out
@@ -192,22 +144,21 @@ def _read_bridge(bridge: str, path: str) -> dict:
     return entry
 
 
-def gpu_paths(node: Node, selector: pci.DeviceSelector) -> dict:
+def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) -> dict:
     """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those.
 
     ``{"gpus": [{bdf, bridges: [bdf, ...root port first], iommu_group, iommu_group_type}],
     "bridges": {bdf: {bdf, port_type, acs, acs_state, error, gpus, vfio}}, "vfio_devices": [...]}``.
     """
-    devices = _all_devices(node)
+    devices = _all_devices(node, query)
     gpus, bridges = [], {}
     for dev in devices:
         if not selector.matches(dev):
             continue
         chain = bridge_chain(node, dev["bdf"])
-        group = _iommu_group(node, dev["dir"])
-        group_type = node.read("sys/kernel/iommu_groups", group, "type", default="") if group else ""
+        group, group_type = pci.iommu_group(node, dev["bdf"])
         gpus.append({"bdf": dev["bdf"], "driver": dev["driver"], "bridges": [b for b, _p in chain],
-                     "iommu_group": group, "iommu_group_type": group_type or None})
+                     "iommu_group": group, "iommu_group_type": group_type})
         for bdf, path in chain:
             if bdf not in bridges:
                 bridges[bdf] = dict(_read_bridge(bdf, path), path=path, gpus=[], vfio=vfio_below(devices, path))
@@ -216,29 +167,15 @@ def gpu_paths(node: Node, selector: pci.DeviceSelector) -> dict:
     return {"gpus": gpus, "bridges": bridges, "vfio_devices": vfio}
 
 
-def _iommu_group(node: Node, path: str) -> str | None:
-    try:
-        return os.path.basename(os.readlink(os.path.join(path, "iommu_group")))
-    except OSError:
-        return None
-
-
-def iommu_facts(node: Node) -> dict:
-    """Whether an IOMMU is active (/sys/class/iommu), and the IOMMU arguments of the running kernel."""
-    units = node.listdir("sys/class/iommu")
-    args = [a for a in cmdline_args(node) if a.startswith(IOMMU_ARG_PREFIXES)]
-    return {"active": bool(units), "units": units, "kernel_args": args,
-            "acs_kernel_args": [a for a in cmdline_args(node) if "disable_acs_redir=" in a]}
-
-
-def read(node: Node, selector: pci.DeviceSelector | None = None) -> dict:
-    """The family's facts (``facts["pcie_acs"]``): GPU paths, their bridges' ACS, vfio-pci below them, IOMMU."""
-    paths = gpu_paths(node, selector or pci.DeviceSelector())
+def read(node: Node, selector: pci.DeviceSelector | None = None, query: object = None) -> dict:
+    """The family's facts (``facts["pcie_acs"]``): GPU paths, their bridges' ACS, vfio-pci below them, the IOMMU
+    groups of the GPUs and the ACS arguments of the running kernel (``pci=disable_acs_redir=``)."""
+    paths = gpu_paths(node, selector or pci.DeviceSelector(), query)
     for entry in paths["bridges"].values():
         entry.pop("path", None)
         if entry["acs"]:  # registers in hex, as lspci and the module's result show them
             entry["acs"] = dict(entry["acs"], cap="0x%04x" % entry["acs"]["cap"], ctl="0x%04x" % entry["acs"]["ctl"])
-    paths["iommu"] = iommu_facts(node)
+    paths["kernel_args"] = [a for a in cmdline_args(node) if "disable_acs_redir=" in a]
     paths["lockdown"] = lockdown_mode(node)
     return paths
 
@@ -720,6 +657,23 @@ def kernel_args(pc, remove: bool = False) -> list:
     return [arg] if arg else []
 
 
+def reads_boot_config(desired: dict) -> bool:
+    """Redirect persisted by kernel argument is judged against the configured one (pending_reboot)."""
+    return (desired.get(NAME) or {}).get("persist") == "kernel_arg"
+
+
+def role_problems(values: dict) -> list:
+    """ACS persisted by kernel argument needs the command-line family on: else nothing keeps it after a reboot."""
+    if (values.get("gpunode_tuning_pcie_acs") == "disable_redirect"
+            and values.get("gpunode_tuning_pcie_acs_persist") == "kernel_arg"
+            and values.get("gpunode_tuning_kernel_cmdline_enabled") is False):
+        return ["gpunode_tuning_pcie_acs_persist: kernel_arg needs gpunode_tuning_kernel_cmdline_enabled: true "
+                "(the kernel argument is written by the command-line family; with it off nothing would keep ACS "
+                "redirect off after a reboot); set gpunode_tuning_kernel_cmdline_enabled: true or "
+                "gpunode_tuning_pcie_acs_persist: boot_unit"]
+    return []
+
+
 def summary(result: dict) -> str:
     if result.get("not_applicable"):
         return "not applicable: no bridge on a GPU path has ACS"
@@ -735,11 +689,14 @@ DEFINITION = family.Family(
     titles={NAME: "PCIe ACS redirect"},
     module="pcie_acs",
     read=read,
+    facts_doc=FACTS_DOC,
     run=run,
     evaluate=evaluate,
+    reads_boot_config=reads_boot_config,
     boot=boot,
     deprecated_tags=("acs",),
     from_role=from_role,
+    role_problems=role_problems,
     runtime_options=runtime_options,
     restore_options=restore_options,
     argument_spec=ARGUMENT_SPEC,

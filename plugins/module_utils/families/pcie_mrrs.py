@@ -440,6 +440,13 @@ def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
         size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
 
 
+def hotplug(want: dict) -> list:
+    """The selected GPUs' vendor ids: a hot-added function (a GPU back after a reset) powers up at MRRS 512, and
+    the udev rule runs the boot runner only for these vendors (no Python start per unrelated device)."""
+    vendors = (want or {}).get("vendor")
+    return [vendors] if isinstance(vendors, str) else list(vendors or [])
+
+
 # The options of its module (setpci_mrrs): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(
     mrrs=dict(type="int", choices=list(MRRS_CHOICES)),
@@ -486,11 +493,12 @@ def summary(result: dict) -> str:
 
 DEFINITION = Family(
     name=FAMILY,
-    titles={"pcie_mrrs": "PCIe MRRS"},
+    titles={FAMILY: "PCIe MRRS"},
     module="setpci_mrrs",
     run=run,
     evaluate=evaluate,
     boot=boot,
+    hotplug=hotplug,
     deprecated_tags=("mrrs",),
     from_role=from_role,
     runtime_options=runtime_options,

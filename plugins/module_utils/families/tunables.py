@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError, int_or_none
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, same, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
@@ -33,6 +34,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
     NodeError,
     bracket_choices,
+    read_small,
     selected_bracket,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
@@ -52,6 +54,50 @@ THP_PREFIX = "transparent_hugepage."
 
 INT_RE = re.compile(r"^-?[0-9]+$")
 READONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+# tuning_info's ``sysctls`` option: dotted names ("/" for a dot inside a name) that read() reads.
+_FACTS_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_/:@+-]+)+$")
+FACTS_KEY_ALLOWED = "dotted names such as vm.swappiness (letters, digits, '_', '-'; '/' for a dot inside a name)"
+# tuning_info's RETURN of tuning_facts.tunables (tools/generate.py writes it there).
+FACTS_DOC = r"""
+description:
+  - The kernel tunables of the family, NUMA balancing, zone reclaim, transparent hugepages and the sysctls of
+    O(sysctls).
+returned: always
+type: dict
+contains:
+  numa_balancing:
+    description: C(kernel.numa_balancing) (0 off, 1 on, 2 tiering); null when absent.
+    type: int
+    returned: always
+    sample: 0
+  zone_reclaim_mode:
+    description: C(vm.zone_reclaim_mode); null when absent.
+    type: int
+    returned: always
+    sample: 0
+  thp:
+    description: Transparent hugepages, the selected value of each setting.
+    type: dict
+    returned: always
+    contains:
+      enabled:
+        description: Selected value of C(transparent_hugepage/enabled); null when absent.
+        type: str
+        returned: always
+        sample: madvise
+      defrag:
+        description: Selected value of C(transparent_hugepage/defrag); null when absent.
+        type: str
+        returned: always
+        sample: defer+madvise
+  sysctl:
+    description:
+      - Each key of O(sysctls) -> its value, whitespace runs made single spaces (C(4096 131072 6291456));
+        null when the key does not exist.
+    returned: always
+    type: dict
+    sample: {vm.swappiness: "10", net.ipv4.tcp_rmem: 4096 131072 6291456}
+"""
 
 
 # Ranges the kernel documents for a sysctl, independent of the hardware: ``{name: (low, high, where)}``.
@@ -595,6 +641,59 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
                "already original: %s" % (causes, ", ".join(applied) or "none")
     return "these keys were not applied: %s. Applied: %s" % (causes, ", ".join(applied) or "none")
 
+# --- facts: what tuning_info reads of this family (facts["tunables"]) ---
+
+
+def facts_path(key: str) -> str:
+    """``proc/sys`` relative path of a dotted key of the ``sysctls`` option (``/`` stands for a dot in a name)."""
+    return "proc/sys/" + key.replace(".", "\0").replace("/", ".").replace("\0", "/")
+
+
+def facts_keys(keys: list[str] | None) -> list[str]:
+    """tuning_info's ``sysctls``, unchanged after checking each is a dotted sysctl name; FactsError otherwise."""
+    out = []
+    for key in keys or []:
+        # "/" stands for a dot inside a name: no component may become "." or ".." (path traversal).
+        if (not isinstance(key, str) or not _FACTS_KEY.match(key)
+                or any(c in ("", ".", "..") for c in facts_path(key).split("/")[2:])):
+            raise FactsError("sysctls: %r is not a sysctl key; allowed: %s" % (key, FACTS_KEY_ALLOWED))
+        out.append(key)
+    return out
+
+
+def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = None) -> dict:
+    """The family's facts (``facts["tunables"]``): NUMA balancing, zone reclaim, transparent hugepages, and
+    each key of the ``sysctls`` option -> its value with whitespace runs made single spaces (None when absent)."""
+    keys = ((query.options if query else None) or {}).get("sysctls") or []
+    thp = THP_DIR + "/"
+    sysctl = {}
+    for key in keys:
+        value = read_small(node.path(facts_path(key)))
+        sysctl[key] = None if value is None else " ".join(value.split())
+    return {
+        "numa_balancing": int_or_none(read_small(node.path("proc/sys/kernel/numa_balancing"))),
+        "zone_reclaim_mode": int_or_none(read_small(node.path("proc/sys/vm/zone_reclaim_mode"))),
+        "thp": {
+            "enabled": selected_bracket(read_small(node.path(thp + "enabled")) or ""),
+            "defrag": selected_bracket(read_small(node.path(thp + "defrag")) or ""),
+        },
+        "sysctl": sysctl,
+    }
+
+
+def facts_options(desired: dict) -> dict:
+    """The desired sysctls are the keys read() reads."""
+    return {"sysctls": list(desired.get("sysctl") or {})}
+
+
+def boot_sysctls(desired: dict) -> dict:
+    """What the sysctl drop-in sets at boot for this family: the desired sysctls and NUMA balancing."""
+    wanted = dict(desired.get("sysctl") or {})
+    if desired.get("numa_balancing") is not None:
+        wanted["kernel.numa_balancing"] = desired["numa_balancing"]
+    return wanted
+
+
 # --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
 
 
@@ -630,13 +729,14 @@ def _sysctl_setting(family, key, want, running, ctx):
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """NUMA balancing, transparent hugepages and the other sysctls (the desired state's keys of those names)."""
     out = []
-    sysctl = facts.get("sysctl") or {}
+    mine = facts.get(FAMILY) or {}
+    sysctl = mine.get("sysctl") or {}
     if desired.get("numa_balancing") is not None:
-        running = (facts.get("memory") or {}).get("numa_balancing")
+        running = mine.get("numa_balancing")
         if running is None:
             running = sysctl.get("kernel.numa_balancing")
         out.append(_sysctl_setting("numa_balancing", "kernel.numa_balancing", desired["numa_balancing"], running, ctx))
-    thp = (facts.get("memory") or {}).get("thp") or {}
+    thp = mine.get("thp") or {}
     for key, want in sorted((desired.get("thp") or {}).items(), key=lambda kv: kv[0] != "enabled"):
         if want in (None, ""):
             continue
@@ -740,7 +840,8 @@ def remove_sysctl(pc) -> dict:
     return {}
 
 
-PERSIST = persistence.Concern("sysctl", ("numa_balancing", "sysctl", FAMILY), persist_sysctl, remove_sysctl)
+PERSIST = persistence.Concern("sysctl", ("numa_balancing", "sysctl", FAMILY), persist_sysctl, remove_sysctl,
+                              description="the sysctl drop-in (keys the node lacks are left out and fail the concern)")
 
 
 def summary(result: dict) -> str:
@@ -751,8 +852,13 @@ DEFINITION = Family(
     name=FAMILY,
     titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
     module="kernel_tunables",
+    read=read,
+    read_options={"sysctls": facts_keys},
+    facts_options=facts_options,
+    facts_doc=FACTS_DOC,
     run=run,
     evaluate=evaluate,
+    boot_sysctls=boot_sysctls,
     boot=boot,
     boot_key="thp",
     tags=("numa_balancing", "thp", "sysctl"),

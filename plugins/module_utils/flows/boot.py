@@ -5,26 +5,23 @@
 The persistent flow writes the desired state (``/etc/gpunode-tuning/desired.json``) and the runner,
 which carries this package's module_utils (templates/gpunode-tuning-boot.py.j2);
 ``gpunode-tuning-boot.service`` runs it at boot with the node's python3, and the udev rule runs it
-for one hot-added PCI function::
+for one hot-added PCI function, re-applying the families that declare it (``Family.hotplug``)::
 
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json
-    python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json --only-mrrs --bdf 0000:41:00.0
+    python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json --only FAMILY --bdf 0000:41:00.0
     python3 -I -B RUNNER guard --config /etc/gpunode-tuning/guard.json      (the guard: module_utils/flows/guard.py)
+
+``--only-NAME`` is the older spelling of ``--only NAME`` (``NAME`` a family or one of its deprecated
+tags): the udev rules of earlier releases run ``--only-`` followed by the MRRS family's short name.
 
 No journal: boot re-apply is not a change to roll back (the runtime run journaled the originals).
 No Ansible import, Python 3.8+, standard library only. One line per family goes to stdout
 (journald); the exit status is 1 when a family failed, after every family was tried, and 2 when
 the desired state or the root cannot be read.
 
-Desired state (a family that is absent is not re-applied)::
-
-    {"version": 1,
-     "pcie_mrrs": {"mrrs": 4096, "vendor": null, "device": null, "class_prefixes": null,
-                   "bdfs": null, "allow_empty": false},
-     "cpuidle": {"disable": [], "max_latency_us": 100, "cpus": null},
-     "cpufreq": {"governor": "performance", "epp": null, "boost": null, "driver": "native",
-                 "amd_pstate_mode": "active", "intel_pstate_status": null},
-     "thp": {"enabled": "madvise", "defrag": "defer+madvise"}}
+Desired state: ``version`` and, for each family that re-applies something at boot (``Family.boot``),
+its part of the desired state under the family's ``boot_key`` or name (absent: not re-applied), e.g.
+``{"version": 1, "<family>": {...}}``.
 """
 
 from __future__ import annotations
@@ -36,12 +33,10 @@ import sys
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError, selecting_tags
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 
 VERSION = 1
-# The family the udev rule re-applies for one hot-added PCI function (--only-mrrs --bdf).
-UDEV_FAMILY = "pcie_mrrs"
 # The desired-state keys boot re-applies, in order (the registry's families with a boot function).
 FAMILIES = tuple(key for key, _fam in registry.boot_families())
 PREFIX = "gpunode-tuning-boot"
@@ -99,40 +94,73 @@ def _boot_one(fam, node: Node, want: dict, bdf: str | None) -> tuple[bool, str]:
         return False, "%s: %s" % (type(exc).__name__, exc)
 
 
-def boot_each(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> list:
+def boot_each(node: Node, desired: dict, only: list | None = None, bdf: str | None = None) -> list:
     """``[(key, ok, message)]``: every family of ``desired`` re-applied by the registry's boot functions.
 
-    Only MRRS with ``only_mrrs``. A failure does not stop the others. The guard re-applies drifted
-    families with this too (gpunode_tuning_guard_reapply).
+    Only the families named in ``only`` when given; ``bdf`` (one hot-added PCI function) goes to the
+    families that re-apply on hot-plug (``Family.hotplug``). A failure does not stop the others. The
+    guard re-applies drifted families with this too (gpunode_tuning_guard_reapply).
     """
+    hotplug = {fam.name for fam in registry.hotplug_families()}
     out = []
     for key, fam in registry.boot_families():
         want = desired.get(key)
-        if want is None or (only_mrrs and key != UDEV_FAMILY):
+        if want is None or (only is not None and fam.name not in only):
             continue
-        ok, msg = _boot_one(fam, node, want, bdf if key == UDEV_FAMILY else None)
+        ok, msg = _boot_one(fam, node, want, bdf if fam.name in hotplug else None)
         out.append((key, ok, msg))
     return out
 
 
-def run_families(node: Node, desired: dict, only_mrrs: bool = False, bdf: str | None = None) -> int:
+def run_families(node: Node, desired: dict, only: list | None = None, bdf: str | None = None) -> int:
     """Re-apply every family of ``desired`` (``boot_each``), one line per family; 1 when one failed, else 0."""
     status = 0
-    for key, ok, msg in boot_each(node, desired, only_mrrs, bdf):
+    for key, ok, msg in boot_each(node, desired, only, bdf):
         _say("%s: %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
         status |= 0 if ok else 1
     return status
+
+
+def _only_spelled_out(argv: list[str]) -> list[str]:
+    """``--only-NAME`` (the older spelling, in the udev rules of earlier releases) as ``--only NAME``."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--only-") and len(arg) > len("--only-"):
+            out += ["--only", arg[len("--only-"):]]
+        else:
+            out.append(arg)
+    return out
+
+
+def family_named(name: str) -> str:
+    """The family ``name`` selects: a family's name, or one of its deprecated tags (its former short names)."""
+    names = {fam.name for fam in registry.FAMILIES}
+    if name in names:
+        return name
+    if name in registry.deprecated_tags():
+        return registry.deprecated_tags()[name]
+    raise ValueError("no family %r; known: %s" % (name, ", ".join(sorted(names))))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=PREFIX, description="Re-apply gpunode.tuning's runtime settings at boot.")
     parser.add_argument("--desired", required=True, help="the desired-state JSON file (below --root)")
     parser.add_argument("--root", default="/", help="the node root (a simulated node's directory in tests)")
-    parser.add_argument("--only-mrrs", action="store_true", help="only PCIe MRRS (the udev rule)")
-    parser.add_argument("--bdf", help="only this PCI function (with --only-mrrs)")
-    args = parser.parse_args(argv)
-    if args.bdf is not None and not args.only_mrrs:
-        parser.error("--bdf needs --only-mrrs")
+    parser.add_argument("--only", action="append", metavar="FAMILY",
+                        help="only this family (repeatable); --only-FAMILY is the older spelling")
+    parser.add_argument("--bdf", help="only this PCI function (the udev rule; with --only, for the families that "
+                                      "re-apply on hot-plug)")
+    args = parser.parse_args(_only_spelled_out(list(sys.argv[1:] if argv is None else argv)))
+    if args.only is not None:
+        try:
+            args.only = [family_named(name) for name in args.only]
+        except ValueError as exc:
+            parser.error(str(exc))
+    if args.bdf is not None:
+        hotplug = {fam.name for fam in registry.hotplug_families()}
+        if not args.only or not set(args.only) <= hotplug:
+            parser.error("--bdf needs --only with families that re-apply on hot-plug (%s)"
+                         % ", ".join(sorted(hotplug)))
     return args
 
 
@@ -152,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BootError, NodeError) as exc:
         _say("%s: FAILED: %s" % (PREFIX, exc))
         return 2
-    status = run_families(node, desired, args.only_mrrs, args.bdf)
+    status = run_families(node, desired, args.only, args.bdf)
     sys.stdout.flush()
     return status
 
@@ -308,7 +336,7 @@ def runner_text(sources: dict) -> str:
     lines = ["# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.",
              "# The boot re-apply runner: it carries the collection's module_utils (below, one entry per file,",
              "# exactly as in the collection) and runs module_utils/flows/boot.py:",
-             "#   python3 -I -B THIS --desired %s [--only-mrrs --bdf BDF]" % DESIRED_PATH,
+             "#   python3 -I -B THIS --desired %s [--only FAMILY --bdf BDF]" % DESIRED_PATH,
              "#   python3 -I -B THIS guard --config %s   (the guard unit: flows/guard.py)" % GUARD_CONFIG_PATH,
              "import importlib.util", "import marshal", "import os", "import sys", "",
              "PACKAGE = %s" % json.dumps(CARRIED_PACKAGE), "SOURCES = {"]
@@ -346,22 +374,34 @@ def unit_text(settings: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hotplug_wanted(desired: dict) -> list:
+    """The families the udev rule re-applies for ``desired``: those that re-apply on hot-plug and are set."""
+    return [fam for fam in registry.hotplug_families() if desired.get(fam.boot_key or fam.name) not in (None, {})]
+
+
 def rule_text(settings: dict, desired: dict) -> str:
-    """The udev rule that sets MRRS again on a matching PCI function added after boot."""
+    """The udev rule that re-applies the hot-plug families (``Family.hotplug``) on a matching PCI function added
+    after boot."""
     python, script, _before = _boot_settings(settings)
-    vendors = (desired.get(UDEV_FAMILY) or {}).get("vendor")
-    vendors = [vendors] if isinstance(vendors, str) else list(vendors or [])
+    families = hotplug_wanted(desired)
+    vendors = []
+    for fam in families:
+        vendors += [v for v in fam.hotplug(desired.get(fam.boot_key or fam.name)) if v not in vendors]
+    if any(not fam.hotplug(desired.get(fam.boot_key or fam.name)) for fam in families):
+        vendors = []  # a family that takes any vendor: no vendor key
     try:
         vendors = [validate.pci_id(v) for v in vendors]
     except validate.ValidationError as exc:
         raise FamilyError("gpunode_tuning_gpu_vendors: %s; nothing was written" % exc) from None
-    run = 'RUN+="%s -I -B %s --desired %s --only-mrrs --bdf %%k"' % (python, script, DESIRED_PATH)
+    only = "".join(" --only %s" % fam.name for fam in families)
+    run = 'RUN+="%s -I -B %s --desired %s%s --bdf %%k"' % (python, script, DESIRED_PATH, only)
     rules = ['ACTION=="add", SUBSYSTEM=="pci"%s, %s' % (', ATTR{vendor}=="%s"' % v if v else "", run)
              for v in vendors or [None]]
     return (persistence.HEADER
             + "# gpunode.tuning: a PCI function added after boot (hot-add, remove/rescan after a GPU\n"
-            "# reset) comes back at the power-up MRRS; the boot runner sets it again when the desired state's\n"
-            "# selector matches it. The vendor key only spares udev a Python start per unrelated device.\n"
+            "# reset) comes back at its power-up settings; the boot runner sets %s again when the\n"
+            "# desired state's selector matches it. The vendor key only spares udev a Python start per\n"
+            "# unrelated device.\n" % ", ".join(fam.name for fam in families)
             + "".join(rule + "\n" for rule in rules))
 
 
@@ -408,10 +448,12 @@ def remove_boot_unit(pc) -> dict:
 
 
 def persist_udev(pc) -> dict:
-    """The udev rule for hot-added GPUs, when MRRS is re-applied at boot."""
+    """The udev rule for hot-added GPUs, when a family that re-applies on hot-plug is re-applied at boot."""
     rule = pc.settings["udev_rule"]
-    if not (pc.settings.get("udev_enabled") and boot_wanted(pc).get(UDEV_FAMILY)):
-        return {"changed": False, "skipped": True, "reason": "the udev rule is off, or MRRS is not re-applied"}
+    if not (pc.settings.get("udev_enabled") and hotplug_wanted(boot_wanted(pc))):
+        return {"changed": False, "skipped": True,
+                "reason": "the udev rule is off, or no family that re-applies on hot-plug (%s) is re-applied at boot"
+                          % ", ".join(fam.name for fam in registry.hotplug_families())}
     if pc.files.write(rule, rule_text(pc.settings, pc.desired)):
         persistence.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
     return {}
@@ -423,12 +465,18 @@ def remove_udev(pc) -> dict:
     return {}
 
 
+BOOT_UNIT_DOC = ("the boot runner, its desired state and a systemd oneshot unit that re-applies the runtime-only "
+                 "settings at boot")
+UDEV_DOC = "a udev rule that re-applies the hot-plug families (Family.hotplug) on a hot-added GPU"
+
+
 def concerns() -> list:
     """The boot unit's and the udev rule's concerns; their tags follow the registry's boot families."""
     # A family that re-applies one of its settings at boot (tunables: THP) is selected by that setting's tag.
     boot_tags = {tag for _key, fam in registry.boot_families()
-                 for tag in ((fam.name, fam.boot_key) if fam.boot_key else selecting_tags(fam))}
-    mrrs_tags = {tag for fam in registry.FAMILIES if fam.name == UDEV_FAMILY for tag in selecting_tags(fam)}
+                 for tag in ((fam.name, fam.boot_key) if fam.boot_key else registry.selecting_tags(fam))}
+    hotplug_tags = {tag for fam in registry.hotplug_families() for tag in registry.selecting_tags(fam)}
     return [persistence.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit,
-                                remove_boot_unit),
-            persistence.Concern("udev", tuple(sorted(mrrs_tags | {"udev"})), persist_udev, remove_udev)]
+                                remove_boot_unit, description=BOOT_UNIT_DOC),
+            persistence.Concern("udev", tuple(sorted(hotplug_tags | {"udev"})), persist_udev, remove_udev,
+                                description=UDEV_DOC)]

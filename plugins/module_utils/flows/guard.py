@@ -48,7 +48,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     BinaryNotFound,
     Node,
     NodeError,
-    parse_cpulist,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, absolute_path
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard_metrics
@@ -57,7 +56,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 VERSION = 1
 PREFIX = "gpunode-tuning-guard"
 TEXTFILE = "gpunode-tuning.prom"
-HEALTH_FAMILY = "gpu_health"  # the report family of the GPU health findings
 FACTS_KEYS = ("pci_selector", "sysctls", "modules", "kmsg_levels", "kmsg_ignore")
 GUARD_DEFAULTS = {
     "textfile_dir": "/var/lib/prometheus/node-exporter",
@@ -69,9 +67,6 @@ GUARD_DEFAULTS = {
     "collection_version": None,
     "host": None,
 }
-# Per-CPU settings: one series each with the number of CPUs that differ (guard_metrics).
-PER_CPU = {"cpuidle": None, "cpufreq": ("governor", "epp")}
-_ON_CPUS = re.compile(r"on CPUs ([0-9][0-9,-]*)")
 _BDF = re.compile(r"\b[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b")
 _XID_MARK = b"NVRM: Xid"
 
@@ -263,14 +258,16 @@ def gpu_links(facts: dict | None) -> list:
 
 
 def health_findings(settings: list) -> list:
-    """``[{gpu, check, state, reason}]``: each GPU health row that fails or needs a reset, per GPU it names.
+    """``[{gpu, check, state, reason}]``: each health row (``Family.health``) that fails or needs a reset, per GPU
+    it names.
 
-    The GPUs are the PCI addresses in the row's running value and reason (gpu_health names every GPU
+    The GPUs are the PCI addresses in the row's running value and reason (a health family names every GPU
     it finds at fault there); a finding of the node as a whole (a DCGM verdict) has ``gpu`` "".
     """
+    health = registry.health_families()
     out = []
     for s in settings:
-        if s["family"] != HEALTH_FAMILY or s["state"] not in ("drifted", "pending_reboot"):
+        if s["family"] not in health or s["state"] not in ("drifted", "pending_reboot"):
             continue
         gpus = sorted(set(_BDF.findall("%s %s" % (s.get("running") or "", s.get("reason") or "")))) or [""]
         out += [{"gpu": g, "check": s["name"], "state": s["state"], "reason": s["reason"]} for g in gpus]
@@ -278,22 +275,12 @@ def health_findings(settings: list) -> list:
 
 
 def drifted_cpus(s: dict, online: int) -> int | None:
-    """How many CPUs a per-CPU setting is wrong on (0 when applied); None for any other setting."""
-    names = PER_CPU.get(s["family"], ())
-    if s["family"] not in PER_CPU or (names is not None and s["name"] not in names) or s["name"] == "states":
+    """How many CPUs a per-CPU setting is wrong on (0 when applied), as its family counts them
+    (``Family.drifted_cpus``); None for any other setting."""
+    fam = registry.of_report(s["family"])
+    if fam is None or fam.drifted_cpus is None:
         return None
-    if s["state"] not in ("drifted", "applied"):
-        return None
-    if s["state"] == "applied":
-        return 0
-    if s["family"] == "cpuidle":  # "...; not disabled on CPUs 0-5,8"
-        m = _ON_CPUS.search(s.get("reason") or "")
-        return len(parse_cpulist(m.group(1))) if m else online
-    # cpufreq shows mixed values as "performance on 0-5,8, schedutil on 6-7": the CPUs of the other values.
-    pairs = [part.split(" on ", 1) for part in str(s.get("running") or "").split(", ") if " on " in part]
-    if not pairs:
-        return online
-    return sum(len(parse_cpulist(cpus)) for value, cpus in pairs if value != str(s.get("desired")))
+    return fam.drifted_cpus(s, online)
 
 
 def status_settings(result: dict | None, facts: dict | None, previous: dict | None, now: float) -> list:

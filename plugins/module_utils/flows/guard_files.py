@@ -254,4 +254,6 @@ def remove_guard(pc) -> dict:
     return {}
 
 
-CONCERN = persistence.Concern("guard", ("guard",), persist_guard, remove_guard)
+CONCERN = persistence.Concern("guard", ("guard",), persist_guard, remove_guard,
+                              description="the guard's config, oneshot service and timer that re-verify the node "
+                                          "and write a status file and Prometheus metrics (docs/guard.md)")

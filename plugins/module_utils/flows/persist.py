@@ -4,8 +4,8 @@
 
 The role's persistent flow and its rollback are one task each (action tuning_flow) and one module
 run on the node (tuning_persist). A *concern* is one thing that survives a reboot: the sysctl
-drop-in (tunables), the module drop-ins (kmod), the kernel command line (cmdline, with the
-arguments other families need), the boot unit and the udev rule (boot.py). Each family declares
+drop-in, the module drop-ins, the kernel command line (with the arguments other families need:
+``Family.kernel_args``), the boot unit and the udev rule (boot.py), the guard. Each family declares
 its concern in the registry (``Family.persist``); each concern runs isolated, so one that fails
 stops none of the others, and the run reports every failure at the end.
 
@@ -21,7 +21,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     FamilyError,
     as_role_options,
-    selecting_tags,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import NodeFiles, PersistCall
 
@@ -97,7 +96,7 @@ def concerns() -> list:
     from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard_files
 
     arg_tags = tuple(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
-                     for t in selecting_tags(fam))
+                     for t in registry.selecting_tags(fam))
     out = [fam.persist for fam in registry.FAMILIES if fam.persist is not None]
     out = [c._replace(tags=tuple(sorted(set(c.tags + arg_tags)))) if c.kernel_args else c for c in out]
     return out + boot.concerns() + [guard_files.CONCERN]

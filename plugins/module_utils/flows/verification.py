@@ -28,20 +28,12 @@ from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import parse_dropin, parse_grubby_info
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import driver_family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     STATES,
     EvaluationError,
     normalize_value,
-    setting,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import has_arg
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
-    parse_gpu_query,
-    parse_p2p,
-    parse_topology,
-    smi_failure,
-)
 
 # Verdicts a caller can gate on (evaluate_host's gate): the whole desired state, or what runtime
 # tuning can apply (the runtime rollout, which cannot switch a cpufreq driver or add kernel arguments).
@@ -49,8 +41,10 @@ GATES = ("full", "runtime")
 # Report families only the persistent flow and a reboot bring (from the registry, registry.py).
 REBOOT_ONLY_FAMILIES = registry.reboot_only()
 # Report families in report order, with their titles; the fleet summary has one column per family.
-FAMILY_TITLES = {**registry.report_titles(), "gpu": "GPU"}
+FAMILY_TITLES = registry.report_titles()
 FAMILIES = tuple(FAMILY_TITLES)
+# Report families whose drifted and reset-pending rows are health findings (the rollout's health gate).
+HEALTH_FAMILIES = registry.health_families()
 # Kernel-log classes (module_utils/core/kernel_log.py) that fail verification by default.
 # The role's default too (defaults/main.yml): Xids are judged by gpu_health (the serious ones fail).
 DEFAULT_FAIL_CLASSES = ("aer", "fallen_off_bus")
@@ -160,7 +154,8 @@ class Context:
         self.boot_unit_state = boot_unit_state
         self.modules_persisted = set(modules_persisted or [])
         self.root = root or "/"
-        # nvidia-smi's (and DCGM's) answers on a live node (verify_node.gpu_probe); None when not probed.
+        # The GPU probe's answers on a live node (flows/verify.gpu_probe: the commands the families
+        # ask for, Family.gpu_commands); None when not probed.
         self.gpu: dict | None = None
 
     def arg(self, arg: str) -> dict:
@@ -213,87 +208,6 @@ def _dropin_arguments(cmdline):
         return None, "the drop-in could not be read: %s" % cmdline["dropin_error"]
     text = cmdline.get("dropin_text")
     return ([], None) if text is None else (parse_dropin(text)[1], None)
-
-
-# ---------------------------------------------------------------------------------------------
-# GPU section (nvidia-smi)
-# ---------------------------------------------------------------------------------------------
-
-
-def _pci_gpu_count(facts):
-    devices = (facts.get("pci") or {}).get("devices") or []
-    return sum(1 for d in devices if str(d.get("vendor")).lower() in ("0x10de", "10de")
-               and str(d.get("class")).lower().replace("0x", "")[:4] in ("0300", "0302"))
-
-
-def gpu_section(facts, gpu, root="/"):
-    """``(section, settings)`` from the nvidia-smi outputs of the verify tasks.
-
-    ``gpu`` holds ``probe`` (``simulated``, ``absent``, ``present`` or ``disabled``) and, when
-    present, ``query``, ``topology``, ``p2p_read``, ``p2p_write`` (each ``{rc, stdout, stderr}``),
-    or ``results``, the registered loop over those commands (``item.key`` names each).
-    """
-    gpu = dict(gpu or {})
-    # The registered loop of the verify tasks: one result per command, keyed by item.key.
-    for res in gpu.pop("results", None) or []:
-        key = (res.get("item") or {}).get("key")
-        if key and not res.get("skipped"):
-            gpu[key] = {"rc": res.get("rc"), "stdout": res.get("stdout"),
-                        "stderr": res.get("stderr") or res.get("msg")}
-    probe = gpu.get("probe") or ("simulated" if (root or "/") != "/" else "absent")
-    if probe == "disabled":
-        return {"state": "disabled", "reason": "gpunode_tuning_verify_gpu_enabled is false"}, []
-    reasons = {
-        "simulated": "simulated node root (%s): nvidia-smi is not run" % root,
-        "absent": "nvidia-smi is not installed on this node (no NVIDIA driver user space)",
-    }
-    if probe != "present":
-        why = reasons.get(probe, "nvidia-smi unavailable")
-        section = {"state": "not_applicable", "reason": why}
-        return section, [setting("gpu", "count", None, None, "not_applicable", why),
-                         setting("gpu", "persistence_mode", "Enabled", None, "not_applicable", why)]
-    query = gpu.get("query") or {}
-    pci_count = _pci_gpu_count(facts)
-    if query.get("rc", 0) != 0:
-        why = smi_failure(query)
-        section = {"state": "error", "reason": why, "pci_gpus": pci_count}
-        return section, [setting("gpu", "count", pci_count, None, "drifted", why),
-                         setting("gpu", "persistence_mode", "Enabled", None, "drifted", why)]
-    gpus = parse_gpu_query(query.get("stdout"))
-    topo_text = (gpu.get("topology") or {}).get("stdout") or ""
-    p2p_r = parse_p2p((gpu.get("p2p_read") or {}).get("stdout"))
-    p2p_w = parse_p2p((gpu.get("p2p_write") or {}).get("stdout"))
-    section = {
-        "state": "checked",
-        "reason": "",
-        "count": len(gpus),
-        "pci_gpus": pci_count,
-        "gpus": gpus,
-        "topology": parse_topology(topo_text),
-        "topology_text": topo_text.rstrip(),
-        "p2p_read": p2p_r,
-        "p2p_write": p2p_w,
-    }
-    settings = []
-    if pci_count and len(gpus) < pci_count:
-        seen = {g["bdf"] for g in gpus}
-        missing = [d["bdf"] for d in (facts.get("pci") or {}).get("devices") or [] if d["bdf"] not in seen]
-        settings.append(setting("gpu", "count", pci_count, len(gpus), "drifted",
-                                "the driver sees %d of %d GPUs on the PCI bus (missing: %s); fallen off the bus?"
-                                % (len(gpus), pci_count, ", ".join(missing) or "?")))
-    else:
-        settings.append(setting("gpu", "count", pci_count or len(gpus), len(gpus), "applied",
-                                "%d GPUs visible to the driver" % len(gpus)))
-    off = [str(g["index"]) for g in gpus if g["persistence_mode"].lower() != "enabled"]
-    if not gpus:
-        settings.append(setting("gpu", "persistence_mode", "Enabled", None, "not_applicable", "no GPU"))
-    elif off:
-        settings.append(setting("gpu", "persistence_mode", "Enabled", "Disabled on GPU %s" % ", ".join(off),
-                                "drifted", "persistence mode off: the driver tears down GPU state when idle "
-                                           "(run nvidia-persistenced)"))
-    else:
-        settings.append(setting("gpu", "persistence_mode", "Enabled", "Enabled", "applied", ""))
-    return section, settings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,12 +295,12 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
                   verified_at: str | None = None, gate: str = "full") -> dict:
     """Compare ``facts`` (tuning_facts) with ``desired``; return the host's verification result.
 
-    ``desired`` keys (each optional; absent or null = not part of the desired state):
-    ``pcie_mrrs`` {mrrs}, ``cpuidle`` {disable, max_latency_us, cpus}, ``cpufreq`` {driver,
-    amd_pstate_mode, intel_pstate_status, governor, epp, boost}, ``numa_balancing``, ``thp``
-    {enabled, defrag}, ``sysctl`` {key: value}, ``kmod`` {modules: [...]}, ``cmdline`` [args].
+    ``desired``: one key per family of the registry (and per setting of a family with several, its
+    ``Family.validate`` keys), each optional: absent or null is not part of the desired state; each
+    family's ``evaluate`` reads its own. ``gpu``: the GPU probe's answers (flows/verify.gpu_probe).
     ``context``: a dict with ``boot_config`` (see ``configured_arguments``), ``sysctl_persisted``
-    (the drop-in text), ``boot_unit`` (bool), ``modules_persisted`` (names), ``root``.
+    (the drop-in text), ``sysctl_overrides``, ``boot_unit`` (bool), ``boot_unit_state``,
+    ``modules_persisted`` (names), ``root``.
     ``gate``: which verdict ``gate`` holds, ``full`` (the host's status) or ``runtime`` (see
     ``gate_verdict``); the settings and the host's status are the same either way.
     """
@@ -404,8 +318,6 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
         if fam.evaluate is not None:
             settings += fam.evaluate(facts, desired, ctx)
     exports, sections = family_outputs(facts, desired, ctx)
-    gpu_info, gpu_settings = gpu_section(facts, gpu, ctx.root)
-    settings += gpu_settings
     mark_runtime(settings, facts)
     mark_boot_unit_failed(settings, ctx.boot_unit_state)
 
@@ -427,7 +339,6 @@ def evaluate_host(facts: dict, desired: dict | None, context: dict | None = None
         "families": family_counts(settings),
         "settings": settings,
         "kernel_log": klog,
-        "gpu": gpu_info,
         "pending": [s["id"] for s in pending],
         "exports": exports,
         "sections": sections,
@@ -520,37 +431,35 @@ def host_failures(settings: list[dict], klog: dict, fail_on_pending: bool = Fals
     return failures
 
 
-def _driver_switch(s, cf):
-    """Whether a cpufreq driver setting wants another driver family than the running one."""
-    wanted = str(s.get("desired") or "").split(" ", maxsplit=1)[0]  # "amd-pstate (active)" -> amd-pstate
-    return bool(wanted) and wanted != driver_family(cf.get("driver"))
-
-
-def _offered(cf, key, want):
-    """Whether the running cpufreq driver offers ``key`` = ``want`` (governor or EPP)."""
-    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
-    return (cf.get(key) or {}).get("value") is not None and (not available or want in available)
-
-
 def mark_runtime(settings: list[dict], facts: dict) -> list[dict]:
     """Set each setting's ``runtime``: whether runtime tuning can bring it (True) or not (False).
 
-    Only a reboot brings kernel arguments and a switch to another cpufreq driver (the persistent
-    flow configures them); nor a governor or EPP value that only the wanted driver offers. A mode
-    switch within the running pstate driver and every other family are runtime work.
+    Only a reboot brings the report families of ``Family.reboot_only`` (kernel arguments); within a family
+    its ``Family.runtime`` decides row by row (the cpufreq driver switch); every other row is runtime work.
     """
-    cf = facts.get("cpufreq") or {}
-    switch = any(s["family"] == "cpufreq" and s["name"] == "driver" and _driver_switch(s, cf) for s in settings)
+    rows_of: dict = {}
     for s in settings:
-        if s["family"] in REBOOT_ONLY_FAMILIES:
-            s["runtime"] = False
-        elif s["family"] == "cpufreq" and s["name"] == "driver":
-            s["runtime"] = not _driver_switch(s, cf)
-        elif s["family"] == "cpufreq" and s["name"] in ("governor", "epp") and switch:
-            s["runtime"] = _offered(cf, s["name"], s["desired"])
-        else:
-            s["runtime"] = True
+        rows_of.setdefault(s["family"], []).append(s)
+    for report, rows in rows_of.items():
+        fam = registry.of_report(report)
+        for s in rows:
+            if report in REBOOT_ONLY_FAMILIES:
+                s["runtime"] = False
+            elif fam is not None and fam.runtime is not None:
+                s["runtime"] = bool(fam.runtime(s, facts, rows))
+            else:
+                s["runtime"] = True
     return settings
+
+
+def health_findings(result: dict) -> list:
+    """What makes a host unhealthy for a rollout gate: ``"<row id>: <reason>"`` of each row of a health family
+    (``Family.health``) that fails (drifted) or needs a GPU reset or reboot first (pending_reboot)."""
+    if not isinstance(result, dict):
+        raise VerificationError("health_findings: expected a verification result (dict), got %s"
+                                % type(result).__name__)
+    return ["%s: %s" % (s["id"], s.get("reason") or s["state"]) for s in result.get("settings") or []
+            if s.get("family") in HEALTH_FAMILIES and s.get("state") in ("drifted", "pending_reboot")]
 
 
 def parse_unit_state(unit: str, text: str | None) -> dict:
@@ -645,7 +554,6 @@ def error_result(host: str | None, message: str, verified_at: str | None = None,
         "families": {},
         "settings": [],
         "kernel_log": kernel_log_section({}, {}, ()),
-        "gpu": {"state": "error", "reason": message},
         "pending": [],
         "exports": {},
         "sections": [],

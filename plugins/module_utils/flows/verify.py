@@ -4,11 +4,13 @@
 
 ``verify(node, desired, options, tools, facts_options)`` is what tuning_info does with its
 ``desired`` option: it reads the journal marker and boot id (from when the kernel log counts), the
-facts, the boot configuration (this collection's GRUB drop-in, or ``grubby --info=DEFAULT`` on a live
-grubby node), the sysctl drop-in and the sysctl files applied after it (a key another file overrides at boot names
-that file), the boot unit link and its systemd state, modules-load.d files, and probes the GPUs
-with nvidia-smi on a live node; then ``verification.evaluate_host`` states every setting. All of it
-is read-only, so it runs the same in and out of check mode.
+facts (the node's, core/facts.py, and each family's, ``Family.read``), the boot configuration
+when a family judges against it (this collection's GRUB drop-in, or ``grubby --info=DEFAULT`` on a
+live grubby node), the sysctl drop-in and the sysctl files applied after it when a family sets sysctls
+at boot (a key another file overrides at boot names that file), the boot unit link and its systemd
+state, modules-load.d files, and runs the GPU commands the families ask for (``Family.gpu_commands``)
+on a node with nvidia-smi; then ``verification.evaluate_host`` states every setting. All of it is
+read-only, so it runs the same in and out of check mode.
 
 Commands are found and run through ``tools`` (the module's ``Node.bin_path`` and ``run_command``),
 so this file has no Ansible import.
@@ -20,10 +22,11 @@ import os
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi, sysctl_boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi, pci, sysctl_boot
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import DEFAULT_DROPIN, choose_bootloader
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FactsQuery
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, parse_cpulist
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 # The ``verify`` option's defaults: the role's defaults for the same paths and switches.
@@ -44,27 +47,36 @@ VERIFY_DEFAULTS = {
     "verified_at": None,
 }
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-# nvidia-smi calls of the GPU section, keyed as verification.gpu_section reads them; ``health``, gpu_health's
-# query, is negotiated (nvidia_smi.query) from the fields ``--help-query-gpu`` lists, asked first.
-GPU_COMMANDS = (
-    ("query", ["--query-gpu=index,pci.bus_id,persistence_mode", "--format=csv,noheader"]),
-    ("topology", ["topo", "-m"]),
-    ("p2p_read", ["topo", "-p2p", "r"]),
-    ("p2p_write", ["topo", "-p2p", "w"]),
-    ("p2p_nvlink", ["topo", "-p2p", "n"]),
-)
+# The GPU probe's tool: the families name the commands (Family.gpu_commands); nvidia-smi is found once, and
+# its answers stop at the first that says the driver is down.
+SMI = "nvidia-smi"
 
 
-def gather(node: Node, pci_selector: dict | None = None, **options: Any) -> dict[str, Any]:
+def gather(node: Node, pci_selector: dict | None = None, detail: bool = False, **options: Any) -> dict[str, Any]:
     """The ``tuning_facts`` of ``node``: the node's own (core/facts.py) and each family's (``Family.read``).
 
-    ``options``: ``core.facts.gather``'s keyword arguments. Raises ``FactsError`` or ``NodeError``.
+    ``options``: ``core.facts.gather``'s keyword arguments and the families' facts options
+    (``Family.read_options``: ``sysctls``, ``modules``), each checked before anything is read; an unknown
+    one is a TypeError, as for a function. Raises ``FactsError`` or ``NodeError``.
     """
-    facts = node_facts.gather(node, pci_selector=pci_selector, **options)
+    checks = registry.read_options()
+    family_options = {}
+    for key in [k for k in options if k in checks]:
+        value = options.pop(key)
+        try:
+            family_options[key] = checks[key](value)
+        except node_facts.FactsError:
+            raise
+        except ValueError as exc:
+            raise node_facts.FactsError("%s: %s" % (key, exc)) from None
     selector = node_facts.build_selector(pci_selector)
+    devices = tuple(pci.list_devices(node))  # once, for the node's pci section and every family that reads PCI
+    facts = node_facts.gather(node, pci_selector=pci_selector, devices=list(devices), **options)
+    query = FactsQuery(cpus=tuple(parse_cpulist(facts["cpu"]["online"])), detail=bool(detail),
+                       options=family_options, devices=devices)
     for fam in registry.FAMILIES:
         if fam.read is not None:
-            facts[fam.name] = fam.read(node, selector)
+            facts[fam.name] = fam.read(node, selector, query)
     return facts
 
 
@@ -105,18 +117,15 @@ def kmsg_window(node: Node, options: dict[str, Any]) -> dict[str, Any]:
 def boot_configuration(node: Node, desired: dict[str, Any], options: dict[str, Any], tools: Tools) -> dict[str, Any]:
     """The ``cmdline`` context of ``evaluate_host``: the kernel arguments configured for the next boot.
 
-    Read only when the desired state has kernel arguments, or a cpufreq driver, an IOMMU mode or ACS
-    persisted by kernel argument (whose arguments verification looks for): the GRUB drop-in of this
-    collection, or grubby on a live node (a simulated root has no grubby to ask). An unreadable
-    drop-in or a failing grubby leaves the configuration unknown, which the report says per setting.
+    Read only when a family judges its settings against it (``Family.reads_boot_config``): the GRUB
+    drop-in of this collection, or grubby on a live node (a simulated root has no grubby to ask). An
+    unreadable drop-in or a failing grubby leaves the configuration unknown, which the report says per
+    setting.
     """
     # Unknown (no os-release, neither bootloader's files): GRUB, whose drop-in can be read anywhere.
     bootloader = choose_bootloader(node, options["bootloader"], tools.find) or "grub"
     out = {"bootloader": bootloader, "dropin": options["cmdline_dropin"]}
-    iommu_mode = (desired.get("iommu") or {}).get("mode")
-    acs_arg = (desired.get("pcie_acs") or {}).get("persist") == "kernel_arg"
-    if not desired.get("kernel_cmdline") and not (desired.get("cpufreq") or {}).get("driver") \
-            and iommu_mode in (None, "unmanaged") and not acs_arg:
+    if not any(fam.reads_boot_config(desired) for fam in registry.FAMILIES if fam.reads_boot_config is not None):
         return out
     if bootloader == "grubby":
         out["grubby"] = _grubby_info(node, tools)
@@ -171,11 +180,18 @@ def sysctl_files(node: Node) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
+def boot_sysctls(desired: dict[str, Any]) -> dict[str, Any]:
+    """Every sysctl the families set at boot for ``desired`` (``Family.boot_sysctls``): the drop-in's keys."""
+    wanted: dict[str, Any] = {}
+    for fam in registry.FAMILIES:
+        if fam.boot_sysctls is not None:
+            wanted.update(fam.boot_sysctls(desired))
+    return wanted
+
+
 def sysctl_overrides(node: Node, desired: dict[str, Any], sysctl_file: str) -> dict[str, dict[str, str]]:
-    """The desired sysctls (and NUMA balancing) that a file applied after ``sysctl_file`` sets otherwise."""
-    wanted = dict(desired.get("sysctl") or {})
-    if desired.get("numa_balancing") is not None:
-        wanted["kernel.numa_balancing"] = desired["numa_balancing"]
+    """The sysctls set at boot (``boot_sysctls``) that a file applied after ``sysctl_file`` sets otherwise."""
+    wanted = boot_sysctls(desired)
     if not wanted:
         return {}
     return sysctl_boot.sysctl_overrides(sysctl_files(node), sysctl_file, wanted)
@@ -200,43 +216,53 @@ def boot_unit_state(node: Node, options: dict[str, Any], tools: Tools, enabled: 
     return verification.parse_unit_state(unit, stdout)
 
 
+def gpu_commands(desired: dict[str, Any] | None) -> list:
+    """The GPU commands the families ask for (``Family.gpu_commands``), each key once: nvidia-smi's negotiated
+    queries first, then its other commands, then other tools, each group in registry order."""
+    seen: dict = {}
+    for fam in registry.FAMILIES:
+        for cmd in fam.gpu_commands(desired or {}) if fam.gpu_commands is not None else ():
+            seen.setdefault(cmd.key, cmd)
+    cmds = list(seen.values())
+    return ([c for c in cmds if c.tool == SMI and c.fields] + [c for c in cmds if c.tool == SMI and not c.fields]
+            + [c for c in cmds if c.tool != SMI])
+
+
 def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
               desired: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``gpu`` input of ``evaluate_host``: nvidia-smi's answers on a node that has it.
+    """The ``gpu`` input of ``evaluate_host``: the answers of the commands the families ask for (``gpu_commands``).
 
-    A simulated node is probed only through the nvidia-smi it ships (``<root>/usr/bin``, a
-    stand-in answering from its own table; ``tools.find`` never returns the controller's there).
-    ``dcgm``: ``dcgmi diag -r 1`` when ``desired["gpu_health"]["dcgm_diag"]`` asks for it.
-    Exit codes are kept, not failed on: a driver that does not answer is a finding per GPU setting.
-    Every command is bounded (``tools.run``); once nvidia-smi hangs or the driver is down
-    (``nvidia_smi.driver_down``), it is asked nothing more: each later answer is that failure, marked
-    ``not_run``, so a wedged GPU costs one timeout, not one per command.
+    Only on a node that has nvidia-smi: a simulated node is probed only through the nvidia-smi it ships
+    (``<root>/usr/bin``, a stand-in answering from its own table; ``tools.find`` never returns the
+    controller's there). Exit codes are kept, not failed on: a driver that does not answer is a finding per GPU
+    setting. Every command is bounded (``tools.run``); once nvidia-smi hangs or the driver is down
+    (``nvidia_smi.driver_down``, asked ``--help-query-gpu`` first), it is asked nothing more: each later answer
+    is that failure, marked ``not_run``, so a wedged GPU costs one timeout, not one per command. Another tool
+    (dcgmi, nvbandwidth) is run as asked; missing, its answer is rc 127 with what to install.
     """
     if not options["gpu"]:
         return {"probe": "disabled"}
-    smi = tools.find("nvidia-smi", "nvidia-utils")
+    smi = tools.find(SMI, "nvidia-utils")
     if not smi:
         return {"probe": "absent" if node.is_live else "simulated"}
     out: dict[str, Any] = {"probe": "present"}
+    cmds = gpu_commands(desired)
     help_result = tools.run([smi, *nvidia_smi.HELP_ARGS])
     down = nvidia_smi.driver_down(help_result)
-    if down:
-        stopped = _answer(help_result, down)
-        out.update({key: dict(stopped) for key, _args in GPU_COMMANDS}, health=dict(stopped))
-    else:
-        known = nvidia_smi.parse_help_fields(help_result[1]) if help_result[0] == 0 else None
-        out["health"] = nvidia_smi.query(tools.run, smi, nvidia_smi.HEALTH_FIELDS, known)
-        down = nvidia_smi.driver_down(_tuple(out["health"]))
-        for key, args in GPU_COMMANDS:
-            if down:
-                out[key] = _answer(_tuple(out["health"]), down)
-                continue
-            out[key] = _answer(tools.run([smi, *args]))
-            down = nvidia_smi.driver_down(_tuple(out[key]))
-    if ((desired or {}).get("gpu_health") or {}).get("dcgm_diag"):
-        out["dcgm"] = _dcgm(tools)
-    if ((desired or {}).get("gpu_p2p") or {}).get("min_gbps") is not None:
-        out["nvbandwidth"] = _nvbandwidth(tools)
+    known = nvidia_smi.parse_help_fields(help_result[1]) if help_result[0] == 0 and not down else None
+    last = help_result
+    for cmd in (c for c in cmds if c.tool == SMI):
+        if down:
+            out[cmd.key] = _answer(last, down)
+            continue
+        if cmd.fields:
+            out[cmd.key] = nvidia_smi.query(tools.run, smi, tuple(cmd.fields), known)
+        else:
+            out[cmd.key] = _answer(tools.run([smi, *cmd.args]))
+        last = _tuple(out[cmd.key])
+        down = nvidia_smi.driver_down(last)
+    for cmd in (c for c in cmds if c.tool != SMI):
+        out[cmd.key] = _other_tool(tools, cmd)
     return out
 
 
@@ -252,21 +278,13 @@ def _tuple(answer: dict[str, Any]) -> command.Result:
     return command.Result(answer["rc"], answer["stdout"], answer["stderr"], timed_out=answer.get("timed_out", False))
 
 
-def _dcgm(tools: Tools) -> dict[str, Any]:
-    """``dcgmi diag -r 1`` (bounded by the dcgmi timeout); dcgmi missing: rc 127 with what to install."""
-    dcgmi = tools.find("dcgmi", "datacenter-gpu-manager")
-    if not dcgmi:
-        return {"rc": 127, "stdout": "", "stderr": "dcgmi not found: install DCGM (datacenter-gpu-manager) on the node"}
-    return _answer(tools.run([dcgmi, *nvidia_smi.DCGM_ARGS]))
-
-
-def _nvbandwidth(tools: Tools) -> dict[str, Any]:
-    """The measured GPU pair bandwidths (gpu_p2p's min_gbps); never installed by the check."""
-    nvb = tools.find("nvbandwidth", "nvbandwidth")
-    if not nvb:
-        return {"rc": 127, "stdout": "", "stderr": "nvbandwidth not found on the node: build it from "
-                "github.com/NVIDIA/nvbandwidth to measure GPU pair bandwidth"}
-    return _answer(tools.run([nvb, *nvidia_smi.NVBANDWIDTH_ARGS]))
+def _other_tool(tools: Tools, cmd: Any) -> dict[str, Any]:
+    """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout); missing: rc 127 and what to
+    install (``GpuCommand.missing``). Never installed by the check."""
+    path = tools.find(cmd.tool, cmd.package)
+    if not path:
+        return {"rc": 127, "stdout": "", "stderr": cmd.missing or "%s not found on the node" % cmd.tool}
+    return _answer(tools.run([path, *cmd.args]))
 
 
 def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,
@@ -283,7 +301,7 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
     since = kmsg_window(node, opts)
     facts = gather(node, kmsg_since=since["since"], **facts_options)
     boot_unit, modules = persisted_files(node, opts)
-    sysctl_wanted = desired.get("sysctl") or desired.get("numa_balancing") is not None
+    sysctl_wanted = bool(boot_sysctls(desired))
     context = {
         "root": node.root,
         "boot_config": boot_configuration(node, desired, opts, tools),

@@ -98,7 +98,7 @@ def test_udev_rule(node):
     rule = _conf_lines(node.read("etc/udev/rules.d/70-gpunode-tuning.rules"))
     assert len(rule) == 1
     assert 'ATTR{vendor}=="0x10de"' in rule[0]
-    run = 'RUN+="/usr/bin/python3 -I -B /%s --desired %s --only-mrrs --bdf %%k"' % (BOOT_SCRIPT, BOOT_DESIRED)
+    run = 'RUN+="/usr/bin/python3 -I -B /%s --desired %s --only pcie_mrrs --bdf %%k"' % (BOOT_SCRIPT, BOOT_DESIRED)
     assert run in rule[0]
 
 
