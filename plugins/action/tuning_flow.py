@@ -91,8 +91,9 @@ class ActionModule(ActionBase):
         if flow == "runtime":
             result = dict(self._apply(desired_state.runtime_requests(desired, values, selection[0]), values,
                                       task_vars), desired=desired)
-            result.setdefault("ansible_facts", {})["gpunode_tuning_pending_kernel_args"] = list(
-                (result["families"].get("cpufreq") or {}).get("kernel_args") or [])
+            result.setdefault("ansible_facts", {})["gpunode_tuning_pending_kernel_args"] = [
+                arg for r in result["families"].values() if isinstance(r, dict) and r.get("reboot_required")
+                for arg in r.get("kernel_args") or []]
         elif flow == "persistent":
             result = dict(self._persist(selection[1], desired, values, task_vars), desired=desired)
             result.setdefault("ansible_facts", {})["gpunode_tuning_reboot_required"] = bool(

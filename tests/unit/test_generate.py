@@ -39,7 +39,7 @@ def test_the_parts_are_the_registrys():
 def copy_parts(tmp_path):
     """The files of the generated parts (and what they are rendered from) in a tree of their own."""
     for path in ("roles/tuning/meta/argument_specs.yml", "roles/tuning/defaults/main.yml",
-                 "roles/tuning/vars/main.yml") + tuple(path for _n, path, _r, _k in generate.PARTS):
+                 "roles/tuning/vars/main.yml") + tuple(path for _n, path, _r, _k in generate.all_parts()):
         os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
         shutil.copy(os.path.join(generate.REPO, path), tmp_path / path)
     return str(tmp_path)

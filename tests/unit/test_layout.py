@@ -308,9 +308,6 @@ def role_yaml():
 
 
 SOURCES = sorted(plugin_sources())
-# The role tasks' tag lists are the lead's to generate (tools/generate.py's role_task_tags hook, issue 29):
-# until then these files list family tags by hand, and their test is expected to fail.
-TAG_LISTS_PENDING = ("roles/tuning/tasks/persistent.yml",)
 YAML_FILES = [(rel, full) for rel, full in sorted(role_yaml())]
 
 
@@ -323,9 +320,7 @@ def test_no_family_is_named_outside_its_own_files(rel, path):
         rel, "; ".join("line %d %s %r (%s)" % v for v in bad))
 
 
-@pytest.mark.parametrize("rel,path", [
-    pytest.param(rel, path, marks=pytest.mark.xfail(strict=True, reason="tag list by hand: the lead generates it"))
-    if rel in TAG_LISTS_PENDING else (rel, path) for rel, path in YAML_FILES], ids=[rel for rel, _p in YAML_FILES])
+@pytest.mark.parametrize("rel,path", YAML_FILES, ids=[rel for rel, _p in YAML_FILES])
 def test_no_family_is_a_tag_or_key_in_the_role_yaml(rel, path):
     bad = yaml_violations(path, rel)
     assert not bad, "%s names families as tags or keys (generate them from the registry): %s" % (
