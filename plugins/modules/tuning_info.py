@@ -732,7 +732,7 @@ tuning_facts:
       description:
         - CPU frequency scaling. Per-CPU settings are aggregated as a dict with C(value) (the most common value
           over the online CPUs, null when the attribute is absent), C(cpus_differing) (how many online CPUs
-          have another value) and C(values) (each value present -> the cpulist that has it).
+          have another value) and C(cpulists) (each value present -> the cpulist that has it).
       returned: always
       type: dict
       contains:
@@ -755,7 +755,7 @@ tuning_facts:
           description: The scaling governor, aggregated.
           type: dict
           returned: always
-          sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+          sample: {value: performance, cpus_differing: 0, cpulists: {performance: 0-127}}
           contains:
             value:
               description: The most common governor.
@@ -767,7 +767,7 @@ tuning_facts:
               type: int
               returned: always
               sample: 0
-            values:
+            cpulists:
               description: Governor -> cpulist of the CPUs that use it.
               type: dict
               returned: always
@@ -776,7 +776,7 @@ tuning_facts:
           description: The energy performance preference, aggregated like RV(tuning_facts.cpufreq.governor).
           type: dict
           returned: always
-          sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+          sample: {value: performance, cpus_differing: 0, cpulists: {performance: 0-127}}
           contains:
             value:
               description: The most common EPP; null when the driver has no EPP.
@@ -788,7 +788,7 @@ tuning_facts:
               type: int
               returned: always
               sample: 0
-            values:
+            cpulists:
               description: EPP -> cpulist.
               type: dict
               returned: always

@@ -308,7 +308,7 @@ def role_yaml():
 
 
 SOURCES = sorted(plugin_sources())
-YAML_FILES = [(rel, full) for rel, full in sorted(role_yaml())]
+YAML_FILES = sorted(role_yaml())
 
 
 @pytest.mark.parametrize("rel,path", SOURCES, ids=[rel for rel, _path in SOURCES])
@@ -389,4 +389,4 @@ def test_the_names_and_files_come_from_the_registry():
     assert names["numa_balancing"] == names["thp"] == names["sysctl"] == "tunables"
     assert files["plugins/modules/setpci_mrrs.py"] == "pcie_mrrs" and "plugins/modules/tuning_info.py" not in files
     assert yaml_names()["mrrs"] == "pcie_mrrs" and "mrrs" not in names  # a register name in Python (core/pci.py)
-    assert len({f for f in files.values()}) == len(registry.FAMILIES)
+    assert len(set(files.values())) == len(registry.FAMILIES)

@@ -159,7 +159,7 @@ def test_audited_node_values(build_node, run_module):
     assert sorted({d["numa_node"] for d in devs}) == [0, 1]
     assert f["cpuidle"]["states"]["C2"]["latency"] == 400
     assert f["cpufreq"]["driver"] == "acpi-cpufreq"
-    assert f["cpufreq"]["governor"] == {"value": "schedutil", "cpus_differing": 0, "values": {"schedutil": "0-127"}}
+    assert f["cpufreq"]["governor"] == {"value": "schedutil", "cpus_differing": 0, "cpulists": {"schedutil": "0-127"}}
     assert f["cpufreq"]["available_governors"][-1] == "schedutil"
     assert f["tunables"]["numa_balancing"] == 1
     assert f["kmod"]["by_name"]["nvidia"]["parameters"] == {"NVreg_EnableGpuFirmware": "1"}
@@ -239,19 +239,19 @@ def test_cpufreq_differing_cpus(build_node, run_module):
     f = facts_of(run_module, root)["cpufreq"]
     assert f["driver"] == "amd-pstate-epp"
     assert f["governor"] == {"value": "powersave", "cpus_differing": 2,
-                             "values": {"powersave": "0-1,4-7", "performance": "2-3"}}
+                             "cpulists": {"powersave": "0-1,4-7", "performance": "2-3"}}
     assert f["epp"] == {"value": "balance_performance", "cpus_differing": 3,
-                        "values": {"balance_performance": "0-1,4-6", "performance": "2-3", "power": "7"}}
+                        "cpulists": {"balance_performance": "0-1,4-6", "performance": "2-3", "power": "7"}}
     assert f["available_epp"] == simnode.EPP_CHOICES.split()
     assert f["amd_pstate"] == {"present": True, "status": "active"}
 
 
 def test_aggregate_tie_goes_to_lowest_cpu_and_missing_values():
     assert node_facts.aggregate({0: "a", 1: "b", 2: "b", 3: "a"}) == {
-        "value": "a", "cpus_differing": 2, "values": {"a": "0,3", "b": "1-2"}}
+        "value": "a", "cpus_differing": 2, "cpulists": {"a": "0,3", "b": "1-2"}}
     assert node_facts.aggregate({0: None, 1: "x", 2: None}) == {"value": None, "cpus_differing": 1,
-                                                                "values": {"x": "1"}}
-    assert node_facts.aggregate({}) == {"value": None, "cpus_differing": 0, "values": {}}
+                                                                "cpulists": {"x": "1"}}
+    assert node_facts.aggregate({}) == {"value": None, "cpus_differing": 0, "cpulists": {}}
 
 
 def test_detail_adds_per_cpu_entries_only_when_asked(build_node, run_module):
@@ -281,7 +281,7 @@ def test_tiny_vm_has_nothing_to_tune(build_node, run_module):
     f = facts_of(run_module, build_node("tiny-vm"))
     assert f["cpuidle"] == {"supported": False, "driver": None, "governor": None, "states": {}}
     assert f["cpufreq"]["supported"] is False and f["cpufreq"]["driver"] is None
-    assert f["cpufreq"]["governor"] == {"value": None, "cpus_differing": 0, "values": {}}
+    assert f["cpufreq"]["governor"] == {"value": None, "cpus_differing": 0, "cpulists": {}}
     assert f["pci"]["devices"] == [] and f["pci"]["count"] == 0
     assert f["gpu_health"] == {"persistenced": {"running": False, "pids": []}, "driver_version": None}
 

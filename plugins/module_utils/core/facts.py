@@ -182,12 +182,12 @@ def aggregate(values_by_cpu: dict) -> dict:
     for cpu in sorted(values_by_cpu):
         groups.setdefault(values_by_cpu[cpu], []).append(cpu)
     if not groups:
-        return {"value": None, "cpus_differing": 0, "values": {}}
+        return {"value": None, "cpus_differing": 0, "cpulists": {}}
     value = max(groups, key=lambda v: (len(groups[v]), -groups[v][0]))
     return {
         "value": value,
         "cpus_differing": len(values_by_cpu) - len(groups[value]),
-        "values": {v: format_cpulist(c) for v, c in sorted(groups.items(), key=lambda i: i[1][0]) if v is not None},
+        "cpulists": {v: format_cpulist(c) for v, c in sorted(groups.items(), key=lambda i: i[1][0]) if v is not None},
     }
 
 

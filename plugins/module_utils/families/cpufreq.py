@@ -67,7 +67,7 @@ FACTS_DOC = r"""
 description:
   - CPU frequency scaling. Per-CPU settings are aggregated as a dict with C(value) (the most common value
     over the online CPUs, null when the attribute is absent), C(cpus_differing) (how many online CPUs
-    have another value) and C(values) (each value present -> the cpulist that has it).
+    have another value) and C(cpulists) (each value present -> the cpulist that has it).
 returned: always
 type: dict
 contains:
@@ -90,7 +90,7 @@ contains:
     description: The scaling governor, aggregated.
     type: dict
     returned: always
-    sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+    sample: {value: performance, cpus_differing: 0, cpulists: {performance: 0-127}}
     contains:
       value:
         description: The most common governor.
@@ -102,7 +102,7 @@ contains:
         type: int
         returned: always
         sample: 0
-      values:
+      cpulists:
         description: Governor -> cpulist of the CPUs that use it.
         type: dict
         returned: always
@@ -111,7 +111,7 @@ contains:
     description: The energy performance preference, aggregated like RV(tuning_facts.cpufreq.governor).
     type: dict
     returned: always
-    sample: {value: performance, cpus_differing: 0, values: {performance: 0-127}}
+    sample: {value: performance, cpus_differing: 0, cpulists: {performance: 0-127}}
     contains:
       value:
         description: The most common EPP; null when the driver has no EPP.
@@ -123,7 +123,7 @@ contains:
         type: int
         returned: always
         sample: 0
-      values:
+      cpulists:
         description: EPP -> cpulist.
         type: dict
         returned: always
@@ -1363,7 +1363,7 @@ def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
         return setting_row(FAMILY, key, want, running, state, "", persisted)
     agg = cf.get(key) or {}
     running = agg.get("value")
-    values = agg.get("values") or {}
+    values = agg.get("cpulists") or {}
     shown = running if len(values) <= 1 else ", ".join("%s on %s" % (v, c) for v, c in values.items())
     available = cf.get("available_governors" if key == "governor" else "available_epp") or []
     after_reboot = "the driver switch pending a reboot brings %s" % key
