@@ -1,4 +1,4 @@
-"""module_utils/families/cmdline.py: arguments, drop-in render/parse, GRUB config parsing, the configure flow."""
+"""module_utils/families/kernel_cmdline.py: arguments, drop-in render/parse, GRUB config parsing, the configure flow."""
 
 from __future__ import annotations
 
