@@ -219,7 +219,7 @@ def _identifiers(node):
     if isinstance(node, ast.alias):
         return [node.name.rsplit(".", 1)[-1], node.asname or ""]
     if isinstance(node, ast.ImportFrom):
-        return [part for part in (node.module or "").split(".")]
+        return (node.module or "").split(".")
     if isinstance(node, ast.Import):
         return [part for alias in node.names for part in alias.name.split(".")]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
