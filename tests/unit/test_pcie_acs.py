@@ -1,4 +1,4 @@
-"""The ACS family (acs.py) and the pcie_acs module on simulated nodes, with the real setpci/lspci."""
+"""The pcie_acs family (families/pcie_acs.py) and the pcie_acs module on simulated nodes, with the real setpci/lspci."""
 
 from __future__ import annotations
 
