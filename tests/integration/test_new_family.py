@@ -33,6 +33,20 @@ GUARD_STATUS = "var/lib/gpunode-tuning/guard-status.json"
 FAMILY_FILE = "plugins/module_utils/families/%s.py" % NAME
 TOUCHED = {FAMILY_FILE, "plugins/module_utils/registry.py", "roles/tuning/defaults/main.yml",
            "roles/tuning/meta/argument_specs.yml"}
+# Not counted (docs/adding-a-family.md): the family's own unit test file, which test_layout asks for.
+UNIT_TEST = "tests/unit/test_%s.py" % NAME
+UNIT_TEST_SOURCE = '''"""The zone_reclaim family: its facts on a simulated node."""
+
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import zone_reclaim
+
+
+def test_the_family_is_registered_and_reads_the_knob(build_node):
+    root = build_node("tiny-vm")
+    assert zone_reclaim.NAME in [fam.name for fam in registry.FAMILIES]
+    assert zone_reclaim.read(Node.open(root), {})["mode"] == 0
+'''
 
 FAMILY_SOURCE = '''# Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -204,6 +218,8 @@ def add_family(tree):
     with open(os.path.join(tree, "roles/tuning/defaults/main.yml"), "a", encoding="utf-8") as handle:
         handle.write(DEFAULTS)
     edit(tree, "roles/tuning/meta/argument_specs.yml", "    options: &options\n", "    options: &options\n" + SPECS)
+    with open(os.path.join(tree, UNIT_TEST), "w", encoding="utf-8") as handle:
+        handle.write(UNIT_TEST_SOURCE)
 
 
 def run(tree, argv, **kw):
@@ -241,14 +257,14 @@ def tree_with_the_family(tmp_path):
     assert gen.returncode == 0, gen.stdout + gen.stderr
     status = {line[3:] for line in git(tree, "status", "--porcelain", "--untracked-files=all").splitlines()}
     generated = {path for _name, path, _render, _kind in generate.all_parts()}  # what the one command rewrites
-    assert TOUCHED <= status and status - TOUCHED <= generated, sorted(status)
+    assert TOUCHED <= status and status - TOUCHED - {UNIT_TEST} <= generated, sorted(status)
     assert {"docs/variables.md", "plugins/modules/tuning_info.py"} <= status  # its variables, its facts section
     counted = {p for p in TOUCHED if p.split("/")[0] in ("plugins", "roles", "playbooks", "meta")}
     assert len(counted) <= 5
     assert run(tree, [python, "tools/generate.py", "--check"]).returncode == 0
     # The copy's own checks hold with the family in: no family named outside its files, nothing stale.
     checks = run(tree, [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit/test_layout.py",
-                        "tests/unit/test_generate.py"])
+                        "tests/unit/test_generate.py", UNIT_TEST])
     assert checks.returncode == 0, checks.stdout[-4000:]
     return tree
 
