@@ -55,6 +55,16 @@ def _read(path, what="report"):
         raise ReportError("cannot read %s %s: %s" % (what, path, exc.strerror)) from exc
 
 
+def missing_dirs(directory: str) -> list:
+    """The directories ``os.makedirs(directory)`` would create, outermost first (full paths)."""
+    out = []
+    current = os.path.abspath(directory)
+    while not os.path.lexists(current) and os.path.dirname(current) != current:
+        out.append(current)
+        current = os.path.dirname(current)
+    return out[::-1]
+
+
 def ensure_dir(path: str, check_mode: bool = False, what: str = "report directory") -> bool:
     """Create the report directory (and its parents) unless it exists; True when it was (or would be) created."""
     if os.path.isdir(path):

@@ -66,6 +66,16 @@ class NodeFiles:
         self.diff = diff
         self.changes: dict = {}
         self.diffs: list = []
+        # Told of the directories a write creates (full paths, outermost first): the flow records them in the
+        # journal, so that rollback removes them (flows/writers.py).
+        self.on_created: Callable[[list], None] | None = None
+
+    def _ensure_dir(self, directory: str) -> bool:
+        missing = node_files.missing_dirs(directory)
+        created = node_files.ensure_dir(directory, self.check_mode, what="directory")
+        if created and not self.check_mode and self.on_created is not None:
+            self.on_created(missing)
+        return created
 
     def _full(self, path: str) -> str:
         if not path.startswith("/") or ".." in path.split("/"):
@@ -85,7 +95,7 @@ class NodeFiles:
         """Write ``text`` to ``path`` (parents created) when it differs; True when it changed (or would)."""
         full = self._full(path)
         try:
-            created = node_files.ensure_dir(os.path.dirname(full), self.check_mode, what="directory")
+            created = self._ensure_dir(os.path.dirname(full))
             change = node_files.write_file(full, text.encode("utf-8"), self.check_mode, mode, what="file")
         except node_files.ReportError as exc:
             raise FamilyError(str(exc)) from None
@@ -107,7 +117,7 @@ class NodeFiles:
         self.changes[path] = "linked"
         if not self.check_mode:
             try:
-                node_files.ensure_dir(os.path.dirname(full), what="directory")
+                self._ensure_dir(os.path.dirname(full))
                 if os.path.islink(full):
                     os.unlink(full)
                 os.symlink(target, full)

@@ -1,0 +1,180 @@
+"""The node's one lock around the writing flows (tuning_apply, tuning_persist), and the directories rollback
+takes back (plugins/module_utils/flows/writers.py, core/lock.py, core/journal.py's created_dirs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from support.checkout import REPO
+from support.trees import snapshot, tree_changes
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock
+
+JOURNAL = "/var/lib/gpunode-tuning/journal.json"
+LOCK = "var/lib/gpunode-tuning/.lock"
+COLLECTIONS = os.path.join(REPO, ".collections")
+RUNTIME = [{"name": "pcie_mrrs", "options": {"mrrs": 4096, "vendor": "10de", "class_prefixes": ["0300", "0302"],
+                                             "allow_empty": True}},
+           {"name": "cpuidle", "options": {"max_latency_us": 2}}]
+TUNABLES = [{"name": "tunables", "options": {"transparent_hugepage": {"enabled": "madvise", "defrag": "defer+madvise"},
+                                             "sysctl": {"vm.swappiness": 1}}}]
+RESTORE = [{"name": n, "options": {"restore": True, **({"allow_empty": True} if n == "pcie_mrrs" else {})}}
+           for n in ("pcie_mrrs", "cpuidle", "tunables")]
+
+
+def module_process(name, args):
+    """The module as Ansible runs it on the node: its own Python process, its arguments in a file."""
+    path = os.path.join(args["root"], "..", "%s-%d.json" % (name, time.monotonic_ns()))
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"ANSIBLE_MODULE_ARGS": args}, fh)
+    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+    module = "ansible_collections.gpunode.tuning.plugins.modules.%s" % name
+    return subprocess.Popen([sys.executable, "-m", module, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd="/")
+
+
+def finished(proc, timeout=120):
+    out, err = proc.communicate(timeout=timeout)
+    return json.loads(out[out.index("{"):]) if "{" in out else {"failed": True, "msg": out + err}
+
+
+def holder_process(root, flow, seconds):
+    """Another process holding the node's lock as ``flow`` for ``seconds``; returns once it holds it."""
+    code = ("import sys, time\n"
+            "from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock\n"
+            "with lock.NodeLock(sys.argv[1], sys.argv[2]):\n"
+            "    print('held', flush=True)\n"
+            "    time.sleep(float(sys.argv[3]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, os.path.join(root, LOCK), flow, str(seconds)],
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=COLLECTIONS))
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def without_var(root):
+    shutil.rmtree(os.path.join(root, "var"))
+    return root
+
+
+def test_rollback_removes_the_directories_our_writes_created_and_restores_to_the_byte(build_node, run_module):
+    """A node that had no /var: runtime creates /var/lib/gpunode-tuning for the journal and records what it created;
+    rollback removes all of it, and the lock's file."""
+    root = without_var(build_node())
+    before = snapshot(root)
+    result, failed = run_module("tuning_apply", {"families": RUNTIME + TUNABLES, "root": root, "journal": JOURNAL})
+    assert not failed and result["changed"], result
+    with open(os.path.join(root, JOURNAL.lstrip("/")), encoding="utf-8") as fh:
+        assert json.load(fh)["created_dirs"] == ["/var", "/var/lib", "/var/lib/gpunode-tuning"]
+    assert not os.path.exists(os.path.join(root, LOCK))  # released: the lock file goes
+    result, failed = run_module("tuning_apply", {"families": RESTORE, "root": root, "journal": JOURNAL})
+    assert not failed and result["changed"], result
+    assert tree_changes(before, snapshot(root)) == []  # /var included: it was not there before
+
+
+def test_rollback_leaves_the_directories_that_existed_before(build_node, run_module):
+    root = build_node()
+    assert os.listdir(os.path.join(root, "var/lib")) == []
+    before = snapshot(root)
+    run_module("tuning_apply", {"families": TUNABLES, "root": root, "journal": JOURNAL})
+    with open(os.path.join(root, JOURNAL.lstrip("/")), encoding="utf-8") as fh:
+        assert json.load(fh)["created_dirs"] == ["/var/lib/gpunode-tuning"]
+    run_module("tuning_apply", {"families": RESTORE, "root": root, "journal": JOURNAL})
+    assert tree_changes(before, snapshot(root)) == [] and os.path.isdir(os.path.join(root, "var/lib"))
+
+
+def test_persistent_files_directories_are_recorded_and_rollback_removes_them(build_node, run_module):
+    root = build_node()
+    shutil.rmtree(os.path.join(root, "etc/sysctl.d"))
+    before = snapshot(root)
+    settings = {"sysctl_file": "/etc/sysctl.d/90-gpunode-tuning.conf"}
+    desired = {"sysctl": {"vm.swappiness": 1}}
+    result, failed = run_module("tuning_persist", {"concerns": ["sysctl"], "desired": desired, "settings": settings,
+                                                   "root": root, "journal": JOURNAL})
+    assert not failed, result
+    with open(os.path.join(root, JOURNAL.lstrip("/")), encoding="utf-8") as fh:
+        assert "/etc/sysctl.d" in json.load(fh)["created_dirs"]
+    again, failed = run_module("tuning_persist", {"concerns": ["sysctl"], "desired": desired, "settings": settings,
+                                                  "root": root, "journal": JOURNAL})
+    assert not failed and not again["changed"], again
+    result, failed = run_module("tuning_persist", {"state": "absent", "concerns": ["sysctl"], "settings": settings,
+                                                   "root": root, "journal": JOURNAL})
+    assert not failed, result
+    assert tree_changes(before, snapshot(root)) == []
+
+
+def test_a_second_writer_waits_bounded_then_fails_naming_the_holder(build_node, run_module):
+    root = build_node()
+    holder = holder_process(root, "persistent", 30)
+    try:
+        before = snapshot(root)
+        started = time.monotonic()
+        result, failed = run_module("tuning_apply", {"families": TUNABLES, "root": root, "journal": JOURNAL,
+                                                     "lock_timeout": 1})
+        waited = time.monotonic() - started
+        after = snapshot(root)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert failed and 1 <= waited < 10, (waited, result)
+    assert "is held by the persistent run (pid %d on " % holder.pid in result["msg"], result["msg"]
+    assert "since 20" in result["msg"] and "this runtime run waited 1.0 s" in result["msg"]
+    assert "stops before writing anything" in result["msg"]
+    assert tree_changes(before, after) == []
+
+
+def test_check_mode_and_verification_take_no_lock(build_node, run_module):
+    root = without_var(build_node())
+    holder = holder_process(root, "rollback", 30)
+    try:
+        before = snapshot(root)
+        started = time.monotonic()
+        result, failed = run_module("tuning_apply", {"families": TUNABLES, "root": root, "journal": JOURNAL,
+                                                     "lock_timeout": 20}, check=True)
+        assert not failed and result["changed"] and time.monotonic() - started < 10, result
+        info, failed = run_module("tuning_info", {"root": root})
+        assert not failed and time.monotonic() - started < 15, info
+        assert tree_changes(before, snapshot(root)) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    fresh = without_var(build_node())
+    run_module("tuning_apply", {"families": TUNABLES, "root": fresh, "journal": JOURNAL}, check=True)
+    assert not os.path.exists(os.path.join(fresh, "var"))  # check mode: no lock file, no directory for it
+
+
+def test_two_writers_at_once_then_rollback_restores_the_node_to_the_byte(build_node):
+    """Two runtime runs of different families at the same moment, each journaling its originals into the one
+    journal: the lock serializes them, so neither loses the other's originals and rollback restores all."""
+    root = without_var(build_node())
+    before = snapshot(root)
+    first = module_process("tuning_apply", {"families": RUNTIME, "root": root, "journal": JOURNAL})
+    second = module_process("tuning_apply", {"families": TUNABLES, "root": root, "journal": JOURNAL})
+    one, two = finished(first), finished(second)
+    assert not one.get("failed") and not two.get("failed"), (one, two)
+    with open(os.path.join(root, JOURNAL.lstrip("/")), encoding="utf-8") as fh:
+        journaled = json.load(fh)["families"]
+    assert {"pcie_mrrs", "cpuidle", "tunables"} <= set(journaled), journaled
+    rollback = finished(module_process("tuning_apply", {"families": RESTORE, "root": root, "journal": JOURNAL}))
+    assert not rollback.get("failed") and rollback["changed"], rollback
+    assert tree_changes(before, snapshot(root)) == []
+
+
+def test_the_lock_sits_next_to_the_journal(build_node):
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import writers
+
+    root = build_node()
+    node = Node.open(root)
+    assert writers.lock_file(node) == os.path.join(root, LOCK)
+    assert writers.lock_file(node, "/srv/tuning/j.json") == os.path.join(root, "srv/tuning/.lock")
+    try:
+        writers.lock_file(node, "relative.json")
+    except lock.LockError as exc:
+        assert "must be absolute" in str(exc)
+    else:
+        raise AssertionError("a relative journal path was accepted")
