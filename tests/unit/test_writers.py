@@ -178,3 +178,62 @@ def test_the_lock_sits_next_to_the_journal(build_node):
         assert "must be absolute" in str(exc)
     else:
         raise AssertionError("a relative journal path was accepted")
+
+
+def install_boot_runner(root, state):
+    """The runner and its desired state, as the persistent flow installs them for the boot unit."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
+
+    runner = os.path.join(root, "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
+    os.makedirs(os.path.dirname(runner), exist_ok=True)
+    with open(runner, "w", encoding="utf-8") as fh:
+        fh.write(boot.runner_text(boot.carried_sources(os.path.join(REPO, "plugins", "module_utils"))))
+    desired = os.path.join(root, boot.DESIRED_PATH.lstrip("/"))
+    os.makedirs(os.path.dirname(desired), exist_ok=True)
+    with open(desired, "w", encoding="utf-8") as fh:
+        json.dump(dict(state, version=1), fh)
+    return [sys.executable, "-I", "-B", runner, "--desired", boot.DESIRED_PATH, "--root", root]
+
+
+def test_the_boot_runner_takes_the_lock_and_fails_naming_the_holder(build_node):
+    root = build_node()
+    argv = install_boot_runner(root, {"thp": {"enabled": "madvise", "defrag": "defer+madvise"}})
+    thp = os.path.join(root, "sys/kernel/mm/transparent_hugepage/enabled")
+    with open(thp, encoding="utf-8") as fh:
+        untouched = fh.read()
+    holder = holder_process(root, "rollback", 30)
+    try:
+        proc = subprocess.run(argv + ["--lock-timeout", "0.5"], capture_output=True, text=True, check=False, cwd="/",
+                              timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "is held by the rollback run (pid %d" % holder.pid in proc.stdout and "this boot run waited" in proc.stdout
+    with open(thp, encoding="utf-8") as fh:
+        assert fh.read() == untouched  # nothing re-applied while another writer held the node
+    os.unlink(os.path.join(root, LOCK))  # the killed holder's file; the next run takes it over either way
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, cwd="/", timeout=60)
+    assert proc.returncode == 0 and "thp" in proc.stdout, proc.stdout + proc.stderr
+    assert not os.path.exists(os.path.join(root, LOCK))
+
+
+def test_the_guard_reapply_takes_the_lock(build_node, monkeypatch):
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import guard
+
+    root = build_node()
+    config = {"guard": {"status_file": "/var/lib/gpunode-tuning/guard-status.json"}}
+    plan = {"thp": {"enabled": "madvise", "defrag": "defer+madvise"}}
+    holder = holder_process(root, "persistent", 30)
+    monkeypatch.setattr(lock, "DEFAULT_TIMEOUT", 0.5)
+    try:
+        [(key, ok, message)] = guard.reapply(Node.open(root), config, plan)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert key == "thp" and not ok and "is held by the persistent run (pid %d" % holder.pid in message, message
+    assert "this guard-reapply run waited" in message
+    os.unlink(os.path.join(root, LOCK))
+    [(key, ok, message)] = guard.reapply(Node.open(root), config, plan)
+    assert ok, message

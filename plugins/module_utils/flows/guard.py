@@ -37,7 +37,7 @@ import time
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import files, kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import files, kernel_log, lock
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     SYSTEM_PATH,
@@ -56,6 +56,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 VERSION = 1
 PREFIX = "gpunode-tuning-guard"
 TEXTFILE = "gpunode-tuning.prom"
+REAPPLY_FLOW = "guard-reapply"
 FACTS_KEYS = ("pci_selector", "sysctls", "modules", "kmsg_levels", "kmsg_ignore")
 GUARD_DEFAULTS = {
     "textfile_dir": "/var/lib/prometheus/node-exporter",
@@ -371,6 +372,20 @@ def reapply_plan(result: dict, desired: dict) -> dict:
     return {k: state[k] for k in keys if k in state}
 
 
+def reapply(node: Node, config: dict, plan: dict) -> list:
+    """``boot.boot_each`` of ``plan`` under the node's lock (flows/writers.py: ``.lock`` next to the journal, in the
+    status file's directory), as every writing flow; held by another writer past the wait, nothing is re-applied
+    and each family's entry says who holds it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import writers
+
+    journal = os.path.join(os.path.dirname(config["guard"]["status_file"]), "journal.json")
+    try:
+        with writers.writing(node, journal, REAPPLY_FLOW):
+            return boot.boot_each(node, plan)
+    except lock.LockError as exc:
+        return [(key, False, "not re-applied: %s" % exc) for key in sorted(plan) if key != "version"]
+
+
 def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | None,
         clock: Callable[[], float] = time.time) -> dict:
     """Verify (and with ``reapply`` re-apply and verify again), count Xids; the status of this run."""
@@ -383,7 +398,7 @@ def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | Non
         except boot.BootError as exc:
             plan, reapplied = {}, [("desired", False, "cannot re-apply: %s" % exc)]
         if plan:
-            reapplied = boot.boot_each(node, plan)
+            reapplied = reapply(node, config, plan)
             for key, ok, msg in reapplied:
                 _say("%s: re-applied %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
             facts, result, error = verify_once(node, config, tools)

@@ -77,8 +77,10 @@ def finish(node: Node, journal: str | None, writing: Writing, rollback: bool) ->
 
 @contextmanager
 def writing(node: Node, journal: str | None, flow: str, check_mode: bool = False, rollback: bool = False,
-            timeout: float = lock.DEFAULT_TIMEOUT) -> Iterator[Writing]:
-    """``with writing(node, journal, "persistent", check_mode) as w:`` the flow's writes (module docstring)."""
+            timeout: float | None = None) -> Iterator[Writing]:
+    """``with writing(node, journal, "persistent", check_mode) as w:`` the flow's writes (module docstring);
+    ``timeout`` None: ``lock.DEFAULT_TIMEOUT``."""
+    timeout = lock.DEFAULT_TIMEOUT if timeout is None else timeout
     if check_mode:
         with lock.node_lock("", flow, check_mode=True, timeout=timeout):
             yield Writing(None)
