@@ -135,7 +135,7 @@ def main():
     try:
         node = Node.open(module.params["root"])
         with writers.writing(node, module.params["journal"], "rollback" if restore else "runtime",
-                             module.check_mode, rollback=restore, timeout=module.params["lock_timeout"]):
+                             module.check_mode, timeout=module.params["lock_timeout"]):
             results = apply.run_families(module.params["families"], make_call)
     except (NodeError, lock.LockError) as exc:
         module.fail_json(msg=str(exc))

@@ -154,7 +154,7 @@ def main():
         wanted.reverse()
     try:
         with writers.writing(node, params["journal"], "rollback" if remove else "persistent", module.check_mode,
-                             rollback=remove, timeout=params["lock_timeout"]) as held:
+                             timeout=params["lock_timeout"]) as held:
 
             def make_pc():
                 pc = persist.persist_call(node, make_call.base, params["desired"], settings, make_call)

@@ -15,7 +15,9 @@ when each setting was first seen drifted (kept in the status file from run to ru
 ``reapply`` the drifted runtime-only families re-applied by the boot runner's own functions
 (``boot.boot_each``) and the node verified again. It writes the status file (JSON, next to the
 journal) and ``gpunode-tuning.prom`` in node_exporter's textfile directory (guard_metrics.py), each
-through a temporary file in the same directory and a rename. It is read-only otherwise, holds an
+through a temporary file in the same directory and a rename. A textfile directory that does not exist
+(node_exporter not installed yet) is not a failure: the metrics are off (the status says why) and start
+at the first run after it exists; the guard never creates it. It is read-only otherwise, holds an
 exclusive lock on the status directory (a second run at the same time does nothing), and every
 command it runs has a timeout. Exit status: 0 when the node was verified (drifted or not) and the
 files were written, 1 when verification or a write failed (the status says why), 2 when the config
@@ -446,29 +448,37 @@ def write_outputs(node: Node, config: dict, status: dict) -> list:
     """Write the metrics (when a textfile directory is set) and then the status; the problems, if any."""
     problems = []
     textfile_dir = config["guard"]["textfile_dir"]
-    metrics = {"file": None, "written": False, "reason": "gpunode_tuning_guard_textfile_dir is empty"}
+    metrics = {"file": None, "written": False, "off": True, "reason": "gpunode_tuning_guard_textfile_dir is empty"}
     if textfile_dir:
         target = node.path(textfile_dir)
         metrics["file"] = os.path.join(textfile_dir, TEXTFILE)
-        if not os.path.isdir(target):
-            metrics["reason"] = ("%s does not exist: install prometheus-node-exporter or set "
-                                 "gpunode_tuning_guard_textfile_dir" % textfile_dir)
+        if not os.path.lexists(target):
+            # Not an error: the metrics start at the first run after the directory exists.
+            metrics["reason"] = missing_textfile_dir(textfile_dir)
         else:
+            metrics["off"] = False
             try:
                 files.replace_file(os.path.join(target, TEXTFILE), guard_metrics.render(status).encode("utf-8"))
                 metrics.update(written=True, reason="")
             except OSError as exc:
-                metrics["reason"] = "cannot write %s: %s" % (metrics["file"], exc.strerror or exc)
-    if metrics["reason"]:
-        problems.append(metrics["reason"])
+                metrics["reason"] = "cannot write the metrics %s: %s" % (metrics["file"], files.os_error(exc))
+                problems.append(metrics["reason"])
     status["metrics"] = metrics
     try:
         # Compact: json's C encoder (an indent selects the pure-Python one, several times slower).
         files.replace_file(node.path(config["guard"]["status_file"]),
                            (json.dumps(status, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
     except OSError as exc:
-        problems.append("cannot write the status %s: %s" % (config["guard"]["status_file"], exc.strerror or exc))
+        problems.append("cannot write the status %s: %s" % (config["guard"]["status_file"], files.os_error(exc)))
     return problems
+
+
+def missing_textfile_dir(textfile_dir: str) -> str:
+    """What the guard and the persistent flow say of a textfile directory that does not exist (yet)."""
+    return ("node_exporter's textfile directory %s does not exist: metrics are off and start at the first guard run "
+            "after it exists (install prometheus-node-exporter, or set gpunode_tuning_guard_textfile_dir to its "
+            "--collector.textfile.directory, or to \"\" for no metrics); the status file is written either way"
+            % textfile_dir)
 
 
 def summary(status: dict) -> str:
@@ -498,7 +508,10 @@ def main(argv: list | None = None) -> int:
     except Busy as exc:
         _say("%s: another guard run holds %s; this one does nothing" % (PREFIX, exc))
         return 0
-    except (GuardError, NodeError, OSError) as exc:
+    except OSError as exc:
+        _say("%s: FAILED: %s: %s" % (PREFIX, exc.filename, files.os_error(exc)))
+        return 2
+    except (GuardError, NodeError) as exc:
         _say("%s: FAILED: %s" % (PREFIX, exc))
         return 2
     try:
@@ -508,6 +521,8 @@ def main(argv: list | None = None) -> int:
     finally:
         os.close(fd)
     _say(summary(status))
+    if status["metrics"]["off"] and config["guard"]["textfile_dir"]:
+        _say("%s: %s" % (PREFIX, status["metrics"]["reason"]))
     problems = ([status["run"]["error"]] if status["run"]["error"] else []) + problems + [
         "re-applying %s failed: %s" % (r["family"], r["message"]) for r in status["reapply"]["last_run"] if not r["ok"]]
     for problem in problems:

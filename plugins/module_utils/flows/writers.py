@@ -12,9 +12,9 @@ runner; the guard's re-apply) runs its writes and its journal inside ``writing(n
 - the directories created under it (the lock's, the journal's, those ``note_created`` is told of:
   the persistent files') are recorded in the journal (``created_dirs``), so that rollback removes
   them, when empty, and never one that existed before.
-- a rollback (``rollback=True``) removes, before it lets the lock go, the recorded directories that
-  are empty, deepest first; those that hold the journal (and the lock) go when the lock is released,
-  if the journal went too.
+- before it lets the lock go, every flow removes the recorded directories that are empty now (nothing of
+  ours left in them: a rollback, a concern turned off), deepest first; those that hold the journal (and
+  the lock) go when the lock is released, if the journal went too.
 
 Plain Python (3.8+), standard library only (the boot runner carries it), no Ansible import.
 """
@@ -58,25 +58,23 @@ def _open(node: Node, journal: str | None):
         return None  # unreadable: the families that use it say so, and nothing is recorded in it
 
 
-def finish(node: Node, journal: str | None, writing: Writing, rollback: bool) -> list:
-    """Record the created directories in the journal; for a rollback remove the recorded ones that are
-    empty (the node paths removed). Called still holding the lock."""
+def finish(node: Node, journal: str | None, writing: Writing) -> list:
+    """Record the created directories in the journal, and remove the recorded ones that are empty now (nothing of
+    ours left in them: rollback, or a concern turned off); the node paths removed. Called still holding the lock."""
     jr = _open(node, journal)
     if jr is None:
         return []
     created = (writing.lock.created if writing.lock is not None else []) + writing.created
     jr.record_dirs([d for d in created if os.path.isdir(d)])
-    removed = []
-    if rollback:
-        own = set(jr.own_dirs())
-        removed = journal_mod.remove_empty_dirs(node, [d for d in jr.created_dirs() if d not in own])
-        jr.forget_dirs(removed + [d for d in jr.created_dirs() if d not in own and not os.path.isdir(node.path(d))])
+    own = set(jr.own_dirs())
+    removed = journal_mod.remove_empty_dirs(node, [d for d in jr.created_dirs() if d not in own])
+    jr.forget_dirs(removed + [d for d in jr.created_dirs() if d not in own and not os.path.isdir(node.path(d))])
     jr.save()
     return removed
 
 
 @contextmanager
-def writing(node: Node, journal: str | None, flow: str, check_mode: bool = False, rollback: bool = False,
+def writing(node: Node, journal: str | None, flow: str, check_mode: bool = False,
             timeout: float | None = None) -> Iterator[Writing]:
     """``with writing(node, journal, "persistent", check_mode) as w:`` the flow's writes (module docstring);
     ``timeout`` None: ``lock.DEFAULT_TIMEOUT``."""
@@ -96,4 +94,4 @@ def writing(node: Node, journal: str | None, flow: str, check_mode: bool = False
         try:
             yield out
         finally:
-            finish(node, journal, out, rollback)
+            finish(node, journal, out)
