@@ -209,8 +209,8 @@ class ActionModule(ActionBase):
         settings = desired_state.persist_settings(values)
         if not remove and "guard" in names:
             # The guard's config holds tuning_info's options as verification runs them (flows/guard_files.py).
-            settings["guard_inputs"] = desired_state.guard_inputs(values, desired, task_vars.get("inventory_hostname"),
-                                                               collection_version())
+            settings["guard_inputs"] = desired_state.guard_inputs(
+                values, desired, task_vars.get("inventory_hostname"), collection_version())
         module_args = {"state": "absent" if remove else "present", "concerns": names,
                        "desired": desired, "settings": settings,
                        "root": values["gpunode_tuning_root"], "journal": values["gpunode_tuning_journal"],

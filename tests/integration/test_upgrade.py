@@ -1,40 +1,57 @@
-"""Nodes tuned by the previous release keep working with this one (issue 24).
+"""Nodes tuned by an earlier release keep working with this one (issues 24 and 29).
 
-The tree of 1752866 (the last commit before the role was driven by the registry and module_utils
-moved into families/) tunes a simulated node: runtime, persistent and verify, as its untagged
-tune.yml does. Then this tree verifies that node, its boot runner re-applies the old desired.json
-on a fresh node, and its rollback restores the old journal and removes every file the old release
-wrote, leaving the tree as it was before (the kernel log aside).
+Each earlier tree tunes a simulated node: runtime, persistent and verify, as its untagged tune.yml does.
+Then this tree verifies that node, its boot runner re-applies the old desired.json on a fresh node, the
+old udev rule's command line runs this release's runner for a hot-added GPU, and this tree's rollback
+restores the old journal and removes every file the old release wrote, leaving the tree as it was before
+(the kernel log aside). The earlier trees:
+
+- 1752866: the last commit before the role was driven by the registry and module_utils moved into
+  families/ (issue 24);
+- c50e7c8: the last commit before the layers became packages and each family got one name (issue 29:
+  ``cmdline`` was the command-line family's report name, the udev rule called ``--only-mrrs``).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 
 import pytest
 from support.checkout import REPO, VENV_BIN
 from support.inventory import REPORT_DIR, write_inventory
-from support.nodes import BOOT_DESIRED, JOURNAL, assert_host_untouched, build_node, cstate_disabled, read_mrrs
+from support.nodes import (
+    BOOT_DESIRED,
+    JOURNAL,
+    assert_host_untouched,
+    build_node,
+    cstate_disabled,
+    inject_drift,
+    read_mrrs,
+)
 from support.playbooks import assert_ok, run_playbook
 from support.trees import snapshot, tree_changes
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
 
-PREVIOUS = "1752866"
+PREVIOUS = ("1752866", "c50e7c8")
+UDEV_RULE = "etc/udev/rules.d/70-gpunode-tuning.rules"
 
 
-@pytest.fixture(scope="module")
-def previous_tree(tmp_path_factory):
-    """The previous release's tree (git archive of PREVIOUS) and a collections path that holds it."""
-    known = subprocess.run(["git", "-C", REPO, "cat-file", "-e", PREVIOUS + "^{commit}"], capture_output=True,
+@pytest.fixture(scope="module", params=PREVIOUS)
+def previous_tree(request, tmp_path_factory):
+    """An earlier release's tree (git archive of the commit) and a collections path that holds it."""
+    commit = request.param
+    known = subprocess.run(["git", "-C", REPO, "cat-file", "-e", commit + "^{commit}"], capture_output=True,
                            check=False, timeout=60)
     if known.returncode != 0:
-        pytest.skip("this clone does not hold commit %s (a shallow clone): nothing to upgrade from" % PREVIOUS)
-    base = tmp_path_factory.mktemp("previous")
+        pytest.skip("this clone does not hold commit %s (a shallow clone): nothing to upgrade from" % commit)
+    base = tmp_path_factory.mktemp("previous-" + commit)
     tree = base / "tree"
     tree.mkdir()
-    archive = subprocess.run(["git", "-C", REPO, "archive", PREVIOUS], capture_output=True, check=True, timeout=120)
+    archive = subprocess.run(["git", "-C", REPO, "archive", commit], capture_output=True, check=True, timeout=120)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True, timeout=120)
     collections = base / "collections" / "ansible_collections" / "gpunode"
     collections.mkdir(parents=True)
@@ -82,6 +99,22 @@ def test_a_node_tuned_by_the_previous_release_is_verified_reapplied_and_rolled_b
     assert run.returncode == 0, run.stdout + run.stderr
     assert [read_mrrs(fresh, bdf) for bdf in ("0000:41:00.0", "0000:61:00.0")] == [4096, 4096]
     assert cstate_disabled(fresh, "C2") == set(range(8))
+
+    # The old udev rule's command line (c50e7c8's calls --only-mrrs) with this release's runner, as udev
+    # runs it for a hot-added GPU that came up at 512: that function only, set back to 4096.
+    with open(os.path.join(root, UDEV_RULE), encoding="utf-8") as handle:
+        run_key = re.search(r'RUN\+="([^"]+)"', handle.read())
+    assert run_key, "the earlier release wrote no RUN key in its udev rule"
+    rule_args = shlex.split(run_key.group(1).replace("%k", "0000:41:00.0"))
+    options = rule_args[rule_args.index("--desired"):]
+    inject_drift(root, "0000:41:00.0")
+    inject_drift(root, "0000:61:00.0")
+    hotplug = subprocess.run([os.path.join(VENV_BIN, "python"), "-I", "-B", str(runner), *options, "--root", root],
+                             capture_output=True, text=True, check=False, cwd="/", timeout=120)
+    assert hotplug.returncode == 0, hotplug.stdout + hotplug.stderr
+    assert [read_mrrs(root, bdf) for bdf in ("0000:41:00.0", "0000:61:00.0")] == [4096, 512]
+    with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), "w", encoding="utf-8") as handle:
+        handle.write("0\n")  # inject_drift's other half: what the journal holds for the node is unchanged
 
     # Its rollback restores the previous release's journal and removes every file it wrote.
     rollback = run_playbook("rollback.yml", inventory)

@@ -115,7 +115,7 @@ def test_ras_counts_by_block_at_info_level_and_correctable_is_no_trouble(real):
     assert s["ras_blocks"] == {"ras_correctable": {"umc": 1048560}, "ras_uncorrectable": {"umc": 1048560}}
     # The same records at info level are what kernel_log's default err/warn filter would never see.
     records, _total = kernel_log.parse_kmsg(to_kmsg(real("amd-kmsg-ras-umc-ce-ue-r9700-skriptoteket.txt").text),
-                                       kernel_log.select_levels(kernel_log.DEFAULT_LEVELS))
+                                            kernel_log.select_levels(kernel_log.DEFAULT_LEVELS))
     assert records == []
 
 

@@ -201,7 +201,7 @@ def test_iommu_passthrough_pending_then_applied_after_reboot(build_node, run_mod
 def test_acs_kernel_arg_pending_then_applied_after_reboot(build_node, run_module):
     root = grub_node(build_node, "audited-epyc-8gpu")
     want = {"mode": "disable_redirect", "persist": "kernel_arg", "allow_empty": True}
-    # persistent_cmdline.yml's plan: pcie_acs in check mode names the bridges; nothing is written.
+    # the persistent flow's plan: pcie_acs in check mode names the bridges; nothing is written.
     plan, failed = run_module("pcie_acs", {"root": root, "allow_empty": True}, check=True)
     assert not failed and plan["kernel_arg"] == ACS_ARG, plan
     result, failed = run_module("kernel_cmdline", {"arguments": [plan["kernel_arg"]], "root": root})

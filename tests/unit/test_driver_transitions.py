@@ -2,7 +2,7 @@
 
 For each transition (amd-pstate <-> acpi-cpufreq, intel_pstate <-> acpi-cpufreq, in active and
 passive/guided modes, on AMD and Intel, with GRUB and with grubby): cpu_freq plans the kernel
-arguments as persistent_cmdline.yml does (check mode), kernel_cmdline configures them, and
+arguments as the persistent flow does (check mode), kernel_cmdline configures them, and
 verification must report the driver ``pending_reboot``; after a simulated reboot (the arguments
 on /proc/cmdline, the new driver in sysfs) it must report ``applied``, cpu_freq plans nothing
 more, and the rollback filter removes what was configured.
@@ -111,7 +111,7 @@ def driver_row(root, loader, desired):
 
 
 def plan(run_module, root, desired):
-    """cpu_freq's plan as persistent_cmdline.yml asks for it (check mode)."""
+    """cpu_freq's plan as the persistent flow asks for it (check mode)."""
     result, failed = run_module("cpu_freq", dict(desired, root=root), check=True)
     assert not failed, result
     return result

@@ -599,7 +599,8 @@ def test_a_hanging_nvidia_smi_is_cut_off(build_node):
     write(smi, "#!/bin/sh\nsleep 30\n")
     os.chmod(smi, 0o755)
     res = gpu_locality.query_smi(Node.open(root), timeout=1)
-    assert res == {"rc": 124, "stdout": "", "stderr": "nvidia-smi did not answer within 1 s"}
+    assert res == {"rc": 124, "stdout": "",
+                   "stderr": "nvidia-smi did not answer within 1 s: a wedged GPU or driver; it was killed"}
     assert gpu_locality.query_smi(Node.open(build_node("tiny-vm"))) is None  # the controller's is never run
 
 

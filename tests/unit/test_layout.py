@@ -219,7 +219,7 @@ def _identifiers(node):
     if isinstance(node, ast.alias):
         return [node.name.rsplit(".", 1)[-1], node.asname or ""]
     if isinstance(node, ast.ImportFrom):
-        return [part for part in (node.module or "").split(".")]
+        return (node.module or "").split(".")
     if isinstance(node, ast.Import):
         return [part for alias in node.names for part in alias.name.split(".")]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -390,3 +390,13 @@ def test_the_names_and_files_come_from_the_registry():
     assert files["plugins/modules/setpci_mrrs.py"] == "pcie_mrrs" and "plugins/modules/tuning_info.py" not in files
     assert yaml_names()["mrrs"] == "pcie_mrrs" and "mrrs" not in names  # a register name in Python (core/pci.py)
     assert len(set(files.values())) == len(registry.FAMILIES)
+
+
+def test_one_unit_test_file_per_family_named_by_the_family():
+    """tests/unit/test_<family>.py holds a family's tests, its module's among them; no second file per module."""
+    unit = os.path.dirname(os.path.abspath(__file__))
+    present = set(os.listdir(unit))
+    missing = [fam.name for fam in registry.FAMILIES if "test_%s.py" % fam.name not in present]
+    by_module = ["test_%s.py" % fam.module for fam in registry.FAMILIES
+                 if fam.module and fam.module != fam.name and "test_%s.py" % fam.module in present]
+    assert (missing, by_module) == ([], [])

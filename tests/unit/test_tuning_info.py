@@ -121,7 +121,7 @@ def test_every_preset_reads_back_what_simnode_wrote(build_node, run_module, dige
     assert mods["by_name"]["nvidia_peermem"] == {"loaded": False, "builtin": False, "parameters": {}}
 
     assert f["gpu_health"]["persistenced"] == {"running": spec.get("persistenced", True),
-                                           "pids": [2187] if spec.get("persistenced", True) else []}
+                                               "pids": [2187] if spec.get("persistenced", True) else []}
 
     log = f["kernel_log"]
     assert log["available"] is True and log["malformed"] == 0
@@ -336,7 +336,7 @@ def test_sysctls_whitespace_and_missing(build_node, run_module):
     write(root, "proc/sys/net/ipv4/conf/eth0.100/rp_filter", "2")
     f = facts_of(run_module, root, sysctls=["net.ipv4.tcp_rmem", "net.core.nope", "net.ipv4.conf.eth0/100.rp_filter"])
     assert f["tunables"]["sysctl"] == {"net.ipv4.tcp_rmem": "4096 131072 6291456", "net.core.nope": None,
-                           "net.ipv4.conf.eth0/100.rp_filter": "2"}
+                                       "net.ipv4.conf.eth0/100.rp_filter": "2"}
 
 
 def test_builtin_and_absent_modules(build_node, run_module):

@@ -14,7 +14,7 @@
 #         neither tune.yml nor verify.yml claims success.
 # patched QEMU from Debian's source package with the MRRS field writable (build-qemu.sh): the
 #         whole flow, verify (drift) -> tune --tags runtime -> verify (applied) -> tune --tags
-#         persistent -> verify (cmdline pending_reboot) -> the guard's timer fires twice and its
+#         persistent -> verify (kernel_cmdline pending_reboot) -> the guard's timer fires twice and its
 #         metrics hold verify's states -> ansible.builtin.reboot -> verify (applied, MRRS and
 #         C-states re-applied by the boot unit) -> the guard again -> rollback -> originals back,
 #         none of our files left, the guard timer gone.
@@ -305,7 +305,7 @@ scenario_patched() {
     step "snapshot (original values)" snapshot original || return 1
     step "verify.yml: drift expected" verify drift fail || return 1
     check_report drift 'r["status"] == "fail"' 'state("pcie_mrrs.") == ["drifted"]' \
-        'state("cmdline.") == ["drifted"]' || return 1
+        'state("kernel_cmdline.") == ["drifted"]' || return 1
 
     step "tune.yml --tags runtime" playbook tune-runtime ok playbooks/tune.yml --tags runtime || return 1
     grep -q "nvidia_peermem.*Invalid argument" "$VDIR/$(printf '%02d' "$STEP_NO")-tune-runtime.log" ||
@@ -323,18 +323,18 @@ scenario_patched() {
     # and that is its only complaint.
     step "verify.yml after runtime: applied, no new kernel errors" verify runtime fail || return 1
     check_report runtime \
-        'all(s["state"] in ("applied", "not_applicable") for s in r["settings"] if not s["id"].startswith("cmdline."))' \
+        'all(s["state"] in ("applied", "not_applicable") for s in r["settings"] if not s["id"].startswith("kernel_cmdline."))' \
         'by_id["kmod.nvidia_peermem"]["state"] == "not_applicable"' \
-        'state("cmdline.") == ["drifted"]' \
-        'len(r["failures"]) == 1 and r["failures"][0].startswith("2 drifted: cmdline ")' \
+        'state("kernel_cmdline.") == ["drifted"]' \
+        'len(r["failures"]) == 1 and r["failures"][0].startswith("2 drifted: kernel_cmdline ")' \
         'r["kernel_log"]["since_source"] == "journal"' \
         'all(n == 0 for c, n in r["kernel_log"]["counts"].items() if c != "noise")' || return 1
 
     # node_exporter's textfile directory, as its package creates it (the guard never does).
     gssh mkdir -p /var/lib/prometheus/node-exporter || return 1
     step "tune.yml --tags persistent" playbook tune-persistent ok playbooks/tune.yml --tags persistent || return 1
-    step "verify.yml after persistent: cmdline pending_reboot" verify persistent ok || return 1
-    check_report persistent 'r["status"] == "pass"' 'state("cmdline.") == ["pending_reboot"]' \
+    step "verify.yml after persistent: kernel_cmdline pending_reboot" verify persistent ok || return 1
+    check_report persistent 'r["status"] == "pass"' 'state("kernel_cmdline.") == ["pending_reboot"]' \
         'r["reboot_required"]' || return 1
     step "guard: the timer fires under systemd, the metrics hold the guest's values" check_guard persistent || soft
 
@@ -364,7 +364,7 @@ scenario_patched() {
     step "verify.yml after reboot: applied" verify reboot ok || soft
     check_report reboot 'r["status"] == "pass"' \
         'all(s["state"] in ("applied", "not_applicable") for s in r["settings"])' \
-        'state("cmdline.") == ["applied"]' || soft
+        'state("kernel_cmdline.") == ["applied"]' || soft
     step "guard after the reboot: runs from the timer, as verify.yml" check_guard reboot || soft
 
     step "rollback.yml" playbook rollback ok playbooks/rollback.yml || return 1

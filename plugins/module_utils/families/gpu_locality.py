@@ -31,10 +31,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, files, nvidia_smi, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, files, nvidia_smi, persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_PCI_DEVICES,
@@ -768,15 +767,8 @@ def query_smi(node: Node, lookup: Any = None, timeout: int = SMI_TIMEOUT) -> dic
         smi = node.bin_path(lookup or family.SystemLookup, "nvidia-smi", "nvidia-utils", host=False)
     except BinaryNotFound:
         return None
-    env = dict(os.environ, LC_ALL="C", PATH=family.SYSTEM_PATH)
-    try:
-        proc = subprocess.run([smi, *SMI_QUERY], env=env, capture_output=True, text=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        return {"rc": 124, "stdout": "", "stderr": "nvidia-smi did not answer within %d s" % timeout}
-    except OSError as exc:
-        return {"rc": 126, "stdout": "", "stderr": str(exc)}
-    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    rc, stdout, stderr = command.run([smi, *SMI_QUERY], timeout, {"PATH": family.SYSTEM_PATH})
+    return {"rc": rc, "stdout": stdout, "stderr": stderr}
 
 
 def node_document(node: Node, lookup: Any = None, timeout: int = SMI_TIMEOUT) -> tuple:
@@ -882,6 +874,7 @@ def remove_export(pc) -> dict:
 
 PERSIST = persistence.Concern(NAME, ("locality",), persist_export, remove_export,
                               description="the topology file for inference engines")
+
 
 def gpu_commands(desired: dict) -> tuple:
     """The GPU list (nvidia-smi's numbering) and ``topo -m`` (its CPU and NUMA affinity column)."""

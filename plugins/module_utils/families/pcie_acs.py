@@ -27,16 +27,11 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     cmdline_args,
     lockdown_mode,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  # noqa: F401 (the decoding: re-exported)
-    ACS_BITS,
-    ACS_CAP,
-    ACS_CTRL,
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
     EXT_CAP_START,
-    PCI_EXT_CAP_ID_ACS,
     bridge_chain,
     decode_acs,
     device_dir,
-    find_ext_capability,
 )
 
 NAME = "pcie_acs"

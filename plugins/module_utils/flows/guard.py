@@ -33,13 +33,12 @@ import fcntl
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import files, kernel_log, lock
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, files, kernel_log, lock
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     SYSTEM_PATH,
@@ -154,14 +153,8 @@ def command_tools(node: Node, timeout: int) -> verify_node.Tools:
             return None
 
     def run(argv):
-        env = dict(os.environ, LC_ALL="C", PATH=SYSTEM_PATH)
-        try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return 124, "", "%s did not finish within %d s (the guard's command timeout)" % (argv[0], timeout)
-        except OSError as exc:
-            return 127, "", "%s: %s" % (argv[0], exc.strerror or exc)
-        return proc.returncode, proc.stdout, proc.stderr
+        # The collection's one bounded runner (its process group killed at the guard's command timeout).
+        return command.run(argv, timeout, {"PATH": SYSTEM_PATH})
 
     return verify_node.Tools(find, run)
 

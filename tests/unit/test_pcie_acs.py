@@ -1,4 +1,4 @@
-"""The ACS family (acs.py) and the pcie_acs module on simulated nodes, with the real setpci/lspci."""
+"""The pcie_acs family (families/pcie_acs.py) and the pcie_acs module on simulated nodes, with the real setpci/lspci."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def assert_only_redirect_cleared(before, after, expected):
         if bdf not in expected:
             assert new == old, "%s was touched" % bdf
             continue
-        pos = acs.find_ext_capability(old, acs.PCI_EXT_CAP_ID_ACS) + acs.ACS_CTRL
+        pos = pci.find_ext_capability(old, pci.PCI_EXT_CAP_ID_ACS) + pci.ACS_CTRL
         assert old[:pos] == new[:pos] and old[pos + 2:] == new[pos + 2:], bdf
         o, n = struct.unpack_from("<H", old, pos)[0], struct.unpack_from("<H", new, pos)[0]
         assert (o ^ n) & ~acs.REDIRECT_MASK == 0, "%s: bits outside the mask changed %04x -> %04x" % (bdf, o, n)
@@ -100,10 +100,10 @@ def test_decode_matches_lspci_vvv(build_node, preset):
 
 
 def test_ext_capability_walk_is_bounded():
-    assert acs.find_ext_capability(bytes(256), 0x0D) is None  # no extended space (not root)
+    assert pci.find_ext_capability(bytes(256), 0x0D) is None  # no extended space (not root)
     cfg = bytearray(4096)
     struct.pack_into("<I", cfg, 0x100, 0x0001 | (1 << 16) | (0x100 << 20))  # AER pointing at itself
-    assert acs.find_ext_capability(bytes(cfg), 0x0D) is None
+    assert pci.find_ext_capability(bytes(cfg), 0x0D) is None
     struct.pack_into("<I", cfg, 0x100, 0x0001 | (1 << 16) | (0x200 << 20))
     struct.pack_into("<IHH", cfg, 0x200, 0x000D | (1 << 16), 0x005F, 0x003D)
     decoded = acs.decode_acs(bytes(cfg))
