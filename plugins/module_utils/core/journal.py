@@ -71,7 +71,8 @@ class Journal:
         self.path = resolve_path(node, path)
         self.data = {"version": VERSION, "families": {}}
         self.dirty = False
-        if os.path.exists(self.path):
+        self.loaded = os.path.exists(self.path)
+        if self.loaded:
             self.data = self._load()
 
     def _load(self):
@@ -180,17 +181,12 @@ class Journal:
 
     def record_dirs(self, full_paths) -> bool:
         """Record directories (full paths below the root) that a write of ours just created; True if new."""
-        known = self.data.setdefault(CREATED_KEY, [])
-        added = False
-        for full in full_paths:
-            path = self.node_path(full)
-            if path != "/" and path not in known:
-                known.append(path)
-                added = True
+        known = list(self.data.get(CREATED_KEY) or [])
+        added = [p for p in (self.node_path(full) for full in full_paths) if p != "/" and p not in known]
         if added:
-            known.sort(key=lambda p: (p.count("/"), p))
+            self.data[CREATED_KEY] = sorted(known + list(dict.fromkeys(added)), key=lambda p: (p.count("/"), p))
             self.dirty = True
-        return added
+        return bool(added)
 
     def forget_dirs(self, paths) -> None:
         """Drop node paths from ``created_dirs`` (removed by rollback)."""
@@ -226,6 +222,13 @@ class Journal:
         """Recorded created directories that hold the journal (its directory and those above it)."""
         return [p for p in self.created_dirs() if self.path.startswith(self.node.path(p).rstrip("/") + "/")]
 
+    def removed_with_it(self) -> list:
+        """Node paths of the directories that go (when empty) once the journal is gone: those it recorded as
+        holding it; for a journal of an earlier release, which recorded none, its own directory, as then."""
+        if CREATED_KEY in self.data:
+            return self.own_dirs()
+        return [self.node_path(os.path.dirname(self.path))] if self.loaded else []
+
     def undoes_something(self) -> bool:
         """True while the journal records an original, a written file, or another created directory that exists."""
         if self.data["families"] or any(self.data.get(WRITTEN_KEY) or {}):
@@ -247,12 +250,11 @@ class Journal:
             # when they are empty, so a full rollback leaves nothing of ours behind.
             if os.path.exists(self.path):
                 os.unlink(self.path)
-            if CREATED_KEY in self.data:
-                remove_empty_dirs(self.node, self.own_dirs())
-            else:  # a journal of an earlier release, which did not record them: its directory, as then
-                remove_empty_dirs(self.node, [self.node_path(directory)])
+            remove_empty_dirs(self.node, self.removed_with_it())
             self.dirty = False
             return True
+        if not self.loaded:
+            self.data.setdefault(CREATED_KEY, [])  # written by this release: it records what it creates
         if not os.path.isdir(directory):
             self.record_dirs(files.missing_dirs(directory))
             os.makedirs(directory, mode=0o700)

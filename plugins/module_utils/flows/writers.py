@@ -88,7 +88,7 @@ def writing(node: Node, journal: str | None, flow: str, check_mode: bool = False
         if jr is not None and held is not None and not held.nested:
             # The journal's own directories, as recorded now: if the journal goes in this run (a rollback),
             # they go when the lock is released, empty.
-            ancestors = [node.path(d) for d in jr.own_dirs()]
+            ancestors = [node.path(d) for d in jr.removed_with_it()]
             held.remove_on_release([d for d in ancestors if held.path.startswith(d.rstrip("/") + "/")])
         out = Writing(held)
         try:
