@@ -237,3 +237,18 @@ def test_the_guard_reapply_takes_the_lock(build_node, monkeypatch):
     os.unlink(os.path.join(root, LOCK))
     [(key, ok, message)] = guard.reapply(Node.open(root), config, plan)
     assert ok, message
+
+
+def test_the_boot_unit_and_udev_rule_name_a_journal_that_is_not_the_default():
+    """The runner's lock is next to the journal: a journal elsewhere reaches the runner as --journal; the default
+    keeps the unit and the rule as they were (no rewrite on upgrade)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
+
+    settings = {"boot_python": "/usr/bin/python3", "boot_script": "/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"}
+    desired = {"pcie_mrrs": {"mrrs": 4096, "vendor": "10de"}}
+    assert "--journal" not in boot.unit_text(dict(settings, journal=JOURNAL))
+    assert "--journal" not in boot.rule_text(dict(settings, journal=JOURNAL), desired)
+    unit = boot.unit_text(dict(settings, journal="/srv/tuning/journal.json"))
+    assert "--desired /etc/gpunode-tuning/desired.json --journal /srv/tuning/journal.json\n" in unit
+    assert " --journal /srv/tuning/journal.json --only pcie_mrrs --bdf %k" in boot.rule_text(
+        dict(settings, journal="/srv/tuning/journal.json"), desired)

@@ -89,7 +89,8 @@ class NodeFiles:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
-            raise FamilyError("cannot read %s: %s" % (path, exc)) from None
+            raise FamilyError("cannot read %s: %s" % (path, node_files.os_error(exc) if isinstance(exc, OSError)
+                                                        else exc)) from None
 
     def write(self, path: str, text: str, mode: int = FILE_MODE) -> bool:
         """Write ``text`` to ``path`` (parents created) when it differs; True when it changed (or would)."""
@@ -121,7 +122,9 @@ class NodeFiles:
                 if os.path.islink(full):
                     os.unlink(full)
                 os.symlink(target, full)
-            except (OSError, node_files.ReportError) as exc:
+            except OSError as exc:
+                raise FamilyError("cannot link %s to %s: %s" % (path, target, node_files.os_error(exc))) from None
+            except node_files.ReportError as exc:
                 raise FamilyError("cannot link %s to %s: %s" % (path, target, exc)) from None
         return True
 
@@ -139,7 +142,7 @@ class NodeFiles:
             else:
                 os.unlink(full)
         except OSError as exc:
-            raise FamilyError("cannot remove %s: %s" % (path, exc.strerror)) from None
+            raise FamilyError("cannot remove %s: %s" % (path, node_files.os_error(exc))) from None
         return True
 
     def ours(self, directory: str) -> list:
@@ -148,7 +151,7 @@ class NodeFiles:
         try:
             names = sorted(os.listdir(full)) if os.path.isdir(full) else []
         except OSError as exc:
-            raise FamilyError("cannot list %s: %s" % (directory, exc.strerror)) from None
+            raise FamilyError("cannot list %s: %s" % (directory, node_files.os_error(exc))) from None
         return ["%s/%s" % (directory.rstrip("/"), n) for n in names if n.startswith(FILE_PREFIX)
                 and n.endswith(".conf") and stat.S_ISREG(os.lstat(os.path.join(full, n)).st_mode)]
 

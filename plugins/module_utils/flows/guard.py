@@ -502,7 +502,8 @@ def main(argv: list | None = None) -> int:
         _say("%s: another guard run holds %s; this one does nothing" % (PREFIX, exc))
         return 0
     except OSError as exc:
-        _say("%s: FAILED: %s: %s" % (PREFIX, exc.filename, files.os_error(exc)))
+        where = "%s: " % exc.filename if exc.filename else ""
+        _say("%s: FAILED: %s%s" % (PREFIX, where, files.os_error(exc)))
         return 2
     except (GuardError, NodeError) as exc:
         _say("%s: FAILED: %s" % (PREFIX, exc))
