@@ -89,8 +89,8 @@ class NodeFiles:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
-            raise FamilyError("cannot read %s: %s" % (path, node_files.os_error(exc) if isinstance(exc, OSError)
-                                                        else exc)) from None
+            why = node_files.os_error(exc) if isinstance(exc, OSError) else exc
+            raise FamilyError("cannot read %s: %s" % (path, why)) from None
 
     def write(self, path: str, text: str, mode: int = FILE_MODE) -> bool:
         """Write ``text`` to ``path`` (parents created) when it differs; True when it changed (or would)."""

@@ -486,8 +486,8 @@ def dcgm_row(answer: dict | None) -> dict:
     version = " (DCGM %s)" % diag["version"] if diag["version"] else ""
     rc = answer.get("rc", 0)
     if problems or rc != 0 or not dcgm.passed(diag):
-        detail = "; ".join(problems[:5]) or " ".join(((answer.get("stderr") or "") + " " + (answer.get("stdout") or "")
-                                                       ).split())[:300] or "no result table"
+        said = (answer.get("stderr") or "") + " " + (answer.get("stdout") or "")
+        detail = "; ".join(problems[:5]) or " ".join(said.split())[:300] or "no result table"
         if len(problems) > 5:
             detail += "; and %d more" % (len(problems) - 5)
         if not problems:

@@ -421,8 +421,8 @@ def rule_text(settings: dict, desired: dict) -> str:
     except validate.ValidationError as exc:
         raise FamilyError("gpunode_tuning_gpu_vendors: %s; nothing was written" % exc) from None
     only = "".join(" --only %s" % fam.name for fam in families)
-    run = 'RUN+="%s -I -B %s --desired %s%s%s --bdf %%k"' % (python, script, DESIRED_PATH, journal_argument(settings),
-                                                         only)
+    journal = journal_argument(settings)
+    run = 'RUN+="%s -I -B %s --desired %s%s%s --bdf %%k"' % (python, script, DESIRED_PATH, journal, only)
     rules = ['ACTION=="add", SUBSYSTEM=="pci"%s, %s' % (', ATTR{vendor}=="%s"' % v if v else "", run)
              for v in vendors or [None]]
     return (persistence.HEADER

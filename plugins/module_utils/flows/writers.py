@@ -79,13 +79,13 @@ def writing(node: Node, journal: str | None, flow: str, check_mode: bool = False
     """``with writing(node, journal, "persistent", check_mode) as w:`` the flow's writes (module docstring);
     ``timeout`` None: ``lock.DEFAULT_TIMEOUT``."""
     timeout = lock.DEFAULT_TIMEOUT if timeout is None else timeout
-    if check_mode:
-        with lock.node_lock("", flow, check_mode=True, timeout=timeout):
-            yield Writing(None)
+    if check_mode:  # check mode takes nothing and creates nothing
+        yield Writing(None)
         return
-    with lock.node_lock(lock_file(node, journal), flow, timeout=timeout) as held:
+    held = lock.NodeLock(lock_file(node, journal), flow, timeout=timeout).acquire()
+    try:
         jr = _open(node, journal)
-        if jr is not None and held is not None and not held.nested:
+        if jr is not None and not held.nested:
             # The journal's own directories, as recorded now: if the journal goes in this run (a rollback),
             # they go when the lock is released, empty.
             ancestors = [node.path(d) for d in jr.removed_with_it()]
@@ -95,3 +95,5 @@ def writing(node: Node, journal: str | None, flow: str, check_mode: bool = False
             yield out
         finally:
             finish(node, journal, out)
+    finally:
+        held.release()
