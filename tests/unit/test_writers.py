@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from support.checkout import REPO
 from support.trees import snapshot, tree_changes
 
@@ -127,6 +128,27 @@ def test_a_second_writer_waits_bounded_then_fails_naming_the_holder(build_node, 
     assert tree_changes(before, after) == []
 
 
+def test_a_second_writer_waits_for_the_first_and_then_runs(build_node):
+    """Held for 2 s by another writer, a runtime run waits (it writes nothing meanwhile), then runs when the lock
+    is let go."""
+    root = build_node()
+    thp = os.path.join(root, "sys/kernel/mm/transparent_hugepage/enabled")
+    with open(thp, encoding="utf-8") as fh:
+        untouched = fh.read()
+    holder = holder_process(root, "persistent", 2)
+    started = time.monotonic()
+    writer = module_process("tuning_apply", {"families": TUNABLES, "root": root, "journal": JOURNAL,
+                                             "lock_timeout": 30})
+    time.sleep(1)
+    with open(thp, encoding="utf-8") as fh:
+        assert fh.read() == untouched and writer.poll() is None  # still waiting, nothing written
+    holder.wait()
+    result = finished(writer)
+    assert not result.get("failed") and result["changed"] and time.monotonic() - started >= 2, result
+    with open(thp, encoding="utf-8") as fh:
+        assert "[madvise]" in fh.read()
+
+
 def test_check_mode_and_verification_take_no_lock(build_node, run_module):
     root = without_var(build_node())
     holder = holder_process(root, "rollback", 30)
@@ -147,20 +169,33 @@ def test_check_mode_and_verification_take_no_lock(build_node, run_module):
     assert not os.path.exists(os.path.join(fresh, "var"))  # check mode: no lock file, no directory for it
 
 
-def test_two_writers_at_once_then_rollback_restores_the_node_to_the_byte(build_node):
-    """Two runtime runs of different families at the same moment, each journaling its originals into the one
-    journal: the lock serializes them, so neither loses the other's originals and rollback restores all."""
+@pytest.mark.parametrize("stagger", [0.0, 0.2, 0.4])
+def test_two_writers_at_once_then_rollback_restores_the_node_to_the_byte(build_node, stagger):
+    """Two runtime runs of different families and a persistent run, started together (the later ones ``stagger``
+    seconds apart, so that their journal writes fall inside another's) against a node without /var: each journals
+    into the one journal (its originals, the directories it created); the lock serializes them, so none loses
+    another's entries, and rollback restores the node to the byte."""
     root = without_var(build_node())
+    shutil.rmtree(os.path.join(root, "etc/sysctl.d"))
     before = snapshot(root)
-    first = module_process("tuning_apply", {"families": RUNTIME, "root": root, "journal": JOURNAL})
-    second = module_process("tuning_apply", {"families": TUNABLES, "root": root, "journal": JOURNAL})
-    one, two = finished(first), finished(second)
-    assert not one.get("failed") and not two.get("failed"), (one, two)
+    persistent = {"concerns": ["sysctl"], "desired": {"sysctl": {"vm.swappiness": 1}},
+                  "settings": {"sysctl_file": "/etc/sysctl.d/90-gpunode-tuning.conf"}, "root": root,
+                  "journal": JOURNAL}
+    procs = []
+    for name, args in (("tuning_apply", {"families": RUNTIME, "root": root, "journal": JOURNAL}),
+                       ("tuning_apply", {"families": TUNABLES, "root": root, "journal": JOURNAL}),
+                       ("tuning_persist", persistent)):
+        procs.append(module_process(name, args))
+        time.sleep(stagger)
+    results = [finished(p) for p in procs]
+    assert not any(r.get("failed") for r in results), results
     with open(os.path.join(root, JOURNAL.lstrip("/")), encoding="utf-8") as fh:
-        journaled = json.load(fh)["families"]
-    assert {"pcie_mrrs", "cpuidle", "tunables"} <= set(journaled), journaled
-    rollback = finished(module_process("tuning_apply", {"families": RESTORE, "root": root, "journal": JOURNAL}))
-    assert not rollback.get("failed") and rollback["changed"], rollback
+        journaled = json.load(fh)
+    assert {"pcie_mrrs", "cpuidle", "tunables"} <= set(journaled["families"]), journaled
+    assert {"/var", "/var/lib", "/var/lib/gpunode-tuning", "/etc/sysctl.d"} <= set(journaled["created_dirs"])
+    removed = finished(module_process("tuning_persist", dict(persistent, state="absent")))
+    restored = finished(module_process("tuning_apply", {"families": RESTORE, "root": root, "journal": JOURNAL}))
+    assert not removed.get("failed") and not restored.get("failed") and restored["changed"], (removed, restored)
     assert tree_changes(before, snapshot(root)) == []
 
 
