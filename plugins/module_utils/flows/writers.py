@@ -16,7 +16,7 @@ runner; the guard's re-apply) runs its writes and its journal inside ``writing(n
   ours left in them: a rollback, a concern turned off), deepest first; those that hold the journal (and
   the lock) go when the lock is released, if the journal went too.
 
-Plain Python (3.8+), standard library only (the boot runner carries it), no Ansible import.
+Plain Python (3.8+), no Ansible import: the boot runner carries it with the journal and the lock.
 """
 
 from __future__ import annotations
