@@ -45,6 +45,13 @@ options:
       - Journal of original values on the node (below O(root)), for the families that journal.
     type: str
     default: /var/lib/gpunode-tuning/journal.json
+  lock_timeout:
+    description:
+      - Seconds to wait for the node's lock (C(.lock) next to O(journal)), which every writing flow takes (runtime,
+        persistent, rollback, the boot runner, the guard's re-apply). After that the module fails, before any write,
+        naming the holder (flow, pid, host, start time). Check mode takes no lock.
+    type: float
+    default: 60
   fail_on_error:
     description:
       - Fail the task when a family failed (after every other one ran). V(false) returns ok with the failures in
@@ -96,9 +103,9 @@ summary:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, lock
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls, writers
 
 ARGUMENT_SPEC = dict(
     families=dict(type="list", elements="dict", required=True, options=dict(
@@ -107,6 +114,7 @@ ARGUMENT_SPEC = dict(
     )),
     journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
     fail_on_error=dict(type="bool", default=True),
+    lock_timeout=dict(type="float", default=lock.DEFAULT_TIMEOUT),
     **NODE_ARGUMENT_SPEC,
     **command.ARGUMENT_SPEC,
 )
@@ -122,8 +130,15 @@ def main():
     if unknown:
         module.fail_json(msg="families must be among: %s; got: %s"
                          % (", ".join(apply.runnable_names()), ", ".join(unknown)))
-    results = apply.run_families(module.params["families"], module_calls.call_maker(module))
     restore = all((r.get("options") or {}).get("restore") for r in module.params["families"])
+    make_call = module_calls.call_maker(module)
+    try:
+        node = Node.open(module.params["root"])
+        with writers.writing(node, module.params["journal"], "rollback" if restore else "runtime",
+                             module.check_mode, timeout=module.params["lock_timeout"]):
+            results = apply.run_families(module.params["families"], make_call)
+    except (NodeError, lock.LockError) as exc:
+        module.fail_json(msg=str(exc))
     out = dict(changed=any(r.get("changed") for r in results.values()), families=results,
                failed_families=apply.failures(results),
                summary={n: apply.restored(r) if restore else apply.summary(r, registry.by_name(n))

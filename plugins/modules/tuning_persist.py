@@ -59,6 +59,13 @@ options:
     description: Journal of original values (the V(kmod) concern loads the modules it persists, as at runtime).
     type: str
     default: /var/lib/gpunode-tuning/journal.json
+  lock_timeout:
+    description:
+      - Seconds to wait for the node's lock (C(.lock) next to O(journal)), which every writing flow takes (runtime,
+        persistent, rollback, the boot runner, the guard's re-apply). After that the module fails, before any write,
+        naming the holder (flow, pid, host, start time). Check mode takes no lock.
+    type: float
+    default: 60
   fail_on_error:
     description:
       - Fail the task when a concern failed (after every other one ran). V(false) returns ok with the failures in
@@ -105,10 +112,10 @@ pending_kernel_args:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, lock
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply as flow
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import module_calls, persist
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import module_calls, persist, writers
 
 ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
@@ -118,6 +125,7 @@ ARGUMENT_SPEC = dict(
     runner_src=dict(type="path"),
     journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
     fail_on_error=dict(type="bool", default=True),
+    lock_timeout=dict(type="float", default=lock.DEFAULT_TIMEOUT),
     **NODE_ARGUMENT_SPEC,
     **command.ARGUMENT_SPEC,
 )
@@ -140,13 +148,22 @@ def main():
             settings["runner_text"] = handle.read()
     make_call = module_calls.call_maker(module)
 
-    def make_pc():
-        return persist.persist_call(node, make_call.base, params["desired"], settings, make_call)
-
+    remove = params["state"] == "absent"
     wanted = [c for c in persist.concerns() if c.name in params["concerns"]]
-    if params["state"] == "absent":
+    if remove:
         wanted.reverse()
-    results = persist.run_concerns(wanted, make_pc, remove=params["state"] == "absent")
+    try:
+        with writers.writing(node, params["journal"], "rollback" if remove else "persistent", module.check_mode,
+                             timeout=params["lock_timeout"]) as held:
+
+            def make_pc():
+                pc = persist.persist_call(node, make_call.base, params["desired"], settings, make_call)
+                pc.files.on_created = held.note_created
+                return pc
+
+            results = persist.run_concerns(wanted, make_pc, remove=remove)
+    except lock.LockError as exc:
+        module.fail_json(msg=str(exc))
     out = dict(changed=any(r.get("changed") for r in results.values()), concerns=results,
                failed_concerns=flow.failures(results), summary={n: r["summary"] for n, r in results.items()},
                reboot_required=any(bool(r.get("reboot_required")) for r in results.values()),

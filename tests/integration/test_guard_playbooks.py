@@ -117,3 +117,24 @@ def test_a_later_sysctl_file_is_named_in_verify_reports(tmp_path):
     assert "/etc/sysctl.d/cloud-optimization.conf sets vm.swappiness = 60 after" in swap["reason"]
     with open(os.path.join(report_dir, "sim-cloud.md"), encoding="utf-8") as fh:
         assert "/etc/sysctl.d/cloud-optimization.conf" in fh.read()
+
+
+def test_without_node_exporter_the_guard_runs_metrics_off_and_turning_it_off_removes_it(tmp_path):
+    """No textfile directory: the persistent flow says so once and installs the guard; its runs succeed writing
+    the status only. gpunode_tuning_guard_enabled=false and the persistent flow again: nothing of it is left."""
+    root = build_node(tmp_path / "node", cpus=2, gpus=1)
+    inventory = write_inventory(tmp_path / "hosts.yml", {"sim-noexporter": root})
+    before = snapshot(root)
+    proc = run_playbook("tune.yml", inventory, "--tags", "guard")
+    assert_ok(proc)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert said.count("textfile directory /var/lib/prometheus/node-exporter does not exist") == 1, proc.stdout[-3000:]
+    assert "prometheus-node-exporter" in said and "gpunode_tuning_guard_textfile_dir" in said
+    assert GUARD_FILES <= set(snapshot(root))
+    run_guard(root)  # exit 0 (run_guard asserts it)
+    st = guard_status(root)
+    assert st["run"]["success"] and st["metrics"]["off"] and not os.path.exists(os.path.join(root, PROM))
+    proc = run_playbook("tune.yml", inventory, "--tags", "guard", "-e", "gpunode_tuning_guard_enabled=false")
+    assert_ok(proc)
+    left = tree_changes(before, snapshot(root))
+    assert left == [], left

@@ -349,14 +349,36 @@ def test_a_second_run_while_one_holds_the_lock_does_nothing(node):
         os.close(fd)
 
 
-def test_a_missing_textfile_directory_fails_the_run_and_is_not_created(build_node):
+def test_a_missing_textfile_directory_is_metrics_off_and_they_start_once_it_exists(build_node):
+    """No node_exporter yet: the run succeeds writing the status only, says why once, and creates nothing of
+    node_exporter's; the first run after the directory exists writes the metrics."""
     root = install(build_node(cpus=2, gpus=1))
     run = run_guard(root)
-    assert run.returncode == 1
-    assert "FAILED: /var/lib/prometheus/node-exporter does not exist: install prometheus-node-exporter" in run.stdout
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "FAILED" not in run.stdout
+    said = [line for line in run.stdout.splitlines() if "textfile directory" in line]
+    assert len(said) == 1 and "/var/lib/prometheus/node-exporter does not exist: metrics are off" in said[0]
+    assert "install prometheus-node-exporter" in said[0] and "gpunode_tuning_guard_textfile_dir" in said[0]
     assert not os.path.exists(os.path.join(root, "var/lib/prometheus"))
     st = status(root)
-    assert st["metrics"]["written"] is False and st["run"]["success"] is True
+    assert st["metrics"]["written"] is False and st["metrics"]["off"] is True and st["run"]["success"] is True
+    os.makedirs(os.path.join(root, TEXTFILE_DIR.lstrip("/")))
+    run = run_guard(root)
+    assert run.returncode == 0 and "textfile directory" not in run.stdout, run.stdout
+    assert status(root)["metrics"] == {"file": "/" + PROM, "written": True, "off": False, "reason": ""}
+    with open(os.path.join(root, PROM), encoding="utf-8") as fh:
+        assert "gpunode_tuning_guard_last_run_success 1\n" in fh.read()
+
+
+def test_a_textfile_path_that_cannot_be_written_names_the_path_and_errno(build_node):
+    root = install(build_node(cpus=2, gpus=1))
+    os.makedirs(os.path.join(root, "var/lib/prometheus"))
+    write(root, TEXTFILE_DIR.lstrip("/"), "a file where the directory should be")
+    run = run_guard(root)
+    assert run.returncode == 1
+    assert ("FAILED: cannot write the metrics /var/lib/prometheus/node-exporter/gpunode-tuning.prom: Not a directory "
+            "(errno ENOTDIR)") in run.stdout, run.stdout
+    assert status(root)["run"]["success"] is True  # the status is written all the same
 
 
 def test_a_bad_config_is_exit_2_naming_the_file_and_what_is_allowed(node):

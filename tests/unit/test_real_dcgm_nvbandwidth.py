@@ -98,3 +98,35 @@ def test_a_waived_test_says_the_gpus_cannot_reach_each_other(real):
     row = p2p.bandwidth_rows({"rc": 0, "stdout": text, "stderr": ""}, 10.0, {})[0]
     assert row["state"] == "drifted" and "waived device_to_device_memcpy_write_ce" in row["reason"]
     assert "no peer-to-peer access" in row["reason"]
+
+
+# The verdict reads every row by its result, whatever dcgmi's exit status (core/dcgm.py, issue 33).
+
+def test_an_error_row_fails_the_verdict_although_dcgmi_exits_0(real):
+    row = verdict(real, "dcgmi-diag-error-row-remap-pending-cut-ml-engineering.txt", 0)
+    assert row["state"] == "drifted" and row["running"] == "fail"
+    assert "Deployment: Error: GPU 3 has uncorrectable memory errors and row remappings are pending" in row["reason"]
+
+
+def test_the_3x_fail_gpu_row_after_the_test_fails_the_verdict_naming_the_gpu(real):
+    row = verdict(real, "dcgmi-diag-3.3.9-fail-gpu1-targeted-power-sagemaker-health-check.txt", 0)
+    assert row["state"] == "drifted" and "Targeted Power: Fail (GPU1): GPU 1 Max power of 224.1" in row["reason"]
+
+
+def test_a_table_cut_before_its_border_keeps_its_last_row_and_fails(real):
+    row = verdict(real, "dcgmi-diag-3.3.9-cut-after-fail-row-derived.txt", 0)
+    assert row["state"] == "drifted" and "Targeted Power: Fail (GPU1)" in row["reason"]
+    assert "the table ends without its closing border after line 27" in row["reason"]
+
+
+def test_a_row_not_understood_is_a_finding_never_a_pass(real):
+    text = real("dcgmi-diag-4.4.2-pass-dcgm-124.txt").text.replace("| pcie                      | Pass",
+                                                                  "| pcie                      | Meh ")
+    assert text != real("dcgmi-diag-4.4.2-pass-dcgm-124.txt").text
+    row = gpu_health.dcgm_row({"rc": 0, "stdout": text, "stderr": ""})
+    assert row["state"] == "drifted" and "test 'pcie' has the result 'Meh'" in row["reason"]
+
+
+def test_an_all_pass_table_with_a_non_zero_exit_fails_naming_it(real):
+    row = verdict(real, "dcgmi-diag-4.4.2-pass-dcgm-124.txt", 226)
+    assert row["state"] == "drifted" and "every test passed but dcgmi exited 226" in row["reason"]

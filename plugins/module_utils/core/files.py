@@ -17,6 +17,7 @@ without a play, and the boot runner carries it.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -53,6 +54,23 @@ def _read(path, what="report"):
             return handle.read()
     except OSError as exc:
         raise ReportError("cannot read %s %s: %s" % (what, path, exc.strerror)) from exc
+
+
+def os_error(exc: OSError) -> str:
+    """An OSError in words with its errno by name: ``Permission denied (errno EACCES)``."""
+    name = errno.errorcode.get(exc.errno, exc.errno) if exc.errno is not None else None
+    text = exc.strerror or str(exc)
+    return "%s (errno %s)" % (text, name) if name is not None else text
+
+
+def missing_dirs(directory: str) -> list:
+    """The directories ``os.makedirs(directory)`` would create, outermost first (full paths)."""
+    out = []
+    current = os.path.abspath(directory)
+    while not os.path.lexists(current) and os.path.dirname(current) != current:
+        out.append(current)
+        current = os.path.dirname(current)
+    return out[::-1]
 
 
 def ensure_dir(path: str, check_mode: bool = False, what: str = "report directory") -> bool:

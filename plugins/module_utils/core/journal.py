@@ -16,6 +16,14 @@ Layout::
 
 Per-CPU values are stored grouped (value -> cpulist) so a 384-CPU node stays small; merging
 keeps the first-recorded value of every CPU.
+
+Besides the originals, two optional keys record what rollback must undo that is not a value:
+``created_dirs`` (node paths of the directories our writes created, outermost first: the journal's
+own, the lock's, the persistent files'; rollback removes them when empty, and never one that existed
+before) and ``written`` (``{kind: [node paths]}``, files we wrote outside directories of our own: the
+guard's ``.prom`` in node_exporter's textfile directory, wherever that was when it was written). The
+file stays while it records something to undo: an original, a written file, or a created directory
+that still exists other than its own directory and those above it.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ JOURNAL_ARGUMENT_SPEC = dict(
     restore=dict(type="bool", default=False),
 )
 VERSION = 1
+CREATED_KEY = "created_dirs"
+WRITTEN_KEY = "written"
 
 
 def _now():
@@ -61,7 +71,8 @@ class Journal:
         self.path = resolve_path(node, path)
         self.data = {"version": VERSION, "families": {}}
         self.dirty = False
-        if os.path.exists(self.path):
+        self.loaded = os.path.exists(self.path)
+        if self.loaded:
             self.data = self._load()
 
     def _load(self):
@@ -157,6 +168,74 @@ class Journal:
                 del self.data["families"][family]
             self.dirty = True
 
+    # --- directories we created, files we wrote outside our directories ---
+
+    def node_path(self, full: str) -> str:
+        """``/var/lib`` of a full path below the node root."""
+        rel = os.path.relpath(os.path.abspath(full), os.path.abspath(self.node.root))
+        return "/" if rel == "." else "/" + rel
+
+    def created_dirs(self) -> list:
+        """Node paths of the directories our writes created, outermost first."""
+        return list(self.data.get(CREATED_KEY) or [])
+
+    def record_dirs(self, full_paths) -> bool:
+        """Record directories (full paths below the root) that a write of ours just created; True if new."""
+        known = list(self.data.get(CREATED_KEY) or [])
+        added = [p for p in (self.node_path(full) for full in full_paths) if p != "/" and p not in known]
+        if added:
+            self.data[CREATED_KEY] = sorted(known + list(dict.fromkeys(added)), key=lambda p: (p.count("/"), p))
+            self.dirty = True
+        return bool(added)
+
+    def forget_dirs(self, paths) -> None:
+        """Drop node paths from ``created_dirs`` (removed by rollback)."""
+        known = self.data.get(CREATED_KEY) or []
+        left = [p for p in known if p not in set(paths)]
+        if left != known:
+            self.data[CREATED_KEY] = left
+            self.dirty = True
+
+    def written(self, kind: str) -> list:
+        """Node paths of the files of ``kind`` we wrote (``guard_textfile``)."""
+        return list((self.data.get(WRITTEN_KEY) or {}).get(kind) or [])
+
+    def record_written(self, kind: str, path: str) -> bool:
+        paths = self.data.setdefault(WRITTEN_KEY, {}).setdefault(kind, [])
+        if path in paths:
+            return False
+        paths.append(path)
+        self.dirty = True
+        return True
+
+    def forget_written(self, kind: str, path: str) -> None:
+        written = self.data.get(WRITTEN_KEY) or {}
+        if path in written.get(kind, []):
+            written[kind].remove(path)
+            if not written[kind]:
+                del written[kind]
+            if not written:
+                self.data.pop(WRITTEN_KEY, None)
+            self.dirty = True
+
+    def own_dirs(self) -> list:
+        """Recorded created directories that hold the journal (its directory and those above it)."""
+        return [p for p in self.created_dirs() if self.path.startswith(self.node.path(p).rstrip("/") + "/")]
+
+    def removed_with_it(self) -> list:
+        """Node paths of the directories that go (when empty) once the journal is gone: those it recorded as
+        holding it; for a journal of an earlier release, which recorded none, its own directory, as then."""
+        if CREATED_KEY in self.data:
+            return self.own_dirs()
+        return [self.node_path(os.path.dirname(self.path))] if self.loaded else []
+
+    def undoes_something(self) -> bool:
+        """True while the journal records an original, a written file, or another created directory that exists."""
+        if self.data["families"] or any(self.data.get(WRITTEN_KEY) or {}):
+            return True
+        own = set(self.own_dirs())
+        return any(os.path.isdir(self.node.path(p)) for p in self.created_dirs() if p not in own)
+
     def save(self, check_mode: bool = False) -> bool:
         """Write the journal atomically (0600 in a 0700 directory). Nothing happens in check mode.
 
@@ -166,24 +245,40 @@ class Journal:
         if check_mode or not self.dirty:
             return False
         directory = os.path.dirname(self.path)
-        if not self.data["families"]:
-            # Nothing left to restore: the journal (and its marker) goes, so a full rollback
-            # leaves nothing of ours behind.
+        if not self.undoes_something():
+            # Nothing left to restore: the journal (and its marker) goes, with the directories it created
+            # when they are empty, so a full rollback leaves nothing of ours behind.
             if os.path.exists(self.path):
                 os.unlink(self.path)
-            try:
-                os.rmdir(directory)
-            except OSError:
-                pass
+            remove_empty_dirs(self.node, self.removed_with_it())
             self.dirty = False
             return True
+        if not self.loaded:
+            self.data.setdefault(CREATED_KEY, [])  # written by this release: it records what it creates
         if not os.path.isdir(directory):
+            self.record_dirs(files.missing_dirs(directory))
             os.makedirs(directory, mode=0o700)
         # Durable: the originals rollback restores live only here.
         files.replace_file(self.path, (json.dumps(self.data, indent=1, sort_keys=True) + "\n").encode("utf-8"),
                            0o600, fsync=True)
         self.dirty = False
         return True
+
+
+def remove_empty_dirs(node: Node, paths) -> list:
+    """Remove these node directories, deepest first, each only when it is an empty directory (not a link);
+    the node paths removed. One that is not empty, or not there, stays: never an error."""
+    removed = []
+    for path in sorted(set(paths), key=lambda p: (-p.count("/"), p)):
+        full = node.path(path)
+        if path in ("", "/") or os.path.islink(full) or not os.path.isdir(full):
+            continue
+        try:
+            os.rmdir(full)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
 
 
 def resolve_path(node: Node, path: str) -> str:
@@ -220,6 +315,18 @@ def shape_problem(data: Any) -> str | None:
         return "\"families\" is %s, not an object" % ("missing" if families is None else "a " + type(families).__name__)
     if "last_applied" in data and not isinstance(data["last_applied"], dict):
         return "\"last_applied\" is not an object"
+    problem = _undo_problem(data)
+    if problem:
+        return problem
+    created = data.get(CREATED_KEY, [])
+    if not isinstance(created, list) or not all(isinstance(p, str) and p.startswith("/") and ".." not in p.split("/")
+                                                for p in created):
+        return "\"%s\" is not a list of absolute paths" % CREATED_KEY
+    written = data.get(WRITTEN_KEY, {})
+    if not isinstance(written, dict) or not all(
+            isinstance(v, list) and all(isinstance(p, str) and p.startswith("/") and ".." not in p.split("/")
+                                        for p in v) for v in written.values()):
+        return "\"%s\" is not an object of lists of absolute paths" % WRITTEN_KEY
     for family, entries in families.items():
         if not isinstance(entries, dict):
             return "family %r is a %s, not an object" % (family, type(entries).__name__)
@@ -228,6 +335,22 @@ def shape_problem(data: Any) -> str | None:
             if problem:
                 return "family %r, key %r: %s" % (family, key, problem)
     return None
+
+
+def _undo_problem(data: dict) -> str | None:
+    """What is wrong with ``created_dirs`` and ``written``, the optional keys of what rollback undoes."""
+    created = data.get(CREATED_KEY, [])
+    if not isinstance(created, list) or not all(_node_path(p) for p in created):
+        return "\"%s\" is not a list of absolute paths" % CREATED_KEY
+    written = data.get(WRITTEN_KEY, {})
+    if not isinstance(written, dict) or not all(isinstance(v, list) and all(_node_path(p) for p in v)
+                                                for v in written.values()):
+        return "\"%s\" is not an object of lists of absolute paths" % WRITTEN_KEY
+    return None
+
+
+def _node_path(path) -> bool:
+    return isinstance(path, str) and path.startswith("/") and ".." not in path.split("/")
 
 
 def _entry_problem(family, key, entry):

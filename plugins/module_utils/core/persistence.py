@@ -66,6 +66,16 @@ class NodeFiles:
         self.diff = diff
         self.changes: dict = {}
         self.diffs: list = []
+        # Told of the directories a write creates (full paths, outermost first): the flow records them in the
+        # journal, so that rollback removes them (flows/writers.py).
+        self.on_created: Callable[[list], None] | None = None
+
+    def _ensure_dir(self, directory: str) -> bool:
+        missing = node_files.missing_dirs(directory)
+        created = node_files.ensure_dir(directory, self.check_mode, what="directory")
+        if created and not self.check_mode and self.on_created is not None:
+            self.on_created(missing)
+        return created
 
     def _full(self, path: str) -> str:
         if not path.startswith("/") or ".." in path.split("/"):
@@ -79,13 +89,14 @@ class NodeFiles:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
-            raise FamilyError("cannot read %s: %s" % (path, exc)) from None
+            why = node_files.os_error(exc) if isinstance(exc, OSError) else exc
+            raise FamilyError("cannot read %s: %s" % (path, why)) from None
 
     def write(self, path: str, text: str, mode: int = FILE_MODE) -> bool:
         """Write ``text`` to ``path`` (parents created) when it differs; True when it changed (or would)."""
         full = self._full(path)
         try:
-            created = node_files.ensure_dir(os.path.dirname(full), self.check_mode, what="directory")
+            created = self._ensure_dir(os.path.dirname(full))
             change = node_files.write_file(full, text.encode("utf-8"), self.check_mode, mode, what="file")
         except node_files.ReportError as exc:
             raise FamilyError(str(exc)) from None
@@ -107,11 +118,13 @@ class NodeFiles:
         self.changes[path] = "linked"
         if not self.check_mode:
             try:
-                node_files.ensure_dir(os.path.dirname(full), what="directory")
+                self._ensure_dir(os.path.dirname(full))
                 if os.path.islink(full):
                     os.unlink(full)
                 os.symlink(target, full)
-            except (OSError, node_files.ReportError) as exc:
+            except OSError as exc:
+                raise FamilyError("cannot link %s to %s: %s" % (path, target, node_files.os_error(exc))) from None
+            except node_files.ReportError as exc:
                 raise FamilyError("cannot link %s to %s: %s" % (path, target, exc)) from None
         return True
 
@@ -129,7 +142,7 @@ class NodeFiles:
             else:
                 os.unlink(full)
         except OSError as exc:
-            raise FamilyError("cannot remove %s: %s" % (path, exc.strerror)) from None
+            raise FamilyError("cannot remove %s: %s" % (path, node_files.os_error(exc))) from None
         return True
 
     def ours(self, directory: str) -> list:
@@ -138,7 +151,7 @@ class NodeFiles:
         try:
             names = sorted(os.listdir(full)) if os.path.isdir(full) else []
         except OSError as exc:
-            raise FamilyError("cannot list %s: %s" % (directory, exc.strerror)) from None
+            raise FamilyError("cannot list %s: %s" % (directory, node_files.os_error(exc))) from None
         return ["%s/%s" % (directory.rstrip("/"), n) for n in names if n.startswith(FILE_PREFIX)
                 and n.endswith(".conf") and stat.S_ISREG(os.lstat(os.path.join(full, n)).st_mode)]
 

@@ -26,8 +26,10 @@ Severities (the state of each row; ``drifted`` fails verification):
   hardware slowdown, hardware thermal slowdown and power brake fail; others are reported.
   ``driver_version``: reported. Persistence mode: gpu_settings' ``persistence_mode`` row.
 - ``xid``: the codes in ``SERIOUS_XIDS`` fail, the others are reported.
-- ``dcgm_diag``: a failing ``dcgmi diag -r 1`` fails (any test whose result or GPU line is Fail, DCGM 3.x and
-  4.x tables); dcgmi missing is ``unsupported``.
+- ``dcgm_diag``: ``dcgmi diag -r 1``'s table read row by row (core/dcgm.py, DCGM 2.x, 3.x and 4.x): any
+  ``Fail`` or ``Error`` (on a test's row, a GPU's row, an Error note), a row not understood or a table cut before
+  its border fails, whatever dcgmi's exit status; so does a non-zero exit; ``Warn`` is reported; dcgmi
+  missing is ``unsupported``.
 - ``responding``: a GPU whose config space reads all 0xff (vendor id ffff) fails, named.
 - ``nvidia_smi``: on a node with NVIDIA GPUs on the bus, an nvidia-smi that hangs, fails (exit 9, a lost
   GPU) or answers something that does not match the query fails; the health gate of a rollout with it.
@@ -43,7 +45,7 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, dcgm, family, nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import SERIOUS_XIDS
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
@@ -458,92 +460,43 @@ def xid_row(facts: dict) -> dict:
     return _row("xid", "no serious Xid", running, "applied", ("reported: " + "; ".join(other)) if other else "")
 
 
-_DCGM_SECTION = re.compile(r"^[|+]-+\s+(\w[\w ]*?)\s+-+[+|]")
-_DCGM_GPU = re.compile(r"^GPU\s?(\d+):\s*(\w+)")
-_DCGM_NOTES = ("Info", "Warning")
-_DCGM_WRAP = 45  # dcgmi wraps a long value into chunks of 45 characters, one per row of the 46-wide column
-
-
-def _dcgm_cells(line: str) -> tuple | None:
-    """``(name, value chunk)`` of a ``| name | value |`` table row (the chunk as dcgmi wrapped it), None otherwise."""
-    if not line.startswith("|") or line.startswith("|-") or line.count("|") < 3:
-        return None
-    cells = line.split("|")
-    return cells[1].strip(), cells[2][1:1 + _DCGM_WRAP]
-
-
 def parse_dcgm_diag(text: str | None) -> dict:
-    """``dcgmi diag``'s table (DCGM 3.x and 4.x): ``{version, tests: [{name, section, result, gpus, notes}]}``.
+    """``dcgmi diag``'s table read row by row by ``core/dcgm.py`` (DCGM 2.x, 3.x and 4.x layouts; its docstring
+    gives the shape: ``{version, tests: [{name, section, result, gpus, notes, status, ...}], failures, findings}``)."""
+    return dcgm.parse_diag(text)
 
-    3.x prints one result per test (``Pass - All``, ``Fail - All``, ``Skip - All``), 4.x a result and one
-    ``GPU<n>: <result>`` line per GPU; ``Info`` and ``Warning`` rows wrap over continuation rows.
+
+def dcgm_row(answer: dict | None) -> dict:
+    """``dcgm_diag``: ``dcgmi diag -r 1``'s verdict (missing dcgmi: unsupported).
+
+    Every row is judged by its result whatever dcgmi's exit status: a Fail or Error row fails with exit 0, a
+    row the reader does not understand (or a table cut before its border) is a finding that fails, never a
+    pass; an all-pass table with a non-zero exit fails naming the exit status.
     """
-    out = {"version": None, "tests": []}
-    section, note = None, None
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        m = _DCGM_SECTION.match(line)
-        if m:
-            section, note = m.group(1), None
-            continue
-        cells = _dcgm_cells(line)
-        if cells is None or cells[0] == "Diagnostic":
-            continue
-        name, value = cells
-        if name == "DCGM Version":
-            out["version"] = value.strip()
-        if section in (None, "Metadata"):
-            continue
-        test = out["tests"][-1] if out["tests"] else None
-        gpu = _DCGM_GPU.match(value.strip())
-        if name in _DCGM_NOTES and test is not None:
-            note = [value]
-            test["notes"].append(note)
-        elif not name and gpu and test is not None:
-            test["gpus"][int(gpu.group(1))], note = gpu.group(2), None
-        elif not name and note is not None:
-            note.append(value)
-        elif name:
-            out["tests"].append({"name": name, "section": section, "result": value.strip(), "gpus": {}, "notes": []})
-            note = None
-    for test in out["tests"]:
-        test["notes"] = [" ".join("".join(n).split()) for n in test["notes"]]
-    return out
-
-
-def _dcgm_failing(diag: dict) -> list:
-    """``"<test>: Fail (GPU0, GPU3): <warning>"`` of each test that failed."""
-    out = []
-    for t in diag["tests"]:
-        bad = sorted(g for g, r in t["gpus"].items() if r.lower() == "fail")
-        if not t["result"].lower().startswith("fail") and not bad:
-            continue
-        where = " (%s)" % ", ".join("GPU%d" % g for g in bad) if bad else ""
-        notes = "; ".join(t["notes"])
-        out.append("%s: %s%s%s" % (t["name"], t["result"], where, ": " + notes if notes else ""))
-    return out
-
-
-def dcgm_row(dcgm: dict | None) -> dict:
-    """``dcgm_diag``: ``dcgmi diag -r 1``'s verdict, per test (missing dcgmi: unsupported)."""
-    if not dcgm or dcgm.get("skipped"):
-        why = (dcgm or {}).get("reason") or "dcgmi diag was not run (a simulated node without dcgmi?)"
+    if not answer or answer.get("skipped"):
+        why = (answer or {}).get("reason") or "dcgmi diag was not run (a simulated node without dcgmi?)"
         return _row("dcgm_diag", "pass", None, "unsupported", why)
-    if dcgm.get("rc") == 127:
-        return _row("dcgm_diag", "pass", None, "unsupported", dcgm.get("stderr") or "dcgmi is not installed")
-    if dcgm.get("timed_out"):
-        return _row("dcgm_diag", "pass", "no answer", "drifted", (dcgm.get("stderr") or "").strip().splitlines()[-1])
-    diag = parse_dcgm_diag(dcgm.get("stdout"))
-    failing = _dcgm_failing(diag)
+    if answer.get("rc") == 127:
+        return _row("dcgm_diag", "pass", None, "unsupported", answer.get("stderr") or "dcgmi is not installed")
+    if answer.get("timed_out"):
+        return _row("dcgm_diag", "pass", "no answer", "drifted",
+                    (answer.get("stderr") or "").strip().splitlines()[-1])
+    diag = dcgm.parse_diag(answer.get("stdout"))
+    problems = dcgm.problems(diag)
     version = " (DCGM %s)" % diag["version"] if diag["version"] else ""
-    if failing or dcgm.get("rc", 0) != 0 or not diag["tests"]:
-        out = dcgm.get("stdout") or ""
-        detail = "; ".join(failing[:5]) or " ".join(((dcgm.get("stderr") or "") + " " + out).split())[:300] \
-            or "no result table"
-        return _row("dcgm_diag", "pass", "fail", "drifted", "dcgmi diag -r 1%s (rc %s): %s"
-                    % (version, dcgm.get("rc"), detail))
+    rc = answer.get("rc", 0)
+    if problems or rc != 0 or not dcgm.passed(diag):
+        said = (answer.get("stderr") or "") + " " + (answer.get("stdout") or "")
+        detail = "; ".join(problems[:5]) or " ".join(said.split())[:300] or "no result table"
+        if len(problems) > 5:
+            detail += "; and %d more" % (len(problems) - 5)
+        if not problems:
+            detail = "every test passed but dcgmi exited %s: %s" % (rc, detail[:300])
+        return _row("dcgm_diag", "pass", "fail", "drifted", "dcgmi diag -r 1%s (rc %s): %s" % (version, rc, detail))
     summary = ", ".join("%s %s" % (t["name"], t["result"]) for t in diag["tests"])
-    return _row("dcgm_diag", "pass", "pass", "applied", "dcgmi diag -r 1 passed%s: %s" % (version, summary[:300]))
+    warned = "; warnings: " + "; ".join(dcgm.describe(w) for w in diag["warnings"]) if diag["warnings"] else ""
+    return _row("dcgm_diag", "pass", "pass", "applied",
+                "dcgmi diag -r 1 passed%s: %s%s" % (version, summary[:300], warned[:300]))
 
 
 # ---------------------------------------------------------------------------------------------

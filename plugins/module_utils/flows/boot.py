@@ -14,7 +14,10 @@ for one hot-added PCI function, re-applying the families that declare it (``Fami
 ``--only-NAME`` is the older spelling of ``--only NAME`` (``NAME`` a family or one of its deprecated
 tags): the udev rules of earlier releases run ``--only-`` followed by the MRRS family's short name.
 
-No journal: boot re-apply is not a change to roll back (the runtime run journaled the originals).
+No journal: boot re-apply is not a change to roll back (the runtime run journaled the originals). It
+writes under the node's lock (flows/writers.py: ``.lock`` next to the journal, ``--journal``, default
+``/var/lib/gpunode-tuning/journal.json``), as every writing flow does: held by another writer for
+longer than ``lock.DEFAULT_TIMEOUT`` (60 s), it re-applies nothing and exits 2 naming the holder.
 No Ansible import, Python 3.8+, standard library only. One line per family goes to stdout
 (journald); the exit status is 1 when a family failed, after every family was tried, and 2 when
 the desired state or the root cannot be read.
@@ -32,7 +35,7 @@ import os
 import sys
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock, persistence, validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 
@@ -40,6 +43,7 @@ VERSION = 1
 # The desired-state keys boot re-applies, in order (the registry's families with a boot function).
 FAMILIES = tuple(key for key, _fam in registry.boot_families())
 PREFIX = "gpunode-tuning-boot"
+DEFAULT_JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
 
 class BootError(Exception):
@@ -148,6 +152,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--root", default="/", help="the node root (a simulated node's directory in tests)")
     parser.add_argument("--only", action="append", metavar="FAMILY",
                         help="only this family (repeatable); --only-FAMILY is the older spelling")
+    parser.add_argument("--journal", default=DEFAULT_JOURNAL,
+                        help="the journal's path on the node: the node's lock is next to it (default %(default)s)")
+    parser.add_argument("--lock-timeout", type=float, default=None, metavar="SECONDS",
+                        help="how long to wait for the node's lock held by another writer (default 60)")
     parser.add_argument("--bdf", help="only this PCI function (the udev rule; with --only, for the families that "
                                       "re-apply on hot-plug)")
     args = parser.parse_args(_only_spelled_out(list(sys.argv[1:] if argv is None else argv)))
@@ -180,7 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     except (BootError, NodeError) as exc:
         _say("%s: FAILED: %s" % (PREFIX, exc))
         return 2
-    status = run_families(node, desired, args.only, args.bdf)
+    # Imported here: writers imports the journal, which the runner does not need before it writes.
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import writers
+
+    try:
+        with writers.writing(node, args.journal, "boot", timeout=args.lock_timeout):
+            status = run_families(node, desired, args.only, args.bdf)
+    except lock.LockError as exc:
+        _say("%s: FAILED: %s" % (PREFIX, exc))
+        return 2
     sys.stdout.flush()
     return status
 
@@ -355,6 +371,17 @@ def _boot_settings(settings: dict) -> tuple:
     return python, script, before
 
 
+def journal_argument(settings: dict) -> str:
+    """`` --journal PATH`` when the role's journal is not the default (the runner's lock is next to it), else ""."""
+    journal = settings.get("journal") or DEFAULT_JOURNAL
+    if journal == DEFAULT_JOURNAL:
+        return ""
+    try:
+        return " --journal %s" % validate.absolute_path(journal)
+    except validate.ValidationError as exc:
+        raise FamilyError("gpunode_tuning_journal: %s; nothing was written" % exc) from None
+
+
 def unit_text(settings: dict) -> str:
     """The oneshot unit that runs the runner at boot, before the inference services."""
     python, script, before = _boot_settings(settings)
@@ -369,7 +396,7 @@ def unit_text(settings: dict) -> str:
     if before:
         lines.append("Before=%s" % " ".join(before))
     lines += ["", "[Service]", "Type=oneshot", "RemainAfterExit=yes",
-              "ExecStart=%s -I -B %s --desired %s" % (python, script, DESIRED_PATH), "",
+              "ExecStart=%s -I -B %s --desired %s%s" % (python, script, DESIRED_PATH, journal_argument(settings)), "",
               "[Install]", "WantedBy=multi-user.target"]
     return "\n".join(lines) + "\n"
 
@@ -394,7 +421,8 @@ def rule_text(settings: dict, desired: dict) -> str:
     except validate.ValidationError as exc:
         raise FamilyError("gpunode_tuning_gpu_vendors: %s; nothing was written" % exc) from None
     only = "".join(" --only %s" % fam.name for fam in families)
-    run = 'RUN+="%s -I -B %s --desired %s%s --bdf %%k"' % (python, script, DESIRED_PATH, only)
+    journal = journal_argument(settings)
+    run = 'RUN+="%s -I -B %s --desired %s%s%s --bdf %%k"' % (python, script, DESIRED_PATH, journal, only)
     rules = ['ACTION=="add", SUBSYSTEM=="pci"%s, %s' % (', ATTR{vendor}=="%s"' % v if v else "", run)
              for v in vendors or [None]]
     return (persistence.HEADER

@@ -15,7 +15,9 @@ when each setting was first seen drifted (kept in the status file from run to ru
 ``reapply`` the drifted runtime-only families re-applied by the boot runner's own functions
 (``boot.boot_each``) and the node verified again. It writes the status file (JSON, next to the
 journal) and ``gpunode-tuning.prom`` in node_exporter's textfile directory (guard_metrics.py), each
-through a temporary file in the same directory and a rename. It is read-only otherwise, holds an
+through a temporary file in the same directory and a rename. A textfile directory that does not exist
+(node_exporter not installed yet) is not a failure: the metrics are off (the status says why) and start
+at the first run after it exists; the guard never creates it. It is read-only otherwise, holds an
 exclusive lock on the status directory (a second run at the same time does nothing), and every
 command it runs has a timeout. Exit status: 0 when the node was verified (drifted or not) and the
 files were written, 1 when verification or a write failed (the status says why), 2 when the config
@@ -36,7 +38,7 @@ import time
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, files, kernel_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, files, kernel_log, lock
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     SYSTEM_PATH,
@@ -55,6 +57,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 VERSION = 1
 PREFIX = "gpunode-tuning-guard"
 TEXTFILE = "gpunode-tuning.prom"
+REAPPLY_FLOW = "guard-reapply"
 FACTS_KEYS = ("pci_selector", "sysctls", "modules", "kmsg_levels", "kmsg_ignore")
 GUARD_DEFAULTS = {
     "textfile_dir": "/var/lib/prometheus/node-exporter",
@@ -364,6 +367,20 @@ def reapply_plan(result: dict, desired: dict) -> dict:
     return {k: state[k] for k in keys if k in state}
 
 
+def reapply(node: Node, config: dict, plan: dict) -> list:
+    """``boot.boot_each`` of ``plan`` under the node's lock (flows/writers.py: ``.lock`` next to the journal, in the
+    status file's directory), as every writing flow; held by another writer past the wait, nothing is re-applied
+    and each family's entry says who holds it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import writers
+
+    journal = os.path.join(os.path.dirname(config["guard"]["status_file"]), "journal.json")
+    try:
+        with writers.writing(node, journal, REAPPLY_FLOW):
+            return boot.boot_each(node, plan)
+    except lock.LockError as exc:
+        return [(key, False, "not re-applied: %s" % exc) for key in sorted(plan) if key != "version"]
+
+
 def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | None,
         clock: Callable[[], float] = time.time) -> dict:
     """Verify (and with ``reapply`` re-apply and verify again), count Xids; the status of this run."""
@@ -376,7 +393,7 @@ def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | Non
         except boot.BootError as exc:
             plan, reapplied = {}, [("desired", False, "cannot re-apply: %s" % exc)]
         if plan:
-            reapplied = boot.boot_each(node, plan)
+            reapplied = reapply(node, config, plan)
             for key, ok, msg in reapplied:
                 _say("%s: re-applied %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
             facts, result, error = verify_once(node, config, tools)
@@ -424,29 +441,37 @@ def write_outputs(node: Node, config: dict, status: dict) -> list:
     """Write the metrics (when a textfile directory is set) and then the status; the problems, if any."""
     problems = []
     textfile_dir = config["guard"]["textfile_dir"]
-    metrics = {"file": None, "written": False, "reason": "gpunode_tuning_guard_textfile_dir is empty"}
+    metrics = {"file": None, "written": False, "off": True, "reason": "gpunode_tuning_guard_textfile_dir is empty"}
     if textfile_dir:
         target = node.path(textfile_dir)
         metrics["file"] = os.path.join(textfile_dir, TEXTFILE)
-        if not os.path.isdir(target):
-            metrics["reason"] = ("%s does not exist: install prometheus-node-exporter or set "
-                                 "gpunode_tuning_guard_textfile_dir" % textfile_dir)
+        if not os.path.lexists(target):
+            # Not an error: the metrics start at the first run after the directory exists.
+            metrics["reason"] = missing_textfile_dir(textfile_dir)
         else:
+            metrics["off"] = False
             try:
                 files.replace_file(os.path.join(target, TEXTFILE), guard_metrics.render(status).encode("utf-8"))
                 metrics.update(written=True, reason="")
             except OSError as exc:
-                metrics["reason"] = "cannot write %s: %s" % (metrics["file"], exc.strerror or exc)
-    if metrics["reason"]:
-        problems.append(metrics["reason"])
+                metrics["reason"] = "cannot write the metrics %s: %s" % (metrics["file"], files.os_error(exc))
+                problems.append(metrics["reason"])
     status["metrics"] = metrics
     try:
         # Compact: json's C encoder (an indent selects the pure-Python one, several times slower).
         files.replace_file(node.path(config["guard"]["status_file"]),
                            (json.dumps(status, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
     except OSError as exc:
-        problems.append("cannot write the status %s: %s" % (config["guard"]["status_file"], exc.strerror or exc))
+        problems.append("cannot write the status %s: %s" % (config["guard"]["status_file"], files.os_error(exc)))
     return problems
+
+
+def missing_textfile_dir(textfile_dir: str) -> str:
+    """What the guard and the persistent flow say of a textfile directory that does not exist (yet)."""
+    return ("node_exporter's textfile directory %s does not exist: metrics are off and start at the first guard run "
+            "after it exists (install prometheus-node-exporter, or set gpunode_tuning_guard_textfile_dir to its "
+            "--collector.textfile.directory, or to \"\" for no metrics); the status file is written either way"
+            % textfile_dir)
 
 
 def summary(status: dict) -> str:
@@ -476,7 +501,11 @@ def main(argv: list | None = None) -> int:
     except Busy as exc:
         _say("%s: another guard run holds %s; this one does nothing" % (PREFIX, exc))
         return 0
-    except (GuardError, NodeError, OSError) as exc:
+    except OSError as exc:
+        where = "%s: " % exc.filename if exc.filename else ""
+        _say("%s: FAILED: %s%s" % (PREFIX, where, files.os_error(exc)))
+        return 2
+    except (GuardError, NodeError) as exc:
         _say("%s: FAILED: %s" % (PREFIX, exc))
         return 2
     try:
@@ -486,6 +515,8 @@ def main(argv: list | None = None) -> int:
     finally:
         os.close(fd)
     _say(summary(status))
+    if status["metrics"]["off"] and config["guard"]["textfile_dir"]:
+        _say("%s: %s" % (PREFIX, status["metrics"]["reason"]))
     problems = ([status["run"]["error"]] if status["run"]["error"] else []) + problems + [
         "re-applying %s failed: %s" % (r["family"], r["message"]) for r in status["reapply"]["last_run"] if not r["ok"]]
     for problem in problems:

@@ -28,10 +28,13 @@ import os
 import re
 from typing import Any
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as node_files
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, absolute_path
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import guard
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard
 
 SERVICE = "gpunode-tuning-guard.service"
 TIMER = "gpunode-tuning-guard.timer"
@@ -43,6 +46,10 @@ CONFIG_PATH = "/etc/gpunode-tuning/guard.json"
 STATUS_NAME = "guard-status.json"
 CODE_CACHE_NAME = "guard-code.cache"
 CODE_CACHE_ENV = "GPUNODE_TUNING_CODE_CACHE"
+# The journal's record of the .prom files the guard was installed to write (core/journal.py, "written").
+JOURNAL_KIND = "guard_textfile"
+# What tells an installed guard: any of these.
+INSTALLED_MARKS = (TIMER_PATH, SERVICE_PATH, CONFIG_PATH)
 # The unit's limit: every command has guard.command_timeout_seconds; a run normally takes < 1 s.
 TIMEOUT_START_SEC = 300
 FIRST_RUN_AFTER_BOOT = "1min"
@@ -196,11 +203,25 @@ def options_of(pc) -> dict:
             "facts": inputs.get("facts"), "verify": inputs.get("verify")}
 
 
+def _open_journal(pc) -> Journal:
+    try:
+        return Journal(pc.node, _journal(pc))
+    except NodeError as exc:
+        raise FamilyError("guard: %s" % exc) from None
+
+
+def _installed(pc) -> bool:
+    return any(os.path.lexists(pc.node.path(p)) for p in INSTALLED_MARKS)
+
+
 def persist_guard(pc) -> dict:
-    """The runner, the config, the service and the timer written, the timer enabled and started."""
+    """The runner, the config, the service and the timer written, the timer enabled and started; with the guard
+    off, an installed guard removed."""
     if not pc.settings.get("guard_enabled"):
-        return {"changed": False, "skipped": True,
-                "reason": "gpunode_tuning_guard_enabled is false (rollback removes a guard installed before)"}
+        if _installed(pc):
+            remove_guard(pc)
+            return {"removed": True, "summary": "removed: gpunode_tuning_guard_enabled is false"}
+        return {"changed": False, "skipped": True, "reason": "gpunode_tuning_guard_enabled is false"}
     opts = options_of(pc)
     try:
         files = installed_files(opts)
@@ -213,6 +234,8 @@ def persist_guard(pc) -> dict:
         raise FamilyError("gpunode_tuning_boot_python %s is not an executable file on the node; the guard runs with "
                           "it: install python3 (3.8 or later) or set gpunode_tuning_boot_python; nothing was written"
                           % python)
+    guard_doc = json.loads(files[0]["content"])["guard"]
+    metrics = _record_textfile(pc, guard_doc["textfile_dir"])
     changed = [pc.files.write(absolute_path(opts["runner"]), pc.settings["runner_text"], 0o755)]
     changed += [pc.files.write(f["path"], f["content"], int(f["mode"], 8)) for f in files]
     if persistence.systemd_running(pc.node):
@@ -222,33 +245,80 @@ def persist_guard(pc) -> dict:
         persistence.run_command(pc, ["systemctl", "enable", "--now", TIMER], "enabling and starting the guard timer")
     else:
         pc.files.link(TIMER_WANTS_LINK, TIMER_PATH)
-    guard_doc = json.loads(files[0]["content"])["guard"]
     return {"interval_seconds": guard_doc["interval_seconds"], "reapply": guard_doc["reapply"],
-            "textfile_dir": guard_doc["textfile_dir"], "status_file": guard_doc["status_file"]}
+            "textfile_dir": guard_doc["textfile_dir"], "status_file": guard_doc["status_file"], "metrics": metrics}
+
+
+def _record_textfile(pc, textfile_dir: str) -> str:
+    """The journal told where the guard writes its ``.prom`` (a ``.prom`` of an earlier directory removed); what the
+    metrics are: ``on``, ``off`` (no directory set) or ``off until <dir> exists`` (said once, as a warning)."""
+    prom = os.path.join(textfile_dir, guard.TEXTFILE) if textfile_dir else None
+    journal = _open_journal(pc)
+    for old in journal.written(JOURNAL_KIND):
+        if old != prom:
+            _remove_file(pc, old)
+            journal.forget_written(JOURNAL_KIND, old)
+    if prom:
+        journal.record_written(JOURNAL_KIND, prom)
+    journal.save(pc.call.check_mode)
+    if not prom:
+        return "off"
+    if not os.path.lexists(pc.node.path(textfile_dir)):
+        pc.call.warn("guard: " + guard.missing_textfile_dir(textfile_dir))
+        return "off until %s exists" % textfile_dir
+    return "on"
+
+
+def _remove_file(pc, path: str) -> bool:
+    try:
+        return pc.files.remove(path)
+    except FamilyError as exc:
+        raise FamilyError("guard: %s" % exc) from None
+
+
+def _temporaries(pc, directory: str) -> list:
+    """Node paths of the temporary files an interrupted write left in ``directory``; FamilyError (path, errno)
+    when it cannot be listed."""
+    full = pc.node.path(directory)
+    try:
+        names = sorted(os.listdir(full)) if os.path.isdir(full) else []
+    except OSError as exc:
+        raise FamilyError("guard: cannot list %s: %s; nothing more was removed" % (directory, node_files.os_error(exc))
+                          ) from None
+    return ["%s/%s" % (directory.rstrip("/"), n) for n in names
+            if any(fnmatch.fnmatchcase(n, pat) for pat in temp_patterns())]
 
 
 def remove_guard(pc) -> dict:
-    """The timer stopped and disabled, then every file of the guard removed (temporary ones included)."""
+    """The timer stopped and disabled, then every file of the guard removed (temporary ones included), the
+    ``.prom`` wherever the journal says the guard wrote it too."""
     opts = {"journal": _journal(pc), "textfile_dir": pc.settings.get("guard_textfile_dir") or ""}
     try:
         paths, dirs = removal_paths(opts), removal_dirs(opts)
     except ValidationError as exc:
         raise FamilyError("guard: %s; nothing was removed" % exc) from None
+    journal = _open_journal(pc)
+    recorded = journal.written(JOURNAL_KIND)
+    paths += [p for p in recorded if p not in paths]
     running = persistence.systemd_running(pc.node)
     if running and pc.files.read(TIMER_PATH) is not None:
         # Stopped before its files go, so that no run writes them again.
         persistence.run_command(pc, ["systemctl", "disable", "--now", TIMER], "stopping the guard timer")
         persistence.run_command(pc, ["systemctl", "stop", SERVICE], "stopping the guard service")
-    removed = [p for p in paths if pc.files.remove(p)]
-    for directory in ([absolute_path(opts["textfile_dir"])] if opts["textfile_dir"] else []) + dirs:
-        full = pc.node.path(directory)
-        names = sorted(os.listdir(full)) if os.path.isdir(full) else []
-        removed += [p for p in ("%s/%s" % (directory, n) for n in names
-                                if any(fnmatch.fnmatchcase(n, pat) for pat in temp_patterns())) if pc.files.remove(p)]
-    for directory in dirs:
+    removed = [p for p in paths if _remove_file(pc, p)]
+    textfile_dirs = sorted({os.path.dirname(p) for p in paths if p.endswith("/" + guard.TEXTFILE)})
+    for directory in textfile_dirs + dirs:
+        removed += [p for p in _temporaries(pc, directory) if _remove_file(pc, p)]
+    for path in recorded:
+        journal.forget_written(JOURNAL_KIND, path)
+    journal.save(pc.call.check_mode)
+    if not any(os.path.lexists(pc.node.path(p)) for p in (boot.UNIT_PATH, boot.DESIRED_PATH)):
+        # The runner is the boot unit's too; without a boot unit it is the guard's alone.
+        removed += [p for p in (pc.settings.get("boot_script"),) if p and _remove_file(pc, p)]
+    for directory in dirs + [os.path.dirname(CONFIG_PATH)]:
         full = pc.node.path(directory)
         if os.path.isdir(full) and not os.path.islink(full) and not os.listdir(full):
-            pc.files.remove(directory)
+            _remove_file(pc, directory)
     if removed and running:
         persistence.run_command(pc, ["systemctl", "daemon-reload"], "reloading systemd")
     return {}
