@@ -77,7 +77,7 @@ LEGEND = {
     "NODE": "across host bridges of one NUMA node",
     "SYS": "across NUMA nodes (the SMP interconnect)",
 }
-GPU_CLASSES = ("0300", "0302")
+GPU_CLASSES = ("0300", "0302", "0380", "1200")  # NVIDIA display/3D, AMD Instinct MI200/MI300
 NIC_CLASSES = {"0200": "ethernet", "0207": "infiniband"}
 NVME_CLASS = "010802"
 # nvidia-smi's numbering of the export; bounded (a wedged driver must not hang the flow or a boot).

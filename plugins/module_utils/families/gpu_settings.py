@@ -401,7 +401,7 @@ def run(call: family.Call) -> dict:
         return _result([], None, [])
     try:
         smi = find_smi(node, call.lookup)
-        gpus = read_gpus(call.run_command, smi, len(select_devices(node, DeviceSelector())))
+        gpus = read_gpus(call.run_command, smi, len(select_devices(node, DeviceSelector.nvidia_gpus())))
         daemon = daemon_state(node, call)
     except NodeError as exc:
         raise family.FamilyError(str(exc)) from None

@@ -242,11 +242,13 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
     """
     if not options["gpu"]:
         return {"probe": "disabled"}
+    cmds = gpu_commands(desired)
     smi = tools.find(SMI, "nvidia-utils")
     if not smi:
-        return {"probe": "absent" if node.is_live else "simulated"}
+        out = {"probe": "absent" if node.is_live else "simulated"}
+        out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI and c.standalone]))
+        return out
     out: dict[str, Any] = {"probe": "present"}
-    cmds = gpu_commands(desired)
     help_result = tools.run([smi, *nvidia_smi.HELP_ARGS])
     down = nvidia_smi.driver_down(help_result)
     known = nvidia_smi.parse_help_fields(help_result[1]) if help_result[0] == 0 and not down else None
@@ -261,8 +263,23 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
             out[cmd.key] = _answer(tools.run([smi, *cmd.args]))
         last = _tuple(out[cmd.key])
         down = nvidia_smi.driver_down(last)
-    for cmd in (c for c in cmds if c.tool != SMI):
-        out[cmd.key] = _other_tool(tools, cmd)
+    out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI]))
+    return out
+
+
+def _other_tools(node: Node, tools: Tools, cmds: list) -> dict[str, Any]:
+    """The answers of the commands of other tools, in order; after one of a tool hangs, that tool is asked nothing
+    more (each later answer is that failure, marked ``not_run``): one timeout, not one per command."""
+    out: dict[str, Any] = {}
+    hung: dict[str, str] = {}
+    for cmd in cmds:
+        if cmd.tool in hung:
+            out[cmd.key] = {"rc": command.TIMEOUT_RC, "stdout": "", "stderr": hung[cmd.tool], "timed_out": True,
+                            "not_run": hung[cmd.tool]}
+            continue
+        out[cmd.key] = _other_tool(node, tools, cmd)
+        if out[cmd.key].get("timed_out"):
+            hung[cmd.tool] = command.failure(cmd.tool, _tuple(out[cmd.key]))
     return out
 
 
@@ -278,10 +295,12 @@ def _tuple(answer: dict[str, Any]) -> command.Result:
     return command.Result(answer["rc"], answer["stdout"], answer["stderr"], timed_out=answer.get("timed_out", False))
 
 
-def _other_tool(tools: Tools, cmd: Any) -> dict[str, Any]:
-    """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout); missing: rc 127 and what to
-    install (``GpuCommand.missing``). Never installed by the check."""
-    path = tools.find(cmd.tool, cmd.package)
+def _other_tool(node: Node, tools: Tools, cmd: Any) -> dict[str, Any]:
+    """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout), found on PATH, then in its
+    ``dirs`` below the node's root; missing: rc 127 and what to install (``GpuCommand.missing``). Never installed
+    by the check."""
+    path = tools.find(cmd.tool, cmd.package) or next(
+        (p for p in (node.path(d, cmd.tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
     if not path:
         return {"rc": 127, "stdout": "", "stderr": cmd.missing or "%s not found on the node" % cmd.tool}
     return _answer(tools.run([path, *cmd.args]))
