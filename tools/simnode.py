@@ -1155,7 +1155,7 @@ def _write_standard_dirs(t: _Tree, p: Preset) -> None:
                 "etc/udev/rules.d", "var/lib",
                 "usr/local/bin", "usr/local/lib", "usr/local/sbin"):
         t.mkdir(rel)
-    if p.os_id == "debian":
+    if p.os_id in ("debian", "ubuntu"):  # Ubuntu configures GRUB the same way
         t.write("etc/default/grub", "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n"
                 "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
                 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""')
