@@ -21,6 +21,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 PRESET = "mi300x-epyc-8gpu"
+SICK_GPU = 3  # 0000:65:00.0, the GPU each fault is put on
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 
 
@@ -159,3 +160,22 @@ def test_the_stand_in_answers_in_the_shapes_of_the_real_captures(build_node):
         "links"] == ["U", "U", "U", "U", "D", "U", "D", "X"]
     assert len(amd_smi.read_xgmi_link_status(answers["xgmi_link_status"])["gpus"]) == 8
     assert amd_smi.read_version(answers["version"])["rocm_release"] == (6, 4, 1)
+
+
+def test_the_guard_counts_amdgpu_faults_per_gpu_and_labels_every_gpu_series_with_its_vendor(build_node):
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import guard, guard_metrics
+
+    root = build_node(PRESET, cpus=4, amd_faults={"gpu_reset": [SICK_GPU]})
+    facts, rows = rows_of(root)
+    data, _why = kernel_log.read_kmsg(Node(root))
+    faults = guard.update_gpu_faults(data, facts["pci"]["gpu_vendors"])
+    assert faults["counts"] == {"0000:65:00.0": {"gpu_reset": 1, "vram_lost": 1}}
+    assert faults["serious"] == {b: (2 if b == "0000:65:00.0" else 0) for b in facts["pci"]["gpu_vendors"]}
+    text = guard_metrics.render({
+        "gpus": guard.gpu_links(facts), "gpu_faults": faults,
+        "health_findings": guard.health_findings(list(rows.values()), facts["pci"]["gpu_vendors"])})
+    assert 'gpunode_tuning_gpu_serious_fault_events_total{gpu="0000:65:00.0",vendor="amd"} 2\n' in text
+    assert 'gpunode_tuning_gpu_link_width{gpu="0000:05:00.0",vendor="amd"} 16\n' in text
+    assert ('gpunode_tuning_gpu_health_finding{gpu="0000:65:00.0",vendor="amd",check="amd_kernel_log",'
+            'state="drifted"} 1\n') in text
