@@ -179,3 +179,21 @@ def test_the_guard_counts_amdgpu_faults_per_gpu_and_labels_every_gpu_series_with
     assert 'gpunode_tuning_gpu_link_width{gpu="0000:05:00.0",vendor="amd"} 16\n' in text
     assert ('gpunode_tuning_gpu_health_finding{gpu="0000:65:00.0",vendor="amd",check="amd_kernel_log",'
             'state="drifted"} 1\n') in text
+
+
+def test_every_gpu_familys_rows_name_their_vendor(build_node):
+    from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+
+    root = build_node(PRESET, cpus=4, amd_smi=True)
+    facts = gather(Node(root))
+    desired = {"gpu_health": {}, "gpu_locality": {}, "gpu_settings": {}, "gpu_p2p": {}}
+    judged = set()
+    for fam in registry.FAMILIES:
+        if not fam.name.startswith("gpu_") or fam.evaluate is None:
+            continue
+        rows = fam.evaluate(facts, desired, None)
+        judged.add(fam.name)
+        gpu_rows = [r for r in rows if r["name"] not in ("irqbalance",) and not r["name"].startswith("nic.")]
+        assert gpu_rows and all(r.get("vendor") for r in gpu_rows), \
+            (fam.name, [r["id"] for r in gpu_rows if not r.get("vendor")])
+    assert judged == {"gpu_health", "gpu_locality", "gpu_settings", "gpu_p2p"}

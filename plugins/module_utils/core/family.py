@@ -239,6 +239,20 @@ def setting(family: str, name: str, desired: Any, running: Any, state: str, reas
     return row
 
 
+def with_vendor(evaluate: Callable[..., list], vendor: Any) -> Callable[..., list]:
+    """A GPU family's ``evaluate`` whose rows name their GPUs' vendor: ``vendor`` a name (``"nvidia"``), or
+    ``(row, facts) -> name or None``; a row that names its vendor already keeps it."""
+    def _evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
+        rows = evaluate(facts, desired, ctx)
+        for row in rows:
+            name = row.get("vendor") or (vendor(row, facts) if callable(vendor) else vendor)
+            if name:
+                row["vendor"] = name
+        return rows
+    _evaluate.__doc__ = evaluate.__doc__
+    return _evaluate
+
+
 def preset_options_spec(options: list) -> dict:
     """The ``preset_options`` option of a module whose ``options`` a preset may set for every node."""
     return dict(preset_options=dict(type="list", elements="str", default=[], choices=list(options)))

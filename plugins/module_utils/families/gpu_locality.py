@@ -638,11 +638,16 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
         return [_row("gpus", None, None, "unsupported", "no gpu_locality facts were read (tuning_info without the "
                                                         "family's read)")]
     if not loc.get("gpus"):
-        return [_row("gpus", None, None, "not_applicable", "no selected NVIDIA GPU on this node")]
+        return [_row("gpus", None, None, "not_applicable", "no selected GPU on this node")]
     smi = smi_view(_probe(ctx, facts))
     rows = [gpu_row(g, loc, want, smi) for g in loc["gpus"]]
     rows += [nic_row(n, want, loc["multi_node"]) for n in loc.get("nics") or []]
     return rows + [irqbalance_row(loc)]
+
+
+def row_vendor(row: dict, facts: dict) -> str | None:
+    """A locality row's vendor: its GPU's (the row is named by the GPU's address), None for a NIC or irqbalance."""
+    return ((facts.get("pci") or {}).get("gpu_vendors") or {}).get(row["name"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -895,7 +900,7 @@ DEFINITION = family.Family(
     read=read,
     facts_doc=FACTS_DOC,
     run=run,
-    evaluate=evaluate,
+    evaluate=family.with_vendor(evaluate, row_vendor),
     gpu_commands=gpu_commands,
     boot=boot,
     export=export,
