@@ -18,6 +18,7 @@ from support.playbooks import assert_ok, run_playbook
 from support.trees import snapshot, tree_changes, tree_digest
 
 PRESET = "mi300x-epyc-8gpu"
+PRESET_VARS = ("-e", "gpunode_tuning_preset=inference-throughput")
 SICK = 3  # the GPU index (bus order) of each fault: 0000:65:00.0
 TIMEOUTS = json.dumps({"gpunode_tuning_command_timeouts": {"amd_smi": 2}})
 # Node name -> (simnode.build keyword arguments, the failing gpu_health row, words its reason must hold).
@@ -84,18 +85,17 @@ def test_runtime_and_persistent_tuning_apply_and_roll_back_to_the_byte(tmp_path)
                                 report_dir=str(tmp_path / "reports"))
     before = snapshot(root)
 
-    runtime = run_playbook("tune.yml", inventory, "--tags", "runtime", "-e", "gpunode_tuning_preset=inference-throughput")
+    runtime = run_playbook("tune.yml", inventory, "--tags", "runtime", *PRESET_VARS)
     assert_ok(runtime)
     assert '"pcie_mrrs": "8 set to 4096' in runtime.stdout, runtime.stdout[-3000:]
     assert "kernel.numa_balancing=0" in runtime.stdout
     with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), encoding="utf-8") as fh:
         assert fh.read().strip() == "0"
-    again = run_playbook("tune.yml", inventory, "--tags", "runtime", "-e", "gpunode_tuning_preset=inference-throughput")
+    again = run_playbook("tune.yml", inventory, "--tags", "runtime", *PRESET_VARS)
     assert_ok(again)
     assert again.recap["mi300x"]["changed"] == 0, again.stdout[-4000:]
 
-    persistent = run_playbook("tune.yml", inventory, "--tags", "persistent",
-                              "-e", "gpunode_tuning_preset=inference-throughput")
+    persistent = run_playbook("tune.yml", inventory, "--tags", "persistent", *PRESET_VARS)
     assert_ok(persistent)
     assert os.path.isfile(os.path.join(root, "etc/sysctl.d/90-gpunode-tuning.conf"))
 

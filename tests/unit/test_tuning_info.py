@@ -106,7 +106,8 @@ def test_every_preset_reads_back_what_simnode_wrote(build_node, run_module, dige
     gpus = f["pci"]["devices"]
     assert f["pci"]["count"] == spec["gpus"] == len(gpus)
     for dev in gpus:
-        assert dev["vendor"] == "0x%04x" % spec.get("gpu_vendor", 0x10DE) and dev["device"] == "0x%04x" % spec["gpu_device"]
+        assert dev["vendor"] == "0x%04x" % spec.get("gpu_vendor", 0x10DE)
+        assert dev["device"] == "0x%04x" % spec["gpu_device"]
         assert dev["class"] == "0x%06x" % spec["gpu_class"]
         assert (dev["mps"], dev["mrrs"]) == (spec.get("gpu_mps", 256), spec.get("gpu_mrrs", 512))
         assert (dev["link_speed"], dev["link_width"]) == ("32.0 GT/s", 16)

@@ -202,7 +202,8 @@ def ecc_row(row: Row, metric: dict, names: dict) -> dict:
             reported.append("%s: %d correctable" % (name, g["ecc_correctable"]))
     if gpus and len(missing) == len(gpus):
         return row("amd_ecc", 0, None, "unsupported",
-                   "amd-smi metric gives no ECC count (N/A) for %s: RAS not enabled on these GPUs?" % ", ".join(missing))
+                   "amd-smi metric gives no ECC count (N/A) for %s: RAS not enabled on these GPUs?"
+                   % ", ".join(missing))
     notes = (["reported: " + "; ".join(reported)] if reported else []) + \
         (["no ECC count (N/A) for %s" % ", ".join(missing)] if missing else [])
     if failing:

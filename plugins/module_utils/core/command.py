@@ -39,9 +39,10 @@ DEFAULT_TIMEOUTS = {
 }
 # The kind of a command, by the name of its program.
 KINDS = {
-    "nvidia-smi": "nvidia_smi", "amd-smi": "amd_smi", "dcgmi": "dcgmi", "nvbandwidth": "nvbandwidth", "setpci": "pciutils",
-    "lspci": "pciutils", "modprobe": "modprobe", "systemctl": "systemctl", "update-grub": "bootloader",
-    "grub-mkconfig": "bootloader", "grub2-mkconfig": "bootloader", "grubby": "bootloader", "udevadm": "udevadm",
+    "nvidia-smi": "nvidia_smi", "amd-smi": "amd_smi", "dcgmi": "dcgmi", "nvbandwidth": "nvbandwidth",
+    "setpci": "pciutils", "lspci": "pciutils", "modprobe": "modprobe", "systemctl": "systemctl",
+    "update-grub": "bootloader", "grub-mkconfig": "bootloader", "grub2-mkconfig": "bootloader",
+    "grubby": "bootloader", "udevadm": "udevadm",
 }
 # What a command that does not answer usually means, by kind.
 HANGS = {
