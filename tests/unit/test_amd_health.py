@@ -44,7 +44,7 @@ def rows_of(root, timeouts=None, seen=None, desired=None):
     facts = gather(Node(root))
     desired = desired or {"gpu_health": {}}
     facts["gpu_probe"] = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), tools(root, timeouts, seen),
-                                          desired)
+                                          desired, verify.gpu_vendors(facts))
     return facts, {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}
 
 
@@ -197,3 +197,16 @@ def test_every_gpu_familys_rows_name_their_vendor(build_node):
         assert gpu_rows and all(r.get("vendor") for r in gpu_rows), \
             (fam.name, [r["id"] for r in gpu_rows if not r.get("vendor")])
     assert judged == {"gpu_health", "gpu_locality", "gpu_settings", "gpu_p2p"}
+
+
+def test_amd_smi_is_asked_only_where_amd_gpus_are_on_the_bus(build_node):
+    """An NVIDIA node that has amd-smi installed (ROCm tools on a mixed image) does not run it."""
+    root = build_node(cpus=4, nvidia_smi=True)
+    os.symlink(os.path.join(build_node(PRESET, cpus=4, amd_smi=True), "usr/bin/amd-smi"),
+               os.path.join(root, "usr/bin/amd-smi"))
+    seen = []
+    facts = gather(Node(root))
+    probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), tools(root, seen=seen), {"gpu_health": {}},
+                             verify.gpu_vendors(facts))
+    assert verify.gpu_vendors(facts) == {"nvidia"}
+    assert not [s for s in seen if s[0].endswith("amd-smi")] and "amd_list" not in probe

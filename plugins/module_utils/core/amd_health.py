@@ -43,7 +43,7 @@ MISSING = ("amd-smi not found on the node's PATH nor in /opt/rocm/bin: install R
 KEYS = {"amd_version": "version", "amd_list": "list", "amd_static": "static", "amd_metric": "metric",
         "amd_bad_pages": "bad_pages", "amd_topology": "topology", "amd_xgmi_link_status": "xgmi_link_status"}
 COMMANDS = tuple(GpuCommand(key, tuple(amd_smi.COMMANDS[name]["argv"]), tool=TOOL, package=PACKAGE, missing=MISSING,
-                            standalone=True, dirs=DIRS) for key, name in KEYS.items())
+                            standalone=True, dirs=DIRS, vendor="amd") for key, name in KEYS.items())
 READERS = {"amd_list": amd_smi.read_list, "amd_static": amd_smi.read_static, "amd_metric": amd_smi.read_metric,
            "amd_bad_pages": amd_smi.read_bad_pages, "amd_topology": amd_smi.read_topology,
            "amd_xgmi_link_status": amd_smi.read_xgmi_link_status}

@@ -86,6 +86,8 @@ class GpuCommand(NamedTuple):
     standalone: bool = False
     # Another tool: directories below the node's root where it is looked for after PATH (``opt/rocm/bin``).
     dirs: tuple = ()
+    # Asked only where a GPU of this vendor (``pci.gpu_vendor``: "amd") is on the bus; "" always.
+    vendor: str = ""
 
 
 class Family(NamedTuple):

@@ -80,6 +80,11 @@ def gather(node: Node, pci_selector: dict | None = None, detail: bool = False, *
     return facts
 
 
+def gpu_vendors(facts: dict[str, Any]) -> set:
+    """The vendors of the GPUs on the node's bus (facts' ``pci.gpu_vendors``), selected or not."""
+    return set(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
+
+
 class Tools(NamedTuple):
     """How commands are found and run on the node.
 
@@ -229,7 +234,7 @@ def gpu_commands(desired: dict[str, Any] | None) -> list:
 
 
 def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
-              desired: dict[str, Any] | None = None) -> dict[str, Any]:
+              desired: dict[str, Any] | None = None, vendors: Any = None) -> dict[str, Any]:
     """The ``gpu`` input of ``evaluate_host``: the answers of the commands the families ask for (``gpu_commands``).
 
     Only on a node that has nvidia-smi: a simulated node is probed only through the nvidia-smi it ships
@@ -238,11 +243,13 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
     setting. Every command is bounded (``tools.run``); once nvidia-smi hangs or the driver is down
     (``nvidia_smi.driver_down``, asked ``--help-query-gpu`` first), it is asked nothing more: each later answer
     is that failure, marked ``not_run``, so a wedged GPU costs one timeout, not one per command. Another tool
-    (dcgmi, nvbandwidth) is run as asked; missing, its answer is rc 127 with what to install.
+    (dcgmi, nvbandwidth) is run as asked; missing, its answer is rc 127 with what to install. A command of a
+    vendor's tool (``GpuCommand.vendor``: amd-smi) runs only where ``vendors`` (the vendors of the GPUs on the
+    bus; None: every vendor) has that vendor, with or without nvidia-smi (``standalone``).
     """
     if not options["gpu"]:
         return {"probe": "disabled"}
-    cmds = gpu_commands(desired)
+    cmds = [c for c in gpu_commands(desired) if not c.vendor or vendors is None or c.vendor in vendors]
     smi = tools.find(SMI, "nvidia-utils")
     if not smi:
         out = {"probe": "absent" if node.is_live else "simulated"}
@@ -330,8 +337,9 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
         "boot_unit_state": boot_unit_state(node, opts, tools, boot_unit),
         "modules_persisted": modules,
     }
+    probe = gpu_probe(node, opts, tools, desired, gpu_vendors(facts))
     result = verification.evaluate_host(
-        facts, desired, context, kernel_log_since=since, gpu=gpu_probe(node, opts, tools, desired),
+        facts, desired, context, kernel_log_since=since, gpu=probe,
         fail_on_pending=opts["fail_on_pending"], fail_classes=opts["fail_classes"], host=opts["host"],
         verified_at=opts["verified_at"], gate=opts["gate"])
     return facts, result
