@@ -14,7 +14,7 @@ import re
 
 import simnode
 from support.inventory import write_inventory
-from support.playbooks import assert_ok, run_playbook
+from support.playbooks import assert_ok, by_host, rollout, run_playbook
 from support.trees import snapshot, tree_changes, tree_digest
 
 PRESET = "mi300x-epyc-8gpu"
@@ -103,3 +103,24 @@ def test_runtime_and_persistent_tuning_apply_and_roll_back_to_the_byte(tmp_path)
     assert_ok(rollback)
     left = tree_changes(before, snapshot(root))
     assert left == [], left
+
+
+def test_a_mixed_fleet_rolls_out_with_one_inventory_and_the_sick_amd_host_is_not_tuned(tmp_path):
+    roots = {name: str(tmp_path / "nodes" / name) for name in ("nvidia", "mi300x", "mi300x-ecc")}
+    simnode.build(roots["nvidia"], "audited-epyc-8gpu", cpus=4, nvidia_smi=True)
+    simnode.build(roots["mi300x"], PRESET, cpus=4, amd_smi=True)
+    simnode.build(roots["mi300x-ecc"], PRESET, cpus=4, amd_faults={"ecc_uncorrectable": [SICK]})
+    sick_before = tree_digest(roots["mi300x-ecc"])
+    write_inventory(os.path.join(str(tmp_path), "hosts.yml"), roots, report_dir=os.path.join(str(tmp_path), "reports"))
+    proc, summary, _reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_canary=0",
+                                      "-e", "gpunode_tuning_rollout_batch=100%",
+                                      "-e", "gpunode_tuning_rollout_max_fail_percentage=100", "-e", TIMEOUTS)
+    assert proc.returncode != 0  # one host is unhealthy
+    results = by_host(summary)
+    assert {h: results[h]["status"] for h in roots} == {"nvidia": "done", "mi300x": "done",
+                                                        "mi300x-ecc": "unhealthy"}, results
+    assert any(f.startswith("gpu_health.amd_ecc: GPU 3 (0000:65:00.0): 2 uncorrectable ECC error(s)")
+               for f in results["mi300x-ecc"]["findings"]), results["mi300x-ecc"]["findings"]
+    assert tree_digest(roots["mi300x-ecc"]) == sick_before  # the sick host was not tuned
+    fleet = (tmp_path / "reports" / "fleet-summary.md").read_text()
+    assert "| nvidia |" in fleet and "| mi300x |" in fleet
