@@ -504,7 +504,6 @@ PRESETS["xeon-2s-8gpu-switches-nonuma"] = dict(
 )
 
 
-
 def build_pci_topology(p: Preset) -> list:
     """Return the list of PCI functions for a preset, bridges first."""
     funcs = []

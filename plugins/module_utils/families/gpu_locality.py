@@ -888,6 +888,7 @@ def remove_export(pc) -> dict:
 PERSIST = persistence.Concern(NAME, ("locality",), persist_export, remove_export,
                               description="the topology file for inference engines")
 
+
 def gpu_commands(desired: dict) -> tuple:
     """The GPU list (nvidia-smi's numbering) and ``topo -m`` (its CPU and NUMA affinity column)."""
     return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY)
