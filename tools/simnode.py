@@ -163,6 +163,26 @@ class Preset:
     numa_unknown_nodes: tuple = ()
     nic_queues: int = 16
     nics_every: int = 0
+    # The GPUs' vendor and subsystem (NVIDIA by default; AMD Instinct: 0x1002), and their buses when the preset
+    # has its own (else GPU_BUSES).
+    gpu_vendor: int = 0x10DE
+    gpu_subsystem: int = 0x204E
+    gpu_buses: tuple = ()
+
+
+# Root-complex buses used for GPUs, alternating between the two sockets as on real EPYC boards.
+GPU_BUSES = [0x41, 0x61, 0x81, 0xA1, 0xC1, 0xE1, 0x01, 0x21]
+# The 8x MI300X node of AMD's amd-smi overview (tests/data/real/amd-smi-list-text-mi300x-rocm-blogs.txt:
+# 0000:05:00.0, 26, 46, ... e5): four GPUs per socket.
+AMD_MI300X_BUSES = (0x05, 0x26, 0x46, 0x65, 0x85, 0xA5, 0xC5, 0xE5)
+# The GPUs of either vendor, by vendor and class (as core/pci.py's default selector).
+SIM_GPU_VENDORS = (0x10DE, 0x1002)
+SIM_GPU_CLASSES = (0x0300, 0x0302, 0x0380, 0x1200)
+
+
+def is_gpu(f) -> bool:
+    """Whether a PCI function is a GPU of either vendor (NVIDIA display/3D, AMD Instinct 0380/1200)."""
+    return f.kind == "endpoint" and f.vendor in SIM_GPU_VENDORS and (f.class_code >> 8) in SIM_GPU_CLASSES
 
 
 PRESETS = {
@@ -204,6 +224,50 @@ PRESETS = {
             (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.124.06"),
             (4, "vxlan: non-ECT from 10.224.3.17 with TOS=0x2"),
             (4, "vxlan: non-ECT from 10.224.7.201 with TOS=0x2"),
+        ],
+    ),
+    "mi300x-epyc-8gpu": dict(
+        description="An AMD Instinct MI300X platform: 2x AMD EPYC (2 NUMA nodes, NPS1), acpi_idle POLL/C1/C2, "
+        "acpi-cpufreq, numa_balancing 1, 8 MI300X OAM GPUs (vendor 0x1002, device 0x74a1, class 0x1200) on XGMI, "
+        "4 per socket, at the BDFs of AMD's 8x MI300X example node, a ConnectX NIC, an NVMe drive; amdgpu loaded.",
+        cpu_vendor="AuthenticAMD",
+        cpu_model="AMD EPYC 9534 64-Core Processor",
+        cpu_family=0x19,
+        sockets=2,
+        cpus=128,
+        idle_driver="acpi_idle",
+        idle_states=IDLE_ACPI_EPYC,
+        freq_driver="acpi-cpufreq",
+        governors=ACPI_GOVERNORS,
+        governor="schedutil",
+        epp=None,
+        boost="1",
+        amd_pstate_status=None,
+        intel_pstate=None,
+        gpus=8,
+        gpu_device=0x74A1,
+        gpu_class=0x120000,
+        gpu_vendor=0x1002,
+        gpu_subsystem=0x74A1,
+        gpu_buses=AMD_MI300X_BUSES,
+        topology="root-ports",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.8.0-79-generic root=UUID=5c2e91d4-0b7a-4f3e-a1c6-93d8e2f4b710 ro quiet",
+        lockdown="[none] integrity confidentiality",
+        numa_balancing="1",
+        thp_enabled="[always] madvise never",
+        thp_defrag="always defer defer+madvise [madvise] never",
+        modules={"amdgpu": {}, "nvme": {}, "mlx5_core": {}},
+        extra_devices=("nic", "nvme"),
+        os_id="ubuntu",
+        os_version="24.04",
+        persistenced=False,
+        kmsg=[
+            (6, "Linux version 6.8.0-79-generic (buildd@lcy02-amd64-049) #79-Ubuntu SMP PREEMPT_DYNAMIC"),
+            (6, "Command line: BOOT_IMAGE=/boot/vmlinuz-6.8.0-79-generic root=UUID=5c2e91d4 ro quiet"),
+            (5, "amd_pstate: driver load is disabled, boot with specific mode to enable this"),
+            (6, "[drm] amdgpu kernel modesetting enabled."),
+            (6, "amdgpu 0000:05:00.0: amdgpu: Fetched VBIOS from IFWI"),
+            (4, "ACPI: _OSC: platform retains control of PCIe features (AE_NOT_FOUND)"),
         ],
     ),
     "epyc-pstate-epp": dict(
@@ -439,9 +503,6 @@ PRESETS["xeon-2s-8gpu-switches-nonuma"] = dict(
     numa_unknown_nodes=(1,),
 )
 
-# Root-complex buses used for GPUs, alternating between the two sockets as on real EPYC boards.
-GPU_BUSES = [0x41, 0x61, 0x81, 0xA1, 0xC1, 0xE1, 0x01, 0x21]
-
 
 def build_pci_topology(p: Preset) -> list:
     """Return the list of PCI functions for a preset, bridges first."""
@@ -459,18 +520,19 @@ def build_pci_topology(p: Preset) -> list:
         return _switches_topology(p)
     amd = p.cpu_vendor == "AuthenticAMD"
     port_vendor, port_device = (0x1022, 0x14AB) if amd else (0x8086, 0x352A)
-    gpu_sub = (0x10DE, 0x204E)
+    gpu_sub = (p.gpu_vendor, p.gpu_subsystem)
+    buses = list(p.gpu_buses or GPU_BUSES)
     if p.topology == "root-ports":
         for i in range(p.gpus):
             # Beyond 8 GPUs (benchmarks), further buses in the same root complexes.
-            bus = GPU_BUSES[i % len(GPU_BUSES)] + 4 * (i // len(GPU_BUSES))
+            bus = buses[i % len(buses)] + 4 * (i // len(buses))
             root_bus = bus - 1
             node = (i * sockets // max(p.gpus, 1)) if p.sockets > 1 else 0
             rp = f"0000:{root_bus:02x}:01.1"
             funcs.append(PciFunction(rp, port_vendor, port_device, 0x060400, kind="root_port", numa_node=node,
                                      mps_supported=2, mps=p.gpu_mps, mrrs=512, secondary_bus=bus,
                                      subordinate_bus=bus))
-            funcs.append(PciFunction(f"0000:{bus:02x}:00.0", 0x10DE, p.gpu_device, p.gpu_class,
+            funcs.append(PciFunction(f"0000:{bus:02x}:00.0", p.gpu_vendor, p.gpu_device, p.gpu_class,
                                      numa_node=node, mps=p.gpu_mps, mrrs=p.gpu_mrrs, parent=rp,
                                      subsystem_vendor=gpu_sub[0], subsystem_device=gpu_sub[1]))
             if i == 0 and "audio" in p.extra_devices:
@@ -801,7 +863,8 @@ def write_kmsg(tree: _Tree, messages, extra_records: int = 0) -> None:
 def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = None,  # noqa: PLR0913
           kmsg_records: int = 0, nvidia_smi: bool = False, gpu_faults: dict | None = None,
           iommu: str | None = None, vfio: list | None = None, benchmark: str | None = None,
-          smi_driver: str = "current", smi_mode: str = "answer", smi_ansi: bool = False) -> dict:
+          smi_driver: str = "current", smi_mode: str = "answer", smi_ansi: bool = False,
+          amd_smi: bool = False, amd_faults: dict | None = None, amd_smi_mode: str = "answer") -> dict:
     """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
 
     ``nvidia_smi``: ship a node-local nvidia-smi stand-in (``usr/bin``) answering from its own
@@ -813,6 +876,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     ``smi_driver`` (``SMI_DRIVERS``: ``r470`` an older driver's field set), ``smi_mode`` (``SMI_MODES``: ``hang``,
     ``exit9``, ``garbled``) and ``smi_ansi`` (the ANSI-underlined topo header of drivers 590-610) shape the
     nvidia-smi stand-in and imply ``nvidia_smi``; a ``dead`` GPU fault reads all 0xff from config space.
+    ``amd_smi``: ship a node-local amd-smi stand-in (AMD presets); ``amd_faults`` (``AMD_FAULTS``, GPU indices in
+    bus order) and ``amd_smi_mode`` (``AMD_SMI_MODES``) shape it and imply ``amd_smi``.
     Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
     """
     if preset not in PRESETS:
@@ -832,6 +897,10 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     faults = {k: list(v) for k, v in (gpu_faults or {}).items()}
     missing = apply_gpu_faults(p, funcs, faults)  # before the first write: a bad fault writes nothing
     _smi_driver(p, smi_driver, smi_mode, smi_ansi)  # likewise for a bad stand-in option
+    amd_faults = {k: list(v) for k, v in (amd_faults or {}).items()}
+    apply_amd_faults(p, funcs, amd_faults)
+    if amd_smi_mode not in AMD_SMI_MODES:
+        raise ValueError(f"amd_smi_mode {amd_smi_mode!r} is not one of {', '.join(AMD_SMI_MODES)}")
     check_iommu_vfio(funcs, iommu, vfio)
     if benchmark is not None and benchmark not in BENCHMARK_KINDS:
         raise ValueError(f"benchmark {benchmark!r} is not one of {', '.join(BENCHMARK_KINDS)}")
@@ -847,11 +916,13 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     write_modprobe(t, p)
     if nvidia_smi or faults or (smi_driver, smi_mode, smi_ansi) != ("current", "answer", False):
         write_nvidia_smi(t, p, funcs, faults, missing, smi_driver, smi_mode, smi_ansi)
+    if amd_smi or amd_faults or amd_smi_mode != "answer":
+        write_amd_smi(t, p, funcs, amd_faults, amd_smi_mode)
     write_iommu_vfio(t, p, funcs, iommu, vfio)
     write_locality(t, p, funcs)
     if benchmark is not None:
         write_benchmark(root, benchmark)
-    gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
+    gpu_bdfs = [f.bdf for f in funcs if is_gpu(f)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
 
@@ -1083,7 +1154,7 @@ def _write_standard_dirs(t: _Tree, p: Preset) -> None:
                 "etc/udev/rules.d", "var/lib",
                 "usr/local/bin", "usr/local/lib", "usr/local/sbin"):
         t.mkdir(rel)
-    if p.os_id == "debian":
+    if p.os_id in ("debian", "ubuntu"):  # Ubuntu configures GRUB the same way
         t.write("etc/default/grub", "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n"
                 "GRUB_DISTRIBUTOR=`lsb_release -i -s 2> /dev/null || echo Debian`\n"
                 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""')
@@ -1501,6 +1572,186 @@ def write_nvidia_smi(t: _Tree, p: Preset, funcs: list, faults: dict, missing: se
     t.write("usr/bin/nvidia-smi", script.encode(), mode=0o755)
 
 
+# ---------------------------------------------------------------------------------------------
+# The node-local amd-smi (AMD Instinct presets)
+# ---------------------------------------------------------------------------------------------
+
+# GPU faults of an AMD node (build(amd_faults={kind: [GPU index, ...]}), --amd-fault KIND=I[,J]).
+AMD_FAULTS = {
+    "ecc_uncorrectable": "amd-smi metric counts 2 uncorrectable ECC errors, in the UMC block",
+    "bad_pages": "amd-smi bad-pages lists as many retired pages as the RAS threshold amd-smi static gives",
+    "x8": "the GPU's link trained at x8 of x16 (amd-smi metric and config space)",
+    "xgmi_down": "the GPU's XGMI link to the next GPU is down (xgmi -l: D on both ends; topology: DISABLED)",
+    "gpu_reset": "the kernel log shows a GPU reset and VRAM lost, at info level as the driver logs them",
+    "missing": "the GPU is on the PCI bus but amd-smi does not list it",
+}
+# How the stand-in answers: "answer"; "hang" never; "error" exit 1 with the library's init error on stderr;
+# "invalid_json" its JSON cut short (as amdsmi issues #168/#184 show); "rocm_dir" answers, installed in
+# opt/rocm/bin instead of usr/bin (not on PATH); "absent" no amd-smi at all.
+AMD_SMI_MODES = ("answer", "hang", "error", "invalid_json", "rocm_dir", "absent")
+AMD_SMI_STATE = "var/lib/simnode/amd-smi.json"
+# ROCm 6.4.1's amd-smi, as tests/data/real/amd-smi-version-rocm6.4.1-mi300a-legacy-rocm-build-4759.txt prints it.
+AMD_SMI_VERSION = ("AMDSMI Tool: 25.4.2+aca1101 | AMDSMI Library version: 25.4.0 | ROCm version: 6.4.1 | "
+                   "amdgpu version: 6.10.5 | amd_hsmp version: N/A")
+# The RAS bad-page threshold of tests/data/real/amd-smi-static-json-gpu-data-mi210-device-metrics-exporter.txt.
+AMD_BAD_PAGE_THRESHOLD = 655
+AMD_ECC_BLOCKS = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
+
+# Stand-in for amd-smi on a simulated node (written by tools/simnode.py): prints the answer simnode rendered
+# for each subcommand (the shapes of ROCm 6.4's amd-smi: {"gpu_data": [...]}, topology a list, xgmi -l its table).
+AMD_SMI_SCRIPT = r'''#!/usr/bin/env python3
+import json, os, sys, time
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) == "rocm":
+    ROOT = os.path.dirname(ROOT)  # <root>/opt/rocm/bin/amd-smi
+with open(os.path.join(ROOT, "@STATE@")) as f:
+    STATE = json.load(f)
+args = [a for a in sys.argv[1:] if a != "--json"]
+if not args:
+    sys.exit("usage: amd-smi [-h] {version,list,static,firmware,bad-pages,metric,process,topology,xgmi,set,reset} ...")
+key = {"bad-pages": "bad_pages"}.get(args[0], args[0])
+if key == "xgmi" and ("-l" in args or "--link-status" in args):
+    key = "xgmi_link_status"
+if key not in STATE["answers"]:
+    sys.stderr.write("amd-smi: error: argument command: invalid choice: %r\n" % args[0])
+    sys.exit(2)
+mode = STATE.get("mode", "answer")
+if mode == "hang" and key != "version":
+    time.sleep(3600)
+if mode == "error" and key != "version":
+    sys.stderr.write("ERROR:root:Unable to initialize amdsmi: AMDSMI_STATUS_DRIVER_NOT_LOADED\n")
+    sys.exit(1)
+text = STATE["answers"][key]
+if mode == "invalid_json" and key == "metric":
+    text = text[: len(text) // 2]
+sys.stdout.write(text + "\n")
+'''
+
+
+def _vt(value, unit: str) -> dict:
+    return {"value": value, "unit": unit}
+
+
+def _amd_uuid(index: int, bdf: str) -> str:
+    """A UUID of the shape AMD's MI300X example shows (``afff74a1-0000-1000-80..-...``)."""
+    return "%02xff74a1-0000-1000-80%02x-%012x" % ((index * 37 + 0xAF) % 256, int(bdf[5:7], 16), 0xE92B0A5D57C8 + index)
+
+
+def amd_static_entry(index: int, f: PciFunction, p: Preset) -> dict:
+    """``amd-smi static``'s record of one MI300X: the MI210 capture's fields, with an MI300X's values."""
+    return {
+        "gpu": index,
+        "asic": {"market_name": "AMD Instinct MI300X", "vendor_id": "0x1002",
+                 "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]", "subvendor_id": "0x1002",
+                 "device_id": "0x%04x" % p.gpu_device, "rev_id": "0x00", "num_compute_units": 304,
+                 "target_graphics_version": "gfx942"},
+        "bus": {"bdf": f.bdf, "max_pcie_width": 16, "max_pcie_speed": _vt(32, "GT/s"),
+                "pcie_interface_version": "Gen 5", "slot_type": "OAM"},
+        "limit": {"max_power": _vt(750, "W"), "min_power": _vt(0, "W"), "socket_power": _vt(750, "W")},
+        "driver": {"name": "amdgpu", "version": "6.10.5"},
+        "ras": {"eeprom_version": "0x30000", "bad_page_threshold": AMD_BAD_PAGE_THRESHOLD,
+                "parity_schema": "DISABLED", "single_bit_schema": "DISABLED", "double_bit_schema": "DISABLED",
+                "poison_schema": "ENABLED", "ecc_block_state": {b: "ENABLED" for b in AMD_ECC_BLOCKS}},
+        "partition": {"compute_partition": "SPX", "memory_partition": "NPS1"},
+        "numa": {"node": max(f.numa_node, 0), "affinity": max(f.numa_node, 0)},
+        "vram": {"type": "HBM", "vendor": "HYNIX", "size": _vt(196592, "MB"), "bit_width": 8192},
+    }
+
+
+def amd_metric_entry(index: int, f: PciFunction, faults: dict, i: int) -> dict:
+    """``amd-smi metric``'s record of one idle MI300X: the RX 6600 capture's fields (6.1 names)."""
+    unc = 2 if i in faults.get("ecc_uncorrectable", ()) else 0
+    blocks = {b: {"correctable_count": 0, "uncorrectable_count": unc if b == "UMC" else 0, "deferred_count": 0}
+              for b in AMD_ECC_BLOCKS}
+    return {
+        "gpu": index,
+        "usage": {"gfx_activity": _vt(0, "%"), "umc_activity": _vt(0, "%"), "mm_activity": "N/A"},
+        "power": {"socket_power": _vt(141, "W"), "gfx_voltage": _vt("N/A", "mV"), "power_management": "ENABLED",
+                  "throttle_status": "UNTHROTTLED"},
+        "pcie": {"width": f.link_width, "speed": _vt(32, "GT/s"), "bandwidth": "N/A", "replay_count": 0,
+                 "l0_to_recovery_count": 0, "replay_roll_over_count": 0, "nak_sent_count": 0,
+                 "nak_received_count": 0},
+        "ecc": {"total_correctable_count": 0, "total_uncorrectable_count": unc, "total_deferred_count": 0,
+                "cache_correctable_count": 0, "cache_uncorrectable_count": 0},
+        "ecc_blocks": blocks,
+        "perf_level": "AMDSMI_DEV_PERF_LEVEL_AUTO",
+        "xgmi_err": "NONE",
+    }
+
+
+def _xgmi_up(i: int, j: int, faults: dict) -> bool:
+    down = set(faults.get("xgmi_down", ()))
+    return not ((i in down and j == (i + 1) % 8) or (j in down and i == (j + 1) % 8))
+
+
+def amd_smi_answers(p: Preset, gpus: list, faults: dict) -> dict:
+    """The stand-in's answer per subcommand: ``gpus`` the listed ``(fault index, PciFunction)`` in bus order."""
+    listed = [(n, i, f) for n, (i, f) in enumerate(gpus)]
+
+    def wrap(records):
+        return json.dumps({"gpu_data": records}, indent=4)
+    pages = []
+    for n, i, _f in listed:
+        retired = [{"page_address": "0x%x" % (0x1F0000 + k), "page_size": "4.00 KB", "status": "RESERVED"}
+                   for k in range(AMD_BAD_PAGE_THRESHOLD)] if i in faults.get("bad_pages", ()) else \
+            "No bad pages found."
+        pages.append({"gpu": n, "retired": retired, "pending": "No bad pages found.", "un_res": "No bad pages found."})
+    topology = [{"gpu": n, "bdf": f.bdf, "links": [
+        {"gpu": m, "bdf": g.bdf, "weight": 0 if m == n else 15,
+         "link_status": "ENABLED" if m == n or _xgmi_up(i, j, faults) else "DISABLED",
+         "link_type": "SELF" if m == n else "XGMI", "num_hops": 0 if m == n else 1}
+        for m, j, g in listed]} for n, i, f in listed]
+    rows = ["XGMI LINK STATUS:", "    bdf           link_status"]
+    for n, i, f in listed:
+        cells = ["U" if _xgmi_up(i, j, faults) else "D" for m, j, _g in listed if m != n]
+        rows.append("GPU%d   %s  %s" % (n, f.bdf, "  ".join(cells + ["X"])))
+    rows += ["", "* U:Up D:Down X:Disabled"]
+    return {
+        "version": AMD_SMI_VERSION,
+        "list": wrap([{"gpu": n, "bdf": f.bdf, "uuid": _amd_uuid(n, f.bdf), "kfd_id": 1000 + n, "node_id": 2 + n,
+                       "partition_id": 0} for n, i, f in listed]),
+        "static": wrap([amd_static_entry(n, f, p) for n, i, f in listed]),
+        "metric": wrap([amd_metric_entry(n, f, faults, i) for n, i, f in listed]),
+        "bad_pages": wrap(pages),
+        "topology": json.dumps(topology, indent=4),
+        "xgmi": wrap([]),
+        "xgmi_link_status": "\n".join(rows),
+    }
+
+
+def apply_amd_faults(p: Preset, funcs: list, faults: dict) -> None:
+    """Check ``faults`` (AMD_FAULTS, GPU indices in bus order) and change ``funcs`` and ``p.kmsg`` for them."""
+    unknown = sorted(set(faults) - set(AMD_FAULTS))
+    if unknown:
+        raise ValueError(f"unknown AMD GPU fault(s) {', '.join(unknown)}; available: {', '.join(AMD_FAULTS)}")
+    gpus = sorted((f for f in funcs if is_gpu(f) and f.vendor == 0x1002), key=lambda f: f.bdf)
+    for kind, indices in faults.items():
+        for i in indices:
+            if not isinstance(i, int) or not 0 <= i < len(gpus):
+                raise ValueError(f"AMD GPU fault {kind}: GPU index {i!r} is not one of 0..{len(gpus) - 1}")
+    by_bdf = {f.bdf: f for f in funcs}
+    p.kmsg = list(p.kmsg)
+    for i in faults.get("x8", ()):
+        for f in (gpus[i], by_bdf.get(gpus[i].parent)):
+            if f is not None:
+                f.link_width = 8
+    for i in faults.get("gpu_reset", ()):
+        p.kmsg += [(6, f"amdgpu {gpus[i].bdf}: amdgpu: GPU reset begin!"),
+                   (6, f"amdgpu {gpus[i].bdf}: amdgpu: VRAM is lost due to GPU reset!"),
+                   (6, f"amdgpu {gpus[i].bdf}: amdgpu: GPU reset(2) succeeded!")]
+
+
+def write_amd_smi(t: _Tree, p: Preset, funcs: list, faults: dict, mode: str = "answer") -> None:
+    """The node-local amd-smi (<root>/usr/bin, or opt/rocm/bin) and its answers, with the faults' fields set."""
+    if mode == "absent":
+        return
+    gpus = sorted((f for f in funcs if is_gpu(f) and f.vendor == 0x1002), key=lambda f: f.bdf)
+    shown = [(i, f) for i, f in enumerate(gpus) if i not in faults.get("missing", ())]
+    t.write(AMD_SMI_STATE, json.dumps({"mode": mode, "answers": amd_smi_answers(p, shown, faults)}))
+    where = "opt/rocm/bin/amd-smi" if mode == "rocm_dir" else "usr/bin/amd-smi"
+    t.write(where, AMD_SMI_SCRIPT.replace("@STATE@", AMD_SMI_STATE).encode(), mode=0o755)
+
+
 BENCHMARK_KINDS = ("normal", "inverse", "hang")
 BENCHMARK_BIN = "usr/bin/gpunode-sim-bench"
 
@@ -1755,20 +2006,20 @@ def _write_irqs(t: _Tree, p: Preset, funcs: list) -> None:
     gpus = nics = 0
     for f in funcs:
         cls = f.class_code >> 8
-        if f.kind != "endpoint" or cls not in (0x0300, 0x0302, 0x0200, 0x0207):
+        if f.kind != "endpoint" or not (is_gpu(f) or cls in (0x0200, 0x0207)):
             continue
-        is_gpu = cls in (0x0300, 0x0302)
-        vectors = 1 if is_gpu else max(p.nic_queues, 1)
+        gpu = is_gpu(f)
+        vectors = 1 if gpu else max(p.nic_queues, 1)
         d = os.path.realpath(t.path(f"sys/bus/pci/devices/{f.bdf}"))
         for v in range(vectors):
             remote = p.sockets > 1 and f.numa_node >= 0 and (
-                (is_gpu and gpus == 5) or (not is_gpu and nics == 0 and v >= vectors - 4))
+                (gpu and gpus == 5) or (not gpu and nics == 0 and v >= vectors - 4))
             cpus = _cpulist(_irq_cpus(p, f, v, remote))
             t.write(os.path.relpath(os.path.join(d, "msi_irqs", str(irq)), t.root), "msix")
             t.write(f"proc/irq/{irq}/smp_affinity_list", cpus)
             t.write(f"proc/irq/{irq}/effective_affinity_list", cpus)
             irq += 1
-        gpus, nics = gpus + is_gpu, nics + (not is_gpu)
+        gpus, nics = gpus + gpu, nics + (not gpu)
 
 
 def write_locality(t: _Tree, p: Preset, funcs: list) -> None:
@@ -2175,6 +2426,11 @@ def main(argv=None) -> int:
     b.add_argument("--smi-mode", choices=SMI_MODES, default="answer",
                    help="how the nvidia-smi stand-in answers (hang: never; exit9: driver unreachable)")
     b.add_argument("--smi-ansi", action="store_true", help="ANSI-underlined topo header (drivers 590-610)")
+    b.add_argument("--amd-smi", action="store_true", help="ship a node-local amd-smi stand-in (AMD presets)")
+    b.add_argument("--amd-fault", action="append", default=[], metavar="KIND=I[,J]",
+                   help="an AMD GPU fault (kinds: %s)" % ", ".join(AMD_FAULTS))
+    b.add_argument("--amd-smi-mode", choices=AMD_SMI_MODES, default="answer",
+                   help="how the amd-smi stand-in answers (implies --amd-smi)")
     b.add_argument("--iommu", choices=IOMMU_TYPES, help="an active IOMMU, groups of this default domain type")
     b.add_argument("--vfio", action="append", default=[], metavar="BDF", help="bind this function to vfio-pci")
     b.add_argument("--benchmark", choices=BENCHMARK_KINDS,
@@ -2201,11 +2457,13 @@ def main(argv=None) -> int:
         return _reboot_command(args)
     try:
         faults = _parse_faults(args.gpu_fault)
+        amd_faults = _parse_faults(args.amd_fault)
         sysctl_files = [_parse_sysctl_file(spec) for spec in args.sysctl_file]
         info = build(args.dir, args.preset, cpus=args.cpus, gpus=args.gpus, kmsg_records=args.kmsg_records,
                      nvidia_smi=args.nvidia_smi, gpu_faults=faults, iommu=args.iommu, vfio=args.vfio,
                      benchmark=args.benchmark, smi_driver=args.smi_driver, smi_mode=args.smi_mode,
-                     smi_ansi=args.smi_ansi)
+                     smi_ansi=args.smi_ansi, amd_smi=args.amd_smi, amd_faults=amd_faults,
+                     amd_smi_mode=args.amd_smi_mode)
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2

@@ -15,8 +15,9 @@ description:
     (one write and one read-back for all devices that change; none when nothing changes or in
     check mode; more only after a failed write). Current values are read from the sysfs
     C(config) files.
-  - Without a selector, the selection is the NVIDIA GPUs (vendor C(0x10de), class C(0x0300) or
-    C(0x0302)); their HDMI-audio functions and NVSwitch bridges are not included.
+  - Without a selector, the selection is the NVIDIA and AMD GPUs (vendor C(0x10de) or C(0x1002), class
+    C(0x0300), C(0x0302), C(0x0380) or C(0x1200)); their HDMI-audio functions and NVSwitch bridges are not
+    included.
   - One device that cannot be set never keeps the others from being set. A device whose config
     space is unusable (not present any more, too short to hold its PCI Express capability, not
     a file) or not writable (for example immutable) is failed before anything is written, in

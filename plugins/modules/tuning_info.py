@@ -41,8 +41,8 @@ options:
   pci_selector:
     description:
       - Which PCI functions to report in RV(tuning_facts.pci.devices). Every given key must match.
-      - Without it (or with no key set) the NVIDIA GPUs are selected, vendor V(10de) with class V(0300) or V(0302),
-        not their HDMI-audio functions or NVSwitch bridges.
+      - Without it (or with no key set) the NVIDIA and AMD GPUs are selected, vendor V(10de) or V(1002) with class
+        V(0300), V(0302), V(0380) or V(1200), not their HDMI-audio functions or NVSwitch bridges.
     type: dict
     suboptions:
       vendor:
@@ -407,7 +407,7 @@ tuning_facts:
           description: The selection in words.
           type: str
           returned: always
-          sample: NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)
+          sample: NVIDIA and AMD GPUs (vendor 0x10de/0x1002, class 0x0300/0x0302/0x0380/0x1200)
         pcie_bus_perf:
           description: True when the kernel was booted with C(pci=pcie_bus_perf), which clamps MRRS to MPS.
           type: bool
@@ -432,6 +432,13 @@ tuning_facts:
           elements: str
           returned: always
           sample: ["0000:41:00.0", "0000:61:00.0"]
+        gpu_vendors:
+          description:
+            - Every GPU on the PCI bus, selected or not, by address - C(nvidia) (vendor 0x10de, class 0x0300/0x0302)
+              or C(amd) (vendor 0x1002, class 0x0300/0x0302/0x0380/0x1200).
+          type: dict
+          returned: always
+          sample: {"0000:05:00.0": "amd", "0000:26:00.0": "amd"}
         devices:
           description: The selected devices, sorted by address.
           type: list
@@ -646,6 +653,16 @@ tuning_facts:
           type: dict
           returned: always
           sample: {"79": 1}
+        amdgpu:
+          description:
+            - >-
+              The amdgpu driver's records of a sick GPU in the same window, at every level (the driver logs resets,
+              VRAM loss and RAS counts at info level) - C(counts) per class, C(trouble), C(by_device) (address ->
+              class -> n), C(ras_blocks) and the first C(records) per class. Only when the log has amdgpu records.
+          type: dict
+          returned: when the kernel log holds amdgpu records
+          sample: {"counts": {"gpu_reset": 1, "vram_lost": 1}, "trouble": 2,
+                   "by_device": {"0000:65:00.0": {"gpu_reset": 1, "vram_lost": 1}}}
         aer_severities:
           description:
             - >-

@@ -59,7 +59,8 @@ def test_persistent_guard_names_exactly_the_drift_and_rollback_removes_it(tmp_pa
     assert {"pcie_mrrs", "cpuidle", "cpufreq", "thp", "kmod", "kernel_cmdline", "gpu_health", "pcie_acs"} <= set(
         config["desired"])
     # The GPUs' selector as verification gets it (what is not set is left out).
-    assert config["facts"]["pci_selector"] == {"vendor": ["10de"], "class_prefixes": ["0300", "0302"]}
+    assert config["facts"]["pci_selector"] == {"vendor": ["10de", "1002"],
+                                               "class_prefixes": ["0300", "0302", "0380", "1200"]}
     assert config["verify"]["host"] == "sim-guard" and config["guard"]["textfile_dir"] == "/var/lib/prometheus/" \
                                                                                           "node-exporter"
     with open(os.path.join(root, "etc/gpunode-tuning/desired.json"), encoding="utf-8") as fh:

@@ -63,12 +63,12 @@ def test_timeouts_per_kind_and_what_is_allowed():
     assert limits["nvidia_smi"] == 2 and limits["dcgmi"] == 900.0 and limits["modprobe"] == 120
     assert command.kind_of(["/usr/bin/nvidia-smi", "-q"]) == "nvidia_smi"
     assert command.kind_of(["/usr/sbin/update-grub"]) == "bootloader" and command.kind_of(["true"]) == "other"
-    with pytest.raises(command.TimeoutsError, match="unknown kind.s. nvidia; allowed: benchmark, bootloader"):
+    with pytest.raises(command.TimeoutsError, match="unknown kind.s. nvidia; allowed: amd_smi, benchmark, bootloader"):
         command.validate({"nvidia": 3})
     for bad in (0, -1, True, "soon", [3]):
         with pytest.raises(command.TimeoutsError, match="must be a number of seconds > 0"):
             command.validate({"nvidia_smi": bad})
-    with pytest.raises(command.TimeoutsError, match="must be a mapping of benchmark"):
+    with pytest.raises(command.TimeoutsError, match="must be a mapping of amd_smi, benchmark"):
         command.validate([30])
 
 

@@ -527,7 +527,11 @@ def test_metrics_text_follows_the_format_and_naming_rules():
           "counts": {"applied": 1},
           "settings": [{"family": "sysctl", "name": "vm.swappiness", "state": "applied",
                         "cause": {"kind": "sysctl_override", "file": "/etc/x.conf"}}],
-          "xid": {"counts": {GPUS[0]: {"13": 2}}, "serious": {GPUS[0]: 0}}}
+          "xid": {"counts": {GPUS[0]: {"13": 2}}, "serious": {GPUS[0]: 0}},
+          "gpu_faults": {"counts": {"0000:65:00.0": {"gpu_reset": 1, "vram_lost": 1}}, "serious": {"0000:65:00.0": 2},
+                         "vendor": {"0000:65:00.0": "amd"}},
+          "gpus": [{"gpu": "0000:65:00.0", "vendor": "amd", "link_width": 8, "link_max_width": 16}],
+          "health_findings": [{"gpu": "0000:65:00.0", "vendor": "amd", "check": "amd_ecc", "state": "drifted"}]}
     text = guard_metrics.render(st)
     assert 'preset="odd \\"name\\"\\\\\\n"' in text
     names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
@@ -540,6 +544,13 @@ def test_metrics_text_follows_the_format_and_naming_rules():
             rest = line.rsplit("}", 1)[1] if "}" in line else line.split(" ", 1)[1]
             assert len(rest.split()) == 1, "a sample with a timestamp: %s" % line
     assert "gpunode_tuning_guard_last_run_timestamp_seconds 1796131061.5\n" in text
-    assert 'gpunode_tuning_gpu_xid_errors_total{gpu="0000:41:00.0",code="13"} 2\n' in text
+    assert 'gpunode_tuning_gpu_xid_errors_total{gpu="0000:41:00.0",vendor="nvidia",code="13"} 2\n' in text
+    # Every GPU series names its vendor; AMD's kernel-log faults are counters like the Xid ones.
+    for sample in ('gpunode_tuning_gpu_fault_events_total{gpu="0000:65:00.0",vendor="amd",class="gpu_reset"} 1\n',
+                   'gpunode_tuning_gpu_serious_fault_events_total{gpu="0000:65:00.0",vendor="amd"} 2\n',
+                   'gpunode_tuning_gpu_link_width{gpu="0000:65:00.0",vendor="amd"} 8\n',
+                   'gpunode_tuning_gpu_health_finding{gpu="0000:65:00.0",vendor="amd",check="amd_ecc",'
+                   'state="drifted"} 1\n'):
+        assert sample in text, sample
     assert ('gpunode_tuning_setting_cause_info{family="sysctl",setting="vm.swappiness",cause="sysctl_override",'
             'source="/etc/x.conf"} 1\n') in text

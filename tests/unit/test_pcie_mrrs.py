@@ -272,7 +272,7 @@ def test_empty_selection_fails_unless_allowed(build_node, run_module, digest):
     root = build_node("tiny-vm")
     snap = digest(root)
     result, failed = run_module("setpci_mrrs", {"mrrs": 4096, "root": root})
-    assert failed and "allow_empty" in result["msg"] and "NVIDIA GPUs" in result["msg"]
+    assert failed and "allow_empty" in result["msg"] and "NVIDIA and AMD GPUs" in result["msg"]
     result, failed = run_module("setpci_mrrs", {"mrrs": 4096, "root": root, "allow_empty": True})
     assert not failed and not result["changed"] and result["devices"] == []
     # A named device without a PCIe capability is skipped with its reason; that alone is empty.

@@ -35,8 +35,8 @@ def test_the_presets_null_stays_null_and_means_leave_alone():
     desired = desired_state.desired_state(preset_values())
     assert desired["cpufreq"] == {"governor": "performance", "epp": None, "boost": None, "driver": "native",
                                   "amd_pstate_mode": "active", "intel_pstate_status": None}
-    assert desired["pcie_mrrs"] == {"mrrs": 4096, "allow_empty": True, "vendor": ["10de"], "device": None,
-                                    "class_prefixes": ["0300", "0302"], "bdfs": None}
+    assert desired["pcie_mrrs"] == {"mrrs": 4096, "allow_empty": True, "vendor": ["10de", "1002"], "device": None,
+                                    "class_prefixes": ["0300", "0302", "0380", "1200"], "bdfs": None}
     assert desired["cpuidle"] == {"disable": [], "max_latency_us": 100, "cpus": None}
     assert desired["sysctl"]["kernel.numa_balancing"] == 0 and desired["numa_balancing"] == 0
     assert desired["gpu_settings"] is None and desired["iommu"] is None

@@ -26,6 +26,7 @@ from typing import Any, Callable
 # Seconds per kind of command (the role's gpunode_tuning_command_timeouts, the modules' command_timeouts).
 DEFAULT_TIMEOUTS = {
     "nvidia_smi": 30,
+    "amd_smi": 30,
     "dcgmi": 600,
     "nvbandwidth": 600,
     "pciutils": 30,
@@ -38,13 +39,15 @@ DEFAULT_TIMEOUTS = {
 }
 # The kind of a command, by the name of its program.
 KINDS = {
-    "nvidia-smi": "nvidia_smi", "dcgmi": "dcgmi", "nvbandwidth": "nvbandwidth", "setpci": "pciutils",
-    "lspci": "pciutils", "modprobe": "modprobe", "systemctl": "systemctl", "update-grub": "bootloader",
-    "grub-mkconfig": "bootloader", "grub2-mkconfig": "bootloader", "grubby": "bootloader", "udevadm": "udevadm",
+    "nvidia-smi": "nvidia_smi", "amd-smi": "amd_smi", "dcgmi": "dcgmi", "nvbandwidth": "nvbandwidth",
+    "setpci": "pciutils", "lspci": "pciutils", "modprobe": "modprobe", "systemctl": "systemctl",
+    "update-grub": "bootloader", "grub-mkconfig": "bootloader", "grub2-mkconfig": "bootloader",
+    "grubby": "bootloader", "udevadm": "udevadm",
 }
 # What a command that does not answer usually means, by kind.
 HANGS = {
     "nvidia_smi": "a wedged GPU or driver",
+    "amd_smi": "a wedged GPU or amdgpu driver",
     "dcgmi": "a wedged GPU, or nv-hostengine not answering",
     "nvbandwidth": "a wedged GPU, or a peer-to-peer copy that never completes",
     "pciutils": "a device whose config space does not answer",

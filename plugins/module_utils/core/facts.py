@@ -33,6 +33,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
     DeviceSelector,
     decode_pcie,
+    gpu_vendor,
     list_devices,
     not_responding,
     pcie_bus_perf,
@@ -74,7 +75,7 @@ def int_or_none(text: str | None) -> int | None:
 
 
 def build_selector(spec: dict | None) -> DeviceSelector:
-    """A ``DeviceSelector`` from the ``pci_selector`` option (None or {} = NVIDIA GPUs)."""
+    """A ``DeviceSelector`` from the ``pci_selector`` option (None or {} = the NVIDIA and AMD GPUs)."""
     spec = dict(spec or {})
     unknown = sorted(k for k in spec if k not in SELECTOR_KEYS)
     if unknown:
@@ -197,15 +198,18 @@ def pci_facts(node: Node, selector: DeviceSelector, listed: list | None = None) 
     devices = []
     present = set()
     nvidia_gpus = []
-    default = DeviceSelector()
+    vendors = {}
     for dev in list_devices(node) if listed is None else listed:
         present.add(dev["bdf"])
-        if default.matches(dev):
+        vendor = gpu_vendor(dev)
+        if vendor:
+            vendors[dev["bdf"]] = vendor
+        if vendor == "nvidia":
             nvidia_gpus.append(dev["bdf"])
         if not selector.matches(dev):
             continue
         entry = {k: dev[k] for k in ("bdf", "vendor", "device", "class", "numa_node")}
-        entry.update(pcie=False, port_type=None, mps=None, mps_supported=None, mrrs=None,
+        entry.update(gpu_vendor=vendor, pcie=False, port_type=None, mps=None, mps_supported=None, mrrs=None,
                      link_speed=None, link_width=None, link_speed_capable=None, link_width_capable=None,
                      error=None, responding=True)
         try:
@@ -244,6 +248,8 @@ def pci_facts(node: Node, selector: DeviceSelector, listed: list | None = None) 
         "devices": devices,
         # Every NVIDIA GPU on the bus, selected or not (a GPU nvidia-smi lists that the bus no longer shows).
         "nvidia_gpus": nvidia_gpus,
+        # Every GPU on the bus by vendor ("nvidia", "amd"), selected or not: bdf -> vendor.
+        "gpu_vendors": vendors,
     }
 
 

@@ -82,6 +82,12 @@ class GpuCommand(NamedTuple):
     fields: tuple = ()
     # Another tool: the stderr of the rc 127 answer when the node does not have it (what to install).
     missing: str = ""
+    # Another tool: run also where nvidia-smi is not installed (amd-smi); else only beside nvidia-smi (dcgmi).
+    standalone: bool = False
+    # Another tool: directories below the node's root where it is looked for after PATH (``opt/rocm/bin``).
+    dirs: tuple = ()
+    # Asked only where a GPU of this vendor (``pci.gpu_vendor``: "amd") is on the bus; "" always.
+    vendor: str = ""
 
 
 class Family(NamedTuple):
@@ -215,11 +221,12 @@ def same(running: Any, desired: Any) -> bool:
 
 
 def setting(family: str, name: str, desired: Any, running: Any, state: str, reason: str = "",
-            persisted: Any = None) -> dict:
-    """One row of the verification report."""
+            persisted: Any = None, vendor: str | None = None) -> dict:
+    """One row of the verification report; a GPU family's rows name the GPUs' ``vendor`` (``nvidia``, ``amd``,
+    ``amd,nvidia`` for a row over the GPUs of both)."""
     if state not in STATES:
         raise EvaluationError("state %r is not one of %s" % (state, ", ".join(STATES)))
-    return {
+    row = {
         "id": "%s.%s" % (family, name),
         "family": family,
         "name": name,
@@ -229,6 +236,23 @@ def setting(family: str, name: str, desired: Any, running: Any, state: str, reas
         "state": state,
         "reason": reason,
     }
+    if vendor:
+        row["vendor"] = vendor
+    return row
+
+
+def with_vendor(evaluate: Callable[..., list], vendor: Any) -> Callable[..., list]:
+    """A GPU family's ``evaluate`` whose rows name their GPUs' vendor: ``vendor`` a name (``"nvidia"``), or
+    ``(row, facts) -> name or None``; a row that names its vendor already keeps it."""
+    def _evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
+        rows = evaluate(facts, desired, ctx)
+        for row in rows:
+            name = row.get("vendor") or (vendor(row, facts) if callable(vendor) else vendor)
+            if name:
+                row["vendor"] = name
+        return rows
+    _evaluate.__doc__ = evaluate.__doc__
+    return _evaluate
 
 
 def preset_options_spec(options: list) -> dict:

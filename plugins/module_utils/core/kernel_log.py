@@ -35,6 +35,7 @@ import re
 import stat
 from typing import Iterable
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amdgpu_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 try:
@@ -444,6 +445,8 @@ def kernel_log_facts(node: Node, levels: Iterable[str] = DEFAULT_LEVELS, since: 
         return result
     records, stats = parse_kmsg(data, level_set, int(round(since * 1e6)))
     result.update(summarize(records, rules))
+    if b"amdgpu" in data:  # the amdgpu classes at every level: the driver logs resets and RAS counts at info
+        result["amdgpu"] = amdgpu_log.summarize(parse_kmsg(data, None, int(round(since * 1e6)))[0])
     result.update(available=True, records_total=stats["total"], records_selected=stats["selected"],
                   malformed=stats["malformed"])
     if stats["last_usec"] is not None:

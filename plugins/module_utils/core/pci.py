@@ -68,6 +68,12 @@ SETPCI_DEVCTL_REG = "CAP_EXP+08.w"
 
 NVIDIA_VENDOR = "0x10de"
 NVIDIA_GPU_CLASS_PREFIXES = ("0300", "0302")
+AMD_VENDOR = "0x1002"
+# The GPUs the default selector picks: NVIDIA's display (0300) and 3D (0302) controllers, AMD Instinct's
+# "display controller, other" (0380, MI200) and processing accelerator (1200, MI300). HDMI-audio functions
+# (0403), NVSwitch bridges (0680) and AMD's own CPU devices (vendor 0x1022) are not among them.
+GPU_VENDORS = {NVIDIA_VENDOR: "nvidia", AMD_VENDOR: "amd"}
+GPU_CLASS_PREFIXES = ("0300", "0302", "0380", "1200")
 
 PCIE_PORT_TYPES = {
     0x0: "endpoint", 0x1: "legacy_endpoint", 0x4: "root_port", 0x5: "upstream_port",
@@ -265,15 +271,16 @@ class DeviceSelector:
     ``device``: a hex id; ``class_prefixes``:
     list of 2/4/6-hex-digit class prefixes matched against the 24-bit class; ``bdfs``: list of
     addresses (``DDDD:BB:DD.F`` or ``BB:DD.F``). With no criterion at all the selector is the
-    default: NVIDIA GPUs, vendor 0x10de with class 0x0300 or 0x0302 (not their HDMI-audio
-    functions, not NVSwitch bridges). Raises ``ValueError`` on malformed input.
+    default: the GPUs of ``GPU_VENDORS`` (NVIDIA 0x10de, AMD 0x1002) with a class of
+    ``GPU_CLASS_PREFIXES`` (not their HDMI-audio functions, not NVSwitch bridges). Raises
+    ``ValueError`` on malformed input.
     """
 
     def __init__(self, vendor=None, device=None, class_prefixes=None, bdfs=None):
         vendors = list(vendor) if isinstance(vendor, (list, tuple)) else [] if vendor is None else [vendor]
         self.is_default = not vendors and device is None and not class_prefixes and not bdfs
         if self.is_default:
-            vendors, class_prefixes = [NVIDIA_VENDOR], list(NVIDIA_GPU_CLASS_PREFIXES)
+            vendors, class_prefixes = list(GPU_VENDORS), list(GPU_CLASS_PREFIXES)
         self.vendors = [normalize_hex_id(v, "vendor") for v in vendors] or None
         self.device = normalize_hex_id(device, "device") if device is not None else None
         self.class_prefixes = [normalize_class_prefix(c) for c in class_prefixes] if class_prefixes else None
@@ -281,7 +288,12 @@ class DeviceSelector:
 
     @classmethod
     def nvidia_gpus(cls) -> DeviceSelector:
-        """The default selector: NVIDIA display/3D controllers."""
+        """NVIDIA display/3D controllers."""
+        return cls(vendor=NVIDIA_VENDOR, class_prefixes=list(NVIDIA_GPU_CLASS_PREFIXES))
+
+    @classmethod
+    def gpus(cls) -> DeviceSelector:
+        """The default selector: every vendor's GPUs (``GPU_VENDORS``, ``GPU_CLASS_PREFIXES``)."""
         return cls()
 
     def matches(self, dev: dict) -> bool:
@@ -301,7 +313,7 @@ class DeviceSelector:
     def describe(self) -> str:
         """A short human description of the selection, for messages."""
         if self.is_default:
-            return "NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302)"
+            return "NVIDIA and AMD GPUs (vendor 0x10de/0x1002, class 0x0300/0x0302/0x0380/0x1200)"
         parts = []
         if self.vendors:
             parts.append("vendor %s" % "/".join(self.vendors))
@@ -312,6 +324,19 @@ class DeviceSelector:
         if self.bdfs:
             parts.append("bdfs %s" % ", ".join(self.bdfs))
         return ", ".join(parts)
+
+
+def gpu_vendor(dev: dict) -> str | None:
+    """``"nvidia"`` or ``"amd"`` for a device dict that is a GPU of ``GPU_VENDORS`` by vendor and class, else None."""
+    try:
+        vendor, cls = _as_hex(dev.get("vendor"), 4), _as_hex(dev.get("class"), 6)[2:]
+    except (TypeError, ValueError):
+        return None
+    if vendor not in GPU_VENDORS or not any(cls.startswith(p) for p in GPU_CLASS_PREFIXES):
+        return None
+    if vendor == NVIDIA_VENDOR and cls[:4] not in NVIDIA_GPU_CLASS_PREFIXES:
+        return None
+    return GPU_VENDORS[vendor]
 
 
 def _as_hex(value, digits):

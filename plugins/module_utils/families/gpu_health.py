@@ -45,7 +45,14 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, dcgm, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    amd_health,
+    command,
+    dcgm,
+    family,
+    nvidia_smi,
+    pci,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import SERIOUS_XIDS
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
@@ -109,11 +116,19 @@ def _row(name: str, desired: Any, running: Any, state: str, reason: str = "") ->
     return family.setting(NAME, name, desired, running, state, reason)
 
 
-def _gpus(facts: dict) -> list:
-    """The selected PCI devices that are NVIDIA GPUs (display or 3D controller)."""
+def _gpus(facts: dict, vendor: str | None = None) -> list:
+    """The selected PCI devices that are GPUs (``pci.gpu_vendor``), of ``vendor`` (``nvidia``, ``amd``) when given."""
     devices = (facts.get("pci") or {}).get("devices") or []
-    return [d for d in devices if str(d.get("vendor")).lower().replace("0x", "") == "10de"
-            and str(d.get("class")).lower().replace("0x", "")[:4] in ("0300", "0302")]
+    return [d for d in devices if pci.gpu_vendor(d) and vendor in (None, pci.gpu_vendor(d))]
+
+
+def vendors_of(gpus: list) -> str | None:
+    """The vendors of GPUs, as a row's ``vendor`` (``amd,nvidia`` for both); None for none."""
+    return ",".join(sorted({pci.gpu_vendor(g) for g in gpus if pci.gpu_vendor(g)})) or None
+
+
+# The rows about every vendor's GPUs (config space, the count); every other row is about one vendor's.
+_ANY_VENDOR = ("link_width", "link_speed", "responding", "gpu_count")
 
 
 def _speed(text: Any) -> float | None:
@@ -130,7 +145,7 @@ def link_rows(facts: dict, busy: dict) -> list:
     """``link_width`` and ``link_speed`` over the selected GPUs; ``busy``: bdf -> utilization %."""
     gpus = [g for g in _gpus(facts) if g.get("pcie") and g.get("link_width_capable")]
     if not gpus:
-        why = "no selected NVIDIA GPU with a readable PCI Express capability"
+        why = "no selected GPU with a readable PCI Express capability"
         return [_row("link_width", None, None, "not_applicable", why),
                 _row("link_speed", None, None, "not_applicable", why)]
     narrow = ["%s link x%s of x%s" % (g["bdf"], g["link_width"], g["link_width_capable"])
@@ -181,7 +196,7 @@ def count_row(facts: dict, want: int | None, smi: list | None) -> dict | None:
         problems.append("%d of %d expected GPUs on the PCI bus" % (len(on_bus), want))
     if smi is not None:
         listed = {g["bdf"] for g in smi}
-        missing = [b for b in on_bus if b not in listed]
+        missing = [g["bdf"] for g in _gpus(facts, "nvidia") if g["bdf"] not in listed]
         if missing:
             problems.append("on the bus but not listed by the driver (nvidia-smi): %s" % ", ".join(missing))
         bus = set((facts.get("pci") or {}).get("nvidia_gpus") or on_bus)
@@ -202,7 +217,7 @@ def responding_row(facts: dict) -> dict:
     """``responding``: a GPU whose config space reads all 0xff (vendor id ffff) has stopped answering: fails."""
     gpus = _gpus(facts)
     if not gpus:
-        return _row("responding", None, None, "not_applicable", "no selected NVIDIA GPU on the PCI bus")
+        return _row("responding", None, None, "not_applicable", "no selected GPU on the PCI bus")
     dead = ["%s %s" % (g["bdf"], g.get("error")) for g in gpus if g.get("responding") is False]
     if dead:
         return _row("responding", "all", "; ".join(dead), "drifted",
@@ -222,13 +237,13 @@ def driver_count_row(facts: dict, probe: dict, root: str = "/") -> dict | None:
     if state != "present":
         return _row("driver_count", None, None, "not_applicable", why)
     query = probe["query"] or {}
-    on_bus = _gpus(facts)
+    on_bus = _gpus(facts, "nvidia")
     if query.get("rc", 0) != 0:
         return _row("driver_count", len(on_bus), None, "drifted", nvidia_smi.smi_failure(query))
     gpus = nvidia_smi.parse_gpu_query(query.get("stdout"))
     if on_bus and len(gpus) < len(on_bus):
         seen = {g["bdf"] for g in gpus}
-        missing = [d["bdf"] for d in (facts.get("pci") or {}).get("devices") or [] if d["bdf"] not in seen]
+        missing = [d["bdf"] for d in on_bus if d["bdf"] not in seen]
         return _row("driver_count", len(on_bus), len(gpus), "drifted",
                     "the driver sees %d of %d GPUs on the PCI bus (missing: %s); fallen off the bus?"
                     % (len(gpus), len(on_bus), ", ".join(missing) or "?"))
@@ -418,7 +433,7 @@ def _answer_row(facts: dict, gpus: list, unparsed: list, fields) -> dict | None:
     problems += lost
     if not problems:
         return None
-    state = "drifted" if _gpus(facts) or lost else "unsupported"
+    state = "drifted" if _gpus(facts, "nvidia") or lost else "unsupported"
     return _row("nvidia_smi", "answers", "; ".join(problems)[:300], state, "; ".join(problems))
 
 
@@ -429,7 +444,7 @@ def _answer_row(facts: dict, gpus: list, unparsed: list, fields) -> dict | None:
 
 def _xid_devices(kernel_log: dict, facts: dict) -> dict:
     """code -> sorted GPU addresses, from the kernel log's Xid samples (``0000:41:00`` -> ``.0``)."""
-    bdfs = [g["bdf"] for g in _gpus(facts)]
+    bdfs = [g["bdf"] for g in _gpus(facts, "nvidia")]
     out = {}
     for rec in (kernel_log.get("records") or {}).get("xid") or []:
         dev = str(rec.get("device") or "")
@@ -543,7 +558,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     driver = driver_count_row(facts, probe, getattr(ctx, "root", "/"))
     tail = [driver] if driver else []
     if NAME not in (desired or {}):
-        return tail  # not part of the desired state (the role always asks; tuning_info alone may not)
+        return _with_vendor(tail, facts)  # not part of the desired state (the role always asks; tuning_info may not)
     want = validate((desired or {}).get(NAME))
     health = probe.get("health") if probe.get("probe") == "present" else None
     rows, smi = smi_rows(facts, health)
@@ -560,7 +575,28 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     out += rows + [xid_row(facts)]
     if want["dcgm_diag"]:
         out.append(dcgm_row(probe.get("dcgm")))
-    return out + tail
+    return _with_vendor(out + tail, facts) + amd_health.rows(facts, _gpus(facts, "amd"), ctx_gpu(facts, ctx),
+                                                             _amd_row)
+
+
+def ctx_gpu(facts: dict, ctx: Any) -> dict:
+    """The GPU probe's answers: ``ctx.gpu``, else ``facts["gpu_probe"]``, else {}."""
+    return getattr(ctx, "gpu", None) or facts.get("gpu_probe") or {}
+
+
+def _amd_row(name: str, desired: Any, running: Any, state: str, reason: str = "") -> dict:
+    return family.setting(NAME, name, desired, running, state, reason, vendor="amd")
+
+
+def _with_vendor(rows: list, facts: dict) -> list:
+    """Each row with its ``vendor``: the GPUs' of a row about every vendor's GPUs, else NVIDIA's (nvidia-smi, Xid,
+    DCGM)."""
+    every = vendors_of(_gpus(facts))
+    for r in rows:
+        vendor = every if r["name"] in _ANY_VENDOR else "nvidia"
+        if vendor:
+            r["vendor"] = vendor
+    return rows
 
 
 def read(node: Node, selector: Any = None, query: Any = None) -> dict:
@@ -580,9 +616,10 @@ def read(node: Node, selector: Any = None, query: Any = None) -> dict:
 
 
 def gpu_commands(desired: dict) -> tuple:
-    """The health query and the GPU list; ``dcgmi diag -r 1`` when the desired state asks for it."""
+    """The health query and the GPU list; ``dcgmi diag -r 1`` when the desired state asks for it; amd-smi's calls
+    (``amd_health.COMMANDS``, run also where nvidia-smi is not installed)."""
     dcgm = ((desired or {}).get(NAME) or {}).get("dcgm_diag")
-    return (nvidia_smi.HEALTH, nvidia_smi.QUERY) + ((nvidia_smi.DCGM,) if dcgm else ())
+    return (nvidia_smi.HEALTH, nvidia_smi.QUERY) + ((nvidia_smi.DCGM,) if dcgm else ()) + amd_health.COMMANDS
 
 
 def report(facts: dict, desired: dict, ctx: Any = None) -> str:

@@ -76,7 +76,7 @@ LEGEND = {
     "NODE": "across host bridges of one NUMA node",
     "SYS": "across NUMA nodes (the SMP interconnect)",
 }
-GPU_CLASSES = ("0300", "0302")
+GPU_CLASSES = ("0300", "0302", "0380", "1200")  # NVIDIA display/3D, AMD Instinct MI200/MI300
 NIC_CLASSES = {"0200": "ethernet", "0207": "infiniband"}
 NVME_CLASS = "010802"
 # nvidia-smi's numbering of the export; bounded (a wedged driver must not hang the flow or a boot).
@@ -637,11 +637,16 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
         return [_row("gpus", None, None, "unsupported", "no gpu_locality facts were read (tuning_info without the "
                                                         "family's read)")]
     if not loc.get("gpus"):
-        return [_row("gpus", None, None, "not_applicable", "no selected NVIDIA GPU on this node")]
+        return [_row("gpus", None, None, "not_applicable", "no selected GPU on this node")]
     smi = smi_view(_probe(ctx, facts))
     rows = [gpu_row(g, loc, want, smi) for g in loc["gpus"]]
     rows += [nic_row(n, want, loc["multi_node"]) for n in loc.get("nics") or []]
     return rows + [irqbalance_row(loc)]
+
+
+def row_vendor(row: dict, facts: dict) -> str | None:
+    """A locality row's vendor: its GPU's (the row is named by the GPU's address), None for a NIC or irqbalance."""
+    return ((facts.get("pci") or {}).get("gpu_vendors") or {}).get(row["name"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -888,7 +893,7 @@ DEFINITION = family.Family(
     read=read,
     facts_doc=FACTS_DOC,
     run=run,
-    evaluate=evaluate,
+    evaluate=family.with_vendor(evaluate, row_vendor),
     gpu_commands=gpu_commands,
     boot=boot,
     export=export,

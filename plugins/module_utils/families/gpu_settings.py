@@ -401,7 +401,7 @@ def run(call: family.Call) -> dict:
         return _result([], None, [])
     try:
         smi = find_smi(node, call.lookup)
-        gpus = read_gpus(call.run_command, smi, len(select_devices(node, DeviceSelector())))
+        gpus = read_gpus(call.run_command, smi, len(select_devices(node, DeviceSelector.nvidia_gpus())))
         daemon = daemon_state(node, call)
     except NodeError as exc:
         raise family.FamilyError(str(exc)) from None
@@ -626,7 +626,7 @@ DEFINITION = family.Family(
     titles={NAME: "GPU settings"},
     module="gpu_settings",
     run=run,
-    evaluate=evaluate,
+    evaluate=family.with_vendor(evaluate, "nvidia"),  # nvidia-smi's settings and P2P status
     gpu_commands=gpu_commands,
     boot=boot,
     from_role=from_role,

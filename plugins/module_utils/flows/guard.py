@@ -38,7 +38,14 @@ import time
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, files, kernel_log, lock
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    amdgpu_log,
+    command,
+    files,
+    kernel_log,
+    lock,
+    pci,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     SYSTEM_PATH,
@@ -234,11 +241,10 @@ def update_xids(previous: dict | None, boot_id: str, data: bytes | None, gpus: l
 # ---------------------------------------------------------------------------------------------
 
 
-def selected_gpus(facts: dict | None) -> list:
-    """The selected PCI functions that are NVIDIA GPUs (display or 3D controller)."""
+def selected_gpus(facts: dict | None, vendor: str | None = None) -> list:
+    """The selected PCI functions that are GPUs (``pci.gpu_vendor``: NVIDIA's, AMD's), of ``vendor`` when given."""
     devices = ((facts or {}).get("pci") or {}).get("devices") or []
-    return [d for d in devices if str(d.get("vendor")).lower().replace("0x", "") == "10de"
-            and str(d.get("class")).lower().replace("0x", "")[:4] in ("0300", "0302")]
+    return [d for d in devices if pci.gpu_vendor(d) and vendor in (None, pci.gpu_vendor(d))]
 
 
 def gpu_links(facts: dict | None) -> list:
@@ -247,27 +253,45 @@ def gpu_links(facts: dict | None) -> list:
     for g in selected_gpus(facts):
         if not g.get("pcie"):
             continue
-        out.append({"gpu": g["bdf"], "link_width": g.get("link_width"), "link_max_width": g.get("link_width_capable"),
+        out.append({"gpu": g["bdf"], "vendor": pci.gpu_vendor(g), "link_width": g.get("link_width"),
+                    "link_max_width": g.get("link_width_capable"),
                     "link_transfers_per_second": guard_metrics.transfers_per_second(g.get("link_speed")),
                     "link_max_transfers_per_second": guard_metrics.transfers_per_second(g.get("link_speed_capable"))})
     return out
 
 
-def health_findings(settings: list) -> list:
-    """``[{gpu, check, state, reason}]``: each health row (``Family.health``) that fails or needs a reset, per GPU
-    it names.
+def health_findings(settings: list, vendors: dict | None = None) -> list:
+    """``[{gpu, vendor, check, state, reason}]``: each health row (``Family.health``) that fails or needs a reset,
+    per GPU it names.
 
     The GPUs are the PCI addresses in the row's running value and reason (a health family names every GPU
-    it finds at fault there); a finding of the node as a whole (a DCGM verdict) has ``gpu`` "".
+    it finds at fault there); a finding of the node as a whole (a DCGM verdict) has ``gpu`` "". ``vendor``: the
+    GPU's on the bus (``vendors``, facts' ``pci.gpu_vendors``), else the row's.
     """
     health = registry.health_families()
+    vendors = vendors or {}
     out = []
     for s in settings:
         if s["family"] not in health or s["state"] not in ("drifted", "pending_reboot"):
             continue
         gpus = sorted(set(_BDF.findall("%s %s" % (s.get("running") or "", s.get("reason") or "")))) or [""]
-        out += [{"gpu": g, "check": s["name"], "state": s["state"], "reason": s["reason"]} for g in gpus]
+        out += [{"gpu": g, "vendor": vendors.get(g) or s.get("vendor") or "", "check": s["name"], "state": s["state"],
+                 "reason": s["reason"]} for g in gpus]
     return out
+
+
+def update_gpu_faults(data: bytes | None, vendors: dict) -> dict:
+    """The amdgpu kernel-log fault events of this boot (``amdgpu_log``'s classes, every record level), counters
+    since boot like the Xid ones: ``{"counts": {gpu: {class: n}}, "serious": {gpu: n}, "vendor": {gpu: vendor}}``;
+    ``serious`` (the trouble classes) exists for every AMD GPU on the bus from the first run, at 0."""
+    amd = sorted(b for b, v in vendors.items() if v == "amd")
+    summary = amdgpu_log.summarize(kernel_log.parse_kmsg(data, None)[0] if data and b"amdgpu" in data else ())
+    counts = {gpu: dict(sorted(c.items())) for gpu, c in sorted(summary["by_device"].items())}
+    serious = dict.fromkeys(amd, 0)
+    for gpu, c in counts.items():
+        serious[gpu] = sum(n for cls, n in c.items() if cls in amdgpu_log.TROUBLE_CLASSES)
+    return {"counts": counts, "serious": serious,
+            "vendor": {gpu: vendors.get(gpu) or "amd" for gpu in set(counts) | set(serious)}}
 
 
 def drifted_cpus(s: dict, online: int) -> int | None:
@@ -333,7 +357,9 @@ def build_status(config: dict, outcome: dict, previous: dict | None, now: float)
         "settings": status_settings(result, facts, prev, now),
         "boot_unit": ((result or {}).get("node") or {}).get("boot_unit_state"),
         "gpus": gpu_links(facts),
-        "health_findings": health_findings((result or {}).get("settings") or []),
+        "health_findings": health_findings((result or {}).get("settings") or [],
+                                           ((facts or {}).get("pci") or {}).get("gpu_vendors")),
+        "gpu_faults": outcome.get("gpu_faults") or {"counts": {}, "serious": {}, "vendor": {}},
         "kernel_log": {k: ((result or {}).get("kernel_log") or {}).get(k) for k in ("since", "since_detail", "counts")},
         "xid": outcome["xid"],
         "reapply": reapply_counts(prev.get("reapply"), outcome["xid"]["boot_id"], outcome.get("reapplied") or []),
@@ -399,8 +425,10 @@ def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | Non
             facts, result, error = verify_once(node, config, tools)
     boot_id = node.read(verify_node.BOOT_ID, default="")
     data, _why = kernel_log.read_kmsg(node)
-    xid = update_xids((previous or {}).get("xid"), boot_id, data, [g["bdf"] for g in selected_gpus(facts)])
-    outcome = {"facts": facts, "result": result, "error": error, "xid": xid, "reapplied": reapplied,
+    xid = update_xids((previous or {}).get("xid"), boot_id, data, [g["bdf"] for g in selected_gpus(facts, "nvidia")])
+    faults = update_gpu_faults(data, ((facts or {}).get("pci") or {}).get("gpu_vendors") or {})
+    outcome = {"facts": facts, "result": result, "error": error, "xid": xid, "gpu_faults": faults,
+               "reapplied": reapplied,
                "started": started, "duration": time.monotonic() - t0}
     return build_status(config, outcome, previous, clock())
 

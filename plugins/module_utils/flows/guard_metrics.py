@@ -48,8 +48,12 @@ METRICS = (
     ("gpu_link_max_transfers_per_second", "gauge", "PCIe link speed a GPU is capable of (transfers per second)."),
     ("gpu_health_finding", "gauge", "A GPU health finding (value 1): a failing check, or one needing a reset."),
     ("gpu_xid_errors_total", "counter", "Xid events in the kernel log since boot, by GPU and code."),
+    ("gpu_fault_events_total", "counter",
+     "amdgpu kernel-log fault events since boot (GPU reset, VRAM lost, RAS errors, ...), by GPU, vendor and class."),
     ("gpu_serious_xid_errors_total", "counter",
      "Xid events since boot of the codes that fail verification (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)."),
+    ("gpu_serious_fault_events_total", "counter",
+     "amdgpu kernel-log fault events since boot of the classes that mean a sick GPU, by GPU and vendor."),
     ("kernel_log_records", "gauge", "Kernel-log records per class in verification's window (since the last "
                                     "runtime tuning of this boot, else since boot)."),
     ("guard_reapplied_total", "counter", "Families the guard re-applied since boot (gpunode_tuning_guard_reapply)."),
@@ -136,15 +140,23 @@ def _gpus(status):
     for name, key in keys:
         for g in status.get("gpus") or []:
             if g.get(key) is not None:
-                yield name, {"gpu": g["gpu"]}, g[key]
+                yield name, {"gpu": g["gpu"], "vendor": g.get("vendor") or ""}, g[key]
     for f in status.get("health_findings") or []:
-        yield "gpu_health_finding", {"gpu": f["gpu"], "check": f["check"], "state": f["state"]}, 1
+        yield "gpu_health_finding", {"gpu": f["gpu"], "vendor": f.get("vendor") or "", "check": f["check"],
+                                     "state": f["state"]}, 1
     xid = status.get("xid") or {}
     for gpu, codes in sorted((xid.get("counts") or {}).items()):
         for code, n in sorted(codes.items(), key=lambda kv: int(kv[0])):
-            yield "gpu_xid_errors_total", {"gpu": gpu, "code": code}, n
+            yield "gpu_xid_errors_total", {"gpu": gpu, "vendor": "nvidia", "code": code}, n
+    faults = status.get("gpu_faults") or {}
+    for gpu, classes in sorted((faults.get("counts") or {}).items()):
+        for cls, n in sorted(classes.items()):
+            yield "gpu_fault_events_total", {"gpu": gpu, "vendor": (faults.get("vendor") or {}).get(gpu, "amd"),
+                                             "class": cls}, n
     for gpu, n in sorted((xid.get("serious") or {}).items()):
-        yield "gpu_serious_xid_errors_total", {"gpu": gpu}, n
+        yield "gpu_serious_xid_errors_total", {"gpu": gpu, "vendor": "nvidia"}, n
+    for gpu, n in sorted((faults.get("serious") or {}).items()):
+        yield "gpu_serious_fault_events_total", {"gpu": gpu, "vendor": (faults.get("vendor") or {}).get(gpu, "amd")}, n
 
 
 def _kernel_log(status):

@@ -80,6 +80,11 @@ def gather(node: Node, pci_selector: dict | None = None, detail: bool = False, *
     return facts
 
 
+def gpu_vendors(facts: dict[str, Any]) -> set:
+    """The vendors of the GPUs on the node's bus (facts' ``pci.gpu_vendors``), selected or not."""
+    return set(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
+
+
 class Tools(NamedTuple):
     """How commands are found and run on the node.
 
@@ -229,7 +234,7 @@ def gpu_commands(desired: dict[str, Any] | None) -> list:
 
 
 def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
-              desired: dict[str, Any] | None = None) -> dict[str, Any]:
+              desired: dict[str, Any] | None = None, vendors: Any = None) -> dict[str, Any]:
     """The ``gpu`` input of ``evaluate_host``: the answers of the commands the families ask for (``gpu_commands``).
 
     Only on a node that has nvidia-smi: a simulated node is probed only through the nvidia-smi it ships
@@ -238,15 +243,19 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
     setting. Every command is bounded (``tools.run``); once nvidia-smi hangs or the driver is down
     (``nvidia_smi.driver_down``, asked ``--help-query-gpu`` first), it is asked nothing more: each later answer
     is that failure, marked ``not_run``, so a wedged GPU costs one timeout, not one per command. Another tool
-    (dcgmi, nvbandwidth) is run as asked; missing, its answer is rc 127 with what to install.
+    (dcgmi, nvbandwidth) is run as asked; missing, its answer is rc 127 with what to install. A command of a
+    vendor's tool (``GpuCommand.vendor``: amd-smi) runs only where ``vendors`` (the vendors of the GPUs on the
+    bus; None: every vendor) has that vendor, with or without nvidia-smi (``standalone``).
     """
     if not options["gpu"]:
         return {"probe": "disabled"}
+    cmds = [c for c in gpu_commands(desired) if not c.vendor or vendors is None or c.vendor in vendors]
     smi = tools.find(SMI, "nvidia-utils")
     if not smi:
-        return {"probe": "absent" if node.is_live else "simulated"}
+        out = {"probe": "absent" if node.is_live else "simulated"}
+        out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI and c.standalone]))
+        return out
     out: dict[str, Any] = {"probe": "present"}
-    cmds = gpu_commands(desired)
     help_result = tools.run([smi, *nvidia_smi.HELP_ARGS])
     down = nvidia_smi.driver_down(help_result)
     known = nvidia_smi.parse_help_fields(help_result[1]) if help_result[0] == 0 and not down else None
@@ -261,8 +270,23 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
             out[cmd.key] = _answer(tools.run([smi, *cmd.args]))
         last = _tuple(out[cmd.key])
         down = nvidia_smi.driver_down(last)
-    for cmd in (c for c in cmds if c.tool != SMI):
-        out[cmd.key] = _other_tool(tools, cmd)
+    out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI]))
+    return out
+
+
+def _other_tools(node: Node, tools: Tools, cmds: list) -> dict[str, Any]:
+    """The answers of the commands of other tools, in order; after one of a tool hangs, that tool is asked nothing
+    more (each later answer is that failure, marked ``not_run``): one timeout, not one per command."""
+    out: dict[str, Any] = {}
+    hung: dict[str, str] = {}
+    for cmd in cmds:
+        if cmd.tool in hung:
+            out[cmd.key] = {"rc": command.TIMEOUT_RC, "stdout": "", "stderr": hung[cmd.tool], "timed_out": True,
+                            "not_run": hung[cmd.tool]}
+            continue
+        out[cmd.key] = _other_tool(node, tools, cmd)
+        if out[cmd.key].get("timed_out"):
+            hung[cmd.tool] = command.failure(cmd.tool, _tuple(out[cmd.key]))
     return out
 
 
@@ -278,10 +302,12 @@ def _tuple(answer: dict[str, Any]) -> command.Result:
     return command.Result(answer["rc"], answer["stdout"], answer["stderr"], timed_out=answer.get("timed_out", False))
 
 
-def _other_tool(tools: Tools, cmd: Any) -> dict[str, Any]:
-    """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout); missing: rc 127 and what to
-    install (``GpuCommand.missing``). Never installed by the check."""
-    path = tools.find(cmd.tool, cmd.package)
+def _other_tool(node: Node, tools: Tools, cmd: Any) -> dict[str, Any]:
+    """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout), found on PATH, then in its
+    ``dirs`` below the node's root; missing: rc 127 and what to install (``GpuCommand.missing``). Never installed
+    by the check."""
+    path = tools.find(cmd.tool, cmd.package) or next(
+        (p for p in (node.path(d, cmd.tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
     if not path:
         return {"rc": 127, "stdout": "", "stderr": cmd.missing or "%s not found on the node" % cmd.tool}
     return _answer(tools.run([path, *cmd.args]))
@@ -311,8 +337,9 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
         "boot_unit_state": boot_unit_state(node, opts, tools, boot_unit),
         "modules_persisted": modules,
     }
+    probe = gpu_probe(node, opts, tools, desired, gpu_vendors(facts))
     result = verification.evaluate_host(
-        facts, desired, context, kernel_log_since=since, gpu=gpu_probe(node, opts, tools, desired),
+        facts, desired, context, kernel_log_since=since, gpu=probe,
         fail_on_pending=opts["fail_on_pending"], fail_classes=opts["fail_classes"], host=opts["host"],
         verified_at=opts["verified_at"], gate=opts["gate"])
     return facts, result

@@ -1,0 +1,126 @@
+"""The playbooks on simulated AMD Instinct MI300X nodes (issue 32): verify, the health gate, tuning and rollback.
+
+tools/simnode.py's ``mi300x-epyc-8gpu`` (2 sockets, 8 MI300X on XGMI) with its amd-smi stand-in, answering in
+the shapes of the real captures (tests/data/real/amd-smi-*). One verify run over a healthy node and one node
+per GPU fault or misbehaving amd-smi; one node tuned runtime and persistent with ``inference-throughput`` and
+rolled back. The hanging amd-smi is bounded by a small ``gpunode_tuning_command_timeouts.amd_smi``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import simnode
+from support.inventory import write_inventory
+from support.playbooks import assert_ok, by_host, rollout, run_playbook
+from support.trees import snapshot, tree_changes, tree_digest
+
+PRESET = "mi300x-epyc-8gpu"
+PRESET_VARS = ("-e", "gpunode_tuning_preset=inference-throughput")
+SICK = 3  # the GPU index (bus order) of each fault: 0000:65:00.0
+TIMEOUTS = json.dumps({"gpunode_tuning_command_timeouts": {"amd_smi": 2}})
+# Node name -> (simnode.build keyword arguments, the failing gpu_health row, words its reason must hold).
+NODES = {
+    "healthy": ({"amd_smi": True}, None, None),
+    "ecc": ({"amd_faults": {"ecc_uncorrectable": [SICK]}}, "amd_ecc",
+            "GPU 3 (0000:65:00.0): 2 uncorrectable ECC error(s) in UMC 2"),
+    "badpages": ({"amd_faults": {"bad_pages": [SICK]}}, "amd_bad_pages",
+                 "GPU 3 (0000:65:00.0): 655 retired page(s), RAS threshold 655 reached"),
+    "x8": ({"amd_faults": {"x8": [SICK]}}, "amd_pcie_link", "GPU 3 (0000:65:00.0) link x8 of x16"),
+    "xgmi": ({"amd_faults": {"xgmi_down": [SICK]}}, "amd_xgmi", "GPU 3 (0000:65:00.0): 1 XGMI link(s) down"),
+    "nosmi": ({"amd_smi_mode": "absent"}, "amd_smi", "amd-smi not found on the node's PATH nor in /opt/rocm/bin"),
+    "hang": ({"amd_smi_mode": "hang"}, "amd_smi", "amd-smi did not answer within 2 s: a wedged GPU or amdgpu driver"),
+    "badjson": ({"amd_smi_mode": "invalid_json"}, "amd_smi", "amd-smi metric --json: amd-smi printed invalid JSON"),
+}
+
+
+def gpu_rows(report):
+    return {s["name"]: s for s in report["settings"] if s["family"] == "gpu_health"}
+
+
+def test_verify_reports_the_gpus_and_fails_each_sick_one_naming_gpu_and_check(tmp_path):
+    roots = {name: str(tmp_path / "nodes" / name) for name in NODES}
+    for name, (kwargs, _row, _words) in NODES.items():
+        simnode.build(roots[name], PRESET, cpus=4, **kwargs)
+    before = {name: tree_digest(root) for name, root in roots.items()}
+    reports = tmp_path / "reports"
+    inventory = write_inventory(str(tmp_path / "hosts.yml"), roots, report_dir=str(reports))
+    proc = run_playbook("verify.yml", inventory, "-e", TIMEOUTS)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    load = {name: json.loads((reports / (name + ".json")).read_text()) for name in roots}
+
+    healthy = gpu_rows(load["healthy"])
+    assert {n: r["state"] for n, r in healthy.items() if n.startswith("amd_")} == dict.fromkeys(
+        ("amd_smi", "amd_gpu_count", "amd_ecc", "amd_bad_pages", "amd_pcie_link", "amd_xgmi", "amd_kernel_log"),
+        "applied")
+    assert healthy["amd_gpu_count"]["running"] == "8 listed by amd-smi, 8 on the PCI bus"
+    assert all(r["vendor"] == "amd" for n, r in healthy.items() if n.startswith("amd_"))
+    assert not [s for s in load["healthy"]["settings"] if s["family"] == "gpu_health" and s["state"] == "drifted"]
+    assert [d["bdf"] for d in load["healthy"]["node"].get("devices", [])] in ([], [
+        "0000:%02x:00.0" % b for b in simnode.AMD_MI300X_BUSES])
+    mrrs = [s["name"] for s in load["healthy"]["settings"] if s["family"] == "pcie_mrrs"]
+    assert mrrs == ["0000:%02x:00.0" % b for b in simnode.AMD_MI300X_BUSES]  # the MI300X GPUs are selected
+
+    for name, (_kwargs, row, words) in NODES.items():
+        if row is None:
+            continue
+        rows = gpu_rows(load[name])
+        assert rows[row]["state"] == "drifted", (name, rows[row])
+        assert words in rows[row]["reason"], (name, rows[row]["reason"])
+        assert load[name]["status"] == "fail", name
+        assert re.search(r"gpu_health [^;]*\b%s\b" % row, " ".join(load[name]["failures"])), \
+            (name, load[name]["failures"])
+    for name in ("nosmi", "hang", "badjson"):  # unhealthy with the reason, never not applicable
+        assert "8 AMD GPU(s) on the PCI bus are not checked by it" in gpu_rows(load[name])["amd_smi"]["reason"]
+    assert "amd-smi did not answer within 2 s" in (reports / "hang.md").read_text()
+    assert {name: tree_digest(root) for name, root in roots.items()} == before  # verify wrote nothing
+
+
+def test_runtime_and_persistent_tuning_apply_and_roll_back_to_the_byte(tmp_path):
+    root = str(tmp_path / "node")
+    simnode.build(root, PRESET, cpus=8, amd_smi=True)
+    inventory = write_inventory(str(tmp_path / "hosts.yml"), {"mi300x": root},
+                                report_dir=str(tmp_path / "reports"))
+    before = snapshot(root)
+
+    runtime = run_playbook("tune.yml", inventory, "--tags", "runtime", *PRESET_VARS)
+    assert_ok(runtime)
+    assert '"pcie_mrrs": "8 set to 4096' in runtime.stdout, runtime.stdout[-3000:]
+    assert "kernel.numa_balancing=0" in runtime.stdout
+    with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), encoding="utf-8") as fh:
+        assert fh.read().strip() == "0"
+    again = run_playbook("tune.yml", inventory, "--tags", "runtime", *PRESET_VARS)
+    assert_ok(again)
+    assert again.recap["mi300x"]["changed"] == 0, again.stdout[-4000:]
+
+    persistent = run_playbook("tune.yml", inventory, "--tags", "persistent", *PRESET_VARS)
+    assert_ok(persistent)
+    assert os.path.isfile(os.path.join(root, "etc/sysctl.d/90-gpunode-tuning.conf"))
+
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
+    left = tree_changes(before, snapshot(root))
+    assert left == [], left
+
+
+def test_a_mixed_fleet_rolls_out_with_one_inventory_and_the_sick_amd_host_is_not_tuned(tmp_path):
+    roots = {name: str(tmp_path / "nodes" / name) for name in ("nvidia", "mi300x", "mi300x-ecc")}
+    simnode.build(roots["nvidia"], "audited-epyc-8gpu", cpus=4, nvidia_smi=True)
+    simnode.build(roots["mi300x"], PRESET, cpus=4, amd_smi=True)
+    simnode.build(roots["mi300x-ecc"], PRESET, cpus=4, amd_faults={"ecc_uncorrectable": [SICK]})
+    sick_before = tree_digest(roots["mi300x-ecc"])
+    write_inventory(os.path.join(str(tmp_path), "hosts.yml"), roots, report_dir=os.path.join(str(tmp_path), "reports"))
+    proc, summary, _reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_canary=0",
+                                      "-e", "gpunode_tuning_rollout_batch=100%",
+                                      "-e", "gpunode_tuning_rollout_max_fail_percentage=100", "-e", TIMEOUTS)
+    assert proc.returncode != 0  # one host is unhealthy
+    results = by_host(summary)
+    assert {h: results[h]["status"] for h in roots} == {"nvidia": "done", "mi300x": "done",
+                                                        "mi300x-ecc": "unhealthy"}, results
+    assert any(f.startswith("gpu_health.amd_ecc: GPU 3 (0000:65:00.0): 2 uncorrectable ECC error(s)")
+               for f in results["mi300x-ecc"]["findings"]), results["mi300x-ecc"]["findings"]
+    assert tree_digest(roots["mi300x-ecc"]) == sick_before  # the sick host was not tuned
+    fleet = (tmp_path / "reports" / "fleet-summary.md").read_text()
+    assert "| nvidia |" in fleet and "| mi300x |" in fleet
