@@ -851,6 +851,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     write_locality(t, p, funcs)
     if benchmark is not None:
         write_benchmark(root, benchmark)
+    write_reboot_command(t)
     gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
@@ -1807,6 +1808,22 @@ RESTORE_OPTIONS = {"pcie_mrrs": {"restore": True, "allow_empty": True}}
 ACS_CAP_ID, ACS_REDIRECT = 0x000D, 0x002C  # ReqRedir, CmpltRedir, EgressCtrl: what disable_acs_redir= clears
 REBOOT_COMMAND_TIMEOUT = 120
 COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".collections")
+
+
+# The node's own reboot, as the collection's reboot sequence runs it on a simulated root (its path is the
+# simulator's, never a real system's: a root that is a real system's copy has no such file to run).
+REBOOT_COMMAND = "var/lib/simnode/reboot"
+REBOOT_SCRIPT = """#!/bin/sh
+# The simulated node's reboot: tools/simnode.py reboot on the root this file lives in (3 levels up).
+root=$(cd "$(dirname "$0")/../../.." && pwd) || exit 2
+exec "@PYTHON@" "@SIMNODE@" reboot "$root"
+"""
+
+
+def write_reboot_command(t: _Tree) -> None:
+    """Ship REBOOT_COMMAND: this Python running this file's ``reboot`` on the root."""
+    script = REBOOT_SCRIPT.replace("@PYTHON@", sys.executable).replace("@SIMNODE@", os.path.abspath(__file__))
+    t.write(REBOOT_COMMAND, script.encode(), mode=0o755)
 
 
 def _read(t: _Tree, rel: str, default: str | None = None) -> str | None:
