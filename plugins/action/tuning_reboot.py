@@ -68,6 +68,9 @@ class ActionModule(ActionBase):
         self._vars = {name: self._templar.template(task_vars.get(name)) for name in VARS}
         self._host = task_vars["inventory_hostname"]
         self._hosts = list(task_vars.get("ansible_play_hosts_all") or [self._host])
+        # The budget counts every host of the run: those the survey set aside (out of service) are not the play's.
+        surveyed = (args.get("survey") or {}).get("hosts") or []
+        self._hosts += [h for h in surveyed if h not in self._hosts]
         settings, errors = seq.settings_of(self._vars, len(self._hosts))
         if errors:
             return {"failed": True, "changed": False, "msg": "; ".join(errors)}

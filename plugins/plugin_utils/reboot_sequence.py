@@ -243,7 +243,7 @@ def survey(backend, hosts: list, records: Records) -> dict:
                   | (set(recorded) if backend.name == "none" else set()), key=hosts.index)
     others = {h: polled["why"].get(h, "out of service") for h in hosts
               if h in polled["out_of_service"] and h not in ours}
-    return {"out_of_service": others, "ours": ours, "backend": backend.name}
+    return {"out_of_service": others, "ours": ours, "backend": backend.name, "hosts": list(hosts)}
 
 
 def take_slot(backend, records: Records, host: str, hosts: list, settings: dict, adopted: bool,
