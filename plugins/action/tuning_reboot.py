@@ -184,6 +184,7 @@ class ActionModule(ActionBase):
             records.write(host, "returned", reason="not rebooted: " + halted)
             return dict(out, failed=True, msg="%s was drained, then returned to service without its reboot (still "
                         "pending): the run's reboots stopped (%s)" % (host, halted))
+        out["boot_mark"] = backend.boot_mark(host)
         records.write(host, "rebooting", reason=reason)
         started = time.monotonic()
         back, detail = self._reboot_host(task_vars)
@@ -271,8 +272,10 @@ class ActionModule(ActionBase):
         if not ok:
             return self._fail_drained(out, "failed its gate after the reboot: %s" % ("; ".join(failures)[:300]), "gate")
         limit = min(settings["reboot_timeout"], BOOT_SETTLE)
-        if not seq.wait_until(lambda: backend.ready(host), limit, settings["poll"]):
-            return self._fail_drained(out, "the scheduler did not see it answer again within %d s" % limit, "return")
+        mark = out.pop("boot_mark", None)
+        if not seq.wait_until(lambda: backend.ready(host, mark), limit, settings["poll"]):
+            return self._fail_drained(out, "the scheduler did not see it register again (slurmd) within %d s"
+                                      % limit, "return")
         backend.undrain(host)
         if not seq.wait_until(lambda: backend.in_service(host), limit, settings["poll"]):
             return self._fail_drained(out, "resumed, but not in service within %d s" % limit, "return")

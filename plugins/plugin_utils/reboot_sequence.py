@@ -128,7 +128,10 @@ class NoneBackend:
     def keep_drained(self, host: str, reason: str) -> None:
         return None
 
-    def ready(self, host: str) -> bool:
+    def boot_mark(self, host: str) -> str | None:
+        return None
+
+    def ready(self, host: str, mark: str | None = None) -> bool:
         return True
 
     def undrain(self, host: str) -> None:
@@ -172,10 +175,18 @@ class SlurmBackend:
     def keep_drained(self, host: str, reason: str) -> None:
         self.drain(host, reason)
 
-    def ready(self, host: str) -> bool:
-        """slurmd registered again: the node answers (no NOT_RESPONDING)."""
-        node = self._node(host)
-        return bool(node) and "NOT_RESPONDING" not in node.get("flags", [])
+    def boot_mark(self, host: str) -> str | None:
+        """When the node's slurmd registered (scontrol's SlurmdStartTime): a reboot changes it."""
+        out = self._call(["scontrol", "show", "node", "-o", self.node_of[host]])
+        return (reboot.parse_scontrol_nodes(out).get(self.node_of[host]) or {}).get("slurmd_start_time")
+
+    def ready(self, host: str, mark: str | None = None) -> bool:
+        """slurmd registered again: a new SlurmdStartTime than ``mark`` (before the reboot), and it answers."""
+        out = self._call(["scontrol", "show", "node", "-o", self.node_of[host]])
+        node = reboot.parse_scontrol_nodes(out).get(self.node_of[host])
+        if not node or "NOT_RESPONDING" in node["flags"]:
+            return False
+        return mark is None or node.get("slurmd_start_time") not in (mark, None)
 
     def undrain(self, host: str) -> None:
         self._call(["scontrol", "update", "NodeName=" + self.node_of[host], "State=RESUME"])
@@ -221,7 +232,10 @@ class CommandBackend:
     def keep_drained(self, host: str, reason: str) -> None:
         return None
 
-    def ready(self, host: str) -> bool:
+    def boot_mark(self, host: str) -> str | None:
+        return None
+
+    def ready(self, host: str, mark: str | None = None) -> bool:
         return True
 
     def undrain(self, host: str) -> None:
