@@ -250,8 +250,9 @@ def batch_gate(results: list, batch: int, canary: bool, max_fail_percentage: flo
     drained = [r["host"] for r in results if (r.get("reboot") or {}).get("stays_drained")]
     if pct <= allowed and not drained:
         return None
-    return {"batch": batch, "canary": canary, "failed_hosts": failed, "batch_hosts": len(results),
-            "failed_percentage": pct, "allowed_percentage": allowed, "stays_drained": drained}
+    out = {"batch": batch, "canary": canary, "failed_hosts": failed, "batch_hosts": len(results),
+           "failed_percentage": pct, "allowed_percentage": allowed}
+    return dict(out, stays_drained=drained) if drained else out
 
 
 def summary(hosts: list, results: list, stopped: dict | None, config: dict, generated_at: str) -> dict:
@@ -300,8 +301,9 @@ def reboot_lines(results: list) -> list:
 def summary_lines(summ: dict) -> list:
     """What the end of the rollout prints: the counts, each host not done with why, the skipped ones."""
     c = summ["counts"]
-    lines = ["%d host(s): %d done, %d failed, %d unhealthy, %d unreachable, %d out of service, %d skipped" % (
-        summ["hosts"], c["done"], c["failed"], c["unhealthy"], c["unreachable"], c["out_of_service"], c["skipped"])]
+    oos = (", %d out of service" % c["out_of_service"]) if c.get("out_of_service") else ""
+    lines = ["%d host(s): %d done, %d failed, %d unhealthy, %d unreachable%s, %d skipped" % (
+        summ["hosts"], c["done"], c["failed"], c["unhealthy"], c["unreachable"], oos, c["skipped"])]
     lines += ["%s: %s: %s" % (r["host"], r["status"], r["reason"]) for r in summ["results"] if r["status"] != "done"]
     lines += reboot_lines(summ["results"])
     if summ["skipped"]:
