@@ -154,7 +154,8 @@ class ActionModule(ActionBase):
         out["waited"] = slot.get("waited", 0)
         if not slot["taken"]:
             return dict(out, failed=True, out_of_service=bool(slot.get("skip")),
-                        msg="%s was not rebooted (its tuning is applied, the reboot is pending): %s" % (host, slot["why"]))
+                        msg="%s was not rebooted (its tuning is applied, the reboot is pending): %s"
+                        % (host, slot["why"]))
         return self._drain_and_reboot(out, reason, task_vars)
 
     def _fail_drained(self, out, why, stage):

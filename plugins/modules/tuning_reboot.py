@@ -11,7 +11,7 @@ version_added: 0.4.0
 description:
   - One phase of the fleet reboot sequence (docs/rebooting.md) per task, run on the controller.
   - V(survey), run once, names the hosts of the play out of service before the run and not by this collection
-    (skipped: never drained, rebooted or resumed) and those drained by it in an earlier run (adopted).
+    (skipped, never drained, rebooted or resumed) and those drained by it in an earlier run (adopted).
   - V(reboot) waits for a slot in C(gpunode_tuning_reboot_max_unavailable), counting every host of the play out of
     service for any reason (polled from the backend, plus the hosts this run drains), drains the host
     (C(gpunode_tuning_drain)), waits until it is drained or C(gpunode_tuning_drain_timeout), reboots it (the

@@ -22,7 +22,8 @@ import json
 import os
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 
@@ -19,8 +20,6 @@ import simnode
 from support.checkout import REPO, VENV_BIN, ansible_env
 from support.inventory import write_inventory
 from support.slurm import SlurmCluster, missing_tools
-
-import subprocess
 
 HOSTS = ["n1", "n2", "n3", "n4", "n5", "n6"]
 # acpi-cpufreq nodes whose native driver is amd-pstate: the persistent flow leaves amd_pstate=active pending.
