@@ -63,7 +63,7 @@ def test_ansible_builder_create_writes_the_context_offline(tmp_path, tarball):
     shutil.copytree(os.path.join(REPO, "ee"), ee, ignore=shutil.ignore_patterns("dist", "context"))
     (ee / "dist").mkdir()
     shutil.copy(tarball, ee / "dist")
-    # podman's file name whether podman is installed yet or not (ansible-builder otherwise picks it by the runtime found).
+    # podman's file name, podman installed or not (ansible-builder otherwise names it after the runtime found).
     run([os.path.join(VENV_BIN, "ansible-builder"), "create", "-f", "execution-environment.yml",
          "--output-filename", "Containerfile", "--context", str(tmp_path / "context")], cwd=ee)
 
