@@ -150,13 +150,28 @@ class ActionModule(ActionBase):
             return dict(out, changed=True, would=verb, msg="would %s %s: %s" % (verb, host, reason))
         if not args["reboot"]:
             return self._gate_and_return(dict(out, adopted=True), task_vars)
-        slot = seq.take_slot(backend, records, host, self._hosts, self._settings, adopted)
+        slot = seq.take_slot(backend, records, host, self._hosts, self._settings, adopted,
+                             want=self._wanting(task_vars))
         out["waited"] = slot.get("waited", 0)
         if not slot["taken"]:
             return dict(out, failed=True, out_of_service=bool(slot.get("skip")),
                         msg="%s was not rebooted (its tuning is applied, the reboot is pending): %s"
                         % (host, slot["why"]))
         return self._drain_and_reboot(out, reason, task_vars)
+
+    def _wanting(self, task_vars):
+        """The hosts of this batch whose persistent flow left a reboot to do (and no failure): the slot's queue."""
+        hostvars = task_vars.get("hostvars") or {}
+        out = []
+        for host in task_vars.get("ansible_play_batch") or [self._host]:
+            if host not in hostvars:
+                continue
+            vars_of = hostvars[host]
+            required = self._templar.template(vars_of.get("gpunode_tuning_reboot_required", False))
+            failures = self._templar.template(vars_of.get("__gpunode_tuning_failures") or [])
+            if required is True and not failures:
+                out.append(host)
+        return out
 
     def _fail_drained(self, out, why, stage):
         """The host stays drained, its reason saying why, and the run's later reboots stop."""

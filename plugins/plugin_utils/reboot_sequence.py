@@ -261,12 +261,17 @@ def survey(backend, hosts: list, records: Records) -> dict:
     return {"out_of_service": others, "ours": ours, "backend": backend.name, "hosts": list(hosts)}
 
 
-def take_slot(backend, records: Records, host: str, hosts: list, settings: dict, adopted: bool,
-              sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> dict:
-    """Wait for a free slot and take it: ``{"taken": bool, "why", "waited", "max_seen"}``.
+FINISHED = ("done", "failed", "not_rebooted", "returned")
 
-    Not taken: out of service by someone else (``skip``), the run halted, or the wait timed out (which
-    halts the run's later reboots).
+
+def take_slot(backend, records: Records, host: str, hosts: list, settings: dict, adopted: bool,  # noqa: PLR0913
+              sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+              want: list | None = None) -> dict:
+    """Wait for a free slot and take it: ``{"taken": bool, "why", "waited"}``.
+
+    ``want``: the hosts of the batch that need a reboot (earlier ones in ``hosts`` get the free slots first,
+    whether or not their own task has started yet). Not taken: out of service by someone else (``skip``), the
+    run halted, or the wait timed out (which halts the run's later reboots).
     """
     start = clock()
     waited_why = ""
@@ -277,9 +282,11 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
             mine = set(in_flight(records.all(hosts), records.run_id))
             ours = set(polled["ours"]) | mine | ({host} if adopted else set())
             down = set(polled["out_of_service"]) | mine | ({host} if adopted else set())
-            waiting = [h for h, r in records.all(hosts).items() if r.get("state") == "waiting"
-                       and r.get("run") == records.run_id]
-            plan = reboot.reboot_plan(hosts, down, ours, set(waiting) | {host}, settings["max_unavailable"],
+            run_records = {h: r for h, r in records.all(hosts).items() if r.get("run") == records.run_id}
+            waiting = {h for h, r in run_records.items() if r.get("state") == "waiting"}
+            finished = {h for h, r in run_records.items() if r.get("state") in FINISHED and h != host}
+            wanted = (waiting | set(want or ()) | {host}) - finished
+            plan = reboot.reboot_plan(hosts, down, ours, wanted, settings["max_unavailable"],
                                       halted=None if host in ours else halted)
             if host in plan["start"] or host in plan["continue"]:
                 records.write(host, "draining", waited=round(clock() - start, 1), slot_at=time.time(),

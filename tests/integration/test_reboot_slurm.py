@@ -54,7 +54,7 @@ class RebootWatcher:
     """Reboots a node's slurmd (as Slurm sees a reboot) when its simulated root gets a new boot id."""
 
     def __init__(self, cluster, roots):
-        self.cluster, self.roots, self.errors, self.rebooted = cluster, roots, [], []
+        self.cluster, self.roots, self.errors, self.rebooted, self.when = cluster, roots, [], [], {}
         self._ids = {h: self._boot_id(h) for h in roots}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -69,12 +69,40 @@ class RebootWatcher:
                 now = self._boot_id(host)
                 if now != self._ids[host]:
                     self._ids[host] = now
+                    self.when[host] = time.monotonic()
                     try:
                         self.cluster.reboot_node(host, down_seconds=1.0)
                         self.rebooted.append(host)
                     except Exception as exc:  # noqa: BLE001  (reported by the test)
                         self.errors.append("%s: %s" % (host, exc))
             time.sleep(0.1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+class JobEnder:
+    """Ends ``job`` ``after`` seconds once sinfo shows ``node`` draining (the sequence's drain is waiting on it)."""
+
+    def __init__(self, cluster, node, job, after):
+        self.cluster, self.node, self.job, self.after = cluster, node, job, after
+        self.ended_at = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            if self.cluster.state(self.node) == "draining":
+                time.sleep(self.after)
+                self.cluster.run(["scancel", self.job])
+                self.ended_at = time.monotonic()
+                return
+            time.sleep(0.2)
 
     def __enter__(self):
         self._thread.start()
@@ -122,9 +150,10 @@ def test_rollout_drains_reboots_within_the_budget_and_resumes_with_a_job_delayin
     cluster = fresh
     roots, inventory, reports = build_fleet(tmp_path, {"n5": NO_REBOOT, "n6": NO_REBOOT},
                                             gpunode_tuning_reboot_max_unavailable=2)
-    job = cluster.submit("n2", 25)
+    job = cluster.submit("n2", 300)
     cluster.wait_for("the job on n2 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
-    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher:
+    ended = JobEnder(cluster, "n2", job, after=2.0)
+    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher, ended:
         started = time.monotonic()
         proc, summary = rollout(cluster, inventory, reports)
         wall = time.monotonic() - started
@@ -143,9 +172,11 @@ def test_rollout_drains_reboots_within_the_budget_and_resumes_with_a_job_delayin
     for host in ("n5", "n6"):
         assert results[host]["reboot"] is None and results[host]["status"] == "done"
     assert set(cluster.sinfo().values()) == {("idle", "none")}, cluster.sinfo()  # every host resumed
-    # The job ran to its end: n2's drain waited for it (drained only once it finished).
+    # n2 was draining with the job on it, and rebooted only after the job ended.
+    assert ended.ended_at is not None, "n2 was never seen draining"
     assert job not in cluster.jobs()
-    assert results["n2"]["reboot"]["drain_s"] >= 1, results["n2"]["reboot"]
+    assert results["n2"]["reboot"]["drain_s"] >= 2, results["n2"]["reboot"]
+    assert watcher.when["n2"] > ended.ended_at
     print("rollout of 6 hosts, 4 reboots, budget 2: %.1f s" % wall)
 
 

@@ -203,3 +203,20 @@ def test_the_precheck_accepts_a_complete_reboot_setting():
     assert reboot.role_problems({"gpunode_tuning_reboot_ok": True, "gpunode_tuning_drain": "slurm",
                                  "gpunode_tuning_reboot_max_unavailable": "10%",
                                  "gpunode_tuning_drain_slurm_node": "gpu-01"}) == []
+
+
+def test_an_interrupted_run_is_adopted_from_its_records(tmp_path):
+    """The controller was killed with n2 rebooting: the next run (another run id) adopts it, and its slot
+    goes on (``continue``) whatever the budget's other holders, while n1 still waits."""
+    seq.Records(str(tmp_path), "killed-run").write("n2", "rebooting", reason="gpunode.tuning: reboot for x")
+    records = seq.Records(str(tmp_path), "next-run")
+    got = seq.survey(seq.NoneBackend(), HOSTS, records)
+    assert got["ours"] == ["n2"] and got["out_of_service"] == {}
+    fake = FakeSlurm()
+    fake.nodes["n2"].update(state="drained", reason="gpunode.tuning: reboot for x")
+    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    assert seq.survey(backend, HOSTS, records)["ours"] == ["n2"]
+    assert seq.take_slot(backend, records, "n2", HOSTS, settings(), True)["taken"]
+    clock = Clock()
+    assert not seq.take_slot(backend, records, "n1", HOSTS, settings(wait_timeout=1), False, sleep=clock.sleep,
+                             clock=clock)["taken"]
