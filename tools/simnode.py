@@ -844,6 +844,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     _write_processes(t, p)
     write_kmsg(t, p.kmsg, extra_records=kmsg_records)
     _write_standard_dirs(t, p)
+    write_reboot_command(t)
     write_modprobe(t, p)
     if nvidia_smi or faults or (smi_driver, smi_mode, smi_ansi) != ("current", "answer", False):
         write_nvidia_smi(t, p, funcs, faults, missing, smi_driver, smi_mode, smi_ansi)
@@ -851,7 +852,6 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     write_locality(t, p, funcs)
     if benchmark is not None:
         write_benchmark(root, benchmark)
-    write_reboot_command(t)
     gpu_bdfs = [f.bdf for f in funcs if f.vendor == 0x10DE and (f.class_code >> 8) in (0x0300, 0x0302)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
