@@ -913,6 +913,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     _write_processes(t, p)
     write_kmsg(t, p.kmsg, extra_records=kmsg_records)
     _write_standard_dirs(t, p)
+    write_reboot_command(t)
     write_modprobe(t, p)
     if nvidia_smi or faults or (smi_driver, smi_mode, smi_ansi) != ("current", "answer", False):
         write_nvidia_smi(t, p, funcs, faults, missing, smi_driver, smi_mode, smi_ansi)
@@ -2058,6 +2059,22 @@ RESTORE_OPTIONS = {"pcie_mrrs": {"restore": True, "allow_empty": True}}
 ACS_CAP_ID, ACS_REDIRECT = 0x000D, 0x002C  # ReqRedir, CmpltRedir, EgressCtrl: what disable_acs_redir= clears
 REBOOT_COMMAND_TIMEOUT = 120
 COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".collections")
+
+
+# The node's own reboot, as the collection's reboot sequence runs it on a simulated root (its path is the
+# simulator's, never a real system's: a root that is a real system's copy has no such file to run).
+REBOOT_COMMAND = "var/lib/simnode/reboot"
+REBOOT_SCRIPT = """#!/bin/sh
+# The simulated node's reboot: tools/simnode.py reboot on the root this file lives in (3 levels up).
+root=$(cd "$(dirname "$0")/../../.." && pwd) || exit 2
+exec "@PYTHON@" "@SIMNODE@" reboot "$root"
+"""
+
+
+def write_reboot_command(t: _Tree) -> None:
+    """Ship REBOOT_COMMAND: this Python running this file's ``reboot`` on the root."""
+    script = REBOOT_SCRIPT.replace("@PYTHON@", sys.executable).replace("@SIMNODE@", os.path.abspath(__file__))
+    t.write(REBOOT_COMMAND, script.encode(), mode=0o755)
 
 
 def _read(t: _Tree, rel: str, default: str | None = None) -> str | None:

@@ -23,6 +23,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate impor
     forbidden_characters,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
 
 PREFIX = "gpunode_tuning_"
 # The GPUs the PCI families act on: the MRRS selector variables (their names predate ACS).
@@ -81,6 +82,8 @@ def combination_problems(values: dict, entry_point: str = "main") -> list:
             except validate.ValidationError as exc:
                 out.append("value of %s: %s" % (name, exc))
     out += guard_problems(values, entry_point)
+    if entry_point != "rollback":
+        out += reboot.role_problems(values)
     report_dir = values.get("gpunode_tuning_report_dir")
     bad = forbidden_characters(report_dir) if isinstance(report_dir, str) else []
     if isinstance(report_dir, str) and (bad or not report_dir.strip()):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
@@ -123,6 +124,70 @@ def reboot_settings(raw: dict, hosts: int) -> tuple[dict, list[str]]:
     out["drain"], problem = drain_backend(raw.get("drain"), bool(out["reboot_ok"]))
     errors += [problem] if problem else []
     return out, errors
+
+
+COMMAND_VARIABLES = ("gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
+                     "gpunode_tuning_undrain_command")
+POLL_RANGE = (0.1, 300.0)
+# A Slurm node name reaches scontrol's argv: a hostname-like word, never an option.
+_SLURM_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def command_argv(value: Any) -> list | None:
+    """The argv of a command variable (a string, split as a shell would but run without one, or a list of
+    strings); None when it is not one."""
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError:
+            return None
+    elif isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        argv = list(value)
+    else:
+        return None
+    if not argv or any(not a or "\0" in a or "\n" in a for a in argv):
+        return None
+    return argv
+
+
+def slurm_node_name(host: str, given: Any = None) -> str:
+    """The host's Slurm node: ``given``, else the inventory name up to its first dot."""
+    return str(given) if given else str(host).split(".", 1)[0]
+
+
+def role_problems(values: dict) -> list[str]:
+    """The precheck's lines for the reboot variables (role variable names, with prefix), [] when all is well.
+
+    The budget's share is judged against one host here (whether it is a valid value); the run counts it
+    against the play's hosts.
+    """
+    raw = {"reboot_ok": values.get("gpunode_tuning_reboot_ok"), "drain": values.get("gpunode_tuning_drain"),
+           "max_unavailable": values.get("gpunode_tuning_reboot_max_unavailable")}
+    raw.update({key: values.get(name) for key, name in TIMEOUT_VARIABLES.items()})
+    got, errors = reboot_settings(raw, 1)
+    if got.get("reboot_ok") and got.get("drain") == "kubernetes":
+        errors.append("gpunode_tuning_drain: kubernetes is not available in this release (the reboot sequence "
+                      "drains with one of none, slurm, command)")
+    if got.get("reboot_ok") and got.get("drain") == "command":
+        for name in ("gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
+                     "gpunode_tuning_undrain_command"):
+            if values.get(name) is None:
+                errors.append("gpunode_tuning_drain is command, so %s must be set (a command string or an argv "
+                              "list)" % name)
+    for name in COMMAND_VARIABLES:
+        if values.get(name) is not None and command_argv(values[name]) is None:
+            errors.append("%s must be a command string or a non-empty list of non-empty argument strings without "
+                          "line breaks (got %s)" % (name, _shown(values[name])))
+    poll = values.get("gpunode_tuning_reboot_poll_interval")
+    if poll is not None and (isinstance(poll, bool) or not isinstance(poll, (int, float))
+                             or not POLL_RANGE[0] <= float(poll) <= POLL_RANGE[1]):
+        errors.append("gpunode_tuning_reboot_poll_interval must be a number of seconds from %s to %s (got %s)"
+                      % (POLL_RANGE[0], POLL_RANGE[1], _shown(poll)))
+    node = values.get("gpunode_tuning_drain_slurm_node")
+    if node is not None and not (isinstance(node, str) and _SLURM_NODE.match(node)):
+        errors.append("gpunode_tuning_drain_slurm_node must be a Slurm node name (letters, digits, '.', '_', '-', "
+                      "not starting with '-') (got %s)" % _shown(node))
+    return errors
 
 
 # --- Slurm's node states -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 FLOWS = ("runtime", "persistent")
-STATUSES = ("done", "failed", "unhealthy", "unreachable")
+STATUSES = ("done", "failed", "unhealthy", "unreachable", "out_of_service")
 DEFAULTS = {"flow": "runtime", "canary": 1, "batch": "20%", "max_fail_percentage": 0.0, "health_gate": True,
             "benchmark_command": None, "benchmark_min_gain": 0.0}
 _PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
@@ -181,6 +181,8 @@ def benchmark_verdict(bench: dict, problem: str) -> dict:
 
 def host_status(state: dict) -> str:
     """done, failed, unhealthy or unreachable, from what the rollout play recorded for the host."""
+    if state.get("out_of_service"):
+        return "out_of_service"
     if state.get("unreachable"):
         return "unreachable"
     if state.get("findings"):
@@ -196,6 +198,9 @@ def _reason(state: dict, status: str) -> str:
         return "unreachable: " + " ".join(str(state.get("unreachable_msg") or "no answer").split())
     if status == "unhealthy":
         return "GPU health (not tuned): " + "; ".join(state["findings"])
+    if status == "out_of_service":
+        return ("out of service before the run, not by gpunode.tuning (%s): not tuned, drained, rebooted or resumed"
+                % state["out_of_service"])
     bench = state.get("benchmark") or {}
     parts = [("health check failed (not tuned): %s" % state["health_error"]) if state.get("health_error") else "",
              ("tuning failed: %s" % state["tune_error"]) if state.get("tune_error") else "",
@@ -203,6 +208,17 @@ def _reason(state: dict, status: str) -> str:
              else bench.get("reason") or "",
              ("verification failed: %s" % state["verify_error"]) if state.get("verify_error") else ""]
     return "; ".join(p for p in parts if p)
+
+
+def reboot_record(reboot: Any) -> dict | None:
+    """What the summary says of the host's reboot sequence (the tuning_reboot task's result), None without one."""
+    if not isinstance(reboot, dict) or reboot.get("skipped") or not reboot:
+        return None
+    keys = ("rebooted", "returned", "stays_drained", "stage", "waited", "drain_s", "reboot_s", "backend", "reason",
+            "would", "adopted", "msg")
+    out = {k: reboot[k] for k in keys if k in reboot}
+    out["failed"] = bool(reboot.get("failed"))
+    return out
 
 
 def host_result(state: dict) -> dict:
@@ -221,7 +237,8 @@ def host_result(state: dict) -> dict:
             "reboot_required": bool(state.get("reboot_required")),
             "needs_reboot": list(verification.get("needs_reboot") or []) if judged else [],
             "health": health, "findings": list(state.get("findings") or []),
-            "benchmark": state.get("benchmark") if state.get("measure") else None}
+            "benchmark": state.get("benchmark") if state.get("measure") else None,
+            "reboot": reboot_record(state.get("reboot"))}
 
 
 def batch_gate(results: list, batch: int, canary: bool, max_fail_percentage: float) -> dict | None:
@@ -229,10 +246,13 @@ def batch_gate(results: list, batch: int, canary: bool, max_fail_percentage: flo
     failed = [r["host"] for r in results if r["status"] != "done"]
     pct = round(100.0 * len(failed) / len(results), 1) if results else 0.0
     allowed = 0.0 if canary else float(max_fail_percentage)
-    if pct <= allowed:
+    # A host that failed after its drain stays out of service: no later batch reboots, whatever the share allows.
+    drained = [r["host"] for r in results if (r.get("reboot") or {}).get("stays_drained")]
+    if pct <= allowed and not drained:
         return None
-    return {"batch": batch, "canary": canary, "failed_hosts": failed, "batch_hosts": len(results),
-            "failed_percentage": pct, "allowed_percentage": allowed}
+    out = {"batch": batch, "canary": canary, "failed_hosts": failed, "batch_hosts": len(results),
+           "failed_percentage": pct, "allowed_percentage": allowed}
+    return dict(out, stays_drained=drained) if drained else out
 
 
 def summary(hosts: list, results: list, stopped: dict | None, config: dict, generated_at: str) -> dict:
@@ -251,12 +271,41 @@ def summary(hosts: list, results: list, stopped: dict | None, config: dict, gene
             "complete": stopped is None and counts["done"] == len(hosts)}
 
 
+def reboot_lines(results: list) -> list:
+    """The reboot sequence in the summary: who would be (check mode) or was drained and rebooted, who stays
+    drained, who waited for a slot, and whether hosts rebooted without a drain."""
+    lines = []
+    for r in results:
+        rb = dict(r.get("reboot") or {})
+        if not rb:
+            continue
+        if str(rb.get("msg", "")).startswith(r["host"] + ": "):
+            rb["msg"] = rb["msg"][len(r["host"]) + 2:]
+        elif str(rb.get("msg", "")).startswith(r["host"] + " "):
+            rb["msg"] = rb["msg"][len(r["host"]) + 1:]
+        if rb.get("would"):
+            lines.append("%s: would %s (%s)" % (r["host"], rb["would"], rb.get("reason", "")))
+        elif rb.get("stays_drained"):
+            lines.append("%s: stays drained (%s): %s" % (r["host"], rb.get("stage"), rb.get("msg", "")))
+        elif rb.get("returned"):
+            lines.append("%s: %s%s" % (r["host"], rb.get("msg", ""),
+                                       " after waiting %s s for a slot" % rb["waited"] if rb.get("waited") else ""))
+        elif rb.get("failed"):
+            lines.append("%s: reboot: %s" % (r["host"], rb.get("msg", "")))
+    if any((r.get("reboot") or {}).get("backend") == "none" and (r.get("reboot") or {}).get("rebooted")
+           for r in results):
+        lines.append("hosts were rebooted without a drain (gpunode_tuning_drain: none)")
+    return lines
+
+
 def summary_lines(summ: dict) -> list:
     """What the end of the rollout prints: the counts, each host not done with why, the skipped ones."""
     c = summ["counts"]
-    lines = ["%d host(s): %d done, %d failed, %d unhealthy, %d unreachable, %d skipped" % (
-        summ["hosts"], c["done"], c["failed"], c["unhealthy"], c["unreachable"], c["skipped"])]
+    oos = (", %d out of service" % c["out_of_service"]) if c.get("out_of_service") else ""
+    lines = ["%d host(s): %d done, %d failed, %d unhealthy, %d unreachable%s, %d skipped" % (
+        summ["hosts"], c["done"], c["failed"], c["unhealthy"], c["unreachable"], oos, c["skipped"])]
     lines += ["%s: %s: %s" % (r["host"], r["status"], r["reason"]) for r in summ["results"] if r["status"] != "done"]
+    lines += reboot_lines(summ["results"])
     if summ["skipped"]:
         lines.append("skipped (%s): %s" % (summ["skipped_reason"], ", ".join(summ["skipped"])))
     reboot = [r["host"] for r in summ["results"] if r.get("reboot_required")]

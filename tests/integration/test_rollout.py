@@ -36,7 +36,8 @@ def test_default_runtime_rollout_passes_an_acpi_cpufreq_fleet_canary_first(tmp_p
     proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=1", cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert summary["stopped"] is None
-    assert summary["counts"] == {"done": 3, "failed": 0, "unhealthy": 0, "unreachable": 0, "skipped": 0}
+    assert summary["counts"] == {"done": 3, "failed": 0, "unhealthy": 0, "unreachable": 0, "out_of_service": 0,
+                                 "skipped": 0}
     results = by_host(summary)
     # The health gate ran on every host and found nothing.
     assert summary["settings"]["health_gate"] is True
@@ -138,7 +139,8 @@ def test_unhealthy_canary_is_not_tuned_and_stops_the_rollout(tmp_path):
     assert proc.returncode != 0
     assert "Rollout stopped after batch 1" in proc.stdout
     assert summary["stopped"]["canary"] is True and summary["stopped"]["failed_hosts"] == ["sim-0001"]
-    assert summary["counts"] == {"done": 0, "failed": 0, "unhealthy": 1, "unreachable": 0, "skipped": 2}
+    assert summary["counts"] == {"done": 0, "failed": 0, "unhealthy": 1, "unreachable": 0, "out_of_service": 0,
+                                 "skipped": 2}
     canary = by_host(summary)["sim-0001"]
     assert canary["status"] == "unhealthy" and canary["health"] == "unhealthy"
     assert canary["verification"] == "not run"

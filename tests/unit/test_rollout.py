@@ -131,7 +131,8 @@ def test_the_summary_counts_skips_and_says_why():
                rollout.host_result(_state(host="b", tune_error="x: y"))]
     stopped = rollout.batch_gate(results[1:], 2, False, 0)
     summ = rollout_filter.rollout_summary(results, ["a", "b", "c"], stopped, {"flow": "runtime"}, "T")
-    assert summ["counts"] == {"done": 1, "failed": 1, "unhealthy": 0, "unreachable": 0, "skipped": 1}
+    assert summ["counts"] == {"done": 1, "failed": 1, "unhealthy": 0, "unreachable": 0, "out_of_service": 0,
+                              "skipped": 1}
     assert summ["skipped"] == ["c"] and summ["skipped_reason"] == "the rollout stopped after batch 2"
     assert summ["complete"] is False and summ["needs_reboot_hosts"] == ["a", "b"]
     assert summ["lines"][:3] == ["3 host(s): 1 done, 1 failed, 0 unhealthy, 0 unreachable, 1 skipped",

@@ -1,0 +1,301 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action gpunode.tuning.tuning_reboot: the fleet reboot's sequence, one phase per task (docs/rebooting.md).
+
+- ``survey`` (run once, before any host is tuned): which hosts of the play are out of service and not by this
+  collection (they are skipped), and which were drained by it in an earlier, interrupted run (adopted).
+- ``reboot`` (per host that needs a reboot, all hosts of a batch at once): wait for a slot in
+  gpunode_tuning_reboot_max_unavailable (polling the backend for every host of the run), drain, wait until
+  drained, reboot (the simulated one on a simulated root), wait for a new boot id, the boot unit and the GPUs.
+- ``return`` (after the role verified the host with the full gate): back to service when the gate passed;
+  otherwise the host stays drained with the reason, and the run's later reboots stop.
+
+The decisions are plugin_utils/reboot.py and plugin_utils/reboot_sequence.py; this file runs the commands
+(Slurm's on the host's connection, the command backend's on the controller), each under a timeout.
+Documented in plugins/modules/tuning_reboot.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
+
+ARGUMENT_SPEC = {
+    "phase": {"type": "str", "required": True, "choices": ["survey", "reboot"]},
+    "pending": {"type": "list", "elements": "str", "default": []},
+    "reboot": {"type": "bool", "default": True},
+    "survey": {"type": "dict"},
+}
+SIMULATED_REBOOT = "var/lib/simnode/reboot"
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+BOOT_UNIT = "gpunode-tuning-boot.service"
+# How long the boot unit and the GPUs may take after the host answers again (bounded by the reboot timeout).
+BOOT_SETTLE = 600
+VARS = ("gpunode_tuning_reboot_ok", "gpunode_tuning_drain", "gpunode_tuning_reboot_max_unavailable",
+        "gpunode_tuning_reboot_timeout", "gpunode_tuning_reboot_wait_timeout", "gpunode_tuning_drain_timeout",
+        "gpunode_tuning_reboot_poll_interval", "gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
+        "gpunode_tuning_undrain_command", "gpunode_tuning_root")
+
+
+def run_id() -> str:
+    """This ansible-playbook run: the pid of the process whose workers run the tasks, and its start time."""
+    ppid = os.getppid()
+    try:
+        with open("/proc/%d/stat" % ppid, encoding="utf-8") as fh:
+            started = fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = "0"
+    return "%d-%s" % (ppid, started)
+
+
+class ActionModule(ActionBase):
+    """One phase of the reboot sequence for this host (or, for the survey, for every host of the play)."""
+
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
+        self._vars = {name: self._templar.template(task_vars.get(name)) for name in VARS}
+        self._host = task_vars["inventory_hostname"]
+        self._hosts = list(task_vars.get("ansible_play_hosts_all") or [self._host])
+        # The budget counts every host of the run: those the survey set aside (out of service) are not the play's.
+        surveyed = (args.get("survey") or {}).get("hosts") or []
+        self._hosts += [h for h in surveyed if h not in self._hosts]
+        settings, errors = seq.settings_of(self._vars, len(self._hosts))
+        if errors:
+            return {"failed": True, "changed": False, "msg": "; ".join(errors)}
+        self._settings = settings
+        report_dir = self._templar.template(task_vars.get("gpunode_tuning_report_dir", "reports/"))
+        self._records = seq.Records(os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(report_dir))),
+                                    run_id())
+        self._backend = self._make_backend(settings["drain"], task_vars)
+        try:
+            if args["phase"] == "survey":
+                result = seq.survey(self._backend, self._hosts, self._records)
+                return dict(result, changed=False, msg=self._survey_msg(result))
+            return self._reboot(args, task_vars)
+        except seq.SequenceError as exc:
+            return {"failed": True, "changed": False, "msg": "%s: %s" % (self._host, exc)}
+
+    # --- backends --------------------------------------------------------------------------------------------
+
+    def _make_backend(self, name, task_vars):
+        if name == "slurm":
+            hostvars = task_vars.get("hostvars") or {}
+            node_of = {}
+            for host in self._hosts:
+                given = hostvars[host].get("gpunode_tuning_drain_slurm_node") if host in hostvars else None
+                node_of[host] = reboot.slurm_node_name(host, self._templar.template(given))
+            return seq.SlurmBackend(self._run_on_host, node_of)
+        if name == "command":
+            commands = {"drain": self._vars["gpunode_tuning_drain_command"],
+                        "check": self._vars["gpunode_tuning_drain_check_command"],
+                        "undrain": self._vars["gpunode_tuning_undrain_command"]}
+            return seq.CommandBackend(self._run_on_controller, commands)
+        if name == "kubernetes":
+            raise AnsibleActionFail("gpunode_tuning_drain: kubernetes is not available in this release")
+        return seq.NoneBackend()
+
+    def _run_on_host(self, argv, timeout):
+        """``(rc, stdout, stderr)`` of ``argv`` on the host, with the task's environment, killed after ``timeout``."""
+        command = "timeout %d %s" % (max(int(timeout), 1), shlex.join(argv))
+        env = self._compute_environment_string()
+        result = self._low_level_execute_command(("%s %s" % (env, command)).strip(), sudoable=False)
+        return result.get("rc"), result.get("stdout", ""), result.get("stderr", "")
+
+    @staticmethod
+    def _run_on_controller(argv, timeout, env):
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                                  env=dict(os.environ, **env), stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return 124, "", "did not finish within %s s" % timeout
+        except OSError as exc:
+            return 127, "", str(exc)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    @staticmethod
+    def _survey_msg(result):
+        if not result["out_of_service"]:
+            return "no host out of service before the run%s" % (
+                "; adopted (drained by gpunode.tuning before): " + ", ".join(result["ours"]) if result["ours"] else "")
+        return "out of service before the run, not by gpunode.tuning (skipped): %s" % "; ".join(
+            "%s (%s)" % kv for kv in result["out_of_service"].items())
+
+    # --- the reboot ------------------------------------------------------------------------------------------
+
+    def _reboot(self, args, task_vars):
+        host, backend, records = self._host, self._backend, self._records
+        survey = args["survey"] or {}
+        reason = reboot.drain_reason(args["pending"])
+        adopted = host in (survey.get("ours") or [])
+        out = {"changed": False, "host": host, "backend": backend.name, "reason": reason, "rebooted": False}
+        if host in (survey.get("out_of_service") or {}):
+            return dict(out, failed=True, out_of_service=True, msg="%s is out of service, not by gpunode.tuning (%s): "
+                        "not drained, not rebooted, not resumed" % (host, survey["out_of_service"][host]))
+        if self._task.check_mode:
+            verb = "reboot without a drain" if backend.name == "none" else "drain (%s) and reboot" % backend.name
+            if not args["reboot"]:
+                verb = "verify and return to service (drained by gpunode.tuning before this run)"
+            return dict(out, changed=True, would=verb, msg="would %s %s: %s" % (verb, host, reason))
+        if not args["reboot"]:
+            return self._gate_and_return(dict(out, adopted=True), task_vars)
+        slot = seq.take_slot(backend, records, host, self._hosts, self._settings, adopted,
+                             want=self._wanting(task_vars))
+        out["waited"] = slot.get("waited", 0)
+        if not slot["taken"]:
+            return dict(out, failed=True, out_of_service=bool(slot.get("skip")),
+                        msg="%s was not rebooted (its tuning is applied, the reboot is pending): %s"
+                        % (host, slot["why"]))
+        return self._drain_and_reboot(out, reason, task_vars)
+
+    def _wanting(self, task_vars):
+        """The hosts of this batch whose persistent flow left a reboot to do (and no failure): the slot's queue."""
+        hostvars = task_vars.get("hostvars") or {}
+        out = []
+        for host in task_vars.get("ansible_play_batch") or [self._host]:
+            if host not in hostvars:
+                continue
+            vars_of = hostvars[host]
+            required = self._templar.template(vars_of.get("gpunode_tuning_reboot_required", False))
+            failures = self._templar.template(vars_of.get("__gpunode_tuning_failures") or [])
+            if required is True and not failures:
+                out.append(host)
+        return out
+
+    def _fail_drained(self, out, why, stage):
+        """The host stays drained, its reason saying why, and the run's later reboots stop."""
+        text = " ".join(("%s %s" % (reboot.OUR_REASON_PREFIX, why)).split())[:reboot.MAX_REASON]
+        try:
+            self._backend.keep_drained(self._host, text)
+        except seq.SequenceError as exc:
+            why += " (and its drain reason could not be updated: %s)" % exc
+        self._records.write(self._host, "failed", reason=why, stage=stage)
+        self._records.halt(self._host, why)
+        return dict(out, failed=True, stays_drained=True, stage=stage, msg="%s stays drained: %s" % (self._host, why))
+
+    def _drain_and_reboot(self, out, reason, task_vars):
+        host, backend, records, settings = self._host, self._backend, self._records, self._settings
+        started = time.monotonic()
+        backend.drain(host, reason)
+        out["changed"] = True
+        if not seq.wait_until(lambda: backend.drained(host), settings["drain_timeout"], settings["poll"]):
+            return self._fail_drained(out, "the drain did not finish within %d s (gpunode_tuning_drain_timeout): work "
+                                      "is still running on it" % settings["drain_timeout"], "drain")
+        out["drain_s"] = round(time.monotonic() - started, 1)
+        records.write(host, "drained", reason=reason)
+        halted = records.halted()
+        if halted:
+            backend.undrain(host)
+            records.write(host, "returned", reason="not rebooted: " + halted)
+            return dict(out, failed=True, msg="%s was drained, then returned to service without its reboot (still "
+                        "pending): the run's reboots stopped (%s)" % (host, halted))
+        out["boot_mark"] = backend.boot_mark(host)
+        records.write(host, "rebooting", reason=reason)
+        started = time.monotonic()
+        back, detail = self._reboot_host(task_vars)
+        out["reboot_s"] = round(time.monotonic() - started, 1)
+        if not back:
+            return self._fail_drained(out, detail, "reboot")
+        records.write(host, "back", reason=reason, boot_id=detail)
+        return self._gate_and_return(dict(out, rebooted=True, boot_id=detail), task_vars)
+
+    def _read_boot_id(self, root):
+        rc, stdout, _err = self._run_on_host(["cat", os.path.join(root, BOOT_ID)], 20)
+        return stdout.strip() if rc == 0 else None
+
+    def _reboot_host(self, task_vars):
+        """``(True, new boot id)`` or ``(False, why)``."""
+        root = self._vars.get("gpunode_tuning_root") or "/"
+        timeout = self._settings["reboot_timeout"]
+        if root == "/":
+            return self._reboot_live(task_vars)
+        script = os.path.join(root, SIMULATED_REBOOT)
+        before = self._read_boot_id(root)
+        rc, _out, err = self._run_on_host(["test", "-x", script], 20)
+        if rc != 0:
+            return False, "the simulated root %s has no %s (tools/simnode.py build writes it): not rebooted" % (
+                root, SIMULATED_REBOOT)
+        rc, _out, err = self._run_on_host([script], min(timeout, 600))
+        if rc not in (0, 1, 3):
+            return False, "the simulated reboot exited %s: %s" % (rc, err.strip()[-300:])
+        new = {}
+
+        def changed():
+            new["id"] = self._read_boot_id(root)
+            return bool(new["id"]) and new["id"] != before
+
+        if seq.wait_until(changed, timeout, self._settings["poll"]):
+            return True, new["id"]
+        return False, "did not come back within %d s of its reboot (gpunode_tuning_reboot_timeout): the boot id is " \
+                      "still %s" % (timeout, before)
+
+    def _reboot_live(self, task_vars):
+        task = self._task.copy()
+        task.args = {"reboot_timeout": self._settings["reboot_timeout"],
+                     "msg": "gpunode.tuning reboots to apply the kernel command line"}
+        action = self._shared_loader_obj.action_loader.get(
+            "ansible.builtin.reboot", task=task, connection=self._connection, play_context=self._play_context,
+            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        result = action.run(task_vars=task_vars)
+        if result.get("failed") or result.get("unreachable"):
+            return False, "did not come back within %d s of its reboot: %s" % (
+                self._settings["reboot_timeout"], result.get("msg", "no answer"))
+        settle = min(BOOT_SETTLE, self._settings["reboot_timeout"])
+
+        def settled():
+            rc, stdout, _err = self._run_on_host(["systemctl", "show", "-p", "ActiveState", "--value", BOOT_UNIT], 20)
+            if rc == 0 and stdout.strip() == "activating":
+                return False
+            rc, _out, _err = self._run_on_host(["sh", "-c", "! command -v nvidia-smi >/dev/null || nvidia-smi -L"], 60)
+            return rc == 0
+
+        if not seq.wait_until(settled, settle, self._settings["poll"]):
+            return False, "came back, but the boot unit or the GPUs (nvidia-smi -L) did not settle within %d s" % settle
+        return True, self._read_boot_id("/") or "unknown"
+
+    # --- the gate and the return ----------------------------------------------------------------------------
+
+    def _gate(self, task_vars):
+        """``(ok, failures, verification)``: the role's verification with the full gate (action tuning_flow)."""
+        task = self._task.copy()
+        task.args = {"flow": "verify", "gate": "full"}
+        action = self._shared_loader_obj.action_loader.get(
+            "gpunode.tuning.tuning_flow", task=task, connection=self._connection, play_context=self._play_context,
+            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        result = action.run(task_vars=task_vars)
+        verification = result.get("verification") or {}
+        gate = verification.get("gate") or {}
+        if result.get("failed") or not gate:
+            return False, [result.get("msg") or "verification did not run"], verification
+        return bool(gate.get("ok")), list(gate.get("failures") or []), verification
+
+    def _gate_and_return(self, out, task_vars):
+        """Verify the host with the full gate, then return it to service; or keep it drained and halt the run."""
+        host, backend, records, settings = self._host, self._backend, self._records, self._settings
+        ok, failures, verification = self._gate(task_vars)
+        out["gate"] = {"ok": ok, "failures": failures, "status": verification.get("status")}
+        if not ok:
+            return self._fail_drained(out, "failed its gate after the reboot: %s" % ("; ".join(failures)[:300]), "gate")
+        limit = min(settings["reboot_timeout"], BOOT_SETTLE)
+        mark = out.pop("boot_mark", None)
+        if not seq.wait_until(lambda: backend.ready(host, mark), limit, settings["poll"]):
+            return self._fail_drained(out, "the scheduler did not see it register again (slurmd) within %d s"
+                                      % limit, "return")
+        backend.undrain(host)
+        if not seq.wait_until(lambda: backend.in_service(host), limit, settings["poll"]):
+            return self._fail_drained(out, "resumed, but not in service within %d s" % limit, "return")
+        records.write(host, "done", reason="")
+        verb = "rebooted without a drain" if backend.name == "none" else "drained, rebooted"
+        return dict(out, changed=True, returned=True, msg="%s: %s, passed its gate and is back in service" % (
+            host, verb if out.get("rebooted") else "adopted"))

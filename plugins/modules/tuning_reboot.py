@@ -1,0 +1,102 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Documentation only: the action plugin plugins/action/tuning_reboot.py does the work.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tuning_reboot
+short_description: Drain, reboot within a budget, and return GPU nodes to service
+version_added: 0.4.0
+description:
+  - One phase of the fleet reboot sequence (docs/rebooting.md) per task, run on the controller.
+  - V(survey), run once, names the hosts of the play out of service before the run and not by this collection
+    (skipped, never drained, rebooted or resumed) and those drained by it in an earlier run (adopted).
+  - V(reboot) waits for a slot in C(gpunode_tuning_reboot_max_unavailable), counting every host of the play out of
+    service for any reason (polled from the backend, plus the hosts this run drains), drains the host
+    (C(gpunode_tuning_drain)), waits until it is drained or C(gpunode_tuning_drain_timeout), reboots it (the
+    simulated reboot on a simulated root), and waits for a new boot id (C(gpunode_tuning_reboot_timeout)), the boot
+    unit and the GPUs. A host that fails there stays drained with the reason, and no later host of the run reboots.
+  - V(return), after the role's verification with the full gate, returns the host to service when O(gate_ok);
+    otherwise it stays drained with its reason.
+  - 'It reads these variables of the task: C(gpunode_tuning_reboot_ok), C(gpunode_tuning_drain),
+    C(gpunode_tuning_reboot_max_unavailable), C(gpunode_tuning_reboot_timeout), C(gpunode_tuning_reboot_wait_timeout),
+    C(gpunode_tuning_drain_timeout), C(gpunode_tuning_reboot_poll_interval), C(gpunode_tuning_drain_slurm_node) (of
+    every host of the play), the three command variables, C(gpunode_tuning_root), C(gpunode_tuning_report_dir) (the
+    records live in its C(reboots/) directory) and C(ansible_play_hosts_all).'
+  - Meant for the role (C(roles/tuning/tasks/persistent_reboot.yml)) and the rollout.
+author:
+  - gpunode.tuning contributors (@gpunode)
+options:
+  phase:
+    description: The phase to run.
+    type: str
+    required: true
+    choices: [survey, reboot, return]
+  pending:
+    description: With V(reboot), what the reboot applies (the pending kernel arguments), named in the drain reason.
+    type: list
+    elements: str
+    default: []
+  survey:
+    description: With V(reboot), the V(survey) phase's result (the hosts skipped and adopted).
+    type: dict
+  gate_ok:
+    description: With V(return), whether the host passed verification with the full gate after its reboot.
+    type: bool
+    default: false
+  gate_failures:
+    description: With V(return), why the gate failed (kept in the drain reason).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Check mode names each host it would drain and reboot, with the reason, and changes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: linux
+    support: full
+    description: Linux nodes; Slurm's commands run on the host, the command backend's on the controller.
+"""
+
+EXAMPLES = r"""
+- name: Drain and reboot the host within the budget
+  gpunode.tuning.tuning_reboot:
+    phase: reboot
+    pending: [amd_pstate=active]
+  register: __gpunode_tuning_reboot
+"""
+
+RETURN = r"""
+out_of_service:
+  description: With V(survey), each host out of service before the run and not by this collection, and why.
+  returned: survey
+  type: dict
+ours:
+  description: With V(survey), the hosts this collection drained in an earlier run (adopted).
+  returned: survey
+  type: list
+rebooted:
+  description: With V(reboot), whether the host rebooted and came back.
+  returned: reboot
+  type: bool
+reason:
+  description: The drain reason (it starts with C(gpunode.tuning:)).
+  returned: reboot
+  type: str
+waited:
+  description: Seconds the host waited for a slot in the budget.
+  returned: reboot
+  type: float
+stays_drained:
+  description: The host failed after it was drained and stays out of service with the reason.
+  returned: on such a failure
+  type: bool
+returned:
+  description: With V(return), the host is back in service.
+  returned: return, when it passed
+  type: bool
+"""

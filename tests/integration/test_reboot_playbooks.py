@@ -1,0 +1,89 @@
+"""The reboot sequence without a scheduler (gpunode_tuning_drain: none) on simulated hosts: tune.yml --tags
+persistent reboots only the hosts that need it, within the budget, once; a rerun changes nothing; check mode
+names who would be rebooted and writes nothing; reboot_ok without a drain is refused before anything changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import simnode
+from support.inventory import write_inventory
+from support.playbooks import failure_summary, run_playbook
+from support.trees import snapshot, tree_changes
+
+DRIVER = "sys/devices/system/cpu/cpufreq/policy0/scaling_driver"
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+
+
+def read(root, rel):
+    with open(os.path.join(root, rel), encoding="utf-8") as fh:
+        return fh.read().strip()
+
+
+def fleet(tmp_path, **common):
+    roots = {"a1": str(tmp_path / "a1"), "a2": str(tmp_path / "a2"), "ok": str(tmp_path / "ok")}
+    simnode.build(roots["a1"], "audited-epyc-8gpu", cpus=2, gpus=1)
+    simnode.build(roots["a2"], "audited-epyc-8gpu", cpus=2, gpus=1)
+    simnode.build(roots["ok"], "epyc-pstate-epp", cpus=2, gpus=1)  # nothing pending: never rebooted
+    reports = tmp_path / "reports"
+    inventory = write_inventory(tmp_path / "hosts.yml", roots, report_dir=reports, gpunode_tuning_reboot_ok=True,
+                                gpunode_tuning_reboot_poll_interval=0.2, **common)
+    return roots, inventory, reports
+
+
+def test_reboot_ok_without_a_drain_backend_fails_the_precheck_naming_the_choices(tmp_path):
+    roots, inventory, _reports = fleet(tmp_path)
+    before = {h: snapshot(r) for h, r in roots.items()}
+    proc = run_playbook("tune.yml", inventory, "--tags", "persistent")
+    assert proc.returncode != 0
+    msg = failure_summary(proc, "a1")
+    assert "nothing was changed" in msg and "gpunode_tuning_drain must say how hosts leave service" in msg, msg
+    assert "one of none, slurm, kubernetes, command" in msg
+    for host, root in roots.items():
+        assert tree_changes(before[host], snapshot(root)) == [], host
+
+
+def test_check_mode_names_who_would_be_rebooted_and_writes_nothing(tmp_path):
+    roots, inventory, reports = fleet(tmp_path, gpunode_tuning_drain="none")
+    before = {h: snapshot(r) for h, r in roots.items()}
+    proc = run_playbook("tune.yml", inventory, "--tags", "persistent", "--check")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for host in ("a1", "a2"):
+        assert "would reboot without a drain %s: gpunode.tuning: reboot for amd_pstate=active" % host in proc.stdout
+    assert "would reboot without a drain ok" not in proc.stdout
+    for host, root in roots.items():
+        assert tree_changes(before[host], snapshot(root)) == [], host
+    assert not os.path.exists(reports / "reboots" / "a1.json")
+
+
+def test_the_hosts_that_need_it_reboot_once_within_the_budget_and_a_rerun_changes_nothing(tmp_path):
+    roots, inventory, reports = fleet(tmp_path, gpunode_tuning_drain="none")
+    boot_ids = {h: read(r, BOOT_ID) for h, r in roots.items()}
+    proc = run_playbook("tune.yml", inventory, "--tags", "persistent", "-f", "4")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    for host in ("a1", "a2"):
+        assert read(roots[host], BOOT_ID) != boot_ids[host], host
+        assert read(roots[host], DRIVER) == "amd-pstate-epp", host
+        with open(reports / "reboots" / ("%s.json" % host), encoding="utf-8") as fh:
+            assert json.load(fh)["state"] == "done"
+    assert read(roots["ok"], BOOT_ID) == boot_ids["ok"]  # needed nothing: not rebooted
+    assert not os.path.exists(reports / "reboots" / "ok.json")
+    # Budget 1: the two reboots did not overlap (each took its slot after the other's return).
+    records = [json.load(open(reports / "reboots" / ("%s.json" % h), encoding="utf-8")) for h in ("a1", "a2")]
+    first, second = sorted(records, key=lambda r: r["slot_at"])
+    assert second["slot_at"] >= first["updated"] - 0.01, records
+    again = run_playbook("tune.yml", inventory, "--tags", "persistent")
+    assert again.returncode == 0 and all(r["changed"] == 0 for r in again.recap.values()), again.stdout[-3000:]
+    assert {h: read(r, BOOT_ID) for h, r in roots.items() if h != "ok"} == {
+        h: read(roots[h], BOOT_ID) for h in ("a1", "a2")}
+
+
+def test_skip_tags_reboot_tunes_without_rebooting(tmp_path):
+    roots, inventory, _reports = fleet(tmp_path, gpunode_tuning_drain="none")
+    boot_id = read(roots["a1"], BOOT_ID)
+    proc = run_playbook("tune.yml", inventory, "--tags", "persistent", "--skip-tags", "reboot")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert read(roots["a1"], BOOT_ID) == boot_id and read(roots["a1"], DRIVER) == "acpi-cpufreq"
+    assert os.path.exists(os.path.join(roots["a1"], simnode.GRUB_DROPIN.lstrip("/")))

@@ -1,0 +1,239 @@
+"""The persistent rollout's reboot sequence against a real Slurm (tests/support/slurm.py): six simulated hosts,
+each one Slurm node (n1..n6, one slurmd each on loopback), one cluster shared by the tests of this file.
+
+The simulated reboot (the root's own var/lib/simnode/reboot) changes the root's boot id; a watcher thread of the
+test then reboots that node's slurmd as Slurm sees a reboot (slurmd gone, back with a new boot time), so the
+sequence meets what a real reboot brings: DOWN+DRAIN, "Node unexpectedly rebooted", a new SlurmdStartTime.
+What the budget allows is checked by polling sinfo during the run (the harness's monitor), not from our records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+import simnode
+from support.checkout import REPO, VENV_BIN, ansible_env
+from support.inventory import write_inventory
+from support.slurm import SlurmCluster, missing_tools
+
+HOSTS = ["n1", "n2", "n3", "n4", "n5", "n6"]
+# acpi-cpufreq nodes whose native driver is amd-pstate: the persistent flow leaves amd_pstate=active pending.
+NEEDS_REBOOT = "audited-epyc-8gpu"
+# Already on amd-pstate-epp: nothing pending, never drained.
+NO_REBOOT = "epyc-pstate-epp"
+DRIVER = "sys/devices/system/cpu/cpufreq/policy0/scaling_driver"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    assert not missing_tools(), "missing %s: scripts/setup.sh --tests" % ", ".join(missing_tools())
+    started = SlurmCluster(nodes=HOSTS, slurmd_timeout=10).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def fresh(cluster):
+    """The cluster with every node idle and in service, no job left (the tests share it)."""
+    for job in cluster.jobs():
+        cluster.run(["scancel", job], check=False)
+    for node, (state, _reason) in cluster.sinfo().items():
+        if state != "idle":
+            cluster.resume(node)
+    for node in HOSTS:
+        cluster.wait_state(node, "idle", timeout=30)
+    return cluster
+
+
+class RebootWatcher:
+    """Reboots a node's slurmd (as Slurm sees a reboot) when its simulated root gets a new boot id."""
+
+    def __init__(self, cluster, roots):
+        self.cluster, self.roots, self.errors, self.rebooted, self.when = cluster, roots, [], [], {}
+        self._ids = {h: self._boot_id(h) for h in roots}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _boot_id(self, host):
+        with open(os.path.join(self.roots[host], "proc/sys/kernel/random/boot_id"), encoding="ascii") as fh:
+            return fh.read().strip()
+
+    def _run(self):
+        while not self._stop.is_set():
+            for host in self.roots:
+                now = self._boot_id(host)
+                if now != self._ids[host]:
+                    self._ids[host] = now
+                    self.when[host] = time.monotonic()
+                    try:
+                        self.cluster.reboot_node(host, down_seconds=1.0)
+                        self.rebooted.append(host)
+                    except Exception as exc:  # noqa: BLE001  (reported by the test)
+                        self.errors.append("%s: %s" % (host, exc))
+            time.sleep(0.1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+class JobEnder:
+    """Ends ``job`` ``after`` seconds once sinfo shows ``node`` draining (the sequence's drain is waiting on it)."""
+
+    def __init__(self, cluster, node, job, after):
+        self.cluster, self.node, self.job, self.after = cluster, node, job, after
+        self.ended_at = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            if self.cluster.state(self.node) == "draining":
+                time.sleep(self.after)
+                self.cluster.run(["scancel", self.job])
+                self.ended_at = time.monotonic()
+                return
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def build_fleet(tmp_path, presets, **common):
+    roots = {}
+    for host in HOSTS:
+        roots[host] = str(tmp_path / host)
+        simnode.build(roots[host], presets.get(host, NEEDS_REBOOT), cpus=2, gpus=1)
+    reports = tmp_path / "reports"
+    inventory = write_inventory(
+        tmp_path / "hosts.yml", roots, report_dir=reports, gpunode_tuning_reboot_ok=True,
+        gpunode_tuning_drain="slurm", gpunode_tuning_reboot_poll_interval=0.3, **common)
+    return roots, inventory, reports
+
+
+def rollout(cluster, inventory, reports, *extra):
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "rollout.yml"),
+           "-f", "8", "-e", "gpunode_tuning_rollout_flow=persistent", "-e", "gpunode_tuning_rollout_canary=0",
+           "-e", "gpunode_tuning_rollout_batch=100%", *extra]
+    env = ansible_env(SLURM_CONF=cluster.conf)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False)
+    path = os.path.join(reports, "rollout-summary.json")
+    summary = json.load(open(path, encoding="utf-8")) if os.path.exists(path) else None
+    return proc, summary
+
+
+def driver(root):
+    with open(os.path.join(root, DRIVER), encoding="ascii") as fh:
+        return fh.read().strip()
+
+
+def by_host(summary):
+    return {r["host"]: r for r in summary["results"]}
+
+
+def test_rollout_drains_reboots_within_the_budget_and_resumes_with_a_job_delaying_one_reboot(fresh, tmp_path):
+    """Four hosts need a reboot, two do not; max_unavailable 2; a real job on n2 delays its reboot."""
+    cluster = fresh
+    roots, inventory, reports = build_fleet(tmp_path, {"n5": NO_REBOOT, "n6": NO_REBOOT},
+                                            gpunode_tuning_reboot_max_unavailable=2)
+    job = cluster.submit("n2", 300)
+    cluster.wait_for("the job on n2 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
+    ended = JobEnder(cluster, "n2", job, after=2.0)
+    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher, ended:
+        started = time.monotonic()
+        proc, summary = rollout(cluster, inventory, reports)
+        wall = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert watcher.errors == [] and seen.errors == [], (watcher.errors, seen.errors)
+    # The budget, as sinfo showed it during the run (every poll), not as our records tell it.
+    assert 1 <= seen.max_out_of_service <= 2, seen.peak
+    assert seen.ever_out() == {"n1", "n2", "n3", "n4"}, seen.ever_out()  # n5, n6 never drained
+    assert sorted(watcher.rebooted) == ["n1", "n2", "n3", "n4"]
+    results = by_host(summary)
+    for host in ("n1", "n2", "n3", "n4"):
+        assert results[host]["status"] == "done", results[host]
+        assert results[host]["reboot"]["returned"] and results[host]["reboot"]["backend"] == "slurm"
+        assert driver(roots[host]) == "amd-pstate-epp", host  # verified after the reboot with the driver switched
+        assert results[host]["verification"] == "pass"
+    for host in ("n5", "n6"):
+        assert results[host]["reboot"] is None and results[host]["status"] == "done"
+    assert set(cluster.sinfo().values()) == {("idle", "none")}, cluster.sinfo()  # every host resumed
+    # n2 was draining with the job on it, and rebooted only after the job ended.
+    assert ended.ended_at is not None, "n2 was never seen draining"
+    assert job not in cluster.jobs()
+    assert results["n2"]["reboot"]["drain_s"] >= 2, results["n2"]["reboot"]
+    assert watcher.when["n2"] > ended.ended_at
+    print("rollout of 6 hosts, 4 reboots, budget 2: %.1f s" % wall)
+
+
+def test_a_drain_timeout_and_a_host_that_never_returns_stay_drained_and_stop_the_reboots(fresh, tmp_path):
+    """max_unavailable 2: n1's job outlasts the drain timeout, n2 never comes back; both stay drained with
+    their reason, no other host is rebooted (those left are tuned, their reboot pending), nothing else drained."""
+    cluster = fresh
+    roots, inventory, reports = build_fleet(
+        tmp_path, {}, gpunode_tuning_reboot_max_unavailable=2, gpunode_tuning_drain_timeout=3,
+        gpunode_tuning_reboot_timeout=4, gpunode_tuning_reboot_wait_timeout=60)
+    open(os.path.join(roots["n2"], simnode.REBOOT_NEVER_RETURNS), "w").close()
+    job = cluster.submit("n1", 60)
+    cluster.wait_for("the job on n1 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
+    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher:
+        proc, summary = rollout(cluster, inventory, reports)
+    assert proc.returncode != 0, proc.stdout[-4000:]
+    assert seen.max_out_of_service <= 2, seen.peak
+    states = cluster.sinfo()
+    assert states["n1"][0] in ("draining", "drained") and "drain did not finish within 3 s" in states["n1"][1], states
+    assert states["n1"][1].startswith("gpunode.tuning:")
+    assert states["n2"][0] == "drained" and "did not come back within 4 s" in states["n2"][1], states
+    for host in ("n3", "n4", "n5", "n6"):
+        assert states[host] == ("idle", "none"), states  # nothing else left drained by us
+    assert watcher.rebooted == []
+    results = by_host(summary)
+    assert results["n1"]["reboot"]["stays_drained"] and results["n1"]["reboot"]["stage"] == "drain"
+    assert results["n2"]["reboot"]["stays_drained"] and results["n2"]["reboot"]["stage"] == "reboot"
+    for host in ("n3", "n4", "n5", "n6"):
+        assert results[host]["status"] == "failed" and not results[host]["reboot"].get("rebooted"), results[host]
+        assert driver(roots[host]) == "acpi-cpufreq"  # tuned, the reboot still pending
+    lines = "\n".join(summary and rollout_lines(proc))
+    assert "n1: stays drained (drain)" in lines and "n2: stays drained (reboot)" in lines, lines
+
+
+def rollout_lines(proc):
+    return [line for line in proc.stdout.splitlines() if "stays drained" in line]
+
+
+def test_a_node_drained_by_someone_else_is_skipped_and_holds_the_only_slot(fresh, tmp_path):
+    """max_unavailable 1 and n6 drained by an operator: n6 is out_of_service (not tuned, not resumed, its reason
+    kept); no host is rebooted while it holds the budget's only slot; the run says so and exits non-zero."""
+    cluster = fresh
+    roots, inventory, reports = build_fleet(tmp_path, {}, gpunode_tuning_reboot_wait_timeout=4)
+    cluster.drain("n6", "bad DIMM, ticket 4711")
+    before = simnode.running_cpufreq(roots["n6"])
+    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher:
+        proc, summary = rollout(cluster, inventory, reports)
+    assert proc.returncode != 0
+    assert "n6" in proc.stdout and "out of service" in proc.stdout
+    assert watcher.rebooted == [] and seen.max_out_of_service == 1, seen.peak
+    assert cluster.sinfo()["n6"] == ("drained", "bad DIMM, ticket 4711")
+    results = by_host(summary)
+    assert results["n6"]["status"] == "out_of_service" and "bad DIMM" in results["n6"]["reason"]
+    assert simnode.running_cpufreq(roots["n6"]) == before
+    assert not os.path.exists(os.path.join(roots["n6"], "etc/default/grub.d/60-gpunode-tuning.cfg"))  # not tuned
+    for host in ("n1", "n2", "n3", "n4", "n5"):
+        assert cluster.sinfo()[host] == ("idle", "none")
+        assert results[host]["status"] == "failed", results[host]
+    assert "waited 4 s for a slot" in json.dumps(summary), summary["results"]
+    assert summary["counts"]["out_of_service"] == 1
