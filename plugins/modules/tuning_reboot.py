@@ -55,6 +55,7 @@ attributes:
     support: full
     description: Check mode names each host it would drain and reboot, with the reason, and changes nothing.
   diff_mode:
+    description: The sequence reports what it did or would do in its message; it has no diff.
     support: none
   platform:
     platforms: linux

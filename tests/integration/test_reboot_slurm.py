@@ -153,7 +153,7 @@ def test_rollout_drains_reboots_within_the_budget_and_resumes_with_a_job_delayin
     job = cluster.submit("n2", 300)
     cluster.wait_for("the job on n2 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
     ended = JobEnder(cluster, "n2", job, after=2.0)
-    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher, ended:
+    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher, ended as _ender:
         started = time.monotonic()
         proc, summary = rollout(cluster, inventory, reports)
         wall = time.monotonic() - started

@@ -31,8 +31,6 @@ AUDITED_GPUS = ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0", 
                 "0000:a1:00.0", "0000:c1:00.0", "0000:e1:00.0"]
 
 
-
-
 def devctl(cfg):
     return struct.unpack_from("<H", cfg, 0x78 + 8)[0]
 
@@ -446,8 +444,6 @@ def setpci_mrrs(root, bdfs):
     return {b: pci.mrrs_of_devctl(int(v, 16)) for b, v in zip(bdfs, out, strict=True)}
 
 
-
-
 def journal_entries(root):
     path = os.path.join(root, JOURNAL.lstrip("/"))
     if not os.path.exists(path):
@@ -501,8 +497,6 @@ def inject_static_faults(root):
         fh.truncate(64)
     os.unlink(cfg_path(root, DIRECTORY))
     os.mkdir(cfg_path(root, DIRECTORY))
-
-
 
 
 def by_bdf(result):

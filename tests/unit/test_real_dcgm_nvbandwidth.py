@@ -120,8 +120,8 @@ def test_a_table_cut_before_its_border_keeps_its_last_row_and_fails(real):
 
 
 def test_a_row_not_understood_is_a_finding_never_a_pass(real):
-    text = real("dcgmi-diag-4.4.2-pass-dcgm-124.txt").text.replace("| pcie                      | Pass",
-                                                                  "| pcie                      | Meh ")
+    text = real("dcgmi-diag-4.4.2-pass-dcgm-124.txt").text.replace(
+        "| pcie                      | Pass", "| pcie                      | Meh ")
     assert text != real("dcgmi-diag-4.4.2-pass-dcgm-124.txt").text
     row = gpu_health.dcgm_row({"rc": 0, "stdout": text, "stderr": ""})
     assert row["state"] == "drifted" and "test 'pcie' has the result 'Meh'" in row["reason"]

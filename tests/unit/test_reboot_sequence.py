@@ -19,8 +19,8 @@ HOSTS = ["n1", "n2", "n3", "n4"]
 class FakeSlurm:
     """A cluster of idle nodes: sinfo, scontrol update (DRAIN, RESUME) and scontrol show node -o."""
 
-    def __init__(self, nodes=HOSTS):
-        self.nodes = {n: {"state": "idle", "reason": "", "start": "2026-12-02T10:00:00"} for n in nodes}
+    def __init__(self, nodes=None):
+        self.nodes = {n: {"state": "idle", "reason": "", "start": "2026-12-02T10:00:00"} for n in nodes or HOSTS}
         self.calls = []
 
     def __call__(self, argv, timeout):

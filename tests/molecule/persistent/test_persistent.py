@@ -95,11 +95,11 @@ def test_boot_script_tunes_a_fresh_node(node):
 
 
 def test_udev_rule(node):
+    # One line per GPU vendor of the default selector (NVIDIA's and AMD's), each running the same runner.
     rule = _conf_lines(node.read("etc/udev/rules.d/70-gpunode-tuning.rules"))
-    assert len(rule) == 1
-    assert 'ATTR{vendor}=="0x10de"' in rule[0]
+    assert [('ATTR{vendor}=="0x10de"' in rule[0]), ('ATTR{vendor}=="0x1002"' in rule[1])] == [True, True], rule
     run = 'RUN+="/usr/bin/python3 -I -B /%s --desired %s --only pcie_mrrs --bdf %%k"' % (BOOT_SCRIPT, BOOT_DESIRED)
-    assert run in rule[0]
+    assert len(rule) == 2 and all(run in line for line in rule), rule
 
 
 def test_runtime_state_untouched(node):
