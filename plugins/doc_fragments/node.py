@@ -49,6 +49,18 @@ attributes:
     description: Linux only; reads sysfs and procfs.
 """
 
+    # The modules that write a node (tuning_apply, tuning_persist): the node's one lock (flows/writers.py).
+    WRITER = r"""
+options:
+  lock_timeout:
+    description:
+      - Seconds to wait for the node's lock (C(.lock) next to O(journal)), which every writing flow takes (runtime,
+        persistent, rollback, the boot runner, the guard's re-apply). After that the module fails, before any write,
+        naming the holder (flow, pid, host, start time). Check mode takes no lock.
+    type: float
+    default: 60
+"""
+
     COMMAND_TIMEOUTS = r"""
 options:
   command_timeouts:

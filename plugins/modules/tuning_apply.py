@@ -45,13 +45,6 @@ options:
       - Journal of original values on the node (below O(root)), for the families that journal.
     type: str
     default: /var/lib/gpunode-tuning/journal.json
-  lock_timeout:
-    description:
-      - Seconds to wait for the node's lock (C(.lock) next to O(journal)), which every writing flow takes (runtime,
-        persistent, rollback, the boot runner, the guard's re-apply). After that the module fails, before any write,
-        naming the holder (flow, pid, host, start time). Check mode takes no lock.
-    type: float
-    default: 60
   fail_on_error:
     description:
       - Fail the task when a family failed (after every other one ran). V(false) returns ok with the failures in
@@ -61,6 +54,7 @@ options:
 extends_documentation_fragment:
   - gpunode.tuning.node
   - gpunode.tuning.node.command_timeouts
+  - gpunode.tuning.node.writer
   - gpunode.tuning.node.attributes
 """
 

@@ -59,13 +59,6 @@ options:
     description: Journal of original values (the V(kmod) concern loads the modules it persists, as at runtime).
     type: str
     default: /var/lib/gpunode-tuning/journal.json
-  lock_timeout:
-    description:
-      - Seconds to wait for the node's lock (C(.lock) next to O(journal)), which every writing flow takes (runtime,
-        persistent, rollback, the boot runner, the guard's re-apply). After that the module fails, before any write,
-        naming the holder (flow, pid, host, start time). Check mode takes no lock.
-    type: float
-    default: 60
   fail_on_error:
     description:
       - Fail the task when a concern failed (after every other one ran). V(false) returns ok with the failures in
@@ -75,6 +68,7 @@ options:
 extends_documentation_fragment:
   - gpunode.tuning.node
   - gpunode.tuning.node.command_timeouts
+  - gpunode.tuning.node.writer
   - gpunode.tuning.node.attributes
 """
 

@@ -197,9 +197,12 @@ class SlurmBackend:
         return bool(node) and not node["out_of_service"]
 
 
-class CommandBackend:
+class CommandBackend(NoneBackend):
     """The user's own commands (a load balancer, an inference router), run on the controller with
-    ``GPUNODE_HOST`` (and ``GPUNODE_REASON`` for the drain) in their environment. Drains are ours by record."""
+    ``GPUNODE_HOST`` (and ``GPUNODE_REASON`` for the drain) in their environment. Drains are ours by record.
+
+    What it has no command for (keeping a failed host drained, a boot mark, readiness after the boot) is
+    NoneBackend's: nothing to do, ready at once."""
 
     name = "command"
 
@@ -229,15 +232,6 @@ class CommandBackend:
 
     def drained(self, host: str) -> bool:
         return self._call("check", host) == 0
-
-    def keep_drained(self, host: str, reason: str) -> None:
-        return None
-
-    def boot_mark(self, host: str) -> str | None:
-        return None
-
-    def ready(self, host: str, mark: str | None = None) -> bool:
-        return True
 
     def undrain(self, host: str) -> None:
         self._call("undrain", host)
