@@ -22,11 +22,11 @@ import shlex
 import subprocess
 import time
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain_kubernetes import KubernetesBackend
 
 ARGUMENT_SPEC = {
     "phase": {"type": "str", "required": True, "choices": ["survey", "reboot"]},
@@ -103,7 +103,12 @@ class ActionModule(ActionBase):
                         "undrain": self._vars["gpunode_tuning_undrain_command"]}
             return seq.CommandBackend(self._run_on_controller, commands)
         if name == "kubernetes":
-            raise AnsibleActionFail("gpunode_tuning_drain: kubernetes is not available in this release")
+            hostvars = task_vars.get("hostvars") or {}
+            given = {h: (hostvars.get(h) or {}).get("gpunode_tuning_drain_kubernetes_node") for h in self._hosts}
+            node_of = {h: self._templar.template(v) or h for h, v in given.items()}
+            kubeconfig = self._templar.template(task_vars.get("gpunode_tuning_drain_kubeconfig"))
+            context = self._templar.template(task_vars.get("gpunode_tuning_drain_kubernetes_context"))
+            return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError)
         return seq.NoneBackend()
 
     def _run_on_host(self, argv, timeout):
@@ -190,8 +195,10 @@ class ActionModule(ActionBase):
         backend.drain(host, reason)
         out["changed"] = True
         if not seq.wait_until(lambda: backend.drained(host), settings["drain_timeout"], settings["poll"]):
+            blocked = getattr(backend, "blocked", {}).get(host)  # the kubernetes backend: a PodDisruptionBudget
+            blocked = "; " + blocked if blocked else ""
             return self._fail_drained(out, "the drain did not finish within %d s (gpunode_tuning_drain_timeout): work "
-                                      "is still running on it" % settings["drain_timeout"], "drain")
+                                      "is still running on it%s" % (settings["drain_timeout"], blocked), "drain")
         out["drain_s"] = round(time.monotonic() - started, 1)
         records.write(host, "drained", reason=reason)
         halted = records.halted()

@@ -165,9 +165,6 @@ def role_problems(values: dict) -> list[str]:
            "max_unavailable": values.get("gpunode_tuning_reboot_max_unavailable")}
     raw.update({key: values.get(name) for key, name in TIMEOUT_VARIABLES.items()})
     got, errors = reboot_settings(raw, 1)
-    if got.get("reboot_ok") and got.get("drain") == "kubernetes":
-        errors.append("gpunode_tuning_drain: kubernetes is not available in this release (the reboot sequence "
-                      "drains with one of none, slurm, command)")
     if got.get("reboot_ok") and got.get("drain") == "command":
         for name in ("gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
                      "gpunode_tuning_undrain_command"):

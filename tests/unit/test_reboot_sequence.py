@@ -185,7 +185,6 @@ def test_wait_until_is_bounded():
 
 @pytest.mark.parametrize("values,message", [
     ({"gpunode_tuning_reboot_ok": True}, "gpunode_tuning_drain must say how hosts leave service"),
-    ({"gpunode_tuning_reboot_ok": True, "gpunode_tuning_drain": "kubernetes"}, "kubernetes is not available"),
     ({"gpunode_tuning_reboot_ok": True, "gpunode_tuning_drain": "command"},
      "gpunode_tuning_drain is command, so gpunode_tuning_drain_command must be set"),
     ({"gpunode_tuning_drain_command": ["lb", ""]}, "gpunode_tuning_drain_command must be a command string"),
@@ -220,3 +219,8 @@ def test_an_interrupted_run_is_adopted_from_its_records(tmp_path):
     clock = Clock()
     assert not seq.take_slot(backend, records, "n1", HOSTS, settings(wait_timeout=1), False, sleep=clock.sleep,
                              clock=clock)["taken"]
+
+
+def test_the_precheck_accepts_the_kubernetes_drain():
+    problems = reboot.role_problems({"gpunode_tuning_reboot_ok": True, "gpunode_tuning_drain": "kubernetes"})
+    assert not [p for p in problems if "kubernetes" in p], problems
