@@ -271,7 +271,7 @@ def _amd_state(root):
         answers = json.load(fh)["answers"]
     static, metric = json.loads(answers["static"])["gpu_data"], json.loads(answers["metric"])["gpu_data"]
     return ({g["bus"]["bdf"]: g["limit"]["socket_power"]["value"] for g in static},
-            {s["bus"]["bdf"]: m["perf_level"] for s, m in zip(static, metric)})
+            {s["bus"]["bdf"]: m["perf_level"] for s, m in zip(static, metric, strict=True)})
 
 
 def _amd_calls(monkeypatch):

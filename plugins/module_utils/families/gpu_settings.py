@@ -427,11 +427,9 @@ def run(call: family.Call) -> dict:
     restore = bool(params.get("restore"))
     want = None if restore else validate(params)
     node, journal = open_node(params)
-    if restore and not journal.entries(NAME):
-        # Nothing of ours to put back: a rollback must pass on a node without nvidia-smi.
-        return _result([], None, [])
-    if _amd_only(node):
-        return run_amd(call, node, journal, want, restore)
+    early = _without_nvidia_smi(call, node, journal, want, restore)
+    if early is not None:
+        return early
     try:
         smi = find_smi(node, call.lookup)
         gpus = read_gpus(call.run_command, smi, len(select_devices(node, DeviceSelector.nvidia_gpus())))
@@ -468,6 +466,16 @@ def run(call: family.Call) -> dict:
     if errors:
         raise family.FamilyError("GPU settings not applied: " + "; ".join(errors), result)
     return result
+
+
+def _without_nvidia_smi(call: family.Call, node: Node, journal, want: dict | None, restore: bool) -> dict | None:
+    """The result of a run that needs no nvidia-smi: nothing journaled to restore, or a node whose GPUs are AMD's."""
+    if restore and not journal.entries(NAME):
+        # Nothing of ours to put back: a rollback must pass on a node without nvidia-smi.
+        return _result([], None, [])
+    if _amd_only(node):
+        return run_amd(call, node, journal, want, restore)
+    return None
 
 
 def _amd_only(node: Node) -> bool:
@@ -833,34 +841,44 @@ def run_amd(call: family.Call, node: Node, journal, want: dict | None, restore: 
         raise family.FamilyError(str(exc)) from None
     gpus = read_amd_gpus(call.run_command, smi)
     if restore:
-        by_bdf = {g["bdf"]: g for g in gpus}
-        steps, keys = [], {}
-        for key, original in sorted(journal.entries(NAME).items()):
-            kind, _sep, bdf = key.partition(":")
-            setting = {v: k for k, v in AMD_JOURNAL.items()}.get(kind)
-            if setting is None or bdf not in by_bdf or original is None:
-                continue
-            current = by_bdf[bdf]["limit" if setting == "power_limit" else "perf_level"]
-            if setting == "power_limit" and current is not None and abs(current - float(original)) < 0.5 or \
-                    setting == "perf_level" and current == original:
-                journal.drop(NAME, key)
-                continue
-            step = (bdf, setting, current, original)
-            steps.append(step)
-            keys[step] = key
-        result = _amd_result(steps, gpus)
-        if call.check_mode:
-            return result
-        failed = amd_execute(call, smi, gpus, steps)
-        for step in steps:
-            if step not in [f for f, _e in failed]:
-                journal.drop(NAME, keys[step])
-        journal.save()
-        result["gpus"] = _amd_result([], read_amd_gpus(call.run_command, smi))["gpus"]
-        if failed:
-            raise family.FamilyError("GPU settings not restored (they stay in the journal): "
-                                     + "; ".join(sorted({e for _s, e in failed})), result)
+        return _amd_restore(call, journal, smi, gpus)
+    return _amd_apply(call, journal, smi, gpus, want)
+
+
+def _amd_restore(call: family.Call, journal, smi: str, gpus: list) -> dict:
+    """Write the journaled AMD originals back; what could not be restored stays in the journal."""
+    by_bdf = {g["bdf"]: g for g in gpus}
+    steps, keys = [], {}
+    for key, original in sorted(journal.entries(NAME).items()):
+        kind, _sep, bdf = key.partition(":")
+        setting = {v: k for k, v in AMD_JOURNAL.items()}.get(kind)
+        if setting is None or bdf not in by_bdf or original is None:
+            continue
+        current = by_bdf[bdf]["limit" if setting == "power_limit" else "perf_level"]
+        if setting == "power_limit" and current is not None and abs(current - float(original)) < 0.5 or \
+                setting == "perf_level" and current == original:
+            journal.drop(NAME, key)
+            continue
+        step = (bdf, setting, current, original)
+        steps.append(step)
+        keys[step] = key
+    result = _amd_result(steps, gpus)
+    if call.check_mode:
         return result
+    failed = amd_execute(call, smi, gpus, steps)
+    for step in steps:
+        if step not in [f for f, _e in failed]:
+            journal.drop(NAME, keys[step])
+    journal.save()
+    result["gpus"] = _amd_result([], read_amd_gpus(call.run_command, smi))["gpus"]
+    if failed:
+        raise family.FamilyError("GPU settings not restored (they stay in the journal): "
+                                 + "; ".join(sorted({e for _s, e in failed})), result)
+    return result
+
+
+def _amd_apply(call: family.Call, journal, smi: str, gpus: list, want: dict) -> dict:
+    """Plan, journal the originals, ``amd-smi set``, read back."""
     steps = amd_plan(gpus, want)
     result = _amd_result(steps, gpus)
     if call.diff:
