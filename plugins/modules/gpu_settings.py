@@ -21,7 +21,7 @@ description:
   - On a simulated node (O(root) other than V(/)) only the node's own C(<root>/usr/bin/nvidia-smi) runs, never
     the controller's.
   - On a node whose GPUs are AMD's (AMD GPUs on the PCI bus, no NVIDIA one) the power cap and the performance
-    level go through C(amd-smi) (PATH, then C(/opt/rocm/bin)), bounded by O(command_timeouts.amd_smi), with
+    level go through C(amd-smi) (PATH, then C(/opt/rocm/bin)), bounded by C(command_timeouts.amd_smi), with
     C(amd-smi set -g I J ... --power-cap W), C(--perf-level LEVEL) or C(--perf-determinism MHZ), one call per
     wanted value for the GPUs that differ, read back from C(amd-smi static --json) and C(amd-smi metric --json),
     journaled per GPU and restored. O(persistence) and the clocks are NVIDIA's only.
