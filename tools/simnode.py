@@ -1588,8 +1588,10 @@ AMD_FAULTS = {
 }
 # How the stand-in answers: "answer"; "hang" never; "error" exit 1 with the library's init error on stderr;
 # "invalid_json" its JSON cut short (as amdsmi issues #168/#184 show); "rocm_dir" answers, installed in
-# opt/rocm/bin instead of usr/bin (not on PATH); "absent" no amd-smi at all.
-AMD_SMI_MODES = ("answer", "hang", "error", "invalid_json", "rocm_dir", "absent")
+# opt/rocm/bin instead of usr/bin (not on PATH); "absent" no amd-smi at all; "set_refused" answers, but
+# refuses every ``set`` (exit 1, AMDSMI_STATUS_NO_PERM, as without root). ``set`` changes the answers kept in
+# AMD_SMI_STATE (static limit.socket_power, metric perf_level), so a read-back sees it.
+AMD_SMI_MODES = ("answer", "hang", "error", "invalid_json", "rocm_dir", "absent", "set_refused")
 AMD_SMI_STATE = "var/lib/simnode/amd-smi.json"
 # ROCm 6.4.1's amd-smi, as tests/data/real/amd-smi-version-rocm6.4.1-mi300a-legacy-rocm-build-4759.txt prints it.
 AMD_SMI_VERSION = ("AMDSMI Tool: 25.4.2+aca1101 | AMDSMI Library version: 25.4.0 | ROCm version: 6.4.1 | "
@@ -1606,7 +1608,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) == "rocm":
     ROOT = os.path.dirname(ROOT)  # <root>/opt/rocm/bin/amd-smi
 with open(os.path.join(ROOT, "@STATE@")) as f:
-    STATE = json.load(f)
+    RAW = f.read()
+STATE = json.loads(RAW)
 args = [a for a in sys.argv[1:] if a != "--json"]
 if not args:
     sys.exit("usage: amd-smi [-h] {version,list,static,firmware,bad-pages,metric,process,topology,xgmi,set,reset} ...")
@@ -1622,6 +1625,47 @@ if mode == "hang" and key != "version":
 if mode == "error" and key != "version":
     sys.stderr.write("ERROR:root:Unable to initialize amdsmi: AMDSMI_STATUS_DRIVER_NOT_LOADED\n")
     sys.exit(1)
+if key == "set":  # amd-smi set -g I [J ...] --power-cap W | --perf-level LEVEL | --perf-determinism MHZ
+    if mode == "set_refused":
+        sys.stderr.write("AMDSMI_STATUS_NO_PERM - Command not permitted\n")
+        sys.exit(1)
+    opts = {"-o": "--power-cap", "-l": "--perf-level", "-d": "--perf-determinism"}
+    ids, what, i = [], {}, 1
+    while i < len(args):
+        a = opts.get(args[i], args[i])
+        if a == "-g":
+            i += 1
+            while i < len(args) and args[i].isdigit():
+                ids.append(int(args[i]))
+                i += 1
+            continue
+        if a in ("--power-cap", "--perf-level", "--perf-determinism") and i + 1 < len(args):
+            what[a] = args[i + 1]
+            i += 2
+            continue
+        sys.stderr.write("amd-smi set: error: unrecognized arguments: %s\n" % args[i])
+        sys.exit(2)
+    static, metric = json.loads(STATE["answers"]["static"]), json.loads(STATE["answers"]["metric"])
+    for n in ids:
+        if n >= len(static["gpu_data"]):
+            sys.stderr.write("amd-smi set: error: GPU %d does not exist\n" % n)
+            sys.exit(2)
+    for n in ids:
+        if "--power-cap" in what:
+            watts = int(what["--power-cap"])
+            lim = static["gpu_data"][n]["limit"]
+            if not lim["min_power"]["value"] <= watts <= lim["max_power"]["value"]:
+                sys.stderr.write("AMDSMI_STATUS_INVAL - Power cap %d W is out of range\n" % watts)
+                sys.exit(1)
+            lim["socket_power"]["value"] = watts
+        level = "DETERMINISM" if "--perf-determinism" in what else what.get("--perf-level")
+        if level:
+            metric["gpu_data"][n]["perf_level"] = "AMDSMI_DEV_PERF_LEVEL_" + level.upper()
+    STATE["answers"]["static"] = json.dumps(static, indent=4)
+    STATE["answers"]["metric"] = json.dumps(metric, indent=4)
+    with open(os.path.join(ROOT, "@STATE@"), "w") as f:
+        f.write(json.dumps(STATE) + RAW[len(RAW.rstrip("\n")):])  # as simnode wrote it, to the byte
+    sys.exit(0)
 text = STATE["answers"][key]
 if mode == "invalid_json" and key == "metric":
     text = text[: len(text) // 2]
@@ -1717,6 +1761,7 @@ def amd_smi_answers(p: Preset, gpus: list, faults: dict) -> dict:
         "topology": json.dumps(topology, indent=4),
         "xgmi": wrap([]),
         "xgmi_link_status": "\n".join(rows),
+        "set": "",
     }
 
 

@@ -20,6 +20,11 @@ description:
   - ECC mode is never changed (a reboot and fleet-wide consequences); the verification's C(gpu_health) reports it.
   - On a simulated node (O(root) other than V(/)) only the node's own C(<root>/usr/bin/nvidia-smi) runs, never
     the controller's.
+  - On a node whose GPUs are AMD's (AMD GPUs on the PCI bus, no NVIDIA one) the power cap and the performance
+    level go through C(amd-smi) (PATH, then C(/opt/rocm/bin)), bounded by C(command_timeouts.amd_smi), with
+    C(amd-smi set -g I J ... --power-cap W), C(--perf-level LEVEL) or C(--perf-determinism MHZ), one call per
+    wanted value for the GPUs that differ, read back from C(amd-smi static --json) and C(amd-smi metric --json),
+    journaled per GPU and restored. O(persistence) and the clocks are NVIDIA's only.
 author:
   - gpunode.tuning contributors (@gpunode)
 extends_documentation_fragment:
@@ -60,6 +65,18 @@ options:
       - The original pair is journaled and written back on restore (C(nvidia-smi -rac) where none was read).
         A GPU that reports no application clocks fails the run before any write. Unset leaves them alone.
     type: dict
+  perf_level:
+    description:
+      - AMD GPUs only. The performance level of every AMD GPU (C(amd-smi set --perf-level)), one of V(auto), V(low),
+        V(high), V(manual), V(stable_std), V(stable_peak), V(stable_min_mclk), V(stable_min_sclk),
+        V(determinism). The original level is journaled and restored. Unset leaves it alone.
+    type: str
+  perf_determinism_mhz:
+    description:
+      - AMD GPUs only. Performance determinism with this GFX clock ceiling in MHz
+        (C(amd-smi set --perf-determinism MHZ)); the level then reads V(determinism), which is what is verified
+        (amd-smi reports no determinism ceiling). Restore puts the journaled level back. Unset leaves it alone.
+    type: int
   journal:
     description:
       - Path of the journal on the node (below O(root)), for example C(/var/lib/gpunode-tuning/journal.json).

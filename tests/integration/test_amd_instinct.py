@@ -124,3 +124,31 @@ def test_a_mixed_fleet_rolls_out_with_one_inventory_and_the_sick_amd_host_is_not
     assert tree_digest(roots["mi300x-ecc"]) == sick_before  # the sick host was not tuned
     fleet = (tmp_path / "reports" / "fleet-summary.md").read_text()
     assert "| nvidia |" in fleet and "| mi300x |" in fleet
+
+
+def _amd_caps(root):
+    with open(os.path.join(root, simnode.AMD_SMI_STATE), encoding="utf-8") as fh:
+        static = json.loads(json.load(fh)["answers"]["static"])["gpu_data"]
+    return {g["bus"]["bdf"]: g["limit"]["socket_power"]["value"] for g in static}
+
+
+def test_the_amd_power_cap_applies_through_amd_smi_reruns_unchanged_and_rolls_back_to_the_byte(tmp_path):
+    root = str(tmp_path / "node")
+    simnode.build(root, PRESET, cpus=4, amd_smi=True)
+    inventory = write_inventory(str(tmp_path / "hosts.yml"), {"mi300x": root},
+                                report_dir=str(tmp_path / "reports"))
+    before = snapshot(root)
+    cap = ("-e", "gpunode_tuning_gpu_power_limit=600")
+    check = run_playbook("tune.yml", inventory, "--tags", "runtime", "--check", *cap)
+    assert_ok(check)
+    assert set(_amd_caps(root).values()) == {750}  # check mode wrote nothing
+    runtime = run_playbook("tune.yml", inventory, "--tags", "runtime", *cap)
+    assert_ok(runtime)
+    assert set(_amd_caps(root).values()) == {600}, runtime.stdout[-3000:]
+    again = run_playbook("tune.yml", inventory, "--tags", "runtime", *cap)
+    assert_ok(again)
+    assert again.recap["mi300x"]["changed"] == 0, again.stdout[-4000:]
+    rollback = run_playbook("rollback.yml", inventory)
+    assert_ok(rollback)
+    left = tree_changes(before, snapshot(root))
+    assert left == [], left

@@ -259,3 +259,99 @@ def test_evaluate_clock_rows_from_the_health_query():
     assert {r["name"]: r["state"] for r in missing} == {"locked_clocks": "not_applicable",
                                                         "application_clocks": "not_applicable",
                                                         "persistence_mode": "not_applicable"}
+
+
+# --- AMD Instinct (the simulated MI300X node's amd-smi stand-in keeps what `amd-smi set` changes) ---
+
+AMD = "mi300x-epyc-8gpu"
+
+
+def _amd_state(root):
+    with open(os.path.join(root, simnode.AMD_SMI_STATE)) as fh:
+        answers = json.load(fh)["answers"]
+    static, metric = json.loads(answers["static"])["gpu_data"], json.loads(answers["metric"])["gpu_data"]
+    return ({g["bus"]["bdf"]: g["limit"]["socket_power"]["value"] for g in static},
+            {s["bus"]["bdf"]: m["perf_level"] for s, m in zip(static, metric, strict=True)})
+
+
+def _amd_calls(monkeypatch):
+    """Record every argv the module runs (the runner still runs them)."""
+    calls = []
+    real = family.run_argv
+
+    def spy(argv, *a, **kw):
+        calls.append(list(argv))
+        return real(argv, *a, **kw)
+    monkeypatch.setattr(family, "run_argv", spy)
+    return calls
+
+
+def test_amd_power_cap_and_perf_level_apply_rerun_and_rollback(build_node, run_module, digest):
+    root = build_node(AMD, cpus=4, amd_smi=True)
+    before = digest(root)
+    caps, _levels = _amd_state(root)
+    first, second = sorted(caps)[:2]
+    args = {"root": root, "journal": JOURNAL, "power_limit": 650, "power_limits": {first: 600},
+            "perf_level": "stable_peak"}
+    result, failed = run_module("gpu_settings", args)
+    assert not failed, result
+    assert result["changed"] and {c["vendor"] for c in result["changes"]} == {"amd"}
+    caps, levels = _amd_state(root)
+    assert caps[first] == 600 and caps[second] == 650 and len(caps) == 8
+    assert set(levels.values()) == {"AMDSMI_DEV_PERF_LEVEL_STABLE_PEAK"}
+    assert {g["power_limit"] for g in result["gpus"]} == {600.0, 650.0}
+    journal = json.load(open(os.path.join(root, JOURNAL.lstrip("/"))))["families"]["gpu_settings"]
+    assert journal["amd_power_cap:%s" % first]["original"] == 750.0
+    assert journal["amd_perf_level:%s" % first]["original"] == "auto"
+    again, failed = run_module("gpu_settings", args)
+    assert not failed and not again["changed"] and again["changes"] == []
+    restored, failed = run_module("gpu_settings", {"root": root, "journal": JOURNAL, "restore": True})
+    assert not failed and restored["changed"], restored
+    assert digest(root) == before
+
+
+def test_amd_settings_check_mode_writes_nothing(build_node, run_module, digest):
+    root = build_node(AMD, cpus=4, amd_smi=True)
+    before = digest(root)
+    result, failed = run_module("gpu_settings", {"root": root, "journal": JOURNAL, "power_limit": 700,
+                                                 "perf_determinism_mhz": 1900}, check=True)
+    assert not failed and result["changed"]
+    assert {c["setting"] for c in result["changes"]} == {"power_limit", "perf_level"}
+    assert {c["after"] for c in result["changes"] if c["setting"] == "perf_level"} == {"determinism"}
+    assert digest(root) == before
+
+
+def test_amd_set_is_one_call_per_value_for_the_gpus_that_differ():
+    gpus = [{"bdf": "0000:%02x:00.0" % b, "index": i, "limit": 750.0, "min": 0, "max": 750, "perf_level": "auto"}
+            for i, b in enumerate((0x05, 0x26, 0x46))]
+    gpus[1]["limit"] = 600.0
+    want = gpu_settings.validate({"power_limit": 600, "perf_determinism_mhz": 1900})
+    steps = gpu_settings.amd_plan(gpus, want)
+    argvs = [a for a, _m in gpu_settings.amd_argvs("amd-smi", gpus, steps, 1900)]
+    assert argvs == [["amd-smi", "set", "-g", "0", "1", "2", "--perf-determinism", "1900"],
+                     ["amd-smi", "set", "-g", "0", "2", "--power-cap", "600"]]
+
+
+@pytest.mark.parametrize("raw,watts", [({"value": 750, "unit": "W"}, 750.0), ("750 W", 750.0),
+                                       ({"value": 750000000, "unit": "uW"}, 750.0), (750000000, 750.0),
+                                       (750, 750.0), ("N/A", None)])
+def test_amd_power_cap_reads_watts_and_microwatts(raw, watts):
+    assert gpu_settings.amd_watts(raw) == watts
+
+
+def test_amd_bad_input_and_out_of_range_cap_fail_before_any_write(build_node, run_module, digest):
+    root = build_node(AMD, cpus=4, amd_smi=True)
+    before = digest(root)
+    result, failed = run_module("gpu_settings", {"root": root, "journal": JOURNAL, "perf_level": "turbo"})
+    assert failed and "perf_level must be one of auto" in result["msg"]
+    result, failed = run_module("gpu_settings", {"root": root, "journal": JOURNAL, "power_limit": 900})
+    assert failed and "outside its range 0-750 W" in result["msg"]
+    assert digest(root) == before
+
+
+def test_amd_set_refused_is_reported_and_stays_rollbackable(build_node, run_module):
+    root = build_node(AMD, cpus=4, amd_smi=True, amd_smi_mode="set_refused")
+    result, failed = run_module("gpu_settings", {"root": root, "journal": JOURNAL, "power_limit": 700})
+    assert failed and "AMDSMI_STATUS_NO_PERM" in result["msg"] and "--power-cap 700" in result["msg"]
+    journal = json.load(open(os.path.join(root, JOURNAL.lstrip("/"))))["families"]["gpu_settings"]
+    assert len([k for k in journal if k.startswith("amd_power_cap:")]) == 8
