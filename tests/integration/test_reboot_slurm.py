@@ -237,3 +237,27 @@ def test_a_node_drained_by_someone_else_is_skipped_and_holds_the_only_slot(fresh
         assert results[host]["status"] == "failed", results[host]
     assert "waited 4 s for a slot" in json.dumps(summary), summary["results"]
     assert summary["counts"]["out_of_service"] == 1
+
+
+def test_tune_persistent_skips_a_node_drained_by_someone_else_before_tuning_it(fresh, tmp_path):
+    """tune.yml --tags persistent (not the rollout), n6 drained by an operator: n6 is not tuned, not drained
+    again, not rebooted, not resumed, its reason kept, and the run fails naming it; the other hosts are tuned."""
+    cluster = fresh
+    roots, inventory, _reports = build_fleet(tmp_path, {h: NO_REBOOT for h in HOSTS})
+    cluster.drain("n6", "bad DIMM, ticket 4711")
+    before = simnode.running_cpufreq(roots["n6"])
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "tune.yml"),
+           "-f", "8", "--tags", "persistent"]
+    with RebootWatcher(cluster, roots) as watcher:
+        proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(SLURM_CONF=cluster.conf), capture_output=True,
+                              text=True, timeout=300, check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "n6 was out of service before the run" in proc.stdout and "bad DIMM" in proc.stdout, proc.stdout
+    assert watcher.rebooted == []
+    assert cluster.sinfo()["n6"] == ("drained", "bad DIMM, ticket 4711")
+    assert simnode.running_cpufreq(roots["n6"]) == before
+    desired = "etc/gpunode-tuning/desired.json"
+    assert not os.path.exists(os.path.join(roots["n6"], desired))  # not tuned
+    for host in ("n1", "n2", "n3", "n4", "n5"):
+        assert os.path.exists(os.path.join(roots[host], desired)), host  # tuned
+        assert cluster.sinfo()[host] == ("idle", "none")
