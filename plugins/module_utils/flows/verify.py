@@ -304,13 +304,17 @@ def _tuple(answer: dict[str, Any]) -> command.Result:
 
 def _other_tool(node: Node, tools: Tools, cmd: Any) -> dict[str, Any]:
     """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout), found on PATH, then in its
-    ``dirs`` below the node's root; missing: rc 127 and what to install (``GpuCommand.missing``). Never installed
-    by the check."""
-    path = tools.find(cmd.tool, cmd.package) or next(
-        (p for p in (node.path(d, cmd.tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
-    if not path:
-        return {"rc": 127, "stdout": "", "stderr": cmd.missing or "%s not found on the node" % cmd.tool}
-    return _answer(tools.run([path, *cmd.args]))
+    ``dirs`` below the node's root (else the first of its ``alternatives`` found); missing: rc 127 and what to
+    install (``GpuCommand.missing``). Never installed by the check."""
+    for tool, args in ((cmd.tool, cmd.args),) + tuple(cmd.alternatives):
+        path = tools.find(tool, cmd.package) or next(
+            (p for p in (node.path(d, tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
+        if path:
+            answer = _answer(tools.run([path, *args]))
+            if cmd.alternatives:
+                answer["tool"] = tool
+            return answer
+    return {"rc": 127, "stdout": "", "stderr": cmd.missing or "%s not found on the node" % cmd.tool}
 
 
 def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,
