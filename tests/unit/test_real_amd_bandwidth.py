@@ -119,6 +119,16 @@ def test_showtopo_of_eight_mi308x_one_xgmi_hop_and_of_four_gpus_on_pcie():
     (bad,) = amd_p2p.judge(xgmi, [{"device": "0x74a2"}] * 8, row, source="rocm-smi --showtopo")
     assert bad["name"] == "GPU2-GPU5" and "2 XGMI hops where MI308X GPUs are one hop apart" in bad["reason"]
     assert amd_p2p.judge(xgmi, [{"device": "0x740f"}], row)[0]["state"] == "applied"  # MI210: hops not judged
+    # amd-smi's hops read 1 for any XGMI path (rocm-systems issue 5763): the weight, 15 per physical XGMI hop,
+    # tells a pair that crosses another GPU. Judged where amd-smi names whole GPUs (function 0, no partitions).
+    xgmi["pairs"][(2, 5)] = dict(xgmi["pairs"][(2, 5)], hops=1, weight=30)
+    assert amd_p2p.judge(xgmi, [{"device": "0x74a2"}], row)[0]["state"] == "applied"  # showtopo: no addresses
+    xgmi["bdf"] = {i: "0000:%02x:00.0" % (0x05 + 0x20 * i) for i in range(8)}
+    (bad,) = amd_p2p.judge(xgmi, [{"device": "0x74a2"}], row)
+    assert bad["reason"].endswith("weight 30 where MI308X GPUs are linked directly (weight 15, one physical XGMI "
+                                  "hop): the path crosses another GPU (amd-smi topology)")
+    xgmi["bdf"][3] = "0000:65:00.1"  # a partition (CPX/DPX): the driver's weights differ there, not judged
+    assert amd_p2p.judge(xgmi, [{"device": "0x74a2"}], row)[0]["state"] == "applied"
     pcie = amd_p2p.links(showtopo=amd_smi.read_rocm_smi_showtopo(
         body("amd-rocm-smi-showtopo-4gpu-pcie-cut-rocm-smi-lib-108.txt")))
     (ok,) = amd_p2p.judge(pcie, [], row)

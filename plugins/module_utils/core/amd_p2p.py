@@ -45,6 +45,11 @@ BANDWIDTH = GpuCommand(BANDWIDTH_KEY, ("p2p",), tool=TRANSFERBENCH, package="tra
 ONE_HOP_DEVICES = {"0x74a1": "MI300X", "0x74a5": "MI325X", "0x74a2": "MI308X", "0x74a0": "MI300A",
                    "0x75a0": "MI350X", "0x75a3": "MI355X"}
 ACCESSIBLE = ("ENABLED", "UP", "ACCESSIBLE", "TRUE")
+# amd-smi's weight of a pair: 15 per physical XGMI hop, 20 per PCIe segment (AMD SMI CLI docs, "Explain hops and
+# weights", ROCm/rocm-systems PR 7372). Its hops read 1 for any XGMI path, direct or not (rocm-systems issue
+# 5763; hwloc issue 775), so the weight is what tells a direct XGMI link. In CPX mode the driver reports other
+# weights for partitions (13, 41: ROCm/rccl PR 1290): the weight is judged only where no GPU is partitioned.
+XGMI_HOP_WEIGHT = 15
 
 Row = Callable[..., dict]
 
@@ -162,8 +167,18 @@ def one_hop_model(devices: list) -> str | None:
     return models.pop() if len(models) == 1 and None not in models else None
 
 
-def pair_problems(a: int, b: int, link_map: dict, xgmi_hive: bool, one_hop: str | None) -> list:
-    """What is wrong with the pair ``a``-``b`` (both directions), empty when P2P between them is as expected."""
+def unpartitioned(link_map: dict) -> bool:
+    """Whether every GPU amd-smi names is a whole GPU (function 0: no CPX/DPX/QPX partitions), addresses known."""
+    gpus = gpus_of(link_map)
+    return bool(gpus) and all((link_map["bdf"].get(g) or "").endswith(".0") for g in gpus)
+
+
+def pair_problems(a: int, b: int, link_map: dict, xgmi_hive: bool, one_hop: str | None,
+                  judge_weight: bool = False) -> list:
+    """What is wrong with the pair ``a``-``b`` (both directions), empty when P2P between them is as expected.
+
+    ``one_hop``: the model whose GPUs are all one XGMI hop apart (MI300-class), None for others;
+    ``judge_weight``: also the weight (15 for one physical XGMI hop) of such a model's pairs."""
     there, back = link_map["pairs"].get((a, b)), link_map["pairs"].get((b, a))
     if there is None and back is None:
         return ["amd-smi topology gives no link between them"]
@@ -178,6 +193,9 @@ def pair_problems(a: int, b: int, link_map: dict, xgmi_hive: bool, one_hop: str 
                         % (link.get("link_type") or "N/A"))
     elif one_hop and kind == "XGMI" and link.get("hops") not in (None, 1):
         problems.append("%d XGMI hops where %s GPUs are one hop apart" % (link["hops"], one_hop))
+    elif one_hop and judge_weight and kind == "XGMI" and (link.get("weight") or 0) > XGMI_HOP_WEIGHT:
+        problems.append("weight %d where %s GPUs are linked directly (weight %d, one physical XGMI hop): the "
+                        "path crosses another GPU" % (link["weight"], one_hop, XGMI_HOP_WEIGHT))
     return _unique(problems)
 
 
@@ -214,9 +232,10 @@ def judge(link_map: dict, devices: list, row: Row, source: str = "amd-smi topolo
     xgmi_hive = "XGMI" in kinds
     one_hop = one_hop_model(devices)
     pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    weights = unpartitioned(link_map)  # rocm-smi --showtopo names no address: its weights are reported only
     out = []
     for a, b in pairs:
-        problems = pair_problems(a, b, link_map, xgmi_hive, one_hop)
+        problems = pair_problems(a, b, link_map, xgmi_hive, one_hop, weights)
         if problems:
             link = link_map["pairs"].get((a, b)) or link_map["pairs"].get((b, a))
             out.append(row("GPU%d-GPU%d" % (a, b), link_text(link), "drifted",
