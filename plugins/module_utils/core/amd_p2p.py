@@ -22,7 +22,7 @@ Plain Python (3.8+), no Ansible import; names no family (the callers pass their 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, amd_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import GpuCommand
