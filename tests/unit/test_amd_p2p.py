@@ -161,3 +161,21 @@ def test_a_hanging_or_failing_bandwidth_tool_is_a_finding_within_its_timeout(bui
     stand_in(root, "TransferBench", "[ERROR] No GPU devices found\n", rc=1)
     row = p2p_rows(probe(root, desired), desired)["amd.bandwidth"]
     assert (row["state"], row["reason"]) == ("drifted", "TransferBench (rc 1): [ERROR] No GPU devices found")
+
+
+def test_a_node_with_both_vendors_gets_both_verdicts_and_nvidia_rows_stay_as_they_were():
+    """NVIDIA's rows are computed as before (here: no nvidia-smi, not applicable); AMD's come beside them."""
+    facts = {"pci": {"devices": [
+        {"bdf": "0000:01:00.0", "vendor": "0x10de", "device": "0x2330", "class": "0x030200"},
+        {"bdf": "0000:08:00.0", "vendor": "0x1002", "device": "0x74a1", "class": "0x120000"},
+        {"bdf": "0000:44:00.0", "vendor": "0x1002", "device": "0x74a1", "class": "0x120000"}]}}
+    topology = capture("amd-smi-topology-json-access-type-rocm6.1.1-changelog.txt")
+    answers = {"probe": "absent", "amd_topology": {"rc": 0, "stdout": topology, "stderr": ""}}
+    rows = gpu_p2p.DEFINITION.evaluate(facts, {"gpu_p2p": {}}, type("Ctx", (), {"gpu": answers})())
+    assert [(r["name"], r["state"], r["vendor"]) for r in rows] == [
+        ("pairs", "not_applicable", "nvidia"), ("amd.GPU0-GPU1", "drifted", "amd")]
+    assert rows[0]["reason"] == "nvidia-smi is not installed on this node (no NVIDIA driver user space)"
+    # Without AMD GPUs selected no AMD row, whatever the probe holds.
+    nvidia_only = {"pci": {"devices": facts["pci"]["devices"][:1]}}
+    assert [r["name"] for r in gpu_p2p.DEFINITION.evaluate(nvidia_only, {"gpu_p2p": {}},
+                                                           type("Ctx", (), {"gpu": answers})())] == ["pairs"]
