@@ -275,18 +275,21 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
 
 
 def _other_tools(node: Node, tools: Tools, cmds: list) -> dict[str, Any]:
-    """The answers of the commands of other tools, in order; after one of a tool hangs, that tool is asked nothing
-    more (each later answer is that failure, marked ``not_run``): one timeout, not one per command."""
+    """The answers of the commands of other tools, in order; after one of a tool hangs, that tool, and every other
+    tool of its vendor (``GpuCommand.vendor``: amd-smi hung, TransferBench is not started on those GPUs), is asked
+    nothing more (each later answer is that failure, marked ``not_run``): one timeout, not one per command."""
     out: dict[str, Any] = {}
     hung: dict[str, str] = {}
     for cmd in cmds:
-        if cmd.tool in hung:
-            out[cmd.key] = {"rc": command.TIMEOUT_RC, "stdout": "", "stderr": hung[cmd.tool], "timed_out": True,
-                            "not_run": hung[cmd.tool]}
+        why = hung.get(cmd.tool) or (hung.get("vendor:" + cmd.vendor) if cmd.vendor else None)
+        if why:
+            out[cmd.key] = {"rc": command.TIMEOUT_RC, "stdout": "", "stderr": why, "timed_out": True, "not_run": why}
             continue
         out[cmd.key] = _other_tool(node, tools, cmd)
         if out[cmd.key].get("timed_out"):
             hung[cmd.tool] = command.failure(cmd.tool, _tuple(out[cmd.key]))
+            if cmd.vendor:
+                hung.setdefault("vendor:" + cmd.vendor, hung[cmd.tool])
     return out
 
 
