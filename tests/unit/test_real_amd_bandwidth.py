@@ -67,6 +67,14 @@ def test_rocm_bandwidth_test_of_two_mi100_numbers_cpus_and_gpus_together():
     assert rbt["access"] == {(2, 3): 1.0, (3, 2): 1.0}
     reading = amd_p2p.read_bandwidth(text)
     assert reading["tool"] == "rocm-bandwidth-test" and reading["label"][3] == "device 3 (bus 83:0.0)"
+    # Named by amd-smi's index where amd-smi lists a GPU on each bus; else by the tool's device numbers.
+    answer = {"rc": 0, "stdout": text, "tool": "rocm-bandwidth-test"}
+    (slow,) = amd_p2p.bandwidth_rows(answer, 49, row, {0: "0000:23:00.0", 1: "0000:83:00.0"})
+    assert slow["name"] == "bandwidth.GPU0-GPU1"
+    assert slow["reason"].startswith("GPU 0 (0000:23:00.0) = device 2 (bus 23:0.0) -> GPU 1 (0000:83:00.0) = "
+                                     "device 3 (bus 83:0.0) at 48.90 GB/s")
+    (slow,) = amd_p2p.bandwidth_rows(answer, 49, row, {0: "0000:23:00.0", 1: "0000:c3:00.0"})  # one bus unknown
+    assert slow["name"] == "bandwidth.GPU2-GPU3"
 
 
 def test_rocm_bandwidth_test_gpus_without_peer_access_fail_as_unmeasured():

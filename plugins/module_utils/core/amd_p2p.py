@@ -403,9 +403,25 @@ def read_bandwidth(text: str | None) -> dict:
             "finding": "neither a TransferBench nor a rocm-bandwidth-test bandwidth table"}
 
 
-def bandwidth_rows(answer: dict | None, min_gbps: float, row: Row) -> list:
-    """The measured GPU pair bandwidths against ``min_gbps``: a drifted row per slow or unmeasured pair (by the
-    tool's own numbering of the GPUs), else one applied ``bandwidth`` row; missing tools are unsupported."""
+def by_bus(reading: dict, bdfs: dict | None) -> dict:
+    """``{tool's device number: amd-smi index}`` for rocm-bandwidth-test's GPUs, by bus (``83:0.0`` is
+    ``....:83:00.0``); empty unless every GPU it measured is one amd-smi named (TransferBench names no bus)."""
+    index = {}
+    for n, bus in (reading.get("bus") or {}).items():
+        m = re.match(r"^([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])$", bus or "")
+        want = "%02x:%02x.%s" % (int(m.group(1), 16), int(m.group(2), 16), m.group(3)) if m else None
+        found = [i for i, bdf in (bdfs or {}).items() if want and bdf.lower().endswith(":" + want)]
+        if len(found) != 1:
+            return {}
+        index[n] = found[0]
+    return index
+
+
+def bandwidth_rows(answer: dict | None, min_gbps: float, row: Row, bdfs: dict | None = None) -> list:
+    """The measured GPU pair bandwidths against ``min_gbps``: a drifted row per slow or unmeasured pair, else one
+    applied ``bandwidth`` row; missing tools are unsupported. Pairs are named by amd-smi's index where the tool
+    names each GPU's bus (rocm-bandwidth-test, ``bdfs`` amd-smi's index -> address), else by the tool's own
+    numbering (TransferBench numbers the GPUs as HIP does)."""
     want = ">= %g GB/s" % min_gbps
     if not answer:
         return [row("bandwidth", None, "unsupported", "no bandwidth tool was run", want)]
@@ -417,9 +433,13 @@ def bandwidth_rows(answer: dict | None, min_gbps: float, row: Row) -> list:
         why = (answer.get("stderr") or answer.get("stdout") or "").strip()
         why = why.splitlines()[-1][-300:] if why else reading["finding"] or "no output"
         return [row("bandwidth", None, "drifted", "%s (rc %s): %s" % (tool, answer.get("rc"), why), want)]
-    label = reading["label"]
-    unmeasured = [(a, b) for (a, b), v in sorted(reading["pairs"].items()) if v is None]
-    slow = [(a, b, v) for (a, b), v in sorted(reading["pairs"].items()) if v is not None and v < min_gbps]
+    label, pairs = reading["label"], reading["pairs"]
+    index = by_bus(reading, bdfs)
+    if index:
+        label = {index[n]: "%s = %s" % (name(index[n], bdfs), reading["label"][n]) for n in index}
+        pairs = {(index[a], index[b]): v for (a, b), v in pairs.items()}
+    unmeasured = [(a, b) for (a, b), v in sorted(pairs.items()) if v is None]
+    slow = [(a, b, v) for (a, b), v in sorted(pairs.items()) if v is not None and v < min_gbps]
     out = [row("bandwidth.GPU%d-GPU%d" % (a, b), "N/A", "drifted",
                "%s -> %s not measured (N/A): %s could not copy between them, no peer-to-peer access"
                % (label.get(a, a), label.get(b, b), tool), want) for a, b in unmeasured]
@@ -428,8 +448,9 @@ def bandwidth_rows(answer: dict | None, min_gbps: float, row: Row) -> list:
                 % (label.get(a, a), label.get(b, b), v, min_gbps, tool), want) for a, b, v in slow]
     if out:
         return out
-    values = list(reading["pairs"].values())
+    values = list(pairs.values())
     numbering = ("TransferBench numbers the GPUs as HIP does" if reading["format"] == "transferbench"
+                 else "GPUs matched to amd-smi's by bus" if index
                  else "rocm-bandwidth-test numbers CPUs and GPUs together")
     return [row("bandwidth", "min %.2f GB/s" % min(values), "applied",
                 "%d GPU pairs measured by %s (unidirectional copy; %s)" % (len(values), tool, numbering), want)]

@@ -256,7 +256,8 @@ def amd_rows(devices: list, want: dict, answers: dict) -> list:
                          "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)")]
     rows = amd_p2p.pair_rows(devices, answers, _amd_row)
     if want["min_gbps"] is not None and not any(r["state"] in ("not_applicable", "unsupported") for r in rows):
-        rows += amd_p2p.bandwidth_rows(answers.get(amd_p2p.BANDWIDTH_KEY), want["min_gbps"], _amd_row)
+        rows += amd_p2p.bandwidth_rows(answers.get(amd_p2p.BANDWIDTH_KEY), want["min_gbps"], _amd_row,
+                                       (amd_p2p.topology_links(answers) or {}).get("bdf"))
     return rows
 
 
