@@ -145,3 +145,11 @@ def test_showtopo_of_eight_mi308x_one_xgmi_hop_and_of_four_gpus_on_pcie():
     xgmi["pairs"][(2, 5)] = dict(xgmi["pairs"][(2, 5)], link_type="PCIE", hops=3)
     (bad,) = amd_p2p.judge(xgmi, [], row)
     assert "linked by PCIE where the other GPUs are on XGMI" in bad["reason"]
+
+
+def test_topology_json_that_does_not_decode_is_unsupported_with_the_finding_never_a_traceback():
+    text = body("amd-smi-topology-json-edited-invalid-rocm6.1.1-changelog.txt")
+    (bad,) = amd_p2p.pair_rows([], {"amd_topology": {"rc": 0, "stdout": text, "stderr": ""}}, row)
+    assert (bad["name"], bad["state"]) == ("pairs", "unsupported")
+    assert bad["reason"].startswith("amd-smi topology --json: ") and "invalid JSON" in bad["reason"]
+    assert amd_p2p.topology_links({"amd_topology": {"rc": 0, "stdout": text}}) is None

@@ -82,13 +82,23 @@ def links(topology: dict | None = None, showtopo: dict | None = None) -> dict:
     return {"pairs": pairs, "bdf": bdf}
 
 
+_READ: dict = {}  # the last topology answer read: the families of one run read the same text (not to be changed)
+
+
 def topology_links(answers: dict) -> dict | None:
-    """The link map of the probe's ``amd-smi topology`` answer; None where it did not answer or read nothing."""
+    """The link map of the probe's ``amd-smi topology`` answer; None where it did not answer or read nothing.
+
+    Read once per answer text (gpu_p2p and gpu_locality, rows and report, ask for the same one); callers do not
+    change the map."""
     answer = (answers or {}).get("amd_topology") or {}
     if amd_health.call_failure("amd_topology", answer):
         return None
-    reading = amd_smi.read_topology(answer.get("stdout"))
-    return None if reading["finding"] else links(reading)
+    text = answer.get("stdout") or ""
+    if text not in _READ:
+        reading = amd_smi.read_topology(text)
+        _READ.clear()
+        _READ[text] = None if reading["finding"] else links(reading)
+    return _READ[text]
 
 
 def peers(link_map: dict | None) -> dict:
@@ -213,11 +223,11 @@ def pair_rows(devices: list, probe: dict, row: Row) -> list:
     failure = amd_health.call_failure("amd_topology", probe.get("amd_topology"))
     if failure:
         return [row("pairs", None, "unsupported", failure)]
-    reading = amd_smi.read_topology(probe["amd_topology"].get("stdout"))
-    if reading["finding"]:
+    link_map = topology_links(probe)
+    if link_map is None:
+        reading = amd_smi.read_topology(probe["amd_topology"].get("stdout"))
         return [row("pairs", None, "unsupported", "%s: %s" % (amd_health.argv_text("amd_topology"),
                                                               reading["finding"]))]
-    link_map = links(reading)
     return judge(link_map, devices, row) + xgmi_link_rows(probe, link_map["bdf"], row)
 
 
