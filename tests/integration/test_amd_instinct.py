@@ -75,6 +75,17 @@ def test_verify_reports_the_gpus_and_fails_each_sick_one_naming_gpu_and_check(tm
     for name in ("nosmi", "hang", "badjson"):  # unhealthy with the reason, never not applicable
         assert "8 AMD GPU(s) on the PCI bus are not checked by it" in gpu_rows(load[name])["amd_smi"]["reason"]
     assert "amd-smi did not answer within 2 s" in (reports / "hang.md").read_text()
+    # P2P and locality of the AMD GPUs from the same amd-smi answers (core/amd_p2p.py).
+    p2p = {s["name"]: s for s in load["healthy"]["settings"] if s["family"] == "gpu_p2p"}
+    assert {n: (r["state"], r["vendor"]) for n, r in p2p.items()} == {
+        "amd.pairs": ("applied", "amd"), "amd.xgmi_links": ("applied", "amd")}
+    assert p2p["amd.pairs"]["running"] == "XGMI, 1 hop, weight 15 on all 28 pairs of 8 GPUs"
+    sick = {s["name"]: s for s in load["xgmi"]["settings"] if s["family"] == "gpu_p2p" and s["state"] == "drifted"}
+    assert set(sick) == {"amd.GPU3-GPU4", "amd.xgmi_links"}
+    assert "GPU 3 (0000:65:00.0) and GPU 4 (0000:85:00.0)" in sick["amd.GPU3-GPU4"]["reason"]
+    locality = {s["name"]: s for s in load["healthy"]["settings"] if s["family"] == "gpu_locality"}
+    assert "GPU-to-GPU (amd-smi topology): XGMI, 1 hop, weight 15 to 7 GPUs" in locality["0000:65:00.0"]["reason"]
+    assert "GPU-to-GPU links of the AMD GPUs" in (reports / "healthy.md").read_text()
     assert {name: tree_digest(root) for name, root in roots.items()} == before  # verify wrote nothing
 
 

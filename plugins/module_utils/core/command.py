@@ -29,6 +29,7 @@ DEFAULT_TIMEOUTS = {
     "amd_smi": 30,
     "dcgmi": 600,
     "nvbandwidth": 600,
+    "rocm_bandwidth": 600,
     "pciutils": 30,
     "modprobe": 120,
     "systemctl": 120,
@@ -40,6 +41,7 @@ DEFAULT_TIMEOUTS = {
 # The kind of a command, by the name of its program.
 KINDS = {
     "nvidia-smi": "nvidia_smi", "amd-smi": "amd_smi", "dcgmi": "dcgmi", "nvbandwidth": "nvbandwidth",
+    "TransferBench": "rocm_bandwidth", "rocm-bandwidth-test": "rocm_bandwidth", "rocm_bandwidth_test": "rocm_bandwidth",
     "setpci": "pciutils", "lspci": "pciutils", "modprobe": "modprobe", "systemctl": "systemctl",
     "update-grub": "bootloader", "grub-mkconfig": "bootloader", "grub2-mkconfig": "bootloader",
     "grubby": "bootloader", "udevadm": "udevadm",
@@ -50,6 +52,7 @@ HANGS = {
     "amd_smi": "a wedged GPU or amdgpu driver",
     "dcgmi": "a wedged GPU, or nv-hostengine not answering",
     "nvbandwidth": "a wedged GPU, or a peer-to-peer copy that never completes",
+    "rocm_bandwidth": "a wedged GPU, or a peer-to-peer copy that never completes",
     "pciutils": "a device whose config space does not answer",
     "modprobe": "a module initialisation that hangs (driver or firmware)",
     "systemctl": "systemd does not answer, or the unit's job does not finish",

@@ -88,6 +88,9 @@ class GpuCommand(NamedTuple):
     dirs: tuple = ()
     # Asked only where a GPU of this vendor (``pci.gpu_vendor``: "amd") is on the bus; "" always.
     vendor: str = ""
+    # Another tool: ``((tool, args), ...)`` run instead, the first found, where ``tool`` is not (TransferBench,
+    # else rocm-bandwidth-test); the answer's ``tool`` names the one that ran.
+    alternatives: tuple = ()
 
 
 class Family(NamedTuple):

@@ -18,7 +18,8 @@ Everything comes from sysfs and procfs, so it works without the NVIDIA driver:
 
 Verification (``evaluate``): one row per GPU, per NIC and one for irqbalance. A GPU without a NUMA
 node on a multi-node system is drifted, as is a GPU whose CPU or NUMA affinity in ``nvidia-smi
-topo -m`` (where nvidia-smi answered) disagrees with sysfs; remote IRQs are said in the reason and
+topo -m`` (where nvidia-smi answered) disagrees with sysfs; an AMD GPU's row names its links to the other GPUs
+from ``amd-smi topology`` (type, hops, weight; the call the health gate makes); remote IRQs are said in the reason and
 fail only with ``desired["gpu_locality"]["remote_irqs_fail"]``. The family exports
 ``topology.json`` (``export``: the verification's ``<host>.topology.json``; ``run`` and ``boot``
 write it on the node, see docs/gpu-locality.md for its schema) and a report section (``report``).
@@ -33,7 +34,14 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, files, nvidia_smi, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    amd_p2p,
+    command,
+    family,
+    files,
+    nvidia_smi,
+    persistence,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     SYSFS_PCI_DEVICES,
@@ -572,8 +580,14 @@ def _numa_finding(gpu: dict, multi_node: bool) -> str | None:
             % (gpu["bdf"], found))
 
 
-def gpu_row(gpu: dict, loc: dict, want: dict, smi: dict) -> dict:
-    """One GPU: NUMA node, CPUs, nearest NIC and NVMe with their relation; the findings in the reason."""
+def amd_links(ctx: Any, facts: dict) -> dict | None:
+    """amd-smi topology's link map (core/amd_p2p.links) from the verification's GPU probe, None without it."""
+    return amd_p2p.topology_links(nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe")))
+
+
+def gpu_row(gpu: dict, loc: dict, want: dict, smi: dict, peers: dict | None = None) -> dict:
+    """One GPU: NUMA node, CPUs, nearest NIC and NVMe with their relation; the findings in the reason; ``peers``
+    (address -> text, core/amd_p2p.peers) its links to the other GPUs where amd-smi gave them."""
     numa = "node %s" % gpu["numa_node"] if gpu["numa_node"] is not None else "no NUMA node"
     running = "%s, CPUs %s; NIC %s; NVMe %s" % (
         numa, gpu["cpus"], _relation_text(gpu["nearest_nic"]), _relation_text(gpu["nearest_nvme"]))
@@ -583,6 +597,8 @@ def gpu_row(gpu: dict, loc: dict, want: dict, smi: dict) -> dict:
     notes = ["IRQs: %s" % irq_text(irqs)]
     if gpu["bdf"] in smi["affinity"] and disagreement is None:
         notes.append("nvidia-smi topo -m agrees on the CPU/NUMA affinity")
+    if (peers or {}).get(gpu["bdf"]):
+        notes.append("GPU-to-GPU (amd-smi topology): %s" % peers[gpu["bdf"]])
     if gpu["numa_node_published"] is not None and gpu["numa_node_published"] < 0 and not loc["multi_node"]:
         notes.append("numa_node -1 on a single NUMA node: nothing to bind")
     remote = bool(irqs.get("remote"))
@@ -639,7 +655,8 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     if not loc.get("gpus"):
         return [_row("gpus", None, None, "not_applicable", "no selected GPU on this node")]
     smi = smi_view(_probe(ctx, facts))
-    rows = [gpu_row(g, loc, want, smi) for g in loc["gpus"]]
+    peers = amd_p2p.peers(amd_links(ctx, facts))
+    rows = [gpu_row(g, loc, want, smi, peers) for g in loc["gpus"]]
     rows += [nic_row(n, want, loc["multi_node"]) for n in loc.get("nics") or []]
     return rows + [irqbalance_row(loc)]
 
@@ -754,7 +771,11 @@ def report(facts: dict, desired: dict, ctx: Any = None) -> str | None:
         "%s %s" % (k, v) for k, v in LEGEND.items()) + ".", "", "Interrupts (reported, nothing moved):", ""]
     for dev in sorted(loc["gpus"], key=lambda g: g["bdf"]) + list(loc.get("nics") or []):
         lines.append("- %s: %s" % (_name(dev), irq_text(dev.get("irqs"))))
-    lines += ["- irqbalance: %s" % irqbalance_row(loc)["running"], "", "Launch hints:", ""]
+    lines += ["- irqbalance: %s" % irqbalance_row(loc)["running"], ""]
+    links = amd_p2p.table(amd_links(ctx, facts))
+    if links:
+        lines += ["GPU-to-GPU links of the AMD GPUs (`amd-smi topology`: link type and hops):", "", links]
+    lines += ["Launch hints:", ""]
     return "\n".join(lines + hints(loc, index))
 
 
@@ -882,8 +903,9 @@ PERSIST = persistence.Concern(NAME, ("locality",), persist_export, remove_export
 
 
 def gpu_commands(desired: dict) -> tuple:
-    """The GPU list (nvidia-smi's numbering) and ``topo -m`` (its CPU and NUMA affinity column)."""
-    return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY)
+    """The GPU list (nvidia-smi's numbering) and ``topo -m`` (its CPU and NUMA affinity column); where AMD GPUs are,
+    ``amd-smi topology`` (the health gate's call, run once for both)."""
+    return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY) + tuple(c for c in amd_p2p.LINK_COMMANDS if c.key == "amd_topology")
 
 
 DEFINITION = family.Family(

@@ -2,13 +2,18 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """GPU peer-to-peer: the read-only verification family ``gpu_p2p``.
 
-Tensor parallelism over PCIe lives on GPU-to-GPU P2P. On a live node with nvidia-smi,
+Tensor parallelism lives on GPU-to-GPU P2P. NVIDIA GPUs: on a live node with nvidia-smi,
 ``verify_node.gpu_probe`` runs ``nvidia-smi topo -p2p r``, ``w`` and ``n`` (read, write, NVLink);
 this family judges each GPU pair from those matrices and names, for a pair that is not OK, the
 bridges above either GPU that still redirect peer traffic (ACS, read from config space: ``read``).
 When ``desired["gpu_p2p"]["min_gbps"]`` is set and ``nvbandwidth`` is installed, the probe also
 measures the pair bandwidths, judged against it. Its report section shows nvidia-smi's topology and
 the P2P read/write status of each pair. Nothing is installed or changed: no module, no boot step.
+
+AMD GPUs (rows ``amd.*``, vendor ``amd``; core/amd_p2p.py): each pair from ``amd-smi topology`` (the call the
+health gate makes, asked once for both): the link status (can the pair reach each other's memory), the link type
+(XGMI where the GPUs are on XGMI) and the hops (one between any two MI300-class GPUs), with ``amd-smi xgmi -l``'s
+links down; with ``min_gbps``, ``TransferBench p2p`` (else ``rocm-bandwidth-test -a``) measures the pairs.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, nvidia_smi, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_p2p, family, nvidia_smi, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
     NVBANDWIDTH_TEST,
@@ -220,15 +225,44 @@ def bandwidth_rows(bench: dict | None, min_gbps: float, bdfs: dict) -> list:
             for r, c, v in slow]
 
 
+def _gpus(facts: dict, vendor: str) -> list:
+    """The selected PCI devices that are GPUs of ``vendor`` (``pci.gpu_vendor``)."""
+    return [d for d in (facts.get("pci") or {}).get("devices") or [] if pci.gpu_vendor(d) == vendor]
+
+
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     """The P2P rows of a host; none when ``desired`` has no ``gpu_p2p`` key (the role always asks).
 
-    nvidia-smi's answers are ``verify_node.gpu_probe``'s result (``ctx.gpu``, else ``facts["gpu_probe"]``).
+    The answers are ``verify_node.gpu_probe``'s result (``ctx.gpu``, else ``facts["gpu_probe"]``). NVIDIA's rows
+    (nvidia-smi) unless the node's selected GPUs are all AMD's; AMD's rows (``amd.*``) where AMD GPUs are selected.
     """
     if NAME not in (desired or {}):
         return []
     want = validate(desired.get(NAME))
-    smi = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
+    answers = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
+    amd = _gpus(facts, "amd")
+    rows = nvidia_rows(facts, want, answers) if not amd or _gpus(facts, "nvidia") else []
+    return rows + (amd_rows(amd, want, answers) if amd else [])
+
+
+def _amd_row(name: str, running: Any, state: str, reason: str, desired: Any = ALL_OK) -> dict:
+    return family.setting(NAME, "amd." + name, desired, running, state, reason, vendor="amd")
+
+
+def amd_rows(devices: list, want: dict, answers: dict) -> list:
+    """The AMD GPUs' P2P rows (core/amd_p2p.py): the pairs from amd-smi topology, xgmi -l's links, the bandwidth."""
+    if answers.get("probe") == "disabled":
+        return [_amd_row("pairs", None, "not_applicable",
+                         "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)")]
+    rows = amd_p2p.pair_rows(devices, answers, _amd_row)
+    if want["min_gbps"] is not None and not any(r["state"] in ("not_applicable", "unsupported") for r in rows):
+        rows += amd_p2p.bandwidth_rows(answers.get(amd_p2p.BANDWIDTH_KEY), want["min_gbps"], _amd_row,
+                                       (amd_p2p.topology_links(answers) or {}).get("bdf"))
+    return rows
+
+
+def nvidia_rows(facts: dict, want: dict, smi: dict) -> list:
+    """NVIDIA's rows: the pairs of nvidia-smi's P2P matrices, and nvbandwidth's pairs with ``min_gbps``."""
     if smi.get("probe") != "present":
         why = {"disabled": "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)",
                "simulated": "simulated node without an nvidia-smi stand-in"}.get(
@@ -244,10 +278,11 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 
 
 def gpu_commands(desired: dict) -> tuple:
-    """The GPU list, the topology (the report) and the P2P matrices; nvbandwidth when a floor is wanted."""
+    """The GPU list, the topology (the report) and the P2P matrices; nvbandwidth when a floor is wanted. Where AMD
+    GPUs are: amd-smi topology and xgmi -l (the health gate's calls, run once), TransferBench with a floor."""
     floor = ((desired or {}).get(NAME) or {}).get("min_gbps") is not None
     return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY, nvidia_smi.P2P_READ, nvidia_smi.P2P_WRITE, nvidia_smi.P2P_NVLINK) \
-        + ((nvidia_smi.NVBANDWIDTH,) if floor else ())
+        + ((nvidia_smi.NVBANDWIDTH,) if floor else ()) + amd_p2p.LINK_COMMANDS + ((amd_p2p.BANDWIDTH,) if floor else ())
 
 
 def _status_line(title: str, matrix: dict) -> str:
@@ -265,15 +300,23 @@ def report(facts: dict, desired: dict, ctx: Any = None) -> str | None:
     Reported, not judged here (the rows judge the pairs): across sockets ``CNS`` is normal.
     """
     smi = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
+    amd = amd_report(smi) if _gpus(facts, "amd") else None
     if nvidia_smi.probe_status(smi, getattr(ctx, "root", "/"))[0] != "present" \
             or (smi.get("query") or {}).get("rc", 0) != 0:
-        return None
+        return amd
     topology = nvidia_smi.strip_ansi((smi.get("topology") or {}).get("stdout") or "").rstrip()
     parts = ["Topology (`nvidia-smi topo -m`):", "", "```", topology, "```", ""]
     for key, title in (("p2p_read", "P2P read"), ("p2p_write", "P2P write")):
         parts.append(_status_line(title, parse_p2p((smi.get(key) or {}).get("stdout"))))
         parts.append("")
-    return "\n".join(parts).rstrip()
+    return "\n".join(parts + ([amd] if amd else [])).rstrip()
+
+
+def amd_report(answers: dict) -> str | None:
+    """amd-smi topology's GPU x GPU table (link type and hops per pair), where amd-smi answered."""
+    table = amd_p2p.table(amd_p2p.topology_links(answers))
+    return "AMD GPUs (`amd-smi topology`: link type and hops; the link status where P2P is not possible):\n\n" \
+        + table if table else None
 
 
 # Read-only: no module, nothing to re-apply at boot.

@@ -275,18 +275,21 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
 
 
 def _other_tools(node: Node, tools: Tools, cmds: list) -> dict[str, Any]:
-    """The answers of the commands of other tools, in order; after one of a tool hangs, that tool is asked nothing
-    more (each later answer is that failure, marked ``not_run``): one timeout, not one per command."""
+    """The answers of the commands of other tools, in order; after one of a tool hangs, that tool, and every other
+    tool of its vendor (``GpuCommand.vendor``: amd-smi hung, TransferBench is not started on those GPUs), is asked
+    nothing more (each later answer is that failure, marked ``not_run``): one timeout, not one per command."""
     out: dict[str, Any] = {}
     hung: dict[str, str] = {}
     for cmd in cmds:
-        if cmd.tool in hung:
-            out[cmd.key] = {"rc": command.TIMEOUT_RC, "stdout": "", "stderr": hung[cmd.tool], "timed_out": True,
-                            "not_run": hung[cmd.tool]}
+        why = hung.get(cmd.tool) or (hung.get("vendor:" + cmd.vendor) if cmd.vendor else None)
+        if why:
+            out[cmd.key] = {"rc": command.TIMEOUT_RC, "stdout": "", "stderr": why, "timed_out": True, "not_run": why}
             continue
         out[cmd.key] = _other_tool(node, tools, cmd)
         if out[cmd.key].get("timed_out"):
             hung[cmd.tool] = command.failure(cmd.tool, _tuple(out[cmd.key]))
+            if cmd.vendor:
+                hung.setdefault("vendor:" + cmd.vendor, hung[cmd.tool])
     return out
 
 
@@ -304,13 +307,17 @@ def _tuple(answer: dict[str, Any]) -> command.Result:
 
 def _other_tool(node: Node, tools: Tools, cmd: Any) -> dict[str, Any]:
     """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout), found on PATH, then in its
-    ``dirs`` below the node's root; missing: rc 127 and what to install (``GpuCommand.missing``). Never installed
-    by the check."""
-    path = tools.find(cmd.tool, cmd.package) or next(
-        (p for p in (node.path(d, cmd.tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
-    if not path:
-        return {"rc": 127, "stdout": "", "stderr": cmd.missing or "%s not found on the node" % cmd.tool}
-    return _answer(tools.run([path, *cmd.args]))
+    ``dirs`` below the node's root (else the first of its ``alternatives`` found); missing: rc 127 and what to
+    install (``GpuCommand.missing``). Never installed by the check."""
+    for tool, args in ((cmd.tool, cmd.args),) + tuple(cmd.alternatives):
+        path = tools.find(tool, cmd.package) or next(
+            (p for p in (node.path(d, tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
+        if path:
+            answer = _answer(tools.run([path, *args]))
+            if cmd.alternatives:
+                answer["tool"] = tool
+            return answer
+    return {"rc": 127, "stdout": "", "stderr": cmd.missing or "%s not found on the node" % cmd.tool}
 
 
 def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,
