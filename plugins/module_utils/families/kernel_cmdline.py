@@ -145,6 +145,19 @@ def gpu_vendor_kernel_args(pc, remove: bool = False) -> list:
     return gpu_vendor_arguments(want, node_gpu_vendors(pc.node)) if want else []
 
 
+def on_node(desired: dict, node: Node) -> dict:
+    """``Family.on_node``: the arguments by GPU vendor of this node's vendors only; the entry dropped when none."""
+    want = desired.get(GPU_VENDOR_KEY)
+    if not isinstance(want, dict):
+        return desired
+    out = {k: v for k, v in desired.items() if k != GPU_VENDOR_KEY}
+    vendors = node_gpu_vendors(node)
+    mine = {v: list(a) for v, a in want.items() if v in vendors and a}
+    if mine:
+        out[GPU_VENDOR_KEY] = mine
+    return out
+
+
 def validate_arguments(arguments: list[str], unique_keys: bool = True) -> None:
     """Raise ``CmdlineError`` listing every invalid argument (and keys given twice, with ``unique_keys``)."""
     errors = [] if arguments else ["arguments must name at least one kernel argument (or set iommu_mode)"]
@@ -585,5 +598,6 @@ DEFINITION = Family(
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     kernel_args=gpu_vendor_kernel_args,
+    on_node=on_node,
     validate={FAMILY: desired_problems, GPU_VENDOR_KEY: gpu_vendor_problems},
 )
