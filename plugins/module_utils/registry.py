@@ -128,7 +128,8 @@ def desired_problems(desired: dict) -> list[tuple[str, str, str]]:
 
 
 def node_desired(desired: dict, node) -> dict:
-    """``desired`` as a node keeps it: each family's node-dependent entries resolved for ``node`` (``Family.on_node``)."""
+    """``desired`` as a node keeps it: each family's node-dependent entries resolved for ``node``
+    (``Family.on_node``)."""
     out = dict(desired or {})
     for fam in FAMILIES:
         if fam.on_node is not None:

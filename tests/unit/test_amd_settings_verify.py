@@ -150,7 +150,8 @@ def _probe(real, static, metric=None):
 
 
 def test_the_rx6600_capture_reads_its_cap_and_level_and_has_no_partition(real):
-    probe = _probe(real, "amd-smi-static-json-list-rx6600-luckylinux.txt", "amd-smi-metric-json-list-rx6600-luckylinux.txt")
+    probe = _probe(real, "amd-smi-static-json-list-rx6600-luckylinux.txt",
+                   "amd-smi-metric-json-list-rx6600-luckylinux.txt")
     rows = {r["name"]: r for r in gpu_settings.amd_rows({"power_limit": 100, "perf_level": "auto",
                                                          "compute_partition": "SPX"}, probe)}
     assert rows["power_limit"]["state"] == "applied" and rows["perf_level"]["state"] == "applied"

@@ -25,7 +25,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, amd_smi, command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    amd_health,
+    amd_smi,
+    command,
+    family,
+    nvidia_smi,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import JOURNAL_ARGUMENT_SPEC, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
@@ -1077,8 +1083,8 @@ def _amd_partition_row(key: str, wanted: str, gpus: list) -> dict:
             ids.append(str(g["index"]))
     what = key.replace("_", " ")
     if unknown and len(unknown) == len(physical):
-        return _amd_row(key, wanted, None, "unsupported", "amd-smi static gives no %s (N/A) for %s: the GPUs have "
-                                                          "no partitions (MI300 class and later)" % (what, ", ".join(unknown)))
+        return _amd_row(key, wanted, None, "unsupported", "amd-smi static gives no %s (N/A) for %s: the GPUs have no "
+                        "partitions (MI300 class and later)" % (what, ", ".join(unknown)))
     if off or unknown:
         fix = ("; verified only: this collection never changes a %s (it stops every process on the GPU%s); "
                "`amd-smi set -g %s %s %s` changes it" % (what, ", and the amdgpu driver reloads"

@@ -18,7 +18,14 @@ import os
 import re
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, cpu, files, kernel_args, pci, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    command,
+    cpu,
+    files,
+    kernel_args,
+    pci,
+    persistence,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import (  # noqa: F401 (re-exported)
     _ASSIGN_RE,
@@ -107,7 +114,8 @@ def gpu_vendor_problems(want: Any) -> list:
     """``Family.validate`` of ``desired["kernel_cmdline_gpu_vendor_args"]``: ``{amd|nvidia: [kernel arguments]}``."""
     if want in (None, {}):
         return []
-    allowed = "a mapping of GPU vendor (%s) to a list of kernel arguments (KEY or KEY=VALUE)" % ", ".join(GPU_VENDOR_NAMES)
+    allowed = "a mapping of GPU vendor (%s) to a list of kernel arguments (KEY or KEY=VALUE)" \
+        % ", ".join(GPU_VENDOR_NAMES)
     if not isinstance(want, dict):
         return [("", "%s must be %s, got %r" % (GPU_VENDOR_KEY, allowed, want))]
     out = []
@@ -115,7 +123,8 @@ def gpu_vendor_problems(want: Any) -> list:
         if vendor not in GPU_VENDOR_NAMES:
             out.append((str(vendor), "unknown GPU vendor %r; allowed: %s" % (vendor, ", ".join(GPU_VENDOR_NAMES))))
         elif not isinstance(arguments, list):
-            out.append((vendor, "%s.%s must be a list of kernel arguments, got %r" % (GPU_VENDOR_KEY, vendor, arguments)))
+            out.append((vendor, "%s.%s must be a list of kernel arguments, got %r"
+                        % (GPU_VENDOR_KEY, vendor, arguments)))
         else:
             out += [("%s[%s]" % (vendor, index), msg) for index, msg in argument_problems(arguments)]
     return out
@@ -131,7 +140,8 @@ def gpu_vendor_arguments(want: Any, vendors: Any) -> list:
 
 
 def node_gpu_vendors(node: Node) -> set:
-    """The vendors (``amd``, ``nvidia``) of the GPUs on the node's PCI bus, selected or not (facts' ``pci.gpu_vendors``)."""
+    """The vendors (``amd``, ``nvidia``) of the GPUs on the node's PCI bus, selected or not (as facts'
+    ``pci.gpu_vendors``)."""
     return {v for v in (pci.gpu_vendor(d) for d in pci.list_devices(node)) if v}
 
 

@@ -306,9 +306,10 @@ def gpu_memory(probe: dict | None, facts: dict | None) -> dict:
     ``{"ecc": [{gpu, vendor, type, count}], "ecc_blocks": [{gpu, vendor, type, block, count}],
     "bad_pages": [{gpu, vendor, state, count}], "bad_page_thresholds": [{gpu, vendor, threshold, reached}]}``.
     AMD (``amd-smi metric``, ``bad-pages``, ``static``): correctable, uncorrectable and deferred totals and per
-    block (the blocks with an error only), retired/pending/unreservable pages, the RAS threshold. NVIDIA (the health query): uncorrectable errors
-    since the driver loaded (``ecc.errors.uncorrected.volatile.total``) and a row-remapping failure as the
-    threshold reached (``remapped_rows.failure``); the query has no corrected or per-page counts. A GPU or a
+    block (the blocks with an error only), retired/pending/unreservable pages, the RAS threshold. NVIDIA (the
+    health query): uncorrectable errors since the driver loaded (``ecc.errors.uncorrected.volatile.total``) and a
+    row-remapping failure as the threshold reached (``remapped_rows.failure``); the query has no corrected or
+    per-page counts. A GPU or a
     field the tool does not give (N/A, a failed call) has no sample: a missing count is never a zero.
     """
     out = {k: [] for k in NO_GPU_MEMORY}
@@ -331,6 +332,11 @@ def _amd_memory(probe: dict, out: dict) -> None:
 
     def gpu(index):
         return bdfs.get(index) or "gpu%s" % index
+    _amd_ecc(readings, gpu, out)
+    _amd_pages(readings, gpu, out)
+
+
+def _amd_ecc(readings: dict, gpu: Callable, out: dict) -> None:
     for g in (readings.get("amd_metric") or {}).get("gpus") or []:
         for kind in ("correctable", "uncorrectable", "deferred"):
             if g.get("ecc_" + kind) is not None:
@@ -342,6 +348,9 @@ def _amd_memory(probe: dict, out: dict) -> None:
                 if n is not None:
                     out["ecc_blocks"].append({"gpu": gpu(g["gpu"]), "vendor": "amd", "type": kind, "block": block,
                                               "count": n})
+
+
+def _amd_pages(readings: dict, gpu: Callable, out: dict) -> None:
     retired = {}
     for g in (readings.get("amd_bad_pages") or {}).get("gpus") or []:
         retired[g["gpu"]] = g.get("retired")

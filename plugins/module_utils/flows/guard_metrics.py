@@ -59,7 +59,8 @@ METRICS = (
      "and type (correctable, uncorrectable, deferred)."),
     ("gpu_ecc_block_errors_total", "counter",
      "ECC errors per memory block (AMD's ecc_blocks: UMC, SDMA, GFX, ...), by GPU, vendor, type and block."),
-    ("gpu_bad_pages", "gauge", "GPU memory pages by bad-page state (retired, pending, unreservable), by GPU and vendor."),
+    ("gpu_bad_pages", "gauge",
+     "GPU memory pages by bad-page state (retired, pending, unreservable), by GPU and vendor."),
     ("gpu_bad_page_threshold", "gauge", "Retired pages at which the driver stops using a GPU (the RAS threshold)."),
     ("gpu_bad_page_threshold_reached", "gauge",
      "1 when a GPU reached its bad-page threshold (AMD: retired pages at the RAS threshold, or amd-smi says it is "
