@@ -58,3 +58,15 @@ def test_the_role_gives_the_entry_only_when_enabled_and_set():
     assert kernel_cmdline.from_role(dict(v, gpunode_tuning_kernel_cmdline_enabled=False), {}) == {"kernel_cmdline": []}
     assert kernel_cmdline.from_role(dict(v, gpunode_tuning_kernel_cmdline_gpu_vendor_args={}), {}) == \
         {"kernel_cmdline": []}
+
+
+def test_the_precheck_names_the_role_variable_of_a_bad_value():
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state
+
+    known = {"gpunode_tuning_kernel_cmdline_gpu_vendor_args", "gpunode_tuning_gpu_settings_compute_partition"}
+    lines = desired_state.desired_problems({KEY: {"intel": ["x=1"]}, "gpu_settings": {"compute_partition": "SPX4"}},
+                                           known)
+    assert "value of gpunode_tuning_kernel_cmdline_gpu_vendor_args (intel): unknown GPU vendor 'intel'; allowed: " \
+           "amd, nvidia" in lines, lines
+    assert "value of gpunode_tuning_gpu_settings_compute_partition: compute_partition must be one of SPX, DPX, TPX, " \
+           "QPX, CPX (AMD SMI's compute modes), got 'SPX4'" in lines, lines
