@@ -104,3 +104,24 @@ def test_the_series_follow_the_naming_rules_and_the_reader_skips_what_is_not_giv
         in text
     assert 'gpunode_tuning_gpu_bad_pages{gpu="%s",vendor="amd",state="pending"} 4\n' % SICK in text
     assert "threshold" not in text  # nothing known about the threshold: no sample
+
+
+def test_real_captures_give_their_counts_and_na_gives_no_sample(real):
+    """amd-smi answers other people posted: the MI300X list and bad-pages text (rocm-blogs), an MI210's static
+    JSON (RAS threshold 655), an RX 6600's metric JSON (ECC 0) and ROCm 6.1's power-only metric (ECC N/A)."""
+    def answer(name):
+        return {"rc": 0, "stdout": real(name).text, "stderr": ""}
+    probe = {"probe": "simulated", "amd_list": answer("amd-smi-list-text-mi300x-rocm-blogs.txt"),
+             "amd_bad_pages": answer("amd-smi-bad-pages-text-mi300x-rocm-blogs.txt"),
+             "amd_static": answer("amd-smi-static-json-gpu-data-mi210-device-metrics-exporter.txt"),
+             "amd_metric": answer("amd-smi-metric-json-list-rx6600-luckylinux.txt")}
+    memory = guard.gpu_memory(probe, {"pci": {"gpu_vendors": {"0000:05:00.0": "amd"}}})
+    assert memory["ecc"] == [{"gpu": "0000:05:00.0", "vendor": "amd", "type": t, "count": 0}
+                             for t in ("correctable", "uncorrectable", "deferred")]
+    assert memory["ecc_blocks"] == []
+    assert {(p["gpu"], p["state"], p["count"]) for p in memory["bad_pages"] if p["gpu"] == "0000:26:00.0"} == {
+        ("0000:26:00.0", "retired", 0), ("0000:26:00.0", "pending", 0), ("0000:26:00.0", "unreservable", 0)}
+    assert memory["bad_page_thresholds"] == [{"gpu": "0000:05:00.0", "vendor": "amd", "threshold": 655,
+                                              "reached": False}]
+    probe["amd_metric"] = answer("amd-smi-metric-power-json-list-rocm6.1-changelog.txt")
+    assert guard.gpu_memory(probe, {"pci": {"gpu_vendors": {"0000:05:00.0": "amd"}}})["ecc"] == []
