@@ -127,6 +127,16 @@ def desired_problems(desired: dict) -> list[tuple[str, str, str]]:
     return out
 
 
+def node_desired(desired: dict, node) -> dict:
+    """``desired`` as a node keeps it: each family's node-dependent entries resolved for ``node``
+    (``Family.on_node``)."""
+    out = dict(desired or {})
+    for fam in FAMILIES:
+        if fam.on_node is not None:
+            out = fam.on_node(out, node)
+    return out
+
+
 def boot_report_families() -> dict[str, str]:
     """Report family -> desired-state key of the boot family that brings it back at boot."""
     return {report: key for key, fam in boot_families()

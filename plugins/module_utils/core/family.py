@@ -171,6 +171,10 @@ class Family(NamedTuple):
     # (pc, remove) -> kernel arguments the family needs on the command line (the persistent flow adds
     # them), or, with ``remove``, every argument it may have added (rollback removes them).
     kernel_args: Callable[..., list] | None = None
+    # (desired, node) -> the desired state with the family's node-dependent entries resolved for this node (the
+    # kernel arguments by GPU vendor: only this node's vendors', none when it has no such GPU): what the node keeps
+    # of the desired state (the guard's config). None: its entries are kept as they are.
+    on_node: Callable[..., dict] | None = None
     # Keys of its journal entries whose original is kept per CPU (value -> cpulist, Journal.record_per_cpu);
     # ("*",): every key. The journal refuses a file where such an original is not (core/registry_tables.py).
     per_cpu: tuple = ()

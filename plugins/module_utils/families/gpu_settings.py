@@ -25,7 +25,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_smi, command, family, nvidia_smi
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    amd_health,
+    amd_smi,
+    command,
+    family,
+    nvidia_smi,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import JOURNAL_ARGUMENT_SPEC, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
@@ -48,6 +54,15 @@ KEYS = ("persistence", "power_limit", "power_limits", "locked_clocks", "applicat
 # amd-smi's performance levels (``amd-smi set --perf-level``; AMD SMI's perf-determinism guide lists them).
 AMD_PERF_LEVELS = ("auto", "low", "high", "manual", "stable_std", "stable_peak", "stable_min_mclk",
                    "stable_min_sclk", "determinism")
+# Verified only, never changed (changing them stops every process on the GPU; a memory partition needs a driver
+# reload): the desired state may name them, the module never gets them. The modes are AMD SMI's
+# (https://rocm.docs.amd.com/projects/amdsmi/en/latest/conceptual/partition.html: accelerator/compute partitions
+# SPX, DPX, TPX, QPX, CPX; memory partitions NPS1, NPS2, NPS4, NPS8, amdsmi_memory_partition_type_t).
+VERIFY_ONLY = ("compute_partition", "memory_partition")
+AMD_PARTITIONS = {"compute_partition": ("SPX", "DPX", "TPX", "QPX", "CPX"),
+                  "memory_partition": ("NPS1", "NPS2", "NPS4", "NPS8")}
+# amd-smi set's option for each (``amd-smi set -g N --compute-partition CPX``).
+PARTITION_OPTIONS = {"compute_partition": "--compute-partition", "memory_partition": "--memory-partition"}
 
 
 class _Refused(ValueError):
@@ -61,19 +76,26 @@ def desired_problems(want: Any) -> list:
     application_clocks: {memory, graphics}}``. What needs the GPU (a limit inside its min-max, a clock
     below its maximum, a listed address) is checked against nvidia-smi's answer (``plan``, ``clock_plan``).
     """
-    shape = family.entry_problem(NAME, want, ", ".join(KEYS))
+    shape = family.entry_problem(NAME, want, ", ".join(KEYS + VERIFY_ONLY))
     if shape or want is None:
         return shape
     out = []
     for key, check in (("persistence", _persistence), ("power_limit", _power_limit), ("power_limits", _power_limits),
                        ("locked_clocks", _locked), ("application_clocks", _app), ("perf_level", _perf_level),
-                       ("perf_determinism_mhz", _determinism)):
+                       ("perf_determinism_mhz", _determinism), ("compute_partition", _compute_partition),
+                       ("memory_partition", _memory_partition)):
         if want.get(key) is None:
             continue
         try:
             check(want[key])
         except _Refused as exc:
             out.append((key, str(exc)))
+    level = want.get("perf_level")
+    if level is not None and want.get("perf_determinism_mhz") is not None and not out \
+            and _perf_level(level) != "determinism":
+        out.append(("perf_level", "perf_level %r and perf_determinism_mhz %r contradict each other: determinism "
+                                  "sets the level to determinism; allowed: perf_level determinism or unset with "
+                                  "perf_determinism_mhz" % (level, want["perf_determinism_mhz"])))
     return out
 
 
@@ -101,6 +123,25 @@ def _perf_level(value: Any) -> str | None:
     if text not in AMD_PERF_LEVELS:
         raise _Refused("perf_level must be one of %s, got %r" % (", ".join(AMD_PERF_LEVELS), value))
     return text
+
+
+def _partition(key: str, value: Any) -> str | None:
+    """A compute or memory partition mode as amd-smi prints it (upper case); None when unset."""
+    if value is None:
+        return None
+    text = str(value).strip().upper()
+    if text not in AMD_PARTITIONS[key]:
+        raise _Refused("%s must be one of %s (AMD SMI's %s modes), got %r"
+                       % (key, ", ".join(AMD_PARTITIONS[key]), key.split("_")[0], value))
+    return text
+
+
+def _compute_partition(value: Any) -> str | None:
+    return _partition("compute_partition", value)
+
+
+def _memory_partition(value: Any) -> str | None:
+    return _partition("memory_partition", value)
 
 
 def _determinism(value: Any) -> int | None:
@@ -547,15 +588,26 @@ def persistence_mode_row(probe: dict, root: str = "/") -> dict | None:
 
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     """For what the desired state sets, rows ``gpu_settings.persistence``, ``.power_limit``, ``.locked_clocks`` and
-    ``.application_clocks`` from the health query; then ``.persistence_mode`` (always: ``persistence_mode_row``)."""
+    ``.application_clocks`` from the health query; then ``.persistence_mode`` (always: ``persistence_mode_row``).
+
+    On a node whose GPUs are AMD's (the module's choice, ``_amd_only``, made here from the facts' ``pci.gpu_vendors``)
+    ``.power_limit``, ``.perf_level``, ``.perf_determinism_mhz``, ``.compute_partition`` and ``.memory_partition``
+    come from amd-smi's answers (``amd_rows``, vendor ``amd``); elsewhere the AMD-only ones are not applicable."""
     probe = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
     mode_row = persistence_mode_row(probe, getattr(ctx, "root", "/"))
-    return _setting_rows(probe, desired) + ([mode_row] if mode_row else [])
+    want_params = (desired or {}).get(NAME) or {}
+    vendors = set(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
+    if want_params and vendors == {"amd"}:
+        nvidia_rows = [r for r in _setting_rows(probe, desired) if r["name"] not in AMD_ROWS]
+        return nvidia_rows + amd_rows(want_params, probe) + ([mode_row] if mode_row else [])
+    return _setting_rows(probe, desired) + _amd_elsewhere(want_params, vendors) + ([mode_row] if mode_row else [])
 
 
 def gpu_commands(desired: dict) -> tuple:
-    """The health query (the settings' values) and the GPU list (persistence mode)."""
-    return (nvidia_smi.HEALTH, nvidia_smi.QUERY)
+    """The health query (the settings' values) and the GPU list (persistence mode); amd-smi's calls where the
+    desired state sets a GPU setting (asked only on a node with AMD GPUs; the same calls as gpu_health's, once)."""
+    amd = amd_health.COMMANDS if ((desired or {}).get(NAME) or {}) else ()
+    return (nvidia_smi.HEALTH, nvidia_smi.QUERY) + amd
 
 
 def _setting_rows(probe: dict, desired: dict) -> list:
@@ -633,7 +685,10 @@ def _app_row(app: dict, gpus: list) -> dict:
 
 def boot(node: Node, want: dict) -> tuple:
     """Re-apply at boot (neither -pm nor -pl survives a reboot), without a journal."""
-    params = dict(want or {}, root=node.root, journal=None, restore=False)
+    want = module_options(want)
+    if want is None:
+        return True, "nothing to re-apply (the partitions are verified only)"
+    params = dict(want, root=node.root, journal=None, restore=False)
     call = family.Call(params=params, run_command=family.run_argv, lookup=family.SystemLookup())
     try:
         result = run(call)
@@ -657,7 +712,8 @@ ARGUMENT_SPEC = dict(
     **command.ARGUMENT_SPEC,
 )
 
-ROLE_SETTINGS = ("persistence", "power_limit", "power_limits", "locked_clocks", "application_clocks")
+ROLE_SETTINGS = ("persistence", "power_limit", "power_limits", "locked_clocks", "application_clocks", "perf_level",
+                 "perf_determinism_mhz") + VERIFY_ONLY
 
 
 def from_role(v: dict, shared: dict) -> dict:
@@ -667,8 +723,14 @@ def from_role(v: dict, shared: dict) -> dict:
     return {NAME: want or None}
 
 
+def module_options(want: dict | None) -> dict | None:
+    """The settings the module takes: the verified-only partitions left out; None when nothing is left."""
+    out = {k: x for k, x in (want or {}).items() if k not in VERIFY_ONLY}
+    return out or None
+
+
 def runtime_options(desired: dict, v: dict) -> dict | None:
-    return dict(desired[NAME]) if desired.get(NAME) else None
+    return module_options(desired.get(NAME))
 
 
 def restore_options(v: dict) -> dict:
@@ -902,3 +964,133 @@ def _amd_apply(call: family.Call, journal, smi: str, gpus: list, want: dict) -> 
     if errors:
         raise family.FamilyError("GPU settings not applied: " + "; ".join(errors), result)
     return result
+
+
+# --- verification on AMD GPUs: desired against amd-smi's answers of the GPU probe ---
+
+# The rows amd-smi answers on a node whose GPUs are AMD's (power_limit replaces nvidia-smi's there).
+AMD_ROWS = ("power_limit", "perf_level", "perf_determinism_mhz") + VERIFY_ONLY
+_AMD_ONLY_KEYS = ("perf_level", "perf_determinism_mhz") + VERIFY_ONLY
+
+
+def _amd_elsewhere(want_params: dict, vendors: set) -> list:
+    """The AMD-only settings on a node whose GPUs are not all AMD's: not applicable, saying why."""
+    why = ("AMD Instinct GPUs only (amd-smi); this node's GPUs are %s" % " and ".join(sorted(vendors))
+           if vendors else "no GPU on the PCI bus")
+    if vendors and vendors != {"amd"} and "amd" in vendors:
+        why = "the AMD settings are applied and verified on a node whose GPUs are all AMD's; this one has %s" \
+            % " and ".join(sorted(vendors))
+    return [family.setting(NAME, k, want_params[k], None, "not_applicable", why)
+            for k in _AMD_ONLY_KEYS if want_params.get(k) is not None]
+
+
+def _amd_name(g: dict) -> str:
+    return "GPU %s (%s)" % (g["index"], g["bdf"])
+
+
+def amd_probe_gpus(probe: dict, need_metric: bool) -> tuple:
+    """``(gpus, why)``: the GPUs of the probe's ``amd-smi static`` (and ``metric``) answers as ``read_amd_gpus``
+    reads them, or why there are none (the call's failure, or its finding)."""
+    answers = {}
+    for key in ("amd_static",) + (("amd_metric",) if need_metric else ()):
+        answer = probe.get(key)
+        why = amd_health.call_failure(key, answer)
+        if why:
+            return [], why
+        answers[key] = answer.get("stdout") or ""
+    static = amd_smi.read_static(answers["amd_static"])
+    metric = amd_smi.read_metric(answers.get("amd_metric")) if need_metric else {"gpus": [], "finding": None}
+    for key, answer in (("amd_static", static), ("amd_metric", metric)):
+        if answer["finding"]:
+            return [], "%s: %s" % (amd_health.argv_text(key), answer["finding"])
+    levels = {r["gpu"]: r.get("perf_level") for r in metric["gpus"]}
+    caps = _raw_caps(answers["amd_static"])
+    return [{"bdf": r["bdf"], "index": r["gpu"], "limit": caps.get(r["gpu"], r.get("power_cap_w")),
+             "perf_level": levels.get(r["gpu"]), "compute_partition": r.get("compute_partition"),
+             "memory_partition": r.get("memory_partition")} for r in static["gpus"]], None
+
+
+def amd_rows(want_params: dict, probe: dict) -> list:
+    """The AMD rows of what the desired state sets: power cap, perf level, determinism, partitions (vendor amd).
+
+    Each row names every GPU that differs (``GPU <index> (<address>)``), desired and actual; a partition that
+    differs is drifted naming the ``amd-smi set`` call that would change it (this collection never does)."""
+    try:
+        want = validate(want_params)
+    except family.FamilyError as exc:
+        raise family.EvaluationError(str(exc)) from None
+    partitions = {k: _partition(k, want_params.get(k)) for k in VERIFY_ONLY}
+    level = None if want["determinism"] else want["perf_level"]
+    asked = [(k, v) for k, v in (("power_limit", want["power"] or None), ("perf_level", level),
+                                 ("perf_determinism_mhz", want["determinism"]),
+                                 ("compute_partition", partitions["compute_partition"]),
+                                 ("memory_partition", partitions["memory_partition"])) if v is not None]
+    if not asked:
+        return []
+    gpus, why = amd_probe_gpus(probe, any(k in ("perf_level", "perf_determinism_mhz") for k, _v in asked))
+    if why or not gpus:
+        why = why or "amd-smi static lists no GPU"
+        return [_amd_row(k, v, None, "unsupported", "not verified: %s" % why) for k, v in asked]
+    build = {"power_limit": _amd_power_row, "perf_level": _amd_level_row, "perf_determinism_mhz": _amd_level_row,
+             "compute_partition": _amd_partition_row, "memory_partition": _amd_partition_row}
+    return [build[k](k, v, gpus) for k, v in asked]
+
+
+def _amd_row(name: str, desired: Any, running: Any, state: str, reason: str) -> dict:
+    return family.setting(NAME, name, desired, running, state, reason, vendor="amd")
+
+
+def _amd_power_row(key: str, power: dict, gpus: list) -> dict:
+    listed = {g["bdf"] for g in gpus}
+    off = ["amd-smi lists no GPU at %s" % b for b in sorted(power) if b != "*" and b not in listed]
+    for g in gpus:
+        watts = power.get(g["bdf"], power.get("*"))
+        if watts is None:
+            continue
+        if g["limit"] is None:
+            off.append("%s: no power cap (N/A), wanted %d W" % (_amd_name(g), watts))
+        elif abs(g["limit"] - watts) >= 0.5:
+            off.append("%s: cap %g W, wanted %d W" % (_amd_name(g), g["limit"], watts))
+    if off:
+        return _amd_row(key, power, "; ".join(off)[:300], "drifted", "power cap differs: " + "; ".join(off))
+    return _amd_row(key, power, "as wanted", "applied", "")
+
+
+def _amd_level_row(key: str, wanted: Any, gpus: list) -> dict:
+    level = "determinism" if key == "perf_determinism_mhz" else wanted
+    off = ["%s: %s, wanted %s" % (_amd_name(g), g["perf_level"] or "no perf level (N/A)", level)
+           for g in gpus if g["perf_level"] != level]
+    note = ("; amd-smi reports no determinism ceiling: the level (determinism) is what is verified"
+            if key == "perf_determinism_mhz" else "")
+    if off:
+        return _amd_row(key, wanted, "; ".join(off)[:300], "drifted",
+                        "performance level differs: %s%s" % ("; ".join(off), note))
+    return _amd_row(key, wanted, level, "applied", note.lstrip("; "))
+
+
+def _amd_partition_row(key: str, wanted: str, gpus: list) -> dict:
+    """A partition mode per physical GPU (the partitions of a CPX/DPX/QPX GPU counted once)."""
+    physical: dict = {}
+    for g in gpus:
+        physical.setdefault(amd_smi.physical_bdf(g["bdf"]) or g["bdf"], g)
+    off, unknown, ids = [], [], []
+    for _bdf, g in sorted(physical.items()):
+        mode = (g[key] or "").upper() or None
+        if mode is None:
+            unknown.append(_amd_name(g))
+        elif mode != wanted:
+            off.append("%s: %s, wanted %s" % (_amd_name(g), mode, wanted))
+            ids.append(str(g["index"]))
+    what = key.replace("_", " ")
+    if unknown and len(unknown) == len(physical):
+        return _amd_row(key, wanted, None, "unsupported", "amd-smi static gives no %s (N/A) for %s: the GPUs have no "
+                        "partitions (MI300 class and later)" % (what, ", ".join(unknown)))
+    if off or unknown:
+        fix = ("; verified only: this collection never changes a %s (it stops every process on the GPU%s); "
+               "`amd-smi set -g %s %s %s` changes it" % (what, ", and the amdgpu driver reloads"
+                                                      if key == "memory_partition" else "", " ".join(ids),
+                                                      PARTITION_OPTIONS[key], wanted)) if ids else ""
+        lost = ["no %s (N/A) for %s" % (what, ", ".join(unknown))] if unknown else []
+        return _amd_row(key, wanted, "; ".join(off + lost)[:300], "drifted",
+                        "%s differs: %s%s" % (what, "; ".join(off + lost), fix))
+    return _amd_row(key, wanted, wanted, "applied", "%d GPU(s) in %s" % (len(physical), wanted))

@@ -18,7 +18,14 @@ import os
 import re
 from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, cpu, files, kernel_args, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    command,
+    cpu,
+    files,
+    kernel_args,
+    pci,
+    persistence,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import (  # noqa: F401 (re-exported)
     _ASSIGN_RE,
@@ -93,6 +100,72 @@ def desired_problems(want: Any) -> list:
     if not isinstance(want, list):
         return [("", "%s must be a list of kernel arguments (KEY or KEY=VALUE), got %r" % (FAMILY, want))]
     return argument_problems(want)
+
+
+# Kernel arguments by the vendor of the node's GPUs (``desired["kernel_cmdline_gpu_vendor_args"]``, from the
+# presets): decided on the node, as cpufreq's driver=native is, from the GPUs its PCI bus shows (``pci.gpu_vendor``);
+# a node with both vendors' GPUs gets both lists. The persistent flow adds them (``gpu_vendor_kernel_args``),
+# verification judges them like the configured arguments (``evaluate``).
+GPU_VENDOR_KEY = "kernel_cmdline_gpu_vendor_args"
+GPU_VENDOR_NAMES = ("amd", "nvidia")
+
+
+def gpu_vendor_problems(want: Any) -> list:
+    """``Family.validate`` of ``desired["kernel_cmdline_gpu_vendor_args"]``: ``{amd|nvidia: [kernel arguments]}``."""
+    if want in (None, {}):
+        return []
+    allowed = "a mapping of GPU vendor (%s) to a list of kernel arguments (KEY or KEY=VALUE)" \
+        % ", ".join(GPU_VENDOR_NAMES)
+    if not isinstance(want, dict):
+        return [("", "%s must be %s, got %r" % (GPU_VENDOR_KEY, allowed, want))]
+    out = []
+    for vendor, arguments in want.items():
+        if vendor not in GPU_VENDOR_NAMES:
+            out.append((str(vendor), "unknown GPU vendor %r; allowed: %s" % (vendor, ", ".join(GPU_VENDOR_NAMES))))
+        elif not isinstance(arguments, list):
+            out.append((vendor, "%s.%s must be a list of kernel arguments, got %r"
+                        % (GPU_VENDOR_KEY, vendor, arguments)))
+        else:
+            out += [("%s[%s]" % (vendor, index), msg) for index, msg in argument_problems(arguments)]
+    return out
+
+
+def gpu_vendor_arguments(want: Any, vendors: Any) -> list:
+    """The arguments of ``want`` for the GPU ``vendors`` of a node (in vendor order, each once)."""
+    out = []
+    for vendor in GPU_VENDOR_NAMES:
+        if vendor in (vendors or ()) and isinstance(want, dict):
+            out += [a for a in want.get(vendor) or [] if a not in out]
+    return out
+
+
+def node_gpu_vendors(node: Node) -> set:
+    """The vendors (``amd``, ``nvidia``) of the GPUs on the node's PCI bus, selected or not (as facts'
+    ``pci.gpu_vendors``)."""
+    return {v for v in (pci.gpu_vendor(d) for d in pci.list_devices(node)) if v}
+
+
+def gpu_vendor_kernel_args(pc, remove: bool = False) -> list:
+    """``Family.kernel_args``: the arguments for this node's GPU vendors; with ``remove``, every vendor's (rollback
+    removes what any node may have got)."""
+    if remove:
+        want = pc.settings.get(GPU_VENDOR_KEY) or {}
+        return gpu_vendor_arguments(want, GPU_VENDOR_NAMES)
+    want = pc.desired.get(GPU_VENDOR_KEY)
+    return gpu_vendor_arguments(want, node_gpu_vendors(pc.node)) if want else []
+
+
+def on_node(desired: dict, node: Node) -> dict:
+    """``Family.on_node``: the arguments by GPU vendor of this node's vendors only; the entry dropped when none."""
+    want = desired.get(GPU_VENDOR_KEY)
+    if not isinstance(want, dict):
+        return desired
+    out = {k: v for k, v in desired.items() if k != GPU_VENDOR_KEY}
+    vendors = node_gpu_vendors(node)
+    mine = {v: list(a) for v, a in want.items() if v in vendors and a}
+    if mine:
+        out[GPU_VENDOR_KEY] = mine
+    return out
 
 
 def validate_arguments(arguments: list[str], unique_keys: bool = True) -> None:
@@ -441,7 +514,10 @@ def run(call: contract.Call) -> dict:
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """One setting per argument of ``desired['kernel_cmdline']``: running, configured for the next boot, or neither."""
     out = []
-    for arg in desired.get(FAMILY) or []:
+    vendors = set(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
+    arguments = list(desired.get(FAMILY) or [])
+    arguments += [a for a in gpu_vendor_arguments(desired.get(GPU_VENDOR_KEY), vendors) if a not in arguments]
+    for arg in arguments:
         view = ctx.arg(arg)
         configured = view["configured"]
         running = view["running"]
@@ -478,7 +554,11 @@ ARGUMENT_SPEC = dict(
 
 def from_role(v: dict, shared: dict) -> dict:
     enabled = v["gpunode_tuning_kernel_cmdline_enabled"]
-    return {FAMILY: list(v["gpunode_tuning_kernel_cmdline_args"] or []) if enabled else []}
+    by_vendor = {k: list(x) for k, x in (v.get("gpunode_tuning_kernel_cmdline_gpu_vendor_args") or {}).items() if x}
+    out = {FAMILY: list(v["gpunode_tuning_kernel_cmdline_args"] or []) if enabled else []}
+    if enabled and by_vendor:
+        out[GPU_VENDOR_KEY] = by_vendor
+    return out
 
 
 def _cmdline_options(pc, arguments: list, state: str) -> dict:
@@ -521,11 +601,13 @@ DEFINITION = Family(
     module="kernel_cmdline",
     run=run,
     evaluate=evaluate,
-    reads_boot_config=lambda desired: bool(desired.get(FAMILY)),
+    reads_boot_config=lambda desired: bool(desired.get(FAMILY) or desired.get(GPU_VENDOR_KEY)),
     reboot_only=(FAMILY,),
     deprecated_tags=("cmdline",),
     from_role=from_role,
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
-    validate={FAMILY: desired_problems},
+    kernel_args=gpu_vendor_kernel_args,
+    on_node=on_node,
+    validate={FAMILY: desired_problems, GPU_VENDOR_KEY: gpu_vendor_problems},
 )

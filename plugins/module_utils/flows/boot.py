@@ -58,7 +58,8 @@ def _say(line):
 
 def boot_state(desired: dict) -> dict:
     """The part of a desired state that boot re-applies: ``version`` and each boot family that is set."""
-    known = {fam.name for fam in registry.FAMILIES} | set(FAMILIES) | set(registry.report_titles())
+    known = {fam.name for fam in registry.FAMILIES} | set(FAMILIES) | set(registry.report_titles()) \
+        | {key for fam in registry.FAMILIES for key in (fam.validate or {})}
     unknown = sorted(set(desired) - known - {"version"})
     if unknown:
         raise BootError("unknown families %s; known are %s" % (", ".join(unknown), ", ".join(sorted(known))))

@@ -39,11 +39,13 @@ from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    amd_health,
     amdgpu_log,
     command,
     files,
     kernel_log,
     lock,
+    nvidia_smi,
     pci,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
@@ -294,6 +296,90 @@ def update_gpu_faults(data: bytes | None, vendors: dict) -> dict:
             "vendor": {gpu: vendors.get(gpu) or "amd" for gpu in set(counts) | set(serious)}}
 
 
+NO_GPU_MEMORY = {"ecc": [], "ecc_blocks": [], "bad_pages": [], "bad_page_thresholds": []}
+_BAD_PAGE_STATES = ("retired", "pending", "unreservable")
+
+
+def gpu_memory(probe: dict | None, facts: dict | None) -> dict:
+    """ECC error counts and bad pages per GPU, from the GPU probe's answers verification judged (no call of its own).
+
+    ``{"ecc": [{gpu, vendor, type, count}], "ecc_blocks": [{gpu, vendor, type, block, count}],
+    "bad_pages": [{gpu, vendor, state, count}], "bad_page_thresholds": [{gpu, vendor, threshold, reached}]}``.
+    AMD (``amd-smi metric``, ``bad-pages``, ``static``): correctable, uncorrectable and deferred totals and per
+    block (the blocks with an error only), retired/pending/unreservable pages, the RAS threshold. NVIDIA (the
+    health query): uncorrectable errors since the driver loaded (``ecc.errors.uncorrected.volatile.total``) and a
+    row-remapping failure as the threshold reached (``remapped_rows.failure``); the query has no corrected or
+    per-page counts. A GPU or a
+    field the tool does not give (N/A, a failed call) has no sample: a missing count is never a zero.
+    """
+    out = {k: [] for k in NO_GPU_MEMORY}
+    probe = nvidia_smi.probe_answers(probe)
+    vendors = set((((facts or {}).get("pci") or {}).get("gpu_vendors") or {}).values())
+    if "amd" in vendors:
+        _amd_memory(probe, out)
+    if "nvidia" in vendors:
+        _nvidia_memory(probe, out)
+    return out
+
+
+def _amd_memory(probe: dict, out: dict) -> None:
+    readings, _problems, _notes = amd_health.read_answers(probe)
+    bdfs = {}
+    for key in ("amd_topology", "amd_static", "amd_list"):
+        for g in (readings.get(key) or {}).get("gpus") or []:
+            if g.get("gpu") is not None and g.get("bdf"):
+                bdfs[g["gpu"]] = g["bdf"]
+
+    def gpu(index):
+        return bdfs.get(index) or "gpu%s" % index
+    _amd_ecc(readings, gpu, out)
+    _amd_pages(readings, gpu, out)
+
+
+def _amd_ecc(readings: dict, gpu: Callable, out: dict) -> None:
+    for g in (readings.get("amd_metric") or {}).get("gpus") or []:
+        for kind in ("correctable", "uncorrectable", "deferred"):
+            if g.get("ecc_" + kind) is not None:
+                out["ecc"].append({"gpu": gpu(g["gpu"]), "vendor": "amd", "type": kind, "count": g["ecc_" + kind]})
+        for block, counts in sorted((g.get("ecc_blocks") or {}).items()):
+            if not any(counts.values()):
+                continue  # a block with no error has no series (about 20 blocks x 3 types per GPU otherwise)
+            for kind, n in counts.items():
+                if n is not None:
+                    out["ecc_blocks"].append({"gpu": gpu(g["gpu"]), "vendor": "amd", "type": kind, "block": block,
+                                              "count": n})
+
+
+def _amd_pages(readings: dict, gpu: Callable, out: dict) -> None:
+    retired = {}
+    for g in (readings.get("amd_bad_pages") or {}).get("gpus") or []:
+        retired[g["gpu"]] = g.get("retired")
+        for state in _BAD_PAGE_STATES:
+            if g.get(state) is not None:
+                out["bad_pages"].append({"gpu": gpu(g["gpu"]), "vendor": "amd", "state": state, "count": g[state]})
+    for g in (readings.get("amd_static") or {}).get("gpus") or []:
+        threshold, exceeded, pages = g.get("bad_page_threshold"), g.get("bad_page_threshold_exceeded"), \
+            retired.get(g["gpu"])
+        reached = True if exceeded else (pages >= threshold if threshold and pages is not None else exceeded)
+        if threshold is not None or reached is not None:
+            out["bad_page_thresholds"].append({"gpu": gpu(g["gpu"]), "vendor": "amd", "threshold": threshold,
+                                               "reached": reached})
+
+
+def _nvidia_memory(probe: dict, out: dict) -> None:
+    health = probe.get("health") or {}
+    if probe.get("probe") != "present" or health.get("rc", 0) != 0 or health.get("timed_out"):
+        return
+    for g in nvidia_smi.parse_health(health.get("stdout"), health.get("fields")):
+        volatile = str(g.get("ecc.errors.uncorrected.volatile.total") or "").strip()
+        if volatile.isdigit():
+            out["ecc"].append({"gpu": g["bdf"], "vendor": "nvidia", "type": "uncorrectable", "count": int(volatile)})
+        failure = str(g.get("remapped_rows.failure") or "").strip().lower()
+        if failure in ("yes", "no"):
+            out["bad_page_thresholds"].append({"gpu": g["bdf"], "vendor": "nvidia", "threshold": None,
+                                               "reached": failure == "yes"})
+
+
 def drifted_cpus(s: dict, online: int) -> int | None:
     """How many CPUs a per-CPU setting is wrong on (0 when applied), as its family counts them
     (``Family.drifted_cpus``); None for any other setting."""
@@ -360,6 +446,7 @@ def build_status(config: dict, outcome: dict, previous: dict | None, now: float)
         "health_findings": health_findings((result or {}).get("settings") or [],
                                            ((facts or {}).get("pci") or {}).get("gpu_vendors")),
         "gpu_faults": outcome.get("gpu_faults") or {"counts": {}, "serious": {}, "vendor": {}},
+        "gpu_memory": outcome.get("gpu_memory") or dict(NO_GPU_MEMORY),
         "kernel_log": {k: ((result or {}).get("kernel_log") or {}).get(k) for k in ("since", "since_detail", "counts")},
         "xid": outcome["xid"],
         "reapply": reapply_counts(prev.get("reapply"), outcome["xid"]["boot_id"], outcome.get("reapplied") or []),
@@ -373,15 +460,17 @@ def build_status(config: dict, outcome: dict, previous: dict | None, now: float)
 
 
 def verify_once(node: Node, config: dict, tools: verify_node.Tools) -> tuple:
-    """``(facts, result, error)``: verification as tuning_info runs it; an error instead of raising."""
+    """``(facts, result, error, probe)``: verification as tuning_info runs it, and the GPU probe's answers it judged
+    by; an error instead of raising."""
     facts_options = {k: v for k, v in config["facts"].items() if v is not None}
     try:
-        facts, result = verify_node.verify(node, config["desired"], config["verify"], tools, facts_options)
+        facts, result, probe = verify_node.verify_probed(node, config["desired"], config["verify"], tools,
+                                                         facts_options)
     except (FactsError, NodeError, EvaluationError, kernel_log.KernelLogError) as exc:
-        return None, None, str(exc)
+        return None, None, str(exc), {}
     except ImportError as exc:  # a kmsg_ignore rule with a cidr on a node without python3-netaddr
-        return None, None, "kmsg_ignore rules with a cidr need python3-netaddr on the node (%s)" % exc
-    return facts, result, None
+        return None, None, "kmsg_ignore rules with a cidr need python3-netaddr on the node (%s)" % exc, {}
+    return facts, result, None, probe
 
 
 def reapply_plan(result: dict, desired: dict) -> dict:
@@ -411,7 +500,7 @@ def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | Non
         clock: Callable[[], float] = time.time) -> dict:
     """Verify (and with ``reapply`` re-apply and verify again), count Xids; the status of this run."""
     started, t0 = clock(), time.monotonic()
-    facts, result, error = verify_once(node, config, tools)
+    facts, result, error, probe = verify_once(node, config, tools)
     reapplied = []
     if config["guard"]["reapply"] and result is not None:
         try:
@@ -422,12 +511,13 @@ def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | Non
             reapplied = reapply(node, config, plan)
             for key, ok, msg in reapplied:
                 _say("%s: re-applied %s: %s%s" % (PREFIX, key, "" if ok else "FAILED: ", msg))
-            facts, result, error = verify_once(node, config, tools)
+            facts, result, error, probe = verify_once(node, config, tools)
     boot_id = node.read(verify_node.BOOT_ID, default="")
     data, _why = kernel_log.read_kmsg(node)
     xid = update_xids((previous or {}).get("xid"), boot_id, data, [g["bdf"] for g in selected_gpus(facts, "nvidia")])
     faults = update_gpu_faults(data, ((facts or {}).get("pci") or {}).get("gpu_vendors") or {})
     outcome = {"facts": facts, "result": result, "error": error, "xid": xid, "gpu_faults": faults,
+               "gpu_memory": gpu_memory(probe, facts),
                "reapplied": reapplied,
                "started": started, "duration": time.monotonic() - t0}
     return build_status(config, outcome, previous, clock())

@@ -28,6 +28,7 @@ import os
 import re
 from typing import Any
 
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as node_files
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
@@ -199,7 +200,8 @@ def options_of(pc) -> dict:
     return {"python": s["boot_python"], "runner": s["boot_script"], "journal": _journal(pc),
             "textfile_dir": s.get("guard_textfile_dir") or "", "interval": s.get("guard_interval", "5min"),
             "reapply": bool(s.get("guard_reapply")), "preset": s.get("preset"), "host": inputs.get("host"),
-            "collection_version": inputs.get("collection_version"), "desired": pc.desired,
+            "collection_version": inputs.get("collection_version"),
+            "desired": registry.node_desired(pc.desired, pc.node),
             "facts": inputs.get("facts"), "verify": inputs.get("verify")}
 
 

@@ -54,6 +54,17 @@ METRICS = (
      "Xid events since boot of the codes that fail verification (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)."),
     ("gpu_serious_fault_events_total", "counter",
      "amdgpu kernel-log fault events since boot of the classes that mean a sick GPU, by GPU and vendor."),
+    ("gpu_ecc_errors_total", "counter",
+     "ECC errors a GPU counts (amd-smi metric; nvidia-smi: uncorrectable since the driver loaded), by GPU, vendor "
+     "and type (correctable, uncorrectable, deferred)."),
+    ("gpu_ecc_block_errors_total", "counter",
+     "ECC errors per memory block (AMD's ecc_blocks: UMC, SDMA, GFX, ...), by GPU, vendor, type and block."),
+    ("gpu_bad_pages", "gauge",
+     "GPU memory pages by bad-page state (retired, pending, unreservable), by GPU and vendor."),
+    ("gpu_bad_page_threshold", "gauge", "Retired pages at which the driver stops using a GPU (the RAS threshold)."),
+    ("gpu_bad_page_threshold_reached", "gauge",
+     "1 when a GPU reached its bad-page threshold (AMD: retired pages at the RAS threshold, or amd-smi says it is "
+     "exceeded; NVIDIA: a row-remapping failure), 0 when not."),
     ("kernel_log_records", "gauge", "Kernel-log records per class in verification's window (since the last "
                                     "runtime tuning of this boot, else since boot)."),
     ("guard_reapplied_total", "counter", "Families the guard re-applied since boot (gpunode_tuning_guard_reapply)."),
@@ -159,6 +170,23 @@ def _gpus(status):
         yield "gpu_serious_fault_events_total", {"gpu": gpu, "vendor": (faults.get("vendor") or {}).get(gpu, "amd")}, n
 
 
+def _memory(status):
+    memory = status.get("gpu_memory") or {}
+    for e in memory.get("ecc") or []:
+        yield "gpu_ecc_errors_total", {"gpu": e["gpu"], "vendor": e["vendor"], "type": e["type"]}, e["count"]
+    for e in memory.get("ecc_blocks") or []:
+        yield ("gpu_ecc_block_errors_total", {"gpu": e["gpu"], "vendor": e["vendor"], "type": e["type"],
+                                              "block": e["block"]}, e["count"])
+    for p in memory.get("bad_pages") or []:
+        yield "gpu_bad_pages", {"gpu": p["gpu"], "vendor": p["vendor"], "state": p["state"]}, p["count"]
+    for t in memory.get("bad_page_thresholds") or []:
+        if t.get("threshold") is not None:
+            yield "gpu_bad_page_threshold", {"gpu": t["gpu"], "vendor": t["vendor"]}, t["threshold"]
+    for t in memory.get("bad_page_thresholds") or []:
+        if t.get("reached") is not None:
+            yield "gpu_bad_page_threshold_reached", {"gpu": t["gpu"], "vendor": t["vendor"]}, 1 if t["reached"] else 0
+
+
 def _kernel_log(status):
     for cls, n in sorted(((status.get("kernel_log") or {}).get("counts") or {}).items()):
         yield "kernel_log_records", {"class": cls}, n
@@ -168,7 +196,7 @@ def _kernel_log(status):
 
 def samples(status: dict) -> Iterable[tuple]:
     """Every ``(name, labels, value)`` of ``status``, grouped by metric."""
-    for part in (_info, _run, _settings, _gpus, _kernel_log):
+    for part in (_info, _run, _settings, _gpus, _memory, _kernel_log):
         yield from part(status)
 
 

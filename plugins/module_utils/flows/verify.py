@@ -328,6 +328,13 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
     ``facts_options``: ``facts.gather``'s keyword arguments but ``kmsg_since``, which the journal
     marker decides. Raises ``VerificationError``, ``FactsError`` or ``NodeError``.
     """
+    facts, result, _probe = verify_probed(node, desired, options, tools, facts_options)
+    return facts, result
+
+
+def verify_probed(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, tools: Tools,
+                  facts_options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``verify``, and the GPU probe's answers it judged by (the guard exports the GPUs' ECC and bad pages)."""
     opts = dict(VERIFY_DEFAULTS)
     opts.update({k: v for k, v in (options or {}).items() if v is not None})
     desired = desired or {}
@@ -349,4 +356,4 @@ def verify(node: Node, desired: dict[str, Any], options: dict[str, Any] | None, 
         facts, desired, context, kernel_log_since=since, gpu=probe,
         fail_on_pending=opts["fail_on_pending"], fail_classes=opts["fail_classes"], host=opts["host"],
         verified_at=opts["verified_at"], gate=opts["gate"])
-    return facts, result
+    return facts, result, probe
