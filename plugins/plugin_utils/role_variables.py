@@ -40,7 +40,8 @@ _MARK = "gpunode-json:"
 DEFAULTS_PATH = os.path.join(os.path.dirname(SPECS_PATH), "..", "defaults", "main.yml")
 _SPECS = {}
 _DEFAULTS = {}
-# Former names of role variables (0.3 and earlier): still read, with a deprecation warning naming the new one.
+# Former names of role variables (0.3 and earlier), and the short GPU names issue 32 used for the AMD settings:
+# still read, with a deprecation warning naming the one name (the family's prefix).
 RENAMED = {
     "gpunode_tuning_acs": "gpunode_tuning_pcie_acs",
     "gpunode_tuning_acs_persist": "gpunode_tuning_pcie_acs_persist",
@@ -55,7 +56,11 @@ RENAMED = {
     "gpunode_tuning_dcgm_diag": "gpunode_tuning_gpu_health_dcgm_diag",
     "gpunode_tuning_gpu_application_clocks": "gpunode_tuning_gpu_settings_application_clocks",
     "gpunode_tuning_gpu_count": "gpunode_tuning_gpu_health_count",
+    "gpunode_tuning_gpu_compute_partition": "gpunode_tuning_gpu_settings_compute_partition",
     "gpunode_tuning_gpu_locked_clocks": "gpunode_tuning_gpu_settings_locked_clocks",
+    "gpunode_tuning_gpu_memory_partition": "gpunode_tuning_gpu_settings_memory_partition",
+    "gpunode_tuning_gpu_perf_determinism_mhz": "gpunode_tuning_gpu_settings_perf_determinism_mhz",
+    "gpunode_tuning_gpu_perf_level": "gpunode_tuning_gpu_settings_perf_level",
     "gpunode_tuning_gpu_persistence": "gpunode_tuning_gpu_settings_persistence",
     "gpunode_tuning_gpu_power_limit": "gpunode_tuning_gpu_settings_power_limit",
     "gpunode_tuning_gpu_power_limits": "gpunode_tuning_gpu_settings_power_limits",

@@ -171,3 +171,18 @@ def test_every_former_name_maps_to_a_current_option():
     options = role_vars.spec_options(specs())
     assert set(role_variables.RENAMED.values()) <= set(options)
     assert not set(role_variables.RENAMED) & set(options)
+
+
+def test_the_amd_settings_under_the_short_gpu_names_reach_the_family_variables():
+    # Issue 32 names them gpunode_tuning_gpu_perf_level etc.; the one name carries the family's prefix.
+    defaults = role_variables.load_defaults()
+    raw = {"gpunode_tuning_gpu_perf_level": "determinism", "gpunode_tuning_gpu_perf_determinism_mhz": 1900,
+           "gpunode_tuning_gpu_compute_partition": "SPX", "gpunode_tuning_gpu_memory_partition": "NPS1"}
+    values = dict(raw)
+    errors, warnings = role_variables.apply_renames(values, raw, defaults)
+    assert errors == []
+    assert values == {"gpunode_tuning_gpu_settings_perf_level": "determinism",
+                      "gpunode_tuning_gpu_settings_perf_determinism_mhz": 1900,
+                      "gpunode_tuning_gpu_settings_compute_partition": "SPX",
+                      "gpunode_tuning_gpu_settings_memory_partition": "NPS1"}
+    assert len(warnings) == 4 and all("use gpunode_tuning_gpu_settings_" in w for w in warnings)
