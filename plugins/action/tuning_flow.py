@@ -34,7 +34,13 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, delegate, desired_state, role_variables, tags
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import (
+    ansible_compat,
+    delegate,
+    desired_state,
+    role_variables,
+    tags,
+)
 
 display = Display()
 ARGUMENT_SPEC = {

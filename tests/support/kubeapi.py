@@ -30,7 +30,7 @@ import json
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -45,7 +45,7 @@ MERGE_PATCHES = ("application/strategic-merge-patch+json", "application/merge-pa
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _resource(name, kind, namespaced, verbs, short=None, group_kind=None):
@@ -124,11 +124,11 @@ class KubeApiStandIn:
         now = _now()
         ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": now, "lastTransitionTime": now,
                  "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+        kinds = (("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
+                 ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
+                 ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))
         pressure = [{"type": kind, "status": "False", "lastHeartbeatTime": now, "lastTransitionTime": now,
-                     "reason": "KubeletHas" + reason, "message": message}
-                    for kind, reason, message in (("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
-                                                  ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
-                                                  ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))]
+                     "reason": "KubeletHas" + reason, "message": message} for kind, reason, message in kinds]
         return {
             "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1", "creationTimestamp": now,
                          "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
@@ -155,10 +155,9 @@ class KubeApiStandIn:
                 protected: bool = False, phase: str = "Running") -> None:
         """A pod bound to ``node``: a DaemonSet's (``daemonset``), one a PodDisruptionBudget protects
         (``protected``: its eviction answers 429), or a finished one (``phase`` Succeeded or Failed)."""
-        owner = ({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name.rsplit("-", 1)[0], "uid": str(uuid.uuid4()),
-                  "controller": True, "blockOwnerDeletion": True} if daemonset else
-                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name.rsplit("-", 1)[0],
-                  "uid": str(uuid.uuid4()), "controller": True, "blockOwnerDeletion": True})
+        owner = {"apiVersion": "apps/v1", "kind": "DaemonSet" if daemonset else "ReplicaSet",
+                 "name": name.rsplit("-", 1)[0], "uid": str(uuid.uuid4()), "controller": True,
+                 "blockOwnerDeletion": True}
         pod = {"metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
                             "resourceVersion": self._rv(), "creationTimestamp": _now(),
                             "labels": {"app": name.rsplit("-", 1)[0]}, "ownerReferences": [owner]},
