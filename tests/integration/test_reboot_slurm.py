@@ -69,7 +69,8 @@ class RebootWatcher:
         while not self._stop.is_set():
             for host in self.roots:
                 now = self._boot_id(host)
-                if now != self._ids[host]:
+                # simnode rewrites the file in place: an empty read is the write in progress, not a new boot
+                if now and now != self._ids[host]:
                     self._ids[host] = now
                     self.when[host] = time.monotonic()
                     try:
