@@ -44,7 +44,7 @@ class RunEnded(SequenceError):
 
 
 # The pid of the ansible-playbook process this worker belongs to (guard_run), or None: no check.
-_RUN_PARENT: int | None = None
+_RUN = {"parent": None}
 
 
 def guard_run(parent: int | None) -> None:
@@ -55,14 +55,15 @@ def guard_run(parent: int | None) -> None:
     slots, draining, rebooting and resuming hosts next to the next run. An orphan's parent changes (it is
     re-parented), so each wait asks, and raises RunEnded: the host is left as it is, for the next run to adopt.
     """
-    global _RUN_PARENT  # noqa: PLW0603 - one run per worker process
-    _RUN_PARENT = parent
+    _RUN["parent"] = parent
 
 
 def check_run() -> None:
-    if _RUN_PARENT is not None and os.getppid() != _RUN_PARENT:
+    """Raise RunEnded when the run guard_run named is no longer this process's parent."""
+    parent = _RUN["parent"]
+    if parent is not None and os.getppid() != parent:
         raise RunEnded("the ansible-playbook run %d that started this sequence ended: stopped here, the host is "
-                       "left as it is for the next run to adopt" % _RUN_PARENT)
+                       "left as it is for the next run to adopt" % parent)
 
 
 # --- records ---------------------------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ def test_a_sequence_whose_run_ended_stops_before_its_next_step(tmp_path, monkeyp
     next wait, before it polls, drains or resumes anything; the host is left as it is for the next run."""
     fake = FakeSlurm()
     backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
-    monkeypatch.setattr(seq, "_RUN_PARENT", None)
+    monkeypatch.setitem(seq._RUN, "parent", None)
     seq.guard_run(os.getppid())
     assert seq.wait_until(lambda: True, 1, 0.1)  # the run is alive: no change
     seq.guard_run(os.getppid() + 100000)  # as after a re-parenting: the run's pid is not our parent any more
