@@ -34,7 +34,13 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, desired_state, role_variables, tags
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import (
+    ansible_compat,
+    delegate,
+    desired_state,
+    role_variables,
+    tags,
+)
 
 display = Display()
 ARGUMENT_SPEC = {
@@ -164,6 +170,9 @@ class ActionModule(ActionBase):
             errors += desired_state.combination_problems(merged, entry_point)
             if entry_point != "rollback":
                 errors += desired_state.desired_problems(desired_state.desired_state(merged), merged)
+                # Only the controller knows the inventory: the Slurm delegate must be a host of it.
+                errors += delegate.delegate_problems(merged.get(delegate.VARIABLE),
+                                                     (task_vars.get("groups") or {}).get("all"))
             validated = merged
         if errors:
             return None, "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))

@@ -24,7 +24,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import delegate, reboot
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain_kubernetes import KubernetesBackend
 
@@ -42,7 +42,7 @@ BOOT_SETTLE = 600
 VARS = ("gpunode_tuning_reboot_ok", "gpunode_tuning_drain", "gpunode_tuning_reboot_max_unavailable",
         "gpunode_tuning_reboot_timeout", "gpunode_tuning_reboot_wait_timeout", "gpunode_tuning_drain_timeout",
         "gpunode_tuning_reboot_poll_interval", "gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
-        "gpunode_tuning_undrain_command", "gpunode_tuning_root")
+        "gpunode_tuning_undrain_command", "gpunode_tuning_root", "gpunode_tuning_drain_slurm_delegate")
 
 
 def run_id() -> str:
@@ -72,20 +72,27 @@ class ActionModule(ActionBase):
         surveyed = (args.get("survey") or {}).get("hosts") or []
         self._hosts += [h for h in surveyed if h not in self._hosts]
         settings, errors = seq.settings_of(self._vars, len(self._hosts))
+        errors += delegate.delegate_problems(self._vars["gpunode_tuning_drain_slurm_delegate"],
+                                             (task_vars.get("groups") or {}).get("all"))
         if errors:
             return {"failed": True, "changed": False, "msg": "; ".join(errors)}
         self._settings = settings
         report_dir = self._templar.template(task_vars.get("gpunode_tuning_report_dir", "reports/"))
         self._records = seq.Records(os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(report_dir))),
                                     run_id())
-        self._backend = self._make_backend(settings["drain"], task_vars)
+        self._delegate = None
+        seq.guard_run(os.getppid())
         try:
+            self._backend = self._make_backend(settings["drain"], task_vars)
             if args["phase"] == "survey":
                 result = seq.survey(self._backend, self._hosts, self._records)
                 return dict(result, changed=False, msg=self._survey_msg(result))
             return self._reboot(args, task_vars)
         except seq.SequenceError as exc:
             return {"failed": True, "changed": False, "msg": "%s: %s" % (self._host, exc)}
+        finally:
+            if self._delegate is not None:
+                self._delegate.close()
 
     # --- backends --------------------------------------------------------------------------------------------
 
@@ -96,7 +103,7 @@ class ActionModule(ActionBase):
             for host in self._hosts:
                 given = hostvars[host].get("gpunode_tuning_drain_slurm_node") if host in hostvars else None
                 node_of[host] = reboot.slurm_node_name(host, self._templar.template(given))
-            return seq.SlurmBackend(self._run_on_host, node_of)
+            return seq.SlurmBackend(self._slurm_runner(task_vars), node_of)
         if name == "command":
             commands = {"drain": self._vars["gpunode_tuning_drain_command"],
                         "check": self._vars["gpunode_tuning_drain_check_command"],
@@ -110,6 +117,16 @@ class ActionModule(ActionBase):
             context = self._templar.template(task_vars.get("gpunode_tuning_drain_kubernetes_context"))
             return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError)
         return seq.NoneBackend()
+
+    def _slurm_runner(self, task_vars):
+        """Where sinfo and scontrol run: the host itself, or gpunode_tuning_drain_slurm_delegate (same environment)."""
+        name = self._vars["gpunode_tuning_drain_slurm_delegate"]
+        if not name or name == self._host:
+            return self._run_on_host
+        environment = {}
+        self._compute_environment_string(raw_environment_out=environment)
+        self._delegate = delegate.DelegateRunner(self, name, task_vars, environment)
+        return self._delegate
 
     def _run_on_host(self, argv, timeout):
         """``(rc, stdout, stderr)`` of ``argv`` on the host, with the task's environment, killed after ``timeout``."""

@@ -21,7 +21,8 @@ description:
     otherwise it stays drained with its reason.
   - 'It reads these variables of the task: C(gpunode_tuning_reboot_ok), C(gpunode_tuning_drain),
     C(gpunode_tuning_reboot_max_unavailable), C(gpunode_tuning_reboot_timeout), C(gpunode_tuning_reboot_wait_timeout),
-    C(gpunode_tuning_drain_timeout), C(gpunode_tuning_reboot_poll_interval), C(gpunode_tuning_drain_slurm_node) (of
+    C(gpunode_tuning_drain_timeout), C(gpunode_tuning_reboot_poll_interval),
+    C(gpunode_tuning_drain_slurm_delegate) (where sinfo and scontrol run), C(gpunode_tuning_drain_slurm_node) (of
     every host of the play), the three command variables, C(gpunode_tuning_root), C(gpunode_tuning_report_dir) (the
     records live in its C(reboots/) directory) and C(ansible_play_hosts_all).'
   - Meant for the role (C(roles/tuning/tasks/persistent_reboot.yml)) and the rollout.

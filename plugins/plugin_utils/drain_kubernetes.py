@@ -11,9 +11,23 @@ PodDisruptionBudget refusing it: the failure says so.
 
 from __future__ import annotations
 
+import json
+
 ANNOTATION = "gpunode.tuning/drain"
 MISSING = ("gpunode_tuning_drain: kubernetes needs the Python 'kubernetes' client on the controller "
            "(pip install kubernetes; it is in requirements.txt): %s")
+
+
+def _status_text(body) -> str:
+    """What a metav1 Status answer says (its message and its causes' messages), or the raw body, cut short."""
+    try:
+        answer = json.loads(body) if isinstance(body, (str, bytes)) else body
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return str(body or "")[:200]
+    causes = [c.get("message", "") for c in (answer.get("details") or {}).get("causes") or [] if isinstance(c, dict)]
+    return " ".join([str(answer.get("message") or answer.get("reason") or "")] + [c for c in causes if c])[:300]
 
 
 class KubernetesBackend:
@@ -113,7 +127,7 @@ class KubernetesBackend:
                 status = getattr(exc, "status", None)
                 if status == 429:
                     self.blocked[host] = "eviction of %s/%s blocked by a PodDisruptionBudget (429): %s" % (
-                        pod.metadata.namespace, pod.metadata.name, (getattr(exc, "body", "") or "")[:200])
+                        pod.metadata.namespace, pod.metadata.name, _status_text(getattr(exc, "body", "")))
                 elif status != 404:
                     raise self.error("kubernetes evict %s/%s: %s %s" % (
                         pod.metadata.namespace, pod.metadata.name, status, getattr(exc, "reason", exc))) from exc

@@ -39,6 +39,33 @@ class SequenceError(Exception):
     """A backend command failed: the message names the command and what it said."""
 
 
+class RunEnded(SequenceError):
+    """The ansible-playbook run that started this sequence is gone: the sequence stops where it is."""
+
+
+# The pid of the ansible-playbook process this worker belongs to (guard_run), or None: no check.
+_RUN = {"parent": None}
+
+
+def guard_run(parent: int | None) -> None:
+    """Stop this process's waits once ``parent`` (the ansible-playbook run) is gone.
+
+    Ansible's workers run in a session of their own (WorkerProcess._detach calls setsid), so a run killed with
+    its process group leaves the worker of each host running its task: without this, it would go on taking
+    slots, draining, rebooting and resuming hosts next to the next run. An orphan's parent changes (it is
+    re-parented), so each wait asks, and raises RunEnded: the host is left as it is, for the next run to adopt.
+    """
+    _RUN["parent"] = parent
+
+
+def check_run() -> None:
+    """Raise RunEnded when the run guard_run named is no longer this process's parent."""
+    parent = _RUN["parent"]
+    if parent is not None and os.getppid() != parent:
+        raise RunEnded("the ansible-playbook run %d that started this sequence ended: stopped here, the host is "
+                       "left as it is for the next run to adopt" % parent)
+
+
 # --- records ---------------------------------------------------------------------------------------------------
 
 
@@ -270,6 +297,7 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
     start = clock()
     waited_why = ""
     while True:
+        check_run()
         with records.lock():
             halted = records.halted()
             polled = backend.states(hosts)
@@ -307,6 +335,7 @@ def wait_until(check: Callable[[], bool], timeout: float, poll: float, sleep=tim
     """Whether ``check()`` turned true within ``timeout`` seconds (asked every ``poll`` seconds)."""
     end = clock() + timeout
     while True:
+        check_run()
         if check():
             return True
         if clock() >= end:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
 
 import pytest
 import simnode
+import yaml
 from support.checkout import REPO, VENV_BIN, ansible_env
 from support.inventory import write_inventory
 from support.slurm import SlurmCluster, missing_tools
@@ -67,7 +69,8 @@ class RebootWatcher:
         while not self._stop.is_set():
             for host in self.roots:
                 now = self._boot_id(host)
-                if now != self._ids[host]:
+                # simnode rewrites the file in place: an empty read is the write in progress, not a new boot
+                if now and now != self._ids[host]:
                     self._ids[host] = now
                     self.when[host] = time.monotonic()
                     try:
@@ -125,12 +128,16 @@ def build_fleet(tmp_path, presets, **common):
     return roots, inventory, reports
 
 
-def rollout(cluster, inventory, reports, *extra):
-    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "rollout.yml"),
-           "-f", "8", "-e", "gpunode_tuning_rollout_flow=persistent", "-e", "gpunode_tuning_rollout_canary=0",
-           "-e", "gpunode_tuning_rollout_batch=100%", *extra]
-    env = ansible_env(SLURM_CONF=cluster.conf)
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False)
+def rollout_command(inventory, *extra):
+    return [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "rollout.yml"),
+            "-f", "8", "-e", "gpunode_tuning_rollout_flow=persistent", "-e", "gpunode_tuning_rollout_canary=0",
+            "-e", "gpunode_tuning_rollout_batch=100%", *extra]
+
+
+def rollout(cluster, inventory, reports, *extra, env=None):
+    env = env or ansible_env(SLURM_CONF=cluster.conf)
+    proc = subprocess.run(rollout_command(inventory, *extra), cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=400, check=False)
     path = os.path.join(reports, "rollout-summary.json")
     summary = json.load(open(path, encoding="utf-8")) if os.path.exists(path) else None
     return proc, summary
@@ -261,3 +268,123 @@ def test_tune_persistent_skips_a_node_drained_by_someone_else_before_tuning_it(f
     for host in ("n1", "n2", "n3", "n4", "n5"):
         assert os.path.exists(os.path.join(roots[host], desired)), host  # tuned
         assert cluster.sinfo()[host] == ("idle", "none")
+
+
+def processes_of(inventory):
+    """The pids of the processes whose command line names ``inventory`` (an ansible-playbook run and its workers)."""
+    out = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                if inventory.encode() in fh.read():
+                    out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def add_login_node(inventory, cluster, tmp_path):
+    """An inventory host ``slurm-login`` outside the group of the nodes (local connection): the only one whose
+    shell knows the cluster (its ansible_shell_executable exports SLURM_CONF), like a site's login node."""
+    shell = tmp_path / "login-shell"
+    shell.write_text("#!/bin/sh\nSLURM_CONF=%s\nexport SLURM_CONF\nexec /bin/sh \"$@\"\n" % cluster.conf,
+                     encoding="ascii")
+    shell.chmod(0o755)
+    with open(inventory, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    data["all"]["hosts"] = {"slurm-login": {"ansible_connection": "local", "ansible_shell_executable": str(shell)}}
+    with open(inventory, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(data, fh)
+
+
+def test_slurm_commands_on_a_delegate_update_the_reason_of_a_host_that_never_returns(fresh, tmp_path):
+    """gpunode_tuning_drain_slurm_delegate: slurm-login. ansible-playbook (and so every node's own shell) runs without
+    SLURM_CONF, so sinfo and scontrol reach the cluster only on the delegate. n1 is drained, rebooted and resumed;
+    n2 never comes back and stays drained with its reason updated through the delegate; nothing else drained.
+    An inventory name that does not exist fails the precheck before any host is touched."""
+    cluster = fresh
+    roots, inventory, reports = build_fleet(
+        tmp_path, {h: NO_REBOOT for h in ("n3", "n4", "n5", "n6")}, gpunode_tuning_reboot_timeout=4,
+        gpunode_tuning_drain_slurm_delegate="slurm-login")
+    add_login_node(inventory, cluster, tmp_path)
+    open(os.path.join(roots["n2"], simnode.REBOOT_NEVER_RETURNS), "w").close()
+    env = ansible_env()
+    env.pop("SLURM_CONF", None)
+    assert subprocess.run(["sinfo"], env=env, capture_output=True, timeout=20, check=False).returncode != 0, \
+        "sinfo reaches a cluster without SLURM_CONF: the test would not show that the delegate ran the commands"
+
+    proc, summary = rollout(cluster, inventory, reports, "-e", "gpunode_tuning_drain_slurm_delegate=login-9",
+                            env=env)
+    assert proc.returncode != 0
+    assert 'gpunode_tuning_drain_slurm_delegate must be an inventory host name' in proc.stdout, proc.stdout[-3000:]
+    assert '"login-9": no such host in the inventory' in proc.stdout
+    assert not any(os.path.exists(os.path.join(r, "etc/gpunode-tuning/desired.json")) for r in roots.values())
+
+    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher:
+        proc, summary = rollout(cluster, inventory, reports, env=env)
+    assert proc.returncode != 0, proc.stdout[-4000:]
+    assert watcher.errors == [] and seen.errors == [], (watcher.errors, seen.errors)
+    assert seen.max_out_of_service == 1, seen.peak
+    assert watcher.rebooted == ["n1"]
+    states = cluster.sinfo()
+    assert states["n1"] == ("idle", "none"), states
+    assert states["n2"][0] == "drained", states
+    assert states["n2"][1].startswith("gpunode.tuning: did not come back within 4 s"), states
+    for host in ("n3", "n4", "n5", "n6"):
+        assert states[host] == ("idle", "none"), states
+    results = by_host(summary)
+    assert results["n1"]["status"] == "done" and results["n1"]["reboot"]["returned"], results["n1"]
+    assert driver(roots["n1"]) == "amd-pstate-epp"
+    assert results["n2"]["reboot"]["stays_drained"] and results["n2"]["reboot"]["stage"] == "reboot"
+    assert "could not be updated" not in json.dumps(results["n2"])
+
+
+def test_an_interrupted_rollout_is_adopted_by_the_next_run(fresh, tmp_path):
+    """max_unavailable 1, four hosts need a reboot. The first run's ansible-playbook (its whole process group) is
+    killed once sinfo shows a host drained by us, before it is resumed. The next run adopts that host (rebooted
+    if it still needs it, within the budget, then gated) and resumes it; the others get their reboot one at a
+    time; at the end every host is back in service, each rebooted once."""
+    cluster = fresh
+    roots, inventory, reports = build_fleet(tmp_path, {"n5": NO_REBOOT, "n6": NO_REBOOT})
+    with RebootWatcher(cluster, roots) as watcher:
+        first = subprocess.Popen(rollout_command(inventory), cwd=REPO, env=ansible_env(SLURM_CONF=cluster.conf),
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        drained = {}
+        try:
+            def ours_drained():
+                drained.update({n: v for n, v in cluster.sinfo().items()
+                                if v[0] == "drained" and v[1].startswith("gpunode.tuning:")})
+                return bool(drained) or first.poll() is not None
+            cluster.wait_for("a host drained by the rollout", ours_drained, timeout=300, interval=0.1)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            output = first.communicate(timeout=60)[0]
+        # Ansible's workers run in sessions of their own: each host's reboot task outlives the killed group, and
+        # must stop by itself (reboot_sequence.guard_run) before it drains, reboots or resumes anything more.
+        cluster.wait_for("the killed run's workers to stop", lambda: not processes_of(inventory), timeout=60)
+        assert len(drained) == 1, (drained, output[-3000:])
+        (victim, (_state, reason)), = drained.items()
+        assert reason.startswith("gpunode.tuning: reboot for"), reason
+        time.sleep(2)  # what the killed run left: still out of service, not resumed
+        left = cluster.sinfo()
+        assert left[victim][0] != "idle", left
+        assert [n for n, v in left.items() if v[0] != "idle" and n != victim] == [], left
+        rebooted_before = list(watcher.rebooted)
+
+        with cluster.monitor() as seen:
+            proc, summary = rollout(cluster, inventory, reports)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert watcher.errors == [] and seen.errors == [], (watcher.errors, seen.errors)
+    assert seen.max_out_of_service == 1, seen.peak  # the adopted host held the only slot until it was resumed
+    assert set(cluster.sinfo().values()) == {("idle", "none")}, cluster.sinfo()
+    assert sorted(watcher.rebooted) == ["n1", "n2", "n3", "n4"], (rebooted_before, watcher.rebooted)
+    results = by_host(summary)
+    for host in ("n1", "n2", "n3", "n4"):
+        assert results[host]["status"] == "done", results[host]
+        assert results[host]["reboot"]["returned"], results[host]
+        assert driver(roots[host]) == "amd-pstate-epp", host
+    # rebooted once: by the killed run (then the next one only gates and returns it) or by the next run
+    assert results[victim]["reboot"]["rebooted"] is (victim not in rebooted_before), (rebooted_before, results[victim])
+    assert "adopted" in results[victim]["reboot"]["msg"] or victim not in rebooted_before, results[victim]
+    for host in ("n5", "n6"):
+        assert results[host]["reboot"] is None

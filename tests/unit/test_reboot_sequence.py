@@ -6,6 +6,7 @@ integration tests (test_reboot_slurm.py) run the same code against a real slurmc
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -224,3 +225,22 @@ def test_an_interrupted_run_is_adopted_from_its_records(tmp_path):
 def test_the_precheck_accepts_the_kubernetes_drain():
     problems = reboot.role_problems({"gpunode_tuning_reboot_ok": True, "gpunode_tuning_drain": "kubernetes"})
     assert not [p for p in problems if "kubernetes" in p], problems
+
+
+def test_a_sequence_whose_run_ended_stops_before_its_next_step(tmp_path, monkeypatch):
+    """An orphaned worker (its ansible-playbook killed: Ansible's workers run in sessions of their own) stops at its
+    next wait, before it polls, drains or resumes anything; the host is left as it is for the next run."""
+    fake = FakeSlurm()
+    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    monkeypatch.setitem(seq._RUN, "parent", None)
+    seq.guard_run(os.getppid())
+    assert seq.wait_until(lambda: True, 1, 0.1)  # the run is alive: no change
+    seq.guard_run(os.getppid() + 100000)  # as after a re-parenting: the run's pid is not our parent any more
+    checked = []
+    with pytest.raises(seq.RunEnded, match="ended: stopped here"):
+        seq.wait_until(lambda: checked.append(1) or True, 1, 0.1)
+    assert checked == []
+    with pytest.raises(seq.RunEnded):
+        seq.take_slot(backend, seq.Records(str(tmp_path), "r"), "n1", HOSTS, settings(), False)
+    assert fake.calls == []
+    seq.guard_run(None)
