@@ -327,7 +327,12 @@ class ActionModule(ActionBase):
         out["gate"] = {"ok": ok, "failures": failures, "status": verification.get("status")}
         out["verification"] = verification
         if not ok:
-            return self._fail_drained(out, "failed its gate after the reboot: %s" % ("; ".join(failures)[:300]), "gate")
+            # The GPU checks name the GPU in their row's reason (which GPU is missing, has the ECC errors, ...).
+            gpus = ["%s.%s: %s" % (row.get("family"), row.get("name"), " ".join(str(row.get("reason") or "").split()))
+                    for row in verification.get("settings") or []
+                    if row.get("family") == "gpu_health" and row.get("state") == "drifted"]
+            return self._fail_drained(out, "failed its gate after the reboot: %s" % (
+                "; ".join(failures + gpus)[:400]), "gate")
         mark = out.pop("boot_mark", None)
         if self._hold:
             kept = {k: out[k] for k in ("rebooted", "waited", "drain_s", "reboot_s", "boot_id", "adopted") if k in out}
