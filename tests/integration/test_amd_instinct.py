@@ -170,7 +170,8 @@ def test_the_post_reboot_gate_fails_an_mi300x_whose_boot_brings_a_gpu_fault_and_
                     gpunode_tuning_reboot_ok=True, gpunode_tuning_drain="none",
                     gpunode_tuning_reboot_poll_interval=0.2, gpunode_tuning_reboot_wait_timeout=120)
     proc, summary, _reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_flow=persistent",
-                                      "-e", "gpunode_tuning_rollout_canary=1", "-e", "gpunode_tuning_rollout_batch=100%",
+                                      "-e", "gpunode_tuning_rollout_canary=1",
+                                      "-e", "gpunode_tuning_rollout_batch=100%",
                                       "-e", "gpunode_tuning_rollout_max_fail_percentage=100", *PRESET_VARS)
     assert proc.returncode != 0
     results = by_host(summary)

@@ -59,6 +59,17 @@ def fleet(tmp_path, kind):
     return roots, drained, log, extra
 
 
+def changed_tasks(stdout):
+    """``{task name: [hosts it changed]}`` from a run's output."""
+    out, task = {}, None
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line[6:line.rindex("]")]
+        elif line.startswith("changed: [") and task:
+            out.setdefault(task, []).append(line[10:line.index("]")])
+    return out
+
+
 def events(log):
     return log.read_text().splitlines() if log.exists() else []
 
@@ -104,6 +115,13 @@ def test_the_benchmark_runs_after_the_gate_while_drained_and_a_rolled_back_host_
 def test_a_kept_host_returns_after_the_benchmark_and_is_verified_once(tmp_path):
     roots, drained, log, extra = fleet(tmp_path, "normal")
     boot_ids = {h: read(r, BOOT_ID) for h, r in roots.items()}
+    # Check mode: nothing measured, drained, rebooted or written; the summary names who would be rebooted.
+    before = {h: snapshot(r) for h, r in roots.items()}
+    proc, summary, reports = rollout(str(tmp_path), *extra, "--check")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert {h: tree_changes(before[h], snapshot(r)) for h, r in roots.items()} == dict.fromkeys(roots, [])
+    assert events(log) == [] and not os.path.exists(os.path.join(reports, "reboots", "a1.json"))
+    assert by_host(summary)["a1"]["reboot"]["would"] == "drain (command) and reboot"
     runs = tmp_path / "module-runs.json"
     proc, summary, _reports = rollout(str(tmp_path), *extra, "-e", "gpunode_tuning_reboot_max_unavailable=2",
                                       module_runs=str(runs))
@@ -135,3 +153,15 @@ def test_a_kept_host_returns_after_the_benchmark_and_is_verified_once(tmp_path):
     assert len(after) == 3, "the task should appear twice: canary batch and the second batch"
     assert "skipping: [a1]" in after[1].split("TASK [")[0] and "skipping: [a2]" in after[2].split("TASK [")[0]
     assert "ok: [ok]" in after[2].split("TASK [")[0]
+
+    # A rerun: nothing needs a reboot any more, nothing is drained, nothing changes.
+    seen = len(events(log))
+    again, summary, _reports = rollout(str(tmp_path), *extra, "-e", "gpunode_tuning_reboot_max_unavailable=2")
+    assert again.returncode == 0, again.stdout[-4000:]
+    # What changes on a rerun is the reports on the controller (their timestamps), never a node or a drain.
+    changed = changed_tasks(again.stdout)
+    on_nodes = {t: hosts for t, hosts in changed.items() if any(not h.endswith("localhost") for h in hosts)}
+    assert on_nodes == {}, changed
+    assert all("report" in t or "summary" in t for t in changed), changed
+    assert not [e for e in events(log)[seen:] if not e.startswith("bench ")]
+    assert all(r["reboot"] is None for r in summary["results"])

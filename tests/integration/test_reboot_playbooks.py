@@ -104,7 +104,8 @@ def test_an_unreachable_host_of_the_run_holds_the_budget_and_the_run_says_why(tm
                     extra_hosts={"gone": dict(simfleet.UNREACHABLE_VARS, gpunode_tuning_root="/nonexistent")})
     boot_ids = {h: read(r, BOOT_ID) for h, r in roots.items()}
     proc, summary, _reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_flow=persistent",
-                                      "-e", "gpunode_tuning_rollout_canary=0", "-e", "gpunode_tuning_rollout_batch=100%",
+                                      "-e", "gpunode_tuning_rollout_canary=0",
+                                      "-e", "gpunode_tuning_rollout_batch=100%",
                                       "-e", "gpunode_tuning_rollout_max_fail_percentage=100")
     assert proc.returncode != 0
     results = by_host(summary)

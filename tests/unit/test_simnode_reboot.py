@@ -290,7 +290,8 @@ def test_gpu_faults_placed_before_a_boot_take_effect_at_it_and_the_file_is_consu
         assert [r["gpu"] for r in records] == list(range(7)), key
     assert [r["bus"]["bdf"] for r in json.loads(after["static"])["gpu_data"]] == shown
     metric = json.loads(after["metric"])["gpu_data"]
-    assert metric[1]["ecc"]["total_uncorrectable_count"] == 2 and metric[1]["ecc_blocks"]["UMC"]["uncorrectable_count"] == 2
+    assert metric[1]["ecc"]["total_uncorrectable_count"] == 2
+    assert metric[1]["ecc_blocks"]["UMC"]["uncorrectable_count"] == 2
     assert sum(m["ecc"]["total_uncorrectable_count"] for m in metric) == 2
     topology = json.loads(after["topology"])
     assert [e["bdf"] for e in topology] == shown and all(len(e["links"]) == 7 for e in topology)
