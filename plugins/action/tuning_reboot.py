@@ -7,8 +7,12 @@
 - ``reboot`` (per host that needs a reboot, all hosts of a batch at once): wait for a slot in
   gpunode_tuning_reboot_max_unavailable (polling the backend for every host of the run), drain, wait until
   drained, reboot (the simulated one on a simulated root), wait for a new boot id, the boot unit and the GPUs.
-- ``return`` (after the role verified the host with the full gate): back to service when the gate passed;
-  otherwise the host stays drained with the reason, and the run's later reboots stop.
+  Then the gate (the role's verification, full gate) and, unless ``hold``, the return to service; a host that
+  fails stays drained with the reason, and the run's later reboots stop. The result carries the gate's
+  ``verification``, which the rollout uses for the host instead of verifying it again.
+- ``return`` (the rollout with its measure gate: ``hold`` kept the gated host drained while the benchmark ran
+  after the reboot): back to service when the measure gate kept the tuning; a host it rolled back stays
+  drained (it needs a reboot to restore the command line), and the run's later reboots stop.
 
 The decisions are plugin_utils/reboot.py and plugin_utils/reboot_sequence.py; this file runs the commands
 (Slurm's on the host's connection, the command backend's on the controller), each under a timeout.
@@ -29,11 +33,17 @@ from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_seque
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain_kubernetes import KubernetesBackend
 
 ARGUMENT_SPEC = {
-    "phase": {"type": "str", "required": True, "choices": ["survey", "reboot"]},
+    "phase": {"type": "str", "required": True, "choices": ["survey", "reboot", "return"]},
     "pending": {"type": "list", "elements": "str", "default": []},
     "reboot": {"type": "bool", "default": True},
     "survey": {"type": "dict"},
+    "hold": {"type": "bool", "default": False},
+    "kept": {"type": "bool", "default": False},
+    "why": {"type": "str", "default": ""},
 }
+# The rollout's first module run per host (playbooks/rollout.yml), registered with ignore_unreachable: a host
+# it found unreachable stays in the play, so the budget reads it from here.
+FIRST_RUNS = ("__gpunode_tuning_rollout_health", "__gpunode_tuning_rollout_ping")
 SIMULATED_REBOOT = "var/lib/simnode/reboot"
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 BOOT_UNIT = "gpunode-tuning-boot.service"
@@ -82,11 +92,14 @@ class ActionModule(ActionBase):
                                     run_id())
         self._delegate = None
         seq.guard_run(os.getppid())
+        self._hold = args["hold"] and not self._task.check_mode
         try:
             self._backend = self._make_backend(settings["drain"], task_vars)
             if args["phase"] == "survey":
                 result = seq.survey(self._backend, self._hosts, self._records)
                 return dict(result, changed=False, msg=self._survey_msg(result))
+            if args["phase"] == "return":
+                return self._return(args)
             return self._reboot(args, task_vars)
         except seq.SequenceError as exc:
             return {"failed": True, "changed": False, "msg": "%s: %s" % (self._host, exc)}
@@ -173,13 +186,32 @@ class ActionModule(ActionBase):
         if not args["reboot"]:
             return self._gate_and_return(dict(out, adopted=True), task_vars)
         slot = seq.take_slot(backend, records, host, self._hosts, self._settings, adopted,
-                             want=self._wanting(task_vars))
+                             want=self._wanting(task_vars), unreachable=lambda: self._unreachable(task_vars))
         out["waited"] = slot.get("waited", 0)
         if not slot["taken"]:
             return dict(out, failed=True, out_of_service=bool(slot.get("skip")),
                         msg="%s was not rebooted (its tuning is applied, the reboot is pending): %s"
                         % (host, slot["why"]))
         return self._drain_and_reboot(out, reason, task_vars)
+
+    def _unreachable(self, task_vars):
+        """``{host: why}``: the hosts of the run Ansible cannot reach now. Those it took out of the play
+        (unreachable; an action cannot tell them from a host that failed out of the play, so those count too),
+        and those the rollout's first module run found unreachable (kept in the play by ignore_unreachable)."""
+        hostvars = task_vars.get("hostvars") or {}
+        in_play = set(task_vars.get("ansible_play_hosts") or self._hosts)
+        out = {}
+        for host in task_vars.get("ansible_play_hosts_all") or []:
+            if host not in in_play:
+                out[host] = "no longer in the play (Ansible found it unreachable, or it failed)"
+        for host in self._hosts:
+            if host == self._host or host not in hostvars:
+                continue
+            for name in FIRST_RUNS:
+                first = hostvars[host].get(name)
+                if isinstance(first, dict) and first.get("unreachable"):
+                    out[host] = "unreachable: %s" % " ".join(str(first.get("msg") or "no answer").split())[:200]
+        return out
 
     def _wanting(self, task_vars):
         """The hosts of this batch whose persistent flow left a reboot to do (and no failure): the slot's queue."""
@@ -305,14 +337,35 @@ class ActionModule(ActionBase):
         return bool(gate.get("ok")), list(gate.get("failures") or []), verification
 
     def _gate_and_return(self, out, task_vars):
-        """Verify the host with the full gate, then return it to service; or keep it drained and halt the run."""
-        host, backend, records, settings = self._host, self._backend, self._records, self._settings
+        """Verify the host with the full gate, then return it to service; or keep it drained and halt the run.
+        With ``hold`` a host that passed stays drained ("gated") for the rollout's measure gate (phase return)."""
+        host, records = self._host, self._records
         ok, failures, verification = self._gate(task_vars)
         out["gate"] = {"ok": ok, "failures": failures, "status": verification.get("status")}
+        out["verification"] = verification
         if not ok:
-            return self._fail_drained(out, "failed its gate after the reboot: %s" % ("; ".join(failures)[:300]), "gate")
-        limit = min(settings["reboot_timeout"], BOOT_SETTLE)
+            # Each drifted row with its reason: the GPU checks name the GPU there (which GPU is missing, has the ECC
+            # errors, ...), whatever family the row belongs to.
+            rows = ["%s.%s: %s" % (row.get("family"), row.get("name"), " ".join(str(row.get("reason") or "").split()))
+                    for row in verification.get("settings") or [] if row.get("state") == "drifted"]
+            return self._fail_drained(out, "failed its gate after the reboot: %s" % (
+                "; ".join(failures + rows)[:400]), "gate")
         mark = out.pop("boot_mark", None)
+        if self._hold:
+            kept = {k: out[k] for k in ("rebooted", "waited", "drain_s", "reboot_s", "boot_id", "adopted") if k in out}
+            records.write(host, "gated", reason=out["reason"], boot_mark=mark, sequence=kept)
+            return dict(out, changed=True, held=True, msg="%s: %s, passed its gate; held out of service for the "
+                        "measure gate" % (host, self._verb(out)))
+        return self._return_to_service(out, mark)
+
+    def _verb(self, out):
+        if not out.get("rebooted"):
+            return "adopted"
+        return "rebooted without a drain" if self._backend.name == "none" else "drained, rebooted"
+
+    def _return_to_service(self, out, mark, after=""):
+        host, backend, records, settings = self._host, self._backend, self._records, self._settings
+        limit = min(settings["reboot_timeout"], BOOT_SETTLE)
         if not seq.wait_until(lambda: backend.ready(host, mark), limit, settings["poll"]):
             return self._fail_drained(out, "the scheduler did not see it register again (slurmd) within %d s"
                                       % limit, "return")
@@ -320,6 +373,24 @@ class ActionModule(ActionBase):
         if not seq.wait_until(lambda: backend.in_service(host), limit, settings["poll"]):
             return self._fail_drained(out, "resumed, but not in service within %d s" % limit, "return")
         records.write(host, "done", reason="")
-        verb = "rebooted without a drain" if backend.name == "none" else "drained, rebooted"
-        return dict(out, changed=True, returned=True, msg="%s: %s, passed its gate and is back in service" % (
-            host, verb if out.get("rebooted") else "adopted"))
+        return dict(out, changed=True, returned=True, msg="%s: %s, passed its gate%s and is back in service" % (
+            host, self._verb(out), after))
+
+    def _return(self, args):
+        """After the rollout's measure gate ran on a host the sequence held: back to service when the gate kept
+        the tuning; otherwise it stays drained (the rollback removed the boot configuration, but the running
+        kernel still has the command line of the tuning: a reboot restores it), and the run's reboots stop."""
+        host, records = self._host, self._records
+        record = records.read(host) or {}
+        if record.get("state") != "gated" or record.get("run") != records.run_id:
+            return {"failed": True, "changed": False, "host": host, "msg": "%s: the reboot sequence holds no gated "
+                    "host %s in this run (its record says %s)" % (host, host, record.get("state", "nothing"))}
+        out = dict(record.get("sequence") or {}, changed=False, host=host, backend=self._backend.name,
+                   reason=record.get("reason", ""), held=True)
+        if self._task.check_mode:
+            return dict(out, would="return to service", msg="would return %s to service" % host)
+        if not args["kept"]:
+            why = " ".join((args["why"] or "the measure gate did not keep the tuning").split())
+            return self._fail_drained(out, "the measure gate did not keep its tuning after the reboot; it needs a "
+                                      "reboot to restore the kernel command line (%s)" % why, "measure")
+        return self._return_to_service(out, record.get("boot_mark"), " and the measure gate")

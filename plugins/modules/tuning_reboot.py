@@ -13,12 +13,15 @@ description:
   - V(survey), run once, names the hosts of the play out of service before the run and not by this collection
     (skipped, never drained, rebooted or resumed) and those drained by it in an earlier run (adopted).
   - V(reboot) waits for a slot in C(gpunode_tuning_reboot_max_unavailable), counting every host of the play out of
-    service for any reason (polled from the backend, plus the hosts this run drains), drains the host
-    (C(gpunode_tuning_drain)), waits until it is drained or C(gpunode_tuning_drain_timeout), reboots it (the
-    simulated reboot on a simulated root), and waits for a new boot id (C(gpunode_tuning_reboot_timeout)), the boot
-    unit and the GPUs. A host that fails there stays drained with the reason, and no later host of the run reboots.
-  - V(return), after the role's verification with the full gate, returns the host to service when O(gate_ok);
-    otherwise it stays drained with its reason.
+    service for any reason (polled from the backend, plus the hosts this run drains and the hosts Ansible cannot
+    reach), drains the host (C(gpunode_tuning_drain)), waits until it is drained or C(gpunode_tuning_drain_timeout),
+    reboots it (the simulated reboot on a simulated root), and waits for a new boot id
+    (C(gpunode_tuning_reboot_timeout)), the boot unit and the GPUs. Then it verifies the host with the full gate and
+    returns it to service, unless O(hold). A host that fails there stays drained with the reason, and no later
+    host of the run reboots.
+  - V(return), for a host that V(reboot) held after its gate (O(hold), the rollout's measure gate), returns it to
+    service when O(kept); otherwise it stays drained with the reason (it needs a reboot to restore the kernel
+    command line), and no later host of the run reboots.
   - 'It reads these variables of the task: C(gpunode_tuning_reboot_ok), C(gpunode_tuning_drain),
     C(gpunode_tuning_reboot_max_unavailable), C(gpunode_tuning_reboot_timeout), C(gpunode_tuning_reboot_wait_timeout),
     C(gpunode_tuning_drain_timeout), C(gpunode_tuning_reboot_poll_interval),
@@ -39,18 +42,28 @@ options:
     type: list
     elements: str
     default: []
+  reboot:
+    description: With V(reboot), whether the host needs its reboot; V(false) for a host adopted from an earlier run
+      that needs only the gate and the return.
+    type: bool
+    default: true
   survey:
     description: With V(reboot), the V(survey) phase's result (the hosts skipped and adopted).
     type: dict
-  gate_ok:
-    description: With V(return), whether the host passed verification with the full gate after its reboot.
+  hold:
+    description: With V(reboot), keep a host that passed its gate out of service (its record says V(gated)) until
+      a V(return) task; the rollout sets it when its measure gate runs. Ignored in check mode.
     type: bool
     default: false
-  gate_failures:
-    description: With V(return), why the gate failed (kept in the drain reason).
-    type: list
-    elements: str
-    default: []
+  kept:
+    description: With V(return), whether the measure gate kept the host's tuning (back to service) or not (it
+      stays drained).
+    type: bool
+    default: false
+  why:
+    description: With V(return), why the measure gate did not keep the tuning (kept in the drain reason).
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -98,7 +111,20 @@ stays_drained:
   returned: on such a failure
   type: bool
 returned:
-  description: With V(return), the host is back in service.
-  returned: return, when it passed
+  description: The host is back in service.
+  returned: reboot or return, when it passed
   type: bool
+held:
+  description: The host passed its gate and is held out of service for the measure gate (O(hold)).
+  returned: reboot and return, with O(hold)
+  type: bool
+gate:
+  description: The gate after the reboot, C(ok), C(failures) and C(status).
+  returned: reboot, when the gate ran
+  type: dict
+verification:
+  description: The gate's whole verification result (the shape of C(tuning_flow)'s V(verify) flow); the rollout
+    uses it for the host instead of verifying it again.
+  returned: reboot, when the gate ran
+  type: dict
 """

@@ -29,8 +29,9 @@ from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
 
 RECORD_DIR = "reboots"
 HALT = "halt.json"
-# A record's states. In flight: the host is out of service because of this collection.
-IN_FLIGHT = ("draining", "drained", "rebooting", "back", "failed")
+# A record's states. In flight: the host is out of service because of this collection. "gated": rebooted and
+# through its gate, held drained until the rollout's measure gate has run (then "done", or "failed").
+IN_FLIGHT = ("draining", "drained", "rebooting", "back", "gated", "failed")
 COMMAND_TIMEOUT = 30
 _HOST_FILE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -247,9 +248,18 @@ class CommandBackend(NoneBackend):
         return rc
 
     def states(self, hosts: list) -> dict:
-        out: dict = {"out_of_service": [], "ours": [], "why": {}}
+        """A host whose check fails (exit 2 and up, a timeout: it cannot be reached) counts as out of service,
+        ``unreachable``: nothing says it can take work."""
+        out: dict = {"out_of_service": [], "ours": [], "unreachable": [], "why": {}}
         for host in hosts:
-            if self._call("check", host) == 0:
+            try:
+                drained = self._call("check", host) == 0
+            except SequenceError as exc:
+                out["out_of_service"].append(host)
+                out["unreachable"].append(host)
+                out["why"][host] = "unreachable: %s" % exc
+                continue
+            if drained:
                 out["out_of_service"].append(host)
                 out["why"][host] = "the drain check command says drained"
         return out
@@ -285,14 +295,24 @@ def survey(backend, hosts: list, records: Records) -> dict:
 FINISHED = ("done", "failed", "not_rebooted", "returned")
 
 
+def unreachable_note(unreachable: dict) -> str:
+    """The hosts counted out of service because they cannot be reached, for the records and the summary."""
+    if not unreachable:
+        return ""
+    return "; counted out of service as unreachable: " + "; ".join(
+        "%s (%s)" % (h, " ".join(str(why).split())[:160]) for h, why in sorted(unreachable.items()))
+
+
 def take_slot(backend, records: Records, host: str, hosts: list, settings: dict, adopted: bool,  # noqa: PLR0913
               sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-              want: list | None = None) -> dict:
+              want: list | None = None, unreachable: Callable[[], dict] | None = None) -> dict:
     """Wait for a free slot and take it: ``{"taken": bool, "why", "waited"}``.
 
     ``want``: the hosts of the batch that need a reboot (earlier ones in ``hosts`` get the free slots first,
-    whether or not their own task has started yet). Not taken: out of service by someone else (``skip``), the
-    run halted, or the wait timed out (which halts the run's later reboots).
+    whether or not their own task has started yet). ``unreachable``: asked at every decision, ``{host: why}``
+    for the hosts of the run that cannot be reached now (Ansible found them unreachable); they count as out of
+    service, as do the hosts whose backend poll cannot reach them. Not taken: out of service by someone else
+    (``skip``), the run halted, or the wait timed out (which halts the run's later reboots).
     """
     start = clock()
     waited_why = ""
@@ -301,9 +321,11 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
         with records.lock():
             halted = records.halted()
             polled = backend.states(hosts)
+            gone = {h: why for h, why in (unreachable() if unreachable else {}).items() if h in hosts and h != host}
+            gone.update({h: polled["why"].get(h, "unreachable") for h in polled.get("unreachable", ()) if h != host})
             mine = set(in_flight(records.all(hosts), records.run_id))
             ours = set(polled["ours"]) | mine | ({host} if adopted else set())
-            down = set(polled["out_of_service"]) | mine | ({host} if adopted else set())
+            down = set(polled["out_of_service"]) | set(gone) | mine | ({host} if adopted else set())
             run_records = {h: r for h, r in records.all(hosts).items() if r.get("run") == records.run_id}
             waiting = {h for h, r in run_records.items() if r.get("state") == "waiting"}
             finished = {h for h, r in run_records.items() if r.get("state") in FINISHED and h != host}
@@ -312,9 +334,11 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
                                       halted=None if host in ours else halted)
             if host in plan["start"] or host in plan["continue"]:
                 records.write(host, "draining", waited=round(clock() - start, 1), slot_at=time.time(),
-                              counted_out=sorted(down | {host}))
+                              counted_out=sorted(down | {host}), unreachable=gone)
                 return {"taken": True, "waited": round(clock() - start, 1), "why": waited_why}
             why = plan["why"].get(host, "waiting for a slot")
+            if host in plan["wait"] and not halted:
+                why += unreachable_note(gone)
             if host in plan["skip"]:
                 return {"taken": False, "skip": True, "why": polled["why"].get(host, why), "waited": 0}
             if halted and host not in ours:
@@ -326,7 +350,7 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
                 records.write(host, "not_rebooted", reason=why)
                 records.halt(host, why)
                 return {"taken": False, "why": why, "waited": round(clock() - start, 1), "timed_out": True}
-            records.write(host, "waiting", reason=why)
+            records.write(host, "waiting", reason=why, unreachable=gone)
             waited_why = why
         sleep(settings["poll"])
 

@@ -187,7 +187,7 @@ def host_status(state: dict) -> str:
         return "unreachable"
     if state.get("findings"):
         return "unhealthy"
-    errors = ("health_error", "tune_error", "verify_error", "benchmark_error")
+    errors = ("health_error", "tune_error", "verify_error", "benchmark_error", "reboot_error")
     if any(state.get(k) for k in errors) or state.get("measure_failed"):
         return "failed"
     return "done"
@@ -206,7 +206,8 @@ def _reason(state: dict, status: str) -> str:
              ("tuning failed: %s" % state["tune_error"]) if state.get("tune_error") else "",
              ("benchmark failed: %s" % state["benchmark_error"]) if state.get("benchmark_error")
              else bench.get("reason") or "",
-             ("verification failed: %s" % state["verify_error"]) if state.get("verify_error") else ""]
+             ("verification failed: %s" % state["verify_error"]) if state.get("verify_error") else "",
+             ("reboot sequence: %s" % state["reboot_error"]) if state.get("reboot_error") else ""]
     return "; ".join(p for p in parts if p)
 
 
@@ -215,7 +216,7 @@ def reboot_record(reboot: Any) -> dict | None:
     if not isinstance(reboot, dict) or reboot.get("skipped") or not reboot:
         return None
     keys = ("rebooted", "returned", "stays_drained", "stage", "waited", "drain_s", "reboot_s", "backend", "reason",
-            "would", "adopted", "msg")
+            "would", "adopted", "held", "msg")
     out = {k: reboot[k] for k in keys if k in reboot}
     out["failed"] = bool(reboot.get("failed"))
     return out

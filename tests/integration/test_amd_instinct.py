@@ -163,3 +163,54 @@ def test_the_amd_power_cap_applies_through_amd_smi_reruns_unchanged_and_rolls_ba
     assert_ok(rollback)
     left = tree_changes(before, snapshot(root))
     assert left == [], left
+
+
+def test_the_post_reboot_gate_fails_an_mi300x_whose_boot_brings_a_gpu_fault_and_stops_later_reboots(tmp_path):
+    """A persistent rollout with reboot_ok over three MI300X hosts that need a reboot (acpi-cpufreq to amd-pstate),
+    budget 1: the canary is rebooted, passes its gate and returns; the next host's boot brings an uncorrectable
+    ECC count on GPU 3 (simnode's boot faults): it fails its gate after the reboot naming the GPU and the check,
+    stays drained with that reason, and the last host is not rebooted."""
+    roots = {name: str(tmp_path / "nodes" / name) for name in ("m1", "m2", "m3")}
+    for root in roots.values():
+        simnode.build(root, PRESET, cpus=4, amd_smi=True)
+    simnode.write_boot_faults(roots["m2"], {"ecc_uncorrectable": [SICK]})
+    boot_ids = {h: open(os.path.join(r, "proc/sys/kernel/random/boot_id"), encoding="utf-8").read()
+                for h, r in roots.items()}
+    reports = tmp_path / "reports"
+    write_inventory(os.path.join(str(tmp_path), "hosts.yml"), roots, report_dir=str(reports),
+                    gpunode_tuning_reboot_ok=True, gpunode_tuning_drain="none",
+                    gpunode_tuning_reboot_poll_interval=0.2, gpunode_tuning_reboot_wait_timeout=120)
+    proc, summary, _reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_flow=persistent",
+                                      "-e", "gpunode_tuning_rollout_canary=1",
+                                      "-e", "gpunode_tuning_rollout_batch=100%",
+                                      "-e", "gpunode_tuning_rollout_max_fail_percentage=100", *PRESET_VARS)
+    assert proc.returncode != 0
+    results = by_host(summary)
+
+    def boot_id(host):
+        with open(os.path.join(roots[host], "proc/sys/kernel/random/boot_id"), encoding="utf-8") as fh:
+            return fh.read()
+
+    healthy = results["m1"]
+    assert healthy["status"] == "done" and healthy["verification"] == "pass", healthy
+    assert healthy["reboot"]["rebooted"] and healthy["reboot"]["returned"], healthy["reboot"]
+    assert boot_id("m1") != boot_ids["m1"]
+
+    sick = results["m2"]
+    assert boot_id("m2") != boot_ids["m2"]  # rebooted, and its boot brought the fault
+    assert sick["status"] == "failed" and sick["reboot"]["stays_drained"] and sick["reboot"]["stage"] == "gate", sick
+    words = "failed its gate after the reboot"
+    assert words in sick["reboot"]["msg"] and re.search(r"gpu_health [^;]*\bamd_ecc\b", sick["reboot"]["msg"]), \
+        sick["reboot"]["msg"]
+    assert "gpu_health.amd_ecc: GPU 3 (0000:65:00.0): 2 uncorrectable ECC error(s)" in sick["reboot"]["msg"]
+    assert "GPU 3 (0000:65:00.0): 2 uncorrectable ECC error(s)" in json.dumps(
+        json.loads((reports / "m2.json").read_text())), "the host's report names the GPU"
+    with open(reports / "reboots" / "m2.json", encoding="utf-8") as fh:
+        record = json.load(fh)
+    assert record["state"] == "failed" and record["stage"] == "gate" and "amd_ecc" in record["reason"], record
+    assert summary["stopped"]["stays_drained"] == ["m2"]
+
+    later = results["m3"]
+    assert boot_id("m3") == boot_ids["m3"]  # not rebooted: the run's reboots stopped at m2
+    assert later["status"] == "failed" and "not rebooted" in later["reboot"]["msg"], later
+    assert "m2" in later["reboot"]["msg"]

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import os
 
+import simfleet
 import simnode
 from support.inventory import write_inventory
-from support.playbooks import failure_summary, run_playbook
+from support.playbooks import by_host, failure_summary, rollout, run_playbook
 from support.trees import snapshot, tree_changes
 
 DRIVER = "sys/devices/system/cpu/cpufreq/policy0/scaling_driver"
@@ -87,3 +88,39 @@ def test_skip_tags_reboot_tunes_without_rebooting(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert read(roots["a1"], BOOT_ID) == boot_id and read(roots["a1"], DRIVER) == "acpi-cpufreq"
     assert os.path.exists(os.path.join(roots["a1"], simnode.GRUB_DROPIN.lstrip("/")))
+
+
+def test_an_unreachable_host_of_the_run_holds_the_budget_and_the_run_says_why(tmp_path):
+    """Budget 1 and a host of the run that Ansible cannot reach: it counts as out of service, so neither host
+    that needs a reboot is rebooted, in the rollout (whose first run keeps it in the play, as unreachable) and
+    in tune.yml (where Ansible takes it out of the play); each says that it waited for the unreachable host."""
+    roots = {"a1": str(tmp_path / "a1"), "a2": str(tmp_path / "a2")}
+    for root in roots.values():
+        simnode.build(root, "audited-epyc-8gpu", cpus=2, gpus=1)
+    reports = tmp_path / "reports"
+    write_inventory(tmp_path / "hosts.yml", roots, report_dir=reports, gpunode_tuning_reboot_ok=True,
+                    gpunode_tuning_drain="none", gpunode_tuning_reboot_poll_interval=0.2,
+                    gpunode_tuning_reboot_wait_timeout=3,
+                    extra_hosts={"gone": dict(simfleet.UNREACHABLE_VARS, gpunode_tuning_root="/nonexistent")})
+    boot_ids = {h: read(r, BOOT_ID) for h, r in roots.items()}
+    proc, summary, _reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_flow=persistent",
+                                      "-e", "gpunode_tuning_rollout_canary=0",
+                                      "-e", "gpunode_tuning_rollout_batch=100%",
+                                      "-e", "gpunode_tuning_rollout_max_fail_percentage=100")
+    assert proc.returncode != 0
+    results = by_host(summary)
+    assert results["gone"]["status"] == "unreachable", results["gone"]
+    assert {h: read(r, BOOT_ID) for h, r in roots.items()} == boot_ids  # nobody rebooted
+    first = results["a1"]["reboot"]
+    assert first["failed"] and "waited 3 s for a slot" in first["msg"], first
+    assert "counted out of service as unreachable: gone (unreachable:" in first["msg"], first
+    assert "not rebooted" in results["a2"]["reboot"]["msg"], results["a2"]
+    with open(reports / "reboots" / "a1.json", encoding="utf-8") as fh:
+        record = json.load(fh)
+    assert record["state"] == "not_rebooted" and "gone" in record["unreachable"], record
+
+    again = run_playbook("tune.yml", str(tmp_path / "hosts.yml"), "--tags", "persistent")
+    assert again.returncode != 0 and again.recap["gone"]["unreachable"] == 1
+    assert {h: read(r, BOOT_ID) for h, r in roots.items()} == boot_ids
+    msg = failure_summary(again, "a1")
+    assert "counted out of service as unreachable: gone (no longer in the play" in msg, msg

@@ -244,3 +244,56 @@ def test_a_sequence_whose_run_ended_stops_before_its_next_step(tmp_path, monkeyp
         seq.take_slot(backend, seq.Records(str(tmp_path), "r"), "n1", HOSTS, settings(), False)
     assert fake.calls == []
     seq.guard_run(None)
+
+
+def test_a_host_of_the_run_that_is_unreachable_holds_a_slot_and_the_wait_says_so(tmp_path):
+    """Budget 1 and n4 unreachable (Ansible could not reach it): n1 gets no slot while it stays unreachable,
+    and its record and the timeout name it; once n4 answers again, n1 takes the slot."""
+    fake, clock = FakeSlurm(), Clock()
+    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    records = seq.Records(str(tmp_path), "r")
+    gone = {"n4": "unreachable: ssh: connect to host 10.0.0.4 port 22: No route to host", "elsewhere": "x"}
+    got = seq.take_slot(backend, records, "n1", HOSTS, settings(wait_timeout=2), False, sleep=clock.sleep, clock=clock,
+                        unreachable=lambda: gone)
+    assert not got["taken"] and got["timed_out"]
+    assert "(n4)" in got["why"] and "counted out of service as unreachable: n4 (unreachable: ssh: connect" in got["why"]
+    assert "elsewhere" not in got["why"]  # not a host of the run
+    assert records.read("n1")["state"] == "not_rebooted"
+    assert not any(c[:2] == ["scontrol", "update"] for c in fake.calls)
+
+    records = seq.Records(str(tmp_path), "r2")
+    polls = []
+
+    def answers_after_two_polls():
+        polls.append(1)
+        return gone if len(polls) <= 2 else {}
+
+    clock = Clock()
+    got = seq.take_slot(backend, records, "n1", HOSTS, settings(wait_timeout=60), False, sleep=clock.sleep,
+                        clock=clock, unreachable=answers_after_two_polls)
+    assert got["taken"] and len(polls) == 3 and "unreachable: n4" in got["why"]
+    assert records.read("n1")["counted_out"] == ["n1"] and records.read("n1")["unreachable"] == {}
+
+
+def test_a_host_the_drain_check_cannot_reach_counts_as_out_of_service(tmp_path):
+    def run(argv, timeout, env):
+        return {"a": (1, "", ""), "b": (2, "", "ssh: b: Connection timed out"), "c": (1, "", "")}[env["GPUNODE_HOST"]]
+
+    backend = seq.CommandBackend(run, {"check": ["lb-check"]})
+    got = backend.states(["a", "b", "c"])
+    assert got["out_of_service"] == ["b"] and got["unreachable"] == ["b"]
+    assert got["why"]["b"].startswith("unreachable: check command for b (lb-check) exited 2: ssh: b: Connection")
+    clock = Clock()
+    slot = seq.take_slot(backend, seq.Records(str(tmp_path), "r"), "a", ["a", "b", "c"], settings(wait_timeout=1),
+                         False, sleep=clock.sleep, clock=clock)
+    assert not slot["taken"] and "counted out of service as unreachable: b (unreachable: check command" in slot["why"]
+
+
+def test_a_gated_host_held_for_the_measure_gate_is_in_flight(tmp_path):
+    records = seq.Records(str(tmp_path), "r")
+    records.write("n1", "gated", reason="gpunode.tuning: reboot for x")
+    assert seq.in_flight(records.all(HOSTS), "r") == ["n1"]
+    clock = Clock()
+    got = seq.take_slot(seq.NoneBackend(), records, "n2", HOSTS, settings(wait_timeout=1), False, sleep=clock.sleep,
+                        clock=clock)
+    assert not got["taken"] and "(n1)" in got["why"]  # its slot is held until the measure gate returns it

@@ -99,6 +99,8 @@ def _state(**kw):
      "measure gate: gain -0.1"),
     (_state(health_error="x: y", cleared=False), "failed", "health check failed (not tuned): x: y"),
     (_state(verify_error="1 drifted"), "failed", "verification failed: 1 drifted"),
+    (_state(reboot_error="h1 stays drained: resumed, but not in service within 600 s"), "failed",
+     "reboot sequence: h1 stays drained: resumed, but not in service within 600 s"),
 ])
 def test_a_hosts_status_and_reason(state, status, reason):
     got = rollout.host_result(state)
@@ -145,3 +147,17 @@ def test_the_summary_counts_skips_and_says_why():
 def test_a_benchmark_killed_at_its_timeout_is_named_a_hang():
     _value, problem = rollout.benchmark_reading({"stdout": "", "rc": 124}, "h1", "after", 3)
     assert "it did not answer within 3 s (killed; a wedged GPU, or a benchmark that does not finish)" in problem
+
+
+def test_a_held_reboot_is_in_the_summary_with_what_its_return_said():
+    """The rollout combines the reboot phase's result (held for the measure gate) with the return phase's."""
+    held = {"rebooted": True, "held": True, "backend": "slurm", "reason": "gpunode.tuning: reboot for x",
+            "msg": "h1: drained, rebooted, passed its gate; held out of service for the measure gate",
+            "verification": {"gate": {"ok": True}}, "changed": True}
+    returned = dict(held, returned=True, msg="h1: drained, rebooted, passed its gate and the measure gate and is "
+                    "back in service")
+    got = rollout.host_result(_state(reboot=returned))
+    assert got["status"] == "done" and got["reboot"]["held"] is True and got["reboot"]["returned"] is True
+    assert "verification" not in got["reboot"]  # the gate's full result stays out of the summary
+    assert rollout.reboot_lines([got]) == ["h1: drained, rebooted, passed its gate and the measure gate and is back "
+                                           "in service"]

@@ -263,3 +263,52 @@ def test_the_reboot_subcommand_prints_the_report_and_says_by_its_status_how_it_w
     assert cli("reboot", root).returncode == 3
     proc = cli("reboot", str(tmp_path))
     assert proc.returncode == 2 and "is not a simulated node" in proc.stderr
+
+
+def _amd_answers(root):
+    with open(os.path.join(root, simnode.AMD_SMI_STATE), encoding="utf-8") as fh:
+        return json.load(fh)["answers"]
+
+
+def test_gpu_faults_placed_before_a_boot_take_effect_at_it_and_the_file_is_consumed(tmp_path):
+    root = str(tmp_path / "mi300x")
+    simnode.build(root, "mi300x-epyc-8gpu", cpus=2, amd_smi=True)
+    listed = [g["bdf"] for g in json.loads(_amd_answers(root)["list"])["gpu_data"]]
+    assert len(listed) == 8
+    simnode.write_boot_faults(root, {"ecc_uncorrectable": [1], "missing": [5]})
+    before = _amd_answers(root)
+    assert json.loads(before["metric"])["gpu_data"][1]["ecc"]["total_uncorrectable_count"] == 0
+    report = simnode.reboot(root)
+    assert report["returned"] and report["gpu_faults"] == {"applied": {"ecc_uncorrectable": [listed[1]],
+                                                                       "missing": [listed[5]]}}
+    assert not os.path.exists(os.path.join(root, simnode.BOOT_FAULTS))
+    after = _amd_answers(root)
+    shown = [g["bdf"] for g in json.loads(after["list"])["gpu_data"]]
+    assert shown == listed[:5] + listed[6:]
+    for key in ("static", "metric", "bad_pages"):
+        records = json.loads(after[key])["gpu_data"]
+        assert [r["gpu"] for r in records] == list(range(7)), key
+    assert [r["bus"]["bdf"] for r in json.loads(after["static"])["gpu_data"]] == shown
+    metric = json.loads(after["metric"])["gpu_data"]
+    assert metric[1]["ecc"]["total_uncorrectable_count"] == 2
+    assert metric[1]["ecc_blocks"]["UMC"]["uncorrectable_count"] == 2
+    assert sum(m["ecc"]["total_uncorrectable_count"] for m in metric) == 2
+    topology = json.loads(after["topology"])
+    assert [e["bdf"] for e in topology] == shown and all(len(e["links"]) == 7 for e in topology)
+    rows = [line.split() for line in after["xgmi_link_status"].splitlines() if line.startswith("GPU")]
+    assert [r[1] for r in rows] == shown and all(len(r) == 2 + 6 + 1 and r[-1] == "X" for r in rows)
+    # The faults stay for the boots after; nothing more is applied.
+    assert simnode.reboot(root)["gpu_faults"] == {}
+    assert _amd_answers(root)["list"] == after["list"]
+
+
+def test_a_boot_fault_of_an_unknown_kind_or_gpu_is_refused(tmp_path):
+    root = str(tmp_path / "mi300x")
+    simnode.build(root, "mi300x-epyc-8gpu", cpus=2, amd_smi=True)
+    with pytest.raises(ValueError, match="unknown boot fault.*available: ecc_uncorrectable, missing"):
+        simnode.write_boot_faults(root, {"xid": [0]})
+    simnode.write_boot_faults(root, {"missing": [8]})
+    boot_id = open(os.path.join(root, "proc/sys/kernel/random/boot_id"), encoding="utf-8").read()
+    with pytest.raises(ValueError, match="GPU index 8 is not one of 0..7"):
+        simnode.reboot(root)
+    assert open(os.path.join(root, "proc/sys/kernel/random/boot_id"), encoding="utf-8").read() == boot_id
