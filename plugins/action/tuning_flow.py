@@ -33,7 +33,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, verification
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, desired_state, role_variables, tags
 
 display = Display()
@@ -226,6 +227,12 @@ class ActionModule(ActionBase):
         result = self._execute_module(module_name="gpunode.tuning.tuning_info", module_args=module_args,
                                       task_vars=task_vars)
         result.update(module_runs=1, verified_at=verified_at, desired=desired)
+        if flow == "health" and isinstance(result.get("verification"), dict) and not result.get("failed"):
+            # The rollout's health gate reads them here: no task of its own per host to derive them.
+            try:
+                result["health_findings"] = verification.health_findings(result["verification"])
+            except family.EvaluationError as exc:
+                result.update(failed=True, msg="the health check's result cannot be judged: %s" % exc)
         return result
 
     def _persist(self, concerns, desired, values, task_vars, remove=False):

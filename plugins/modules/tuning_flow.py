@@ -115,6 +115,13 @@ ansible_facts:
       host's next flow task reuses while that digest holds."
   returned: when a flow ran
   type: dict
+health_findings:
+  description:
+    - "V(health) only. One line per failing or reset-pending row of a health family, C(<row id>: <reason>);
+      empty when the GPUs are healthy. The rollout's health gate reads it."
+  returned: when the health flow ran
+  type: list
+  elements: str
 role_variables:
   description:
     - V(templated) when this task templated the role's variables, V(reused) when it took them from the
