@@ -298,8 +298,13 @@ def typed(templar, value):
 
 
 def raw_role_variables(task_vars: Mapping) -> dict:
-    """Every ``gpunode_tuning_*`` variable of the task, untemplated."""
-    return {k: task_vars[k] for k in task_vars if isinstance(k, str) and k.startswith(PREFIX)}
+    """Every ``gpunode_tuning_*`` variable of the task, untemplated, but the facts the role exports.
+
+    The exported facts (``EXPORTED_FACTS``) are the flows' results, never their input: a flow that sets one
+    must not make the next flow template the role's variables again (``inputs_digest``).
+    """
+    return {k: task_vars[k] for k in task_vars if isinstance(k, str) and k.startswith(PREFIX)
+            and k not in EXPORTED_FACTS}
 
 
 def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
@@ -365,7 +370,7 @@ def inputs_digest(task_vars: Mapping) -> str | None:
     template looks up, draws at random, reads the clock or reads every variable (``UNSTABLE_NAMES``) or
     does not parse: then every task templates again.
     """
-    pending = sorted(k for k in task_vars if isinstance(k, str) and k.startswith(PREFIX))
+    pending = sorted(raw_role_variables(task_vars))
     seen: dict = {}
     while pending:
         name = pending.pop()

@@ -3,7 +3,8 @@ templated from changed (action tuning_flow, role_variables.inputs_digest; issue 
 
 One playbook run, controller side only (precheck flows: nothing runs on the node): a set_fact of a role
 variable, a set_fact of a variable a role variable's template names, and an include_vars between two flow
-tasks must each be seen; a variable built with a lookup is never reused.
+tasks must each be seen; a fact the role exports (a flow's result) is no input; a variable built with a
+lookup is never reused.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ def test_later_flow_tasks_reuse_the_variables_and_see_every_change(tmp_path):
              *_precheck("after_indirect"),
              {"name": "Load a role variable from a file",
               "ansible.builtin.include_vars": {"file": str(tmp_path / "more.yml")}},
-             *_precheck("after_include_vars"), *_precheck("again"),
+             *_precheck("after_include_vars"),
+             {"name": "Export a fact as a flow does (an output of the role, not an input)",
+              "ansible.builtin.set_fact": {"gpunode_tuning_pending_kernel_args": ["iommu=pt"]}},
+             *_precheck("again"),
              {"name": "Write what each step returned", "ansible.builtin.copy": {
                  "dest": str(tmp_path) + "/{{ inventory_hostname }}.json",
                  "content": "{{ {%s} | to_json }}" % ", ".join("'%s': %s" % (s, s) for s in STEPS)}}]
