@@ -279,7 +279,7 @@ def bench_runtime_fleet(workdir, hosts, rounds):
                 % (rnd + 1, kind, hosts, res["wall"], res["cpu"]))
             subprocess.run(["rm", "-rf", fleet], check=True)
     return {"hosts": hosts, "wall": {k: min(v) for k, v in walls.items()},
-            "cpu": {k: statistics.median(v) for k, v in cpus.items()}, "rounds": rounds}
+            "cpu": {k: statistics.median(v) for k, v in cpus.items()}, "rounds": rounds, "walls": walls, "cpus": cpus}
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,14 +431,27 @@ def row(key, measure, result, target, value):
     return "| %s | %s | %s | %s | %s |" % (key.split()[0], measure, result, target, verdict(value, TARGETS[key]))
 
 
+def spread(walls, cpus, top, bottom):
+    """The per-round ratios ``top / bottom`` (wall, and CPU) as "min-max, median" text: how far rounds differ.
+
+    Rounds are interleaved (each round runs every kind once), so round i's two runs met much the same load.
+    """
+    def text(values):
+        ratios = sorted(a / b for a, b in zip(values[top], values[bottom], strict=True))
+        return "%.3f-%.3f, median %.3f" % (ratios[0], ratios[-1], statistics.median(ratios))
+
+    return "per round: wall %s; CPU %s" % (text(walls), text(cpus))
+
+
 def runtime_rows(res, rt):
     """P1 and P2 rows."""
     wall, cpu, runs = rt["wall"], rt["cpu"], rt["runs"]
     ratio = wall["big"] / wall["small"]
     res["ratios"]["P1"] = ratio
     lines = [row("P1", "runtime tune, 384 CPUs/16 GPUs vs 8 CPUs/1 GPU, best wall of %d rounds "
-                 "(%.2f s vs %.2f s; median CPU %.2f s vs %.2f s)"
-                 % (rt["rounds"], wall["big"], wall["small"], cpu["big"], cpu["small"]),
+                 "(%.2f s vs %.2f s; median CPU %.2f s vs %.2f s; %s)"
+                 % (rt["rounds"], wall["big"], wall["small"], cpu["big"], cpu["small"],
+                    spread(rt["walls"], rt["cpus"], "big", "small")),
                  "%.3f" % ratio, "<= %.2f" % TARGETS["P1"], ratio)]
     for kind, key, what in (("noop", "P2", "no-op playbook (ping)"),
                             ("noopd", "P2 distinct", "no-op playbook, a distinct no-op module")):
@@ -446,9 +459,9 @@ def runtime_rows(res, rt):
         res["ratios"][key] = ratio
         same = "" if runs["small"] == runs[kind] else " (MISMATCH: no-op %s)" % (runs[kind],)
         lines.append(row(key, "runtime tune (8 CPUs) vs %s, %d module runs / %d tasks each%s "
-                         "(best wall %.2f s vs %.2f s; median CPU %.2f s vs %.2f s)"
+                         "(best wall %.2f s vs %.2f s; median CPU %.2f s vs %.2f s; %s)"
                          % (what, runs["small"][0], runs["small"][1], same, wall["small"], wall[kind],
-                            cpu["small"], cpu[kind]),
+                            cpu["small"], cpu[kind], spread(rt["walls"], rt["cpus"], "small", kind)),
                          "%.3f" % ratio, "<= %.2f" % TARGETS[key], ratio))
     return lines
 
@@ -516,9 +529,10 @@ def table(res):  # noqa: C901 (one branch per report column; splitting scatters 
             ratio = fl["wall"]["tune"] / fl["wall"][kind]
             res["ratios"][key] = ratio
             lines.append(row(key, "runtime tune vs %s over %d hosts, forks %d, best of %d (wall %.2f s vs %.2f s; "
-                             "median CPU %.2f s vs %.2f s, CPU ratio %.3f)"
+                             "median CPU %.2f s vs %.2f s, CPU ratio %.3f; %s)"
                              % (what, fl["hosts"], FORKS, fl["rounds"], fl["wall"]["tune"], fl["wall"][kind],
-                                fl["cpu"]["tune"], fl["cpu"][kind], fl["cpu"]["tune"] / fl["cpu"][kind]),
+                                fl["cpu"]["tune"], fl["cpu"][kind], fl["cpu"]["tune"] / fl["cpu"][kind],
+                                spread(fl["walls"], fl["cpus"], "tune", kind) if "walls" in fl else "no spread"),
                              "%.3f" % ratio, "<= %.2f" % TARGETS[key], ratio))
     if res.get("facts"):
         seconds = res["facts"]["seconds"]
@@ -571,6 +585,7 @@ def main(argv=None):  # noqa: PLR0915 (options, then the measurement sequence, r
                         help="comma-separated subset of P1..P5, and P2F (P2 over a fleet only), "
                              "P5S (rollout controller work only), P5A (Ansible alone, floor.yml)")
     parser.add_argument("--rounds", type=int, help="rounds of P1/P2 (default 5, quick 1)")
+    parser.add_argument("--fleet-rounds", type=int, help="rounds of P2 over a fleet of 16 hosts (default 2, quick 1)")
     parser.add_argument("--fleet", help="comma-separated host counts for P5 (default 1,100; --full 1,100,1000)")
     parser.add_argument("--skeleton", help="host counts for the controller-only rollout (P5S; default 100,1000)")
     parser.add_argument("--floor", help="host counts for Ansible's own scaling (P5A; default 100,1000)")
@@ -595,7 +610,8 @@ def main(argv=None):  # noqa: PLR0915 (options, then the measurement sequence, r
         if only & {"P1", "P2", "P3"}:  # P2F alone: the fleet variant of P2 only
             res["runtime"] = bench_runtime(workdir, rounds)
         if "P2" in only or "P2F" in only:
-            res["runtime_fleet"] = bench_runtime_fleet(workdir, 1 if args.quick else FORKS, 1 if args.quick else 2)
+            res["runtime_fleet"] = bench_runtime_fleet(workdir, 1 if args.quick else FORKS,
+                                                       args.fleet_rounds or (1 if args.quick else 2))
         if "P3" in only:
             res["naive"] = bench_naive(workdir, naive_cpus, naive_gpus)
         if "P4" in only:

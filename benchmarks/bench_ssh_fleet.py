@@ -22,6 +22,9 @@ host's reports).
     .venv/bin/python benchmarks/bench_ssh_fleet.py --configs pipelining,mitogen --mitogen DIR   # DIR: unpacked release
     .venv/bin/python benchmarks/bench_ssh_fleet.py --configs shipped@1752866,shipped:ping,shipped  # then, floor, now
 
+When the run has a ``ping`` entry, a second table puts each rollout of the same configuration against it:
+rollout wall / floor wall and controller CPU per host, with issue 31's targets (3.0 and 1.0 s/host).
+
 An entry NAME[@COMMIT][:PLAYBOOK] runs PLAYBOOK (default --playbook, rollout): ``rollout``
 (playbooks/rollout.yml of the measured tree), ``ping`` (benchmarks/ping_fleet.yml: one ping per
 host in the rollout's default batches, Ansible's floor for that schedule), ``tune-runtime`` (the
@@ -469,6 +472,37 @@ def table(rows):
     return "\n".join(lines)
 
 
+# Issue 31's targets: the rollout within 3x one ping per host in the same batches (wall, 16 hosts, shipped
+# ansible.cfg), and at most 1.0 s of controller CPU per host (100 hosts).
+RATIO_TARGET = 3.0
+CONTROLLER_CPU_TARGET = 1.0
+
+
+def ratios(rows):
+    """Markdown: each rollout row against the floor of the same run (the ping row of its configuration).
+
+    The floor is ``benchmarks/ping_fleet.yml`` (one ping per host in the rollout's default batches) under the
+    same configuration; rows without a floor in the run are left out. Empty when no row has one.
+    """
+    floors = {r["config"]: r for r in rows if r.get("playbook") == "ping" and r["rc"] == 0}
+    lines = []
+    for r in rows:
+        floor = floors.get(r["config"])
+        if r.get("playbook", "rollout") != "rollout" or floor is None:
+            continue
+        n = r["hosts"]
+        ratio, cpu = r["wall"] / floor["wall"], r["controller_cpu"] / n
+        lines.append("| rollout @ %s (%s) | %d | %.1f | %.1f | %.2f (%s <= %.1f) | %.2f | %.2f (%s <= %.1f) |%s" % (
+            r.get("tree", "working tree"), r["config"], n, r["wall"], floor["wall"], ratio,
+            "met" if ratio <= RATIO_TARGET else "missed", RATIO_TARGET, floor["controller_cpu"] / n, cpu,
+            "met" if cpu <= CONTROLLER_CPU_TARGET else "missed", CONTROLLER_CPU_TARGET,
+            "" if r["rc"] == 0 and r["done"] == n else " rc %d, %d of %d done" % (r["rc"], r["done"], n)))
+    if not lines:
+        return ""
+    return "\n".join(["| Rollout | Hosts | Wall s | Floor wall s | Rollout / floor | Floor controller CPU s/host "
+                      "| Controller CPU s/host |", "|---|---|---|---|---|---|---|", *lines])
+
+
 class Run:
     """What one benchmark run set up, and its removal (finally and atexit: whichever comes first)."""
 
@@ -581,6 +615,9 @@ def main(argv=None):
               % (" ".join(argv if argv is not None else sys.argv[1:]) or "(defaults)", os.cpu_count(),
                  time.monotonic() - started, os.getloadavg()[0]))
     text = table(rows)
+    ratio_text = ratios(rows)
+    if ratio_text:
+        text += "\n\nAgainst the floor of the same run (issue 31's targets):\n\n" + ratio_text
     print(header + "\n\n" + text)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as handle:

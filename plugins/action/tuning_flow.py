@@ -33,7 +33,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, verification
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import (
     ansible_compat,
     delegate,
@@ -60,6 +61,11 @@ COLLECTION_DIR = os.path.dirname(os.path.dirname(MODULE_UTILS))
 # The host's record of what failed in the flows of this run: one "NAME: message" line each. The role's
 # family_failures.yml fails the host with it at the end of a flow (and main's at the end of both).
 FAILURES_FACT = "__gpunode_tuning_failures"
+# The role's variables as this host's last flow task templated them, with the digest of what they were
+# templated from (role_variables.inputs_digest): a later flow task whose inputs have the same digest reuses
+# them instead of templating about a hundred variables again (issue 31). A set_fact or include_vars in
+# between changes the digest, so the values are templated again.
+RESOLVED_FACT = "__gpunode_tuning_resolved"
 # Warnings already shown by this process (one per unknown variable name, not one per host).
 _WARNED = set()
 
@@ -72,6 +78,15 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
         task_vars = task_vars or {}
+        self._resolved = self._variables = None
+        result = self._run_flow(task_vars)
+        if self._variables is not None:
+            result["role_variables"] = self._variables
+        if self._resolved is not None and not result.get("failed"):
+            result.setdefault("ansible_facts", {})[RESOLVED_FACT] = self._resolved
+        return result
+
+    def _run_flow(self, task_vars):
         args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         flow = args["flow"]
         only, skip = tags.run_tags(task_vars)
@@ -157,7 +172,7 @@ class ActionModule(ActionBase):
     def _values(self, task_vars, entry_point):
         """``(validated variables, None)`` or ``(None, the message naming every bad variable)``."""
         try:
-            raw, errors, renamed = role_variables.resolve(self._templar, task_vars)
+            raw, errors, renamed = self._resolve(task_vars)
             validated, more, warnings = role_variables.check(raw, [entry_point])
             warnings = renamed + warnings
         except role_variables.RoleVariablesError as exc:
@@ -177,6 +192,20 @@ class ActionModule(ActionBase):
         if errors:
             return None, "%d bad variable(s), nothing was changed:\n%s" % (len(errors), "\n".join(errors))
         return validated, None
+
+    def _resolve(self, task_vars):
+        """``role_variables.resolve``, or what this host's earlier flow task resolved from the same inputs."""
+        digest = role_variables.inputs_digest(task_vars)
+        cached = task_vars.get(RESOLVED_FACT)
+        if (digest is not None and isinstance(cached, dict) and cached.get("digest") == digest
+                and isinstance(cached.get("values"), dict)):
+            self._variables = "reused"
+            return role_variables.plain(cached["values"]), [], list(cached.get("warnings") or [])
+        raw, errors, renamed = role_variables.resolve(self._templar, task_vars)
+        self._variables = "templated"
+        if digest is not None and not errors:
+            self._resolved = {"digest": digest, "values": raw, "warnings": renamed}
+        return raw, errors, renamed
 
     def _apply(self, requests, values, task_vars):
         if not requests:
@@ -207,6 +236,12 @@ class ActionModule(ActionBase):
         result = self._execute_module(module_name="gpunode.tuning.tuning_info", module_args=module_args,
                                       task_vars=task_vars)
         result.update(module_runs=1, verified_at=verified_at, desired=desired)
+        if flow == "health" and isinstance(result.get("verification"), dict) and not result.get("failed"):
+            # The rollout's health gate reads them here: no task of its own per host to derive them.
+            try:
+                result["health_findings"] = verification.health_findings(result["verification"])
+            except family.EvaluationError as exc:
+                result.update(failed=True, msg="the health check's result cannot be judged: %s" % exc)
         return result
 
     def _persist(self, concerns, desired, values, task_vars, remove=False):

@@ -110,9 +110,25 @@ ansible_facts:
   description:
     - "C(__gpunode_tuning_failures), the host's failures in this run (one C(NAME: message) line each, the earlier
       flows' included); V(runtime) also C(gpunode_tuning_pending_kernel_args), V(persistent) and V(rollback)
-      C(gpunode_tuning_reboot_required)."
+      C(gpunode_tuning_reboot_required); every flow that read the role's variables also
+      C(__gpunode_tuning_resolved), the variables as templated with a digest of their inputs, which the
+      host's next flow task reuses while that digest holds."
   returned: when a flow ran
   type: dict
+health_findings:
+  description:
+    - "V(health) only. One line per failing or reset-pending row of a health family, C(<row id>: <reason>);
+      empty when the GPUs are healthy. The rollout's health gate reads it."
+  returned: when the health flow ran
+  type: list
+  elements: str
+role_variables:
+  description:
+    - V(templated) when this task templated the role's variables, V(reused) when it took them from the
+      host's earlier flow task (nothing they are templated from changed since).
+  returned: when the task read the role's variables
+  type: str
+  sample: reused
 summary:
   description: One line per family of what the flow did.
   returned: when a family ran

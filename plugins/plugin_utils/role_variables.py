@@ -18,12 +18,15 @@ Controller side only (action plugin tuning_flow).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import jinja2
+import jinja2.nodes
 import yaml
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -300,8 +303,13 @@ def typed(templar, value):
 
 
 def raw_role_variables(task_vars: Mapping) -> dict:
-    """Every ``gpunode_tuning_*`` variable of the task, untemplated."""
-    return {k: task_vars[k] for k in task_vars if isinstance(k, str) and k.startswith(PREFIX)}
+    """Every ``gpunode_tuning_*`` variable of the task, untemplated, but the facts the role exports.
+
+    The exported facts (``EXPORTED_FACTS``) are the flows' results, never their input: a flow that sets one
+    must not make the next flow template the role's variables again (``inputs_digest``).
+    """
+    return {k: task_vars[k] for k in task_vars if isinstance(k, str) and k.startswith(PREFIX)
+            and k not in EXPORTED_FACTS}
 
 
 def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
@@ -319,6 +327,79 @@ def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
             errors.append("value of %s cannot be templated: %s" % (name, " ".join(str(exc).split())[:300]))
     more, warnings = apply_renames(values, raw, load_defaults())
     return values, errors + more, warnings
+
+
+# What a template may call whose result is not a function of the variables it names (or names every
+# variable at once): a role variable built with one is never reused, it is templated by every flow task.
+UNSTABLE_NAMES = frozenset({"lookup", "query", "q", "now", "random", "shuffle", "password_hash", "hostvars",
+                            "vars", "undef"})
+_JINJA = jinja2.Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])  # parses, never renders
+# Bound on the chain of variables followed through templates (a cycle ends sooner: each name once).
+_MAX_NAMES = 2000
+
+
+def _template_names(text: str) -> set[str] | None:
+    """The variables the template ``text`` reads, or None when its result may depend on more than them."""
+    try:
+        tree = _JINJA.parse(text)
+    except jinja2.TemplateSyntaxError:
+        return None
+    # Every name the template loads, its own loop and set variables too: one too many costs nothing.
+    names = {node.name for node in tree.find_all(jinja2.nodes.Name) if node.ctx == "load"}
+    called = {node.name for node in tree.find_all((jinja2.nodes.Filter, jinja2.nodes.Test))}
+    if (names | called) & UNSTABLE_NAMES:
+        return None
+    return names
+
+
+def _strings(value, out: list) -> list:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _strings(key, out)
+            _strings(item, out)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            _strings(item, out)
+    elif isinstance(value, str) and ("{{" in value or "{%" in value):
+        out.append(value)
+    return out
+
+
+def inputs_digest(task_vars: Mapping) -> str | None:
+    """A digest of everything the role's variables are templated from, or None when that cannot be told.
+
+    The inputs are the raw ``gpunode_tuning_*`` variables and, through every template among them, the raw
+    value of each variable a template names (and of those their templates name, and so on; a name that is
+    not set counts as unset). Two tasks of a host with the same digest template the role's variables to
+    the same values, so the second may reuse the first's (``tuning_flow``'s resolved fact). None when a
+    template looks up, draws at random, reads the clock or reads every variable (``UNSTABLE_NAMES``) or
+    does not parse: then every task templates again.
+    """
+    pending = sorted(raw_role_variables(task_vars))
+    seen: dict = {}
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        if len(seen) >= _MAX_NAMES:
+            return None
+        present = name in task_vars
+        value = task_vars[name] if present else None
+        seen[name] = (present, value)
+        for text in _strings(value, []):
+            names = _template_names(text)
+            if names is None:
+                return None
+            pending.extend(sorted(names - set(seen)))
+    try:
+        encoded = json.dumps(sorted(seen.items()), sort_keys=True, default=_unencodable, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(encoded.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _unencodable(value):
+    raise TypeError("%s is not plain data" % type(value).__name__)
 
 
 def apply_renames(values: dict, raw: Mapping, defaults: Mapping) -> tuple[list[str], list[str]]:

@@ -186,3 +186,44 @@ def test_the_amd_settings_under_the_short_gpu_names_reach_the_family_variables()
                       "gpunode_tuning_gpu_settings_compute_partition": "SPX",
                       "gpunode_tuning_gpu_settings_memory_partition": "NPS1"}
     assert len(warnings) == 4 and all("use gpunode_tuning_gpu_settings_" in w for w in warnings)
+
+
+def role_task_vars(**more):
+    """The role's defaults and vars as a task sees them untemplated, plus ``more``."""
+    out = {}
+    for path in ("defaults", "vars"):
+        with open(os.path.join(REPO, "roles", "tuning", path, "main.yml"), encoding="utf-8") as handle:
+            out.update(yaml.safe_load(handle))
+    out.update(more)
+    return out
+
+
+def test_the_inputs_digest_follows_every_variable_a_template_names():
+    base = role_task_vars(site_swappiness=10, unrelated=1,
+                          gpunode_tuning_sysctl_extra={"vm.swappiness": "{{ site_swappiness }}"})
+    digest = role_variables.inputs_digest(base)
+    assert digest is not None and len(digest) == 64
+    assert role_variables.inputs_digest(dict(base, unrelated=2)) == digest  # named by no template
+    # a role variable; a variable one names; one named two templates away (preset -> the preset's values)
+    assert role_variables.inputs_digest(dict(base, gpunode_tuning_thp_mode="never")) != digest
+    assert role_variables.inputs_digest(dict(base, site_swappiness=33)) != digest
+    presets = dict(base["__gpunode_tuning_presets"])
+    presets["inference-throughput"] = dict(presets["inference-throughput"], thp_mode="always")
+    assert role_variables.inputs_digest(dict(base, __gpunode_tuning_presets=presets)) != digest
+    # a name that was unset and becomes set
+    named_unset = dict(base, gpunode_tuning_sysctl_extra={"vm.swappiness": "{{ later | default(10) }}"})
+    assert role_variables.inputs_digest(dict(named_unset, later=10)) != role_variables.inputs_digest(named_unset)
+
+
+@pytest.mark.parametrize("template", [
+    "{{ lookup('ansible.builtin.env', 'X') }}", "{{ query('ansible.builtin.env', 'X') | first }}",
+    "{{ now() }}", "{{ [1, 2] | random }}", "{{ hostvars[inventory_hostname].x }}", "{{ vars['x'] }}",
+    "{{ unclosed", "{% if %}"])
+def test_a_template_whose_result_the_names_do_not_decide_is_never_reused(template):
+    assert role_variables.inputs_digest(role_task_vars(gpunode_tuning_sysctl_extra={"vm.x": template})) is None
+
+
+def test_the_inputs_digest_ends_on_a_cycle_and_refuses_what_is_not_plain_data():
+    cycle = {"gpunode_tuning_a": "{{ b }}", "b": "{{ gpunode_tuning_a }}"}
+    assert role_variables.inputs_digest(cycle) == role_variables.inputs_digest(dict(cycle))
+    assert role_variables.inputs_digest({"gpunode_tuning_a": object()}) is None

@@ -107,6 +107,15 @@ def restored(result: dict):
     return names or "nothing journaled"
 
 
+def _runnable(fam) -> bool:
+    return fam.run is not None and fam.argument_spec is not None
+
+
 def runnable_names() -> list:
     """Names of the families this module can run: those with a module (``run`` and its options)."""
-    return [fam.name for fam in registry.FAMILIES if fam.run is not None and fam.argument_spec is not None]
+    return [fam.name for fam in registry.FAMILIES if _runnable(fam)]
+
+
+def not_runnable(names) -> list:
+    """The names among ``names`` that are no family this module can run (only those named are imported)."""
+    return [name for name in names if name not in registry.NAMES or not _runnable(registry.by_name(name))]
