@@ -95,6 +95,11 @@ def remote_tmpdir(connection) -> str | None:
     return connection._shell.tmpdir
 
 
+def shell_env_prefix(connection, environment: Mapping) -> str:
+    """The connection's shell's ``VAR=value ...`` prefix for ``environment`` (the Slurm delegate's commands)."""
+    return connection._shell.env_prefix(**environment)
+
+
 def remote_join(connection, *parts: str) -> str:
     """A path on the managed node, joined as the connection's shell plugin joins it (private interface)."""
     return connection._shell.join_path(*parts)

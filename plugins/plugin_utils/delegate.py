@@ -20,6 +20,8 @@ from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat
+
 VARIABLE = "gpunode_tuning_drain_slurm_delegate"
 IMPLICIT_LOCALHOST = ("localhost", "127.0.0.1", "::1")
 ALLOWED = ("an inventory host name, or localhost for the controller (unset, the default: the Slurm commands run on "
@@ -71,7 +73,7 @@ class DelegateRunner:
 
     def __call__(self, argv: list, timeout: float) -> tuple:
         command = "timeout %d %s" % (max(int(timeout), 1), shlex.join(argv))
-        command = ("%s %s" % (self.connection._shell.env_prefix(**self.environment), command)).strip()
+        command = ("%s %s" % (ansible_compat.shell_env_prefix(self.connection, self.environment), command)).strip()
         if self.connection.allow_executable and self.context.executable:
             command = "%s -c %s" % (self.context.executable, shlex.quote(command))
         try:

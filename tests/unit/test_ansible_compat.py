@@ -145,6 +145,13 @@ def test_remote_tmpdir_and_join_use_the_shell_plugin():
         "/var/tmp/ansible-tmp-1/runner.py"
 
 
+def test_shell_env_prefix_quotes_each_value_as_the_shell_plugin_does():
+    connection = SimpleNamespace(_shell=ShellModule())
+    prefix = ansible_compat.shell_env_prefix(connection, {"SLURM_CONF": "/etc/slurm dir/slurm.conf"})
+    assert prefix == "SLURM_CONF='/etc/slurm dir/slurm.conf'"
+    assert ansible_compat.shell_env_prefix(connection, {}) == ""
+
+
 def test_task_result_parts_reads_either_shape():
     host, task, result = object(), SimpleNamespace(action="ping"), {"changed": False}
     public = SimpleNamespace(host=host, task=task, result=result, _host=None, _task=None, _result=None)
