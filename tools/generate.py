@@ -127,6 +127,24 @@ PER_CPU_KEYS = {%s}
 ''' % keys.replace("'", '"')
 
 
+def registry_imports(repo: str) -> str:
+    """registry._every()'s import of every family (what puts them into a module's payload), from NAMES."""
+    import textwrap  # noqa: PLC0415
+
+    from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+
+    names = sorted(registry.NAMES)
+    indent = " " * 8
+    lines = [indent + "from ansible_collections.gpunode.tuning.plugins.module_utils.families import (\n"]
+    lines += [indent + "    %s,\n" % name for name in names]
+    lines.append(indent + ")\n")
+    loop = textwrap.wrap("for module in (%s):" % ", ".join(names), width=120 - len(indent),
+                         subsequent_indent=" " * len("for module in ("), break_on_hyphens=False)
+    lines += [indent + line + "\n" for line in loop]
+    lines.append(indent + "    _LOADED.setdefault(module.DEFINITION.name, module.DEFINITION)\n")
+    return "".join(lines)
+
+
 # The role's flow tasks whose tags are every tag of the flow's families and concerns (plugin_utils/tags.py):
 # (part name, task file, flow of tags.flow_task_tags).
 ROLE_TAG_LISTS = (
@@ -159,6 +177,7 @@ PARTS = (
     ("tuning_persist.concerns", TUNING_PERSIST, tuning_persist_concerns, "block"),
     ("tuning_persist.choices", TUNING_PERSIST, tuning_persist_choices, "block"),
     ("core/registry_tables.py", REGISTRY_TABLES, registry_tables, "file"),
+    ("registry.imports", os.path.join("plugins", "module_utils", "registry.py"), registry_imports, "block"),
 )
 
 

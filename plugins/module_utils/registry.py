@@ -14,9 +14,9 @@ import importlib
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 
 # One line per family: its name, which is its file in families/; the order is the runtime, boot and
-# report order. A family is imported when it is first used (``by_name``), so that a module run pays
-# only for the families it runs; ``FAMILIES`` (or any function here that needs every family) imports
-# them all.
+# report order (then `tools/generate.py` writes the family into _every()'s import). A family is imported
+# when it is first used (``by_name``), so that a module run pays only for the families it runs;
+# ``FAMILIES`` (or any function here that needs every family) imports them all.
 NAMES: tuple[str, ...] = (
     "pcie_mrrs",
     "pcie_acs",
@@ -40,7 +40,9 @@ def _every() -> tuple[Family, ...]:
     every = globals().get("FAMILIES")
     if every is None:
         # Spelled out, not imported by name: Ansible's module packer ships a module the files it finds
-        # in import statements, so this statement is what puts every family into a module's payload.
+        # in import statements, so this statement is what puts every family into a module's payload. Written
+        # from NAMES by tools/generate.py (`--check` fails when a family is missing here).
+        # BEGIN GENERATED registry.imports
         from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
             cpufreq,
             cpuidle,
@@ -55,9 +57,10 @@ def _every() -> tuple[Family, ...]:
             pcie_mrrs,
             tunables,
         )
-        for module in (cpufreq, cpuidle, gpu_health, gpu_locality, gpu_p2p, gpu_settings, iommu, kernel_cmdline,
-                       kmod, pcie_acs, pcie_mrrs, tunables):
+        for module in (cpufreq, cpuidle, gpu_health, gpu_locality, gpu_p2p, gpu_settings, iommu, kernel_cmdline, kmod,
+                       pcie_acs, pcie_mrrs, tunables):
             _LOADED.setdefault(module.DEFINITION.name, module.DEFINITION)
+        # END GENERATED registry.imports
         every = globals()["FAMILIES"] = tuple(by_name(name) for name in NAMES)
     return every
 

@@ -2,8 +2,8 @@
 
 The tracked tree is copied to a temporary directory (a git repository of its own). The family
 ``zone_reclaim`` (vm.zone_reclaim_mode, a /proc/sys value the simulated node has) is added by
-touching only the files docs/adding-a-family.md names: its file under families/, one import and one
-line in registry.py, its variables in defaults/main.yml and meta/argument_specs.yml (it has no module
+touching only the files docs/adding-a-family.md names: its file under families/, one line in
+registry.py's NAMES, its variables in defaults/main.yml and meta/argument_specs.yml (it has no module
 of its own). tools/generate.py rewrites what is derived from the registry; ``git status`` must show
 nothing else. Then the copy's own playbooks run it on one simulated node through runtime,
 persistent, the boot runner, verify, one guard run (with re-apply) and rollback, asserting the
@@ -212,9 +212,8 @@ def add_family(tree):
     """The checklist of docs/adding-a-family.md, for a family without a module of its own."""
     with open(os.path.join(tree, FAMILY_FILE), "w", encoding="utf-8") as handle:
         handle.write(FAMILY_SOURCE)
-    edit(tree, "plugins/module_utils/registry.py", "    tunables,\n)", "    tunables,\n    zone_reclaim,\n)")
-    edit(tree, "plugins/module_utils/registry.py", "    gpu_locality.DEFINITION,\n)",
-         "    gpu_locality.DEFINITION,\n    zone_reclaim.DEFINITION,\n)")
+    # One line in NAMES; tools/generate.py writes the family into the registry's import (its generated block).
+    edit(tree, "plugins/module_utils/registry.py", '    "gpu_locality",\n)', '    "gpu_locality",\n    "zone_reclaim",\n)')
     with open(os.path.join(tree, "roles/tuning/defaults/main.yml"), "a", encoding="utf-8") as handle:
         handle.write(DEFAULTS)
     edit(tree, "roles/tuning/meta/argument_specs.yml", "    options: &options\n", "    options: &options\n" + SPECS)
