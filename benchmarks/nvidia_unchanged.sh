@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Whether a change leaves an NVIDIA node as it was: the same simulated NVIDIA node (audited-epyc-8gpu, nvidia-smi
 # stand-in) tuned with tune.yml --tags runtime, then --tags persistent, then verified (verify.yml), from two
 # checkouts; stdout (durations removed), every file of the node and the reports are kept per side for diff.
@@ -10,7 +10,8 @@
 # -x -C DIR, then the two links). The boot runner embeds the collection's code and the journal records times: those
 # two files differ between any two revisions.
 set -eu
-old=$1 new=$2 out=$3
+export old=$1 new=$2  # read through ${!side}
+out=$3
 work=$(mktemp -d)
 for side in old new; do
   tree=${!side}

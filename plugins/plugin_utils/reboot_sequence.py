@@ -63,7 +63,7 @@ def check_run() -> None:
     """Raise RunEnded when the run guard_run named is no longer this process's parent."""
     parent = _RUN["parent"]
     if parent is not None and os.getppid() != parent:
-        raise RunEnded("the ansible-playbook run %d that started this sequence ended: stopped here, the host is "
+        raise RunEnded("the ansible-playbook run %s that started this sequence ended: stopped here, the host is "
                        "left as it is for the next run to adopt" % parent)
 
 

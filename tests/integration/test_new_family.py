@@ -213,7 +213,8 @@ def add_family(tree):
     with open(os.path.join(tree, FAMILY_FILE), "w", encoding="utf-8") as handle:
         handle.write(FAMILY_SOURCE)
     # One line in NAMES; tools/generate.py writes the family into the registry's import (its generated block).
-    edit(tree, "plugins/module_utils/registry.py", '    "gpu_locality",\n)', '    "gpu_locality",\n    "zone_reclaim",\n)')
+    edit(tree, "plugins/module_utils/registry.py", '    "gpu_locality",\n)',
+         '    "gpu_locality",\n    "zone_reclaim",\n)')
     with open(os.path.join(tree, "roles/tuning/defaults/main.yml"), "a", encoding="utf-8") as handle:
         handle.write(DEFAULTS)
     edit(tree, "roles/tuning/meta/argument_specs.yml", "    options: &options\n", "    options: &options\n" + SPECS)

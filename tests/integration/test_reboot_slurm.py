@@ -363,7 +363,7 @@ def test_an_interrupted_rollout_is_adopted_by_the_next_run(fresh, tmp_path):
         # must stop by itself (reboot_sequence.guard_run) before it drains, reboots or resumes anything more.
         cluster.wait_for("the killed run's workers to stop", lambda: not processes_of(inventory), timeout=60)
         assert len(drained) == 1, (drained, output[-3000:])
-        (victim, (_state, reason)), = drained.items()
+        victim, (_state, reason) = next(iter(drained.items()))
         assert reason.startswith("gpunode.tuning: reboot for"), reason
         time.sleep(2)  # what the killed run left: still out of service, not resumed
         left = cluster.sinfo()

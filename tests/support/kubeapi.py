@@ -318,14 +318,15 @@ class KubeApiStandIn:
     def handle(self, method: str, path: str, query: dict, entry: dict) -> tuple:  # noqa: PLR0911
         """``(HTTP status, JSON body)`` of one request (the lock is held)."""
         parts = [p for p in path.split("/") if p]
-        discovery = {"/version": SERVER_VERSION, "/api": {"kind": "APIVersions", "versions": ["v1"],
-                                                         "serverAddressByClientCIDRs": [
-                                                             {"clientCIDR": "0.0.0.0/0",
-                                                              "serverAddress": self.url.split("//", 1)[1]}]},
-                     "/api/v1": CORE_V1, "/apis": {"kind": "APIGroupList", "apiVersion": "v1",
-                                                   "groups": [POLICY_GROUP]},
-                     "/apis/policy": dict(POLICY_GROUP, kind="APIGroup", apiVersion="v1"),
-                     "/apis/policy/v1": POLICY_V1}
+        cidrs = [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.url.split("//", 1)[1]}]
+        discovery = {
+            "/version": SERVER_VERSION,
+            "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": cidrs},
+            "/api/v1": CORE_V1,
+            "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [POLICY_GROUP]},
+            "/apis/policy": dict(POLICY_GROUP, kind="APIGroup", apiVersion="v1"),
+            "/apis/policy/v1": POLICY_V1,
+        }
         if method == "GET" and "/" + "/".join(parts) in discovery:
             return 200, discovery["/" + "/".join(parts)]
         if parts[:3] == ["api", "v1", "nodes"]:

@@ -90,16 +90,18 @@ def test_determinism_is_verified_as_the_level_and_says_so(build_node, run_module
     assert "amd-smi reports no determinism ceiling" in row["reason"]
 
 
-@pytest.mark.parametrize(("key", "wanted", "option"), [("compute_partition", "CPX", "--compute-partition"),
-                                                        ("memory_partition", "nps4", "--memory-partition")])
+@pytest.mark.parametrize(("key", "wanted", "option"), [
+    ("compute_partition", "CPX", "--compute-partition"),
+    ("memory_partition", "nps4", "--memory-partition"),
+])
 def test_a_partition_mismatch_is_drifted_naming_the_command_and_nothing_changes_it(
         build_node, run_module, digest, key, wanted, option):
     root = build_node(AMD, cpus=4, amd_smi=True)
     rows = settings_rows(root, {key: wanted})
     row = rows[key]
     assert row["state"] == "drifted" and row["vendor"] == "amd"
-    assert "GPU 3 (0000:65:00.0): %s, wanted %s" % ("SPX" if key == "compute_partition" else "NPS1",
-                                                     wanted.upper()) in row["reason"]
+    have = "SPX" if key == "compute_partition" else "NPS1"
+    assert "GPU 3 (0000:65:00.0): %s, wanted %s" % (have, wanted.upper()) in row["reason"]
     assert "`amd-smi set -g 0 1 2 3 4 5 6 7 %s %s` changes it" % (option, wanted.upper()) in row["reason"]
     assert "never changes" in row["reason"]
     # runtime tuning never writes a partition: the role's options leave it out, the module has no such option

@@ -54,8 +54,8 @@ def test_the_client_models_refuse_what_the_api_does_not_have():
 
 
 def test_every_answer_has_the_shape_of_the_api(api):
-    cordoned = get(api, "PATCH", "/api/v1/nodes/k1", body={"spec": {"unschedulable": True},
-                                                            "metadata": {"annotations": {"a/b": "x"}}})
+    cordoned = get(api, "PATCH", "/api/v1/nodes/k1",
+                   body={"spec": {"unschedulable": True}, "metadata": {"annotations": {"a/b": "x"}}})
     answers = [
         (models.VersionInfo, get(api, "GET", "/version")),
         (models.V1APIVersions, get(api, "GET", "/api")),
@@ -85,12 +85,12 @@ def test_every_answer_has_the_shape_of_the_api(api):
 def test_an_uncordon_drops_the_field_the_taint_and_a_nulled_annotation(api):
     get(api, "PATCH", "/api/v1/nodes/k1",
         body={"spec": {"unschedulable": True}, "metadata": {"annotations": {"a": "x"}}})
-    code, node = get(api, "PATCH", "/api/v1/nodes/k1", body={"spec": {"unschedulable": False},
-                                                              "metadata": {"annotations": {"a": None}}})
+    code, node = get(api, "PATCH", "/api/v1/nodes/k1",
+                     body={"spec": {"unschedulable": False}, "metadata": {"annotations": {"a": None}}})
     assert code == 200 and "unschedulable" not in node["spec"] and "taints" not in node["spec"]
     assert "a" not in node["metadata"]["annotations"]
-    code, _ = get(api, "PATCH", "/api/v1/nodes/k1", body=[{"op": "replace"}],
-                  content_type="application/json-patch+json")
+    code, _body = get(api, "PATCH", "/api/v1/nodes/k1", body=[{"op": "replace"}],
+                      content_type="application/json-patch+json")
     assert code == 415
 
 

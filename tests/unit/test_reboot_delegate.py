@@ -75,4 +75,3 @@ def test_the_implicit_localhost_is_the_controller_and_every_command_is_bounded()
     assert rc == 0 and out.strip() == os.uname().nodename
     rc, _out, _err = run(["sleep", "30"], 1)
     assert rc == 124  # coreutils' timeout ended it
-

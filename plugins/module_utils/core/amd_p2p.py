@@ -155,8 +155,8 @@ def link_text(link: dict | None) -> str:
     if not link:
         return "no link reported"
     hops = link.get("hops")
-    parts = [link.get("link_type") or "N/A", "N/A hops" if hops is None else "%d hop%s" % (hops, "" if hops == 1
-                                                                                                  else "s"),
+    hop_text = "N/A hops" if hops is None else "%d hop%s" % (hops, "" if hops == 1 else "s")
+    parts = [link.get("link_type") or "N/A", hop_text,
              "weight %s" % ("N/A" if link.get("weight") is None else link["weight"])]
     if link.get("link_status"):
         parts.append(link["link_status"])

@@ -606,7 +606,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
 def gpu_commands(desired: dict) -> tuple:
     """The health query (the settings' values) and the GPU list (persistence mode); amd-smi's calls where the
     desired state sets a GPU setting (asked only on a node with AMD GPUs; the same calls as gpu_health's, once)."""
-    amd = amd_health.COMMANDS if ((desired or {}).get(NAME) or {}) else ()
+    amd = amd_health.COMMANDS if (desired or {}).get(NAME) else ()
     return (nvidia_smi.HEALTH, nvidia_smi.QUERY) + amd
 
 
@@ -1086,10 +1086,10 @@ def _amd_partition_row(key: str, wanted: str, gpus: list) -> dict:
         return _amd_row(key, wanted, None, "unsupported", "amd-smi static gives no %s (N/A) for %s: the GPUs have no "
                         "partitions (MI300 class and later)" % (what, ", ".join(unknown)))
     if off or unknown:
+        reload = ", and the amdgpu driver reloads" if key == "memory_partition" else ""
+        command = "amd-smi set -g %s %s %s" % (" ".join(ids), PARTITION_OPTIONS[key], wanted)
         fix = ("; verified only: this collection never changes a %s (it stops every process on the GPU%s); "
-               "`amd-smi set -g %s %s %s` changes it" % (what, ", and the amdgpu driver reloads"
-                                                      if key == "memory_partition" else "", " ".join(ids),
-                                                      PARTITION_OPTIONS[key], wanted)) if ids else ""
+               "`%s` changes it" % (what, reload, command)) if ids else ""
         lost = ["no %s (N/A) for %s" % (what, ", ".join(unknown))] if unknown else []
         return _amd_row(key, wanted, "; ".join(off + lost)[:300], "drifted",
                         "%s differs: %s%s" % (what, "; ".join(off + lost), fix))
