@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
-import time
 
 import pytest
 import simnode
 from support.checkout import REPO, VENV_BIN, ansible_env
 from support.inventory import write_inventory
 from support.kubeapi import KubeApiStandIn
+from support.nodes import BootWatcher
 
 HOSTS = ["k1", "k2", "k3", "k4"]
 NEEDS_REBOOT = "audited-epyc-8gpu"  # acpi-cpufreq: amd_pstate=active is left pending
@@ -30,38 +29,9 @@ ANNOTATION = "gpunode.tuning/drain"
 DRIVER = "sys/devices/system/cpu/cpufreq/policy0/scaling_driver"
 
 
-class BootWatcher:
+def boot_watcher(api, roots):
     """Reboots a node in the API stand-in when its simulated root gets a new boot id."""
-
-    def __init__(self, api, roots):
-        self.api, self.roots, self.rebooted, self.when = api, roots, [], {}
-        self._ids = {h: self._boot_id(h) for h in roots}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _boot_id(self, host):
-        with open(os.path.join(self.roots[host], "proc/sys/kernel/random/boot_id"), encoding="ascii") as fh:
-            return fh.read().strip()
-
-    def _run(self):
-        while not self._stop.is_set():
-            for host in self.roots:
-                now = self._boot_id(host)
-                # simnode rewrites the file in place: an empty read is the write in progress, not a new boot
-                if now and now != self._ids[host]:
-                    self._ids[host] = now
-                    self.when[host] = time.monotonic()
-                    self.rebooted.append(host)
-                    self.api.reboot(host, down_seconds=1.0)
-            time.sleep(0.1)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return BootWatcher(roots, lambda host: api.reboot(host, down_seconds=1.0))
 
 
 @pytest.fixture
@@ -156,7 +126,7 @@ def test_a_rollout_cordons_evicts_reboots_and_uncordons_through_the_api(api, tmp
     api.add_pod("k1", "agent-k1", daemonset=True)
     api.add_pod("k1", "job-k1", phase="Succeeded")
     boot_before = {n: api.node(n)["status"]["nodeInfo"]["bootID"] for n in HOSTS}
-    with BootWatcher(api, roots) as watcher:
+    with boot_watcher(api, roots) as watcher:
         proc, results, _summary = rollout(inventory, reports)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert sorted(watcher.rebooted) == ["k1", "k2"]
@@ -193,7 +163,7 @@ def test_a_pod_disruption_budget_keeps_the_host_cordoned_and_stops_the_run(api, 
     roots, inventory, reports = build_fleet(tmp_path, api, {"k1": NEEDS_REBOOT, "k2": NEEDS_REBOOT},
                                             gpunode_tuning_drain_timeout=3)
     api.add_pod("k1", "db-k1", protected=True)
-    with BootWatcher(api, roots) as watcher:
+    with boot_watcher(api, roots) as watcher:
         proc, results, _summary = rollout(inventory, reports)
     assert proc.returncode != 0
     assert watcher.rebooted == []
@@ -217,7 +187,7 @@ def test_a_node_cordoned_by_someone_else_is_out_of_service_and_never_uncordoned(
     roots, inventory, reports = build_fleet(tmp_path, api, {"k1": NEEDS_REBOOT, "k2": NEEDS_REBOOT},
                                             gpunode_tuning_reboot_max_unavailable=2)
     api.cordon("k3")
-    with BootWatcher(api, roots) as watcher:
+    with boot_watcher(api, roots) as watcher:
         proc, results, summary = rollout(inventory, reports)
     assert proc.returncode != 0
     assert "k3" in proc.stdout and "out of service" in proc.stdout

@@ -21,6 +21,7 @@ import simnode
 import yaml
 from support.checkout import REPO, VENV_BIN, ansible_env
 from support.inventory import write_inventory
+from support.nodes import BootWatcher
 from support.slurm import SlurmCluster, missing_tools
 
 HOSTS = ["n1", "n2", "n3", "n4", "n5", "n6"]
@@ -52,41 +53,9 @@ def fresh(cluster):
     return cluster
 
 
-class RebootWatcher:
+def reboot_watcher(cluster, roots):
     """Reboots a node's slurmd (as Slurm sees a reboot) when its simulated root gets a new boot id."""
-
-    def __init__(self, cluster, roots):
-        self.cluster, self.roots, self.errors, self.rebooted, self.when = cluster, roots, [], [], {}
-        self._ids = {h: self._boot_id(h) for h in roots}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _boot_id(self, host):
-        with open(os.path.join(self.roots[host], "proc/sys/kernel/random/boot_id"), encoding="ascii") as fh:
-            return fh.read().strip()
-
-    def _run(self):
-        while not self._stop.is_set():
-            for host in self.roots:
-                now = self._boot_id(host)
-                # simnode rewrites the file in place: an empty read is the write in progress, not a new boot
-                if now and now != self._ids[host]:
-                    self._ids[host] = now
-                    self.when[host] = time.monotonic()
-                    try:
-                        self.cluster.reboot_node(host, down_seconds=1.0)
-                        self.rebooted.append(host)
-                    except Exception as exc:  # noqa: BLE001  (reported by the test)
-                        self.errors.append("%s: %s" % (host, exc))
-            time.sleep(0.1)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return BootWatcher(roots, lambda host: cluster.reboot_node(host, down_seconds=1.0))
 
 
 class JobEnder:
@@ -160,7 +129,7 @@ def test_rollout_drains_reboots_within_the_budget_and_resumes_with_a_job_delayin
     job = cluster.submit("n2", 300)
     cluster.wait_for("the job on n2 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
     ended = JobEnder(cluster, "n2", job, after=2.0)
-    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher, ended as _ender:
+    with cluster.monitor() as seen, reboot_watcher(cluster, roots) as watcher, ended as _ender:
         started = time.monotonic()
         proc, summary = rollout(cluster, inventory, reports)
         wall = time.monotonic() - started
@@ -197,7 +166,7 @@ def test_a_drain_timeout_and_a_host_that_never_returns_stay_drained_and_stop_the
     open(os.path.join(roots["n2"], simnode.REBOOT_NEVER_RETURNS), "w").close()
     job = cluster.submit("n1", 60)
     cluster.wait_for("the job on n1 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
-    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher:
+    with cluster.monitor() as seen, reboot_watcher(cluster, roots) as watcher:
         proc, summary = rollout(cluster, inventory, reports)
     assert proc.returncode != 0, proc.stdout[-4000:]
     assert seen.max_out_of_service <= 2, seen.peak
@@ -229,7 +198,7 @@ def test_a_node_drained_by_someone_else_is_skipped_and_holds_the_only_slot(fresh
     roots, inventory, reports = build_fleet(tmp_path, {}, gpunode_tuning_reboot_wait_timeout=4)
     cluster.drain("n6", "bad DIMM, ticket 4711")
     before = simnode.running_cpufreq(roots["n6"])
-    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher:
+    with cluster.monitor() as seen, reboot_watcher(cluster, roots) as watcher:
         proc, summary = rollout(cluster, inventory, reports)
     assert proc.returncode != 0
     assert "n6" in proc.stdout and "out of service" in proc.stdout
@@ -255,7 +224,7 @@ def test_tune_persistent_skips_a_node_drained_by_someone_else_before_tuning_it(f
     before = simnode.running_cpufreq(roots["n6"])
     cmd = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "tune.yml"),
            "-f", "8", "--tags", "persistent"]
-    with RebootWatcher(cluster, roots) as watcher:
+    with reboot_watcher(cluster, roots) as watcher:
         proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(SLURM_CONF=cluster.conf), capture_output=True,
                               text=True, timeout=300, check=False)
     assert proc.returncode != 0, proc.stdout
@@ -320,7 +289,7 @@ def test_slurm_commands_on_a_delegate_update_the_reason_of_a_host_that_never_ret
     assert '"login-9": no such host in the inventory' in proc.stdout
     assert not any(os.path.exists(os.path.join(r, "etc/gpunode-tuning/desired.json")) for r in roots.values())
 
-    with cluster.monitor() as seen, RebootWatcher(cluster, roots) as watcher:
+    with cluster.monitor() as seen, reboot_watcher(cluster, roots) as watcher:
         proc, summary = rollout(cluster, inventory, reports, env=env)
     assert proc.returncode != 0, proc.stdout[-4000:]
     assert watcher.errors == [] and seen.errors == [], (watcher.errors, seen.errors)
@@ -346,7 +315,7 @@ def test_an_interrupted_rollout_is_adopted_by_the_next_run(fresh, tmp_path):
     time; at the end every host is back in service, each rebooted once."""
     cluster = fresh
     roots, inventory, reports = build_fleet(tmp_path, {"n5": NO_REBOOT, "n6": NO_REBOOT})
-    with RebootWatcher(cluster, roots) as watcher:
+    with reboot_watcher(cluster, roots) as watcher:
         first = subprocess.Popen(rollout_command(inventory), cwd=REPO, env=ansible_env(SLURM_CONF=cluster.conf),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         drained = {}

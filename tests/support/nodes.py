@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
+import time
 
 import simnode
 
@@ -115,3 +117,45 @@ def inject_drift(root, bdf="0000:61:00.0"):
         fh.write("1\n")
     subprocess.run(["setpci", "-O", "sysfs.path=%s/sys/bus/pci" % root, "-s", bdf, "CAP_EXP+08.w=2000:7000"],
                    check=True)
+
+
+class BootWatcher:
+    """Calls ``on_boot(host)`` each time a simulated root gets a new boot id: the reboot sequence rebooted it, and
+    the scheduler or the API stand-in should see that reboot (a slurmd restarted, a node's new bootID).
+
+    ``rebooted`` lists the hosts whose ``on_boot`` returned, ``when`` their boot times (monotonic), ``errors`` what
+    ``on_boot`` raised (for the test to report).
+    """
+
+    def __init__(self, roots, on_boot):
+        self.roots, self.on_boot, self.errors, self.rebooted, self.when = roots, on_boot, [], [], {}
+        self._ids = {h: self._boot_id(h) for h in roots}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _boot_id(self, host):
+        with open(os.path.join(self.roots[host], "proc/sys/kernel/random/boot_id"), encoding="ascii") as fh:
+            return fh.read().strip()
+
+    def _run(self):
+        while not self._stop.is_set():
+            for host in self.roots:
+                now = self._boot_id(host)
+                # simnode rewrites the file in place: an empty read is the write in progress, not a new boot
+                if now and now != self._ids[host]:
+                    self._ids[host] = now
+                    self.when[host] = time.monotonic()
+                    try:
+                        self.on_boot(host)
+                        self.rebooted.append(host)
+                    except Exception as exc:  # noqa: BLE001  (reported by the test)
+                        self.errors.append("%s: %s" % (host, exc))
+            time.sleep(0.1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)

@@ -206,15 +206,7 @@ def pair_problems(a: int, b: int, link_map: dict, xgmi_hive: bool, one_hop: str 
     elif one_hop and judge_weight and kind == "XGMI" and (link.get("weight") or 0) > XGMI_HOP_WEIGHT:
         problems.append("weight %d where %s GPUs are linked directly (weight %d, one physical XGMI hop): the "
                         "path crosses another GPU" % (link["weight"], one_hop, XGMI_HOP_WEIGHT))
-    return _unique(problems)
-
-
-def _unique(items: list) -> list:
-    out = []
-    for item in items:
-        if item not in out:
-            out.append(item)
-    return out
+    return list(dict.fromkeys(problems))  # each once, in order
 
 
 def pair_rows(devices: list, probe: dict, row: Row) -> list:
