@@ -166,3 +166,15 @@ def test_failing_nvbandwidth_is_a_finding():
     rows = p2p.bandwidth_rows({"rc": 1, "stdout": "", "stderr": "cuInit failed"}, 40, {})
     assert [(r["name"], r["state"]) for r in rows] == [("bandwidth", "drifted")]
     assert "cuInit failed" in rows[0]["reason"]
+
+
+def test_the_guard_keeps_no_bandwidth_floor_so_it_never_runs_a_bandwidth_benchmark(build_node):
+    # registry.node_desired is what the guard's config keeps of the desired state (flows/guard_files.py).
+    from ansible_collections.gpunode.tuning.plugins.module_utils import registry  # noqa: PLC0415
+
+    node = Node(build_node("audited-epyc-8gpu", cpus=4))
+    desired = {"gpu_p2p": {"min_gbps": 300.0}, "numa_balancing": 0}
+    kept = registry.node_desired(desired, node)
+    assert kept["gpu_p2p"] == {"min_gbps": None} and kept["numa_balancing"] == 0
+    assert desired["gpu_p2p"] == {"min_gbps": 300.0}  # the role's own desired state is not changed
+    assert registry.node_desired({"gpu_p2p": {"min_gbps": None}}, node) == {"gpu_p2p": {"min_gbps": None}}

@@ -325,6 +325,16 @@ def from_role(v: dict, shared: dict) -> dict:
     return {NAME: {"min_gbps": None if gbps is None else float(gbps)}}
 
 
+def on_node(desired: dict, _node=None) -> dict:
+    """``Family.on_node``: what the node keeps (the guard's config) has no bandwidth floor. The guard re-verifies
+    a serving node every few minutes; a bandwidth run (nvbandwidth, TransferBench, rocm-bandwidth-test) would load
+    every GPU each time. The topology and link checks stay; verify.yml and the rollout still measure."""
+    want = desired.get(NAME)
+    if not isinstance(want, dict) or want.get("min_gbps") is None:
+        return desired
+    return dict(desired, **{NAME: dict(want, min_gbps=None)})
+
+
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU P2P"},
@@ -334,5 +344,6 @@ DEFINITION = family.Family(
     gpu_commands=gpu_commands,
     from_role=from_role,
     validate={NAME: desired_problems},
+    on_node=on_node,
     report=report,
 )
