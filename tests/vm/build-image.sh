@@ -23,7 +23,18 @@ vm_require_packages "${GPUNODE_APT_VM_HOST[@]}"
 key=$(vm_hash "${BASH_SOURCE[0]}" "$MODULE_SRC/nvidia_peermem.c" "$MODULE_SRC/Kbuild" \
     "$GUEST_PACKAGES" "$DEBIAN_SUITE" "$DEBIAN_MIRROR" "$DISK_SIZE")
 out=$GPUNODE_VM_CACHE/image/$key
-if [[ -f $out/ok && -z ${GPUNODE_VM_REBUILD:-} ]]; then
+# One build of a key at a time: two suites on one machine would remove each other's files (a second build's
+# `rm -rf` once left an image of only `ok`). A cached image counts only when it holds every file it must.
+mkdir -p "$GPUNODE_VM_CACHE/image"
+exec 9>"$out.lock"
+flock -w 1800 9 || vm_die "waited 1800 s for another build of $out"
+image_complete() {
+    local name
+    for name in ok disk.raw vmlinuz initrd.img kernel-version id_ed25519 first-boot-cmdline; do
+        [[ -f $out/$name ]] || return 1
+    done
+}
+if image_complete && [[ -z ${GPUNODE_VM_REBUILD:-} ]]; then
     echo "$out"
     exit 0
 fi
