@@ -148,14 +148,19 @@ def _tool_row(row: Row, problems: list, notes: list, version: dict, readings: di
     return row("amd_smi", "answers", "answers", "applied", "; ".join([reason] + notes))
 
 
-def _names(readings: dict) -> dict:
-    """GPU index -> ``"GPU 3 (0000:65:00.0)"``, from list (else static, topology)."""
+def gpu_bdfs(readings: dict) -> dict:
+    """GPU index -> PCI address, from list (else static, topology)."""
     out = {}
     for key in ("amd_topology", "amd_static", "amd_list"):
         for g in (readings.get(key) or {}).get("gpus") or []:
             if g.get("gpu") is not None and g.get("bdf"):
-                out[g["gpu"]] = "GPU %d (%s)" % (g["gpu"], g["bdf"])
+                out[g["gpu"]] = g["bdf"]
     return out
+
+
+def _names(readings: dict) -> dict:
+    """GPU index -> ``"GPU 3 (0000:65:00.0)"``."""
+    return {index: "GPU %d (%s)" % (index, bdf) for index, bdf in gpu_bdfs(readings).items()}
 
 
 def _name(names: dict, index: Any) -> str:
@@ -211,6 +216,17 @@ def ecc_row(row: Row, metric: dict, names: dict) -> dict:
     return row("amd_ecc", 0, 0, "applied", "; ".join(notes) or "no uncorrectable or deferred ECC error")
 
 
+def threshold_reached(limit: dict, retired: int | None) -> bool | None:
+    """Whether a GPU's retired pages reached its RAS threshold: amd-smi's ``bad_page_threshold_exceeded``, or
+    ``retired >= bad_page_threshold``; None when neither is known (the health row and the guard's series)."""
+    exceeded, threshold = limit.get("bad_page_threshold_exceeded"), limit.get("bad_page_threshold")
+    if exceeded:
+        return True
+    if threshold and retired is not None:
+        return retired >= threshold
+    return exceeded
+
+
 def bad_pages_row(row: Row, pages: dict, static: dict | None, names: dict) -> dict:
     """``amd_bad_pages``: retired pages at the RAS threshold fail (the driver stops using the GPU); pending pages
     are ``pending_reboot`` (a GPU reset retires them)."""
@@ -224,7 +240,7 @@ def bad_pages_row(row: Row, pages: dict, static: dict | None, names: dict) -> di
         if retired is None:
             unknown.append(name)
             continue
-        if limit.get("bad_page_threshold_exceeded") or (threshold and retired >= threshold):
+        if threshold_reached(limit, retired):
             failing.append("%s: %d retired page(s), RAS threshold %s reached: the GPU is due for replacement"
                            % (name, retired, threshold if threshold else "(amd-smi: exceeded)"))
         elif retired:

@@ -324,11 +324,7 @@ def gpu_memory(probe: dict | None, facts: dict | None) -> dict:
 
 def _amd_memory(probe: dict, out: dict) -> None:
     readings, _problems, _notes = amd_health.read_answers(probe)
-    bdfs = {}
-    for key in ("amd_topology", "amd_static", "amd_list"):
-        for g in (readings.get(key) or {}).get("gpus") or []:
-            if g.get("gpu") is not None and g.get("bdf"):
-                bdfs[g["gpu"]] = g["bdf"]
+    bdfs = amd_health.gpu_bdfs(readings)
 
     def gpu(index):
         return bdfs.get(index) or "gpu%s" % index
@@ -358,9 +354,8 @@ def _amd_pages(readings: dict, gpu: Callable, out: dict) -> None:
             if g.get(state) is not None:
                 out["bad_pages"].append({"gpu": gpu(g["gpu"]), "vendor": "amd", "state": state, "count": g[state]})
     for g in (readings.get("amd_static") or {}).get("gpus") or []:
-        threshold, exceeded, pages = g.get("bad_page_threshold"), g.get("bad_page_threshold_exceeded"), \
-            retired.get(g["gpu"])
-        reached = True if exceeded else (pages >= threshold if threshold and pages is not None else exceeded)
+        threshold = g.get("bad_page_threshold")
+        reached = amd_health.threshold_reached(g, retired.get(g["gpu"]))
         if threshold is not None or reached is not None:
             out["bad_page_thresholds"].append({"gpu": gpu(g["gpu"]), "vendor": "amd", "threshold": threshold,
                                                "reached": reached})
