@@ -3,14 +3,17 @@
 A benchmark aid (benchmarks/bench_ssh_fleet.py), not part of the collection. Enable it with
 ANSIBLE_CALLBACK_PLUGINS=benchmarks/callback_plugins ANSIBLE_CALLBACKS_ENABLED=module_runs and
 name the output with BENCH_MODULE_RUNS_OUT; at the end of the run it writes there
-{"hosts": {HOST: {"node": N, "controller": N, "actions": {ACTION: N}}}, "controller_plays": N}.
+{"hosts": {HOST: {"node": N, "controller": N, "actions": {ACTION: N}, "tasks": N}}, "controller_plays": N}.
+"tasks" counts every task result of the host (ok, failed, skipped, unreachable): each is a worker process
+forked on the controller, so it is what the rollout's cost per host grows with besides the module runs.
 
 A task result counts as one module run per loop item that was not skipped, except for actions
 that never start a module (set_fact, debug, assert, ...). A task delegated to localhost counts
 on the controller for the host it ran for; results of the host `localhost` itself (the rollout
 summary play) count as ``controller_plays``. Action plugins that run several modules for one
 task (template: stat, then copy) count once, as the task, except the collection's tuning_flow, whose
-result says how many it ran (``module_runs``: 0 for the precheck, 2 for a rollback).
+result says how many it ran (``module_runs``: 0 for the precheck, 2 for a rollback) and which
+(``modules``: counted under their own names, e.g. tuning_info and tuning_apply).
 
 The task result is read through the collection's plugin_utils/ansible_compat.py (its shape differs
 between ansible-core versions), so the collection must be on the collections path, as it is for
@@ -51,10 +54,17 @@ class CallbackModule(CallbackBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.hosts = collections.defaultdict(lambda: {"node": 0, "controller": 0, "actions": collections.Counter()})
+        self.hosts = collections.defaultdict(
+            lambda: {"node": 0, "controller": 0, "actions": collections.Counter(), "tasks": 0})
         self.controller_plays = 0
 
+    def _task(self, result):
+        host = ansible_compat.task_result_parts(result)[0].get_name()
+        if host not in CONTROLLER:
+            self.hosts[host]["tasks"] += 1
+
     def _count(self, result):
+        self._task(result)
         host, task, res = ansible_compat.task_result_parts(result)
         action = task.action.rsplit(".", 1)[-1]
         if action in NO_MODULE:
@@ -71,13 +81,24 @@ class CallbackModule(CallbackBase):
         delegated = (res.get("_ansible_delegated_vars") or {}).get("ansible_delegated_host") or task.delegate_to
         where = "controller" if delegated in CONTROLLER else "node"
         self.hosts[host][where] += runs
-        self.hosts[host]["actions"][action] += runs
+        modules = res.get("modules")
+        if isinstance(modules, list) and len(modules) == runs:
+            for name in modules:
+                self.hosts[host]["actions"][str(name)] += 1
+        else:
+            self.hosts[host]["actions"][action] += runs
 
     def v2_runner_on_ok(self, result):
         self._count(result)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         self._count(result)
+
+    def v2_runner_on_skipped(self, result):
+        self._task(result)
+
+    def v2_runner_on_unreachable(self, result):
+        self._task(result)
 
     def v2_playbook_on_stats(self, stats):
         path = os.environ.get("BENCH_MODULE_RUNS_OUT")

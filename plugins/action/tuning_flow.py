@@ -29,7 +29,8 @@ import os
 import time
 
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -39,23 +40,29 @@ from ansible_collections.gpunode.tuning.plugins.plugin_utils import (
     ansible_compat,
     delegate,
     desired_state,
+    reports,
     role_variables,
+    rollout,
     tags,
 )
 
 display = Display()
 ARGUMENT_SPEC = {
     "flow": {"type": "str", "required": True,
-             "choices": ["precheck", "runtime", "persistent", "rollback", "verify", "health"]},
+             "choices": ["precheck", "runtime", "persistent", "rollback", "verify", "health", "rollout"]},
     "gate": {"type": "str", "default": "full"},
     "entry_point": {"type": "str"},
     "include_persistent": {"type": "bool", "default": True},
     "selected_by": {"type": "str", "choices": ["flow", "family"], "default": "flow"},
     "defer_failures": {"type": "bool", "default": False},
+    # The rollout's settings as plugin_utils/rollout.py decided them, the host's batch and whether it is a canary.
+    "rollout": {"type": "dict"},
+    "batch": {"type": "int", "default": 0},
+    "canary": {"type": "bool", "default": False},
 }
 # The entry point whose options each flow is checked against (precheck: the playbook says which).
 ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback", "verify": "verify",
-                "health": "verify"}
+                "health": "verify", "rollout": "verify"}
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 COLLECTION_DIR = os.path.dirname(os.path.dirname(MODULE_UTILS))
 # The host's record of what failed in the flows of this run: one "NAME: message" line each. The role's
@@ -101,6 +108,15 @@ class ActionModule(ActionBase):
             return {"changed": False, "skipped": True, "module_runs": 0, "families": {}, "failed_families": {},
                     "summary": {}, "skip_reason": "the run's tags select no knob family or concern of this flow"}
         self._warn_once(task_vars, tags.deprecated_in(only, skip))
+        if flow == "rollout":
+            return self._rollout(args, task_vars, only, skip)
+        if flow == "precheck" and args["rollout"] is not None:
+            # The rollout's settings first: a bad one stops the rollout before any variable is read.
+            errors = rollout.settings(args["rollout"])[1]
+            if errors:
+                return {"failed": True, "changed": False, "module_runs": 0,
+                        "msg": "%s: bad rollout setting(s), nothing was changed: %s"
+                               % (task_vars.get("inventory_hostname"), "; ".join(errors))}
         values, problem = self._values(task_vars, args["entry_point"] or ENTRY_POINTS.get(flow) or "main")
         if problem:
             return {"failed": True, "changed": False, "msg": problem}
@@ -124,9 +140,135 @@ class ActionModule(ActionBase):
                                     remove=True)
             restored = self._apply(desired_state.restore_requests(values, selection[0]), values, task_vars)
             result = dict(desired_state.rollback_result(removed, restored),
-                          module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1))
+                          module_runs=removed.get("module_runs", 1) + restored.get("module_runs", 1),
+                          modules=removed.get("modules", []) + restored.get("modules", []))
             result["ansible_facts"] = {"gpunode_tuning_reboot_required": bool(result.get("reboot_required"))}
         return self._record_failures(result, task_vars, flow, only, skip, inherited, args["defer_failures"])
+
+    def _rollout(self, args, task_vars, only, skip):
+        """One host's runtime rollout in one task (playbooks/rollout.yml, issue 31).
+
+        What the rollout's per-host tasks did, in their order and with their messages: the first module run
+        (the health gate's tuning_info, or a ping when the gate is off) tells whether the host answers; a host
+        with health findings or whose check failed is not tuned; the runtime flow (one tuning_apply run); then,
+        unless in check mode, verification (one tuning_info run, gate ``runtime``) and the host's reports; last
+        the host's record (plugin_utils/rollout.py host_result), as the fact ``gpunode_tuning_rollout_result``
+        and in the result (``rollout_result``, also for a host that does not answer: then the result is
+        unreachable and carries no facts). Nothing here fails the task: every failure is the record's, and the
+        batch gate decides. The measure gate and the persistent flow keep their own tasks (the benchmark and
+        the reboot sequence run between these steps).
+        """
+        settings = args["rollout"] or {}
+        host = task_vars.get("inventory_hostname")
+        check_mode = bool(self._task.check_mode)
+        state = {"host": host, "batch": args["batch"], "canary": args["canary"], "check_mode": check_mode,
+                 "health_gate": bool(settings.get("health_gate", True)), "measure": False, "measure_failed": False,
+                 "unreachable": False, "reboot_required": False, "reboot": {}}
+        out = {"changed": False, "module_runs": 0, "modules": []}
+        facts = {}
+        try:
+            unreachable = self._rollout_steps(state, out, facts, task_vars, only, skip)
+        except AnsibleError as exc:  # a fault of this host's step is its record's, never the batch's
+            state["tune_error" if state.get("cleared") else "health_error"] = "the rollout task failed: %s" % (
+                to_text(exc))
+            state.setdefault("cleared", False)
+            unreachable = False
+        record = rollout.host_result(state)
+        self._show(record)
+        out["module_runs"] = len(out["modules"])
+        if unreachable:
+            # An unreachable result sets no fact: the batch gate reads the record from the registered result.
+            return dict(out, unreachable=True, msg=state["unreachable_msg"], rollout_result=record)
+        facts["gpunode_tuning_rollout_result"] = record
+        return dict(out, rollout_result=record, health_findings=state.get("findings") or [], ansible_facts=facts)
+
+    def _rollout_steps(self, state, out, facts, task_vars, only, skip):
+        """The steps of ``_rollout``, recorded in ``state``; True when the host does not answer."""
+        values, problem = self._values(task_vars, "verify")
+        desired = desired_state.desired_state(values) if values is not None else None
+        first_task = ("Check the health of the host's GPUs" if state["health_gate"]
+                      else "Apply runtime tuning of every selected knob family")
+        try:
+            if problem:
+                first = {"failed": True, "msg": problem}
+            elif state["health_gate"]:
+                first = self._verify("health", "full", values, desired, task_vars)
+                out["modules"].append("tuning_info")
+            else:
+                first = self._execute_module(module_name="ansible.builtin.ping", module_args={}, task_vars=task_vars)
+                out["modules"].append("ping")
+        except AnsibleConnectionFailure as exc:
+            state.update(unreachable=True, unreachable_msg=to_text(exc), cleared=False)
+            return True
+        if first.get("failed"):
+            key = "health_error" if state["health_gate"] else "tune_error"
+            state[key] = "%s: %s" % (first_task, first.get("msg") or "failed")
+        state["findings"] = list(first.get("health_findings") or [])
+        state["cleared"] = not (state["findings"] or state.get("health_error") or state.get("tune_error"))
+        if not state["cleared"]:
+            return False
+        try:
+            tuned = self._runtime(values, desired, task_vars, only, skip, out)
+        except AnsibleConnectionFailure as exc:
+            state["tune_error"] = "the host stopped answering: %s" % to_text(exc)
+            return False
+        facts.update(tuned.pop("ansible_facts"))
+        for key in ("families", "failed_families", "summary", "diff"):
+            if key in tuned:
+                out[key] = tuned[key]
+        out["changed"] = bool(tuned.get("changed"))
+        if tuned.get("failed_families"):
+            state["tune_error"] = ("Fail the host for the knob families that failed: Runtime tuning failed for "
+                                   "these knob families (every other family ran): %s" % " | ".join(facts[FAILURES_FACT]))
+        elif tuned.get("failed"):
+            state["tune_error"] = "Apply runtime tuning of every selected knob family: %s" % (tuned.get("msg") or "failed")
+        if state["check_mode"]:
+            return False  # nothing was applied: nothing to verify
+        try:
+            state["verification"], state["verify_error"] = self._verify_and_report(values, desired, task_vars, out)
+        except AnsibleConnectionFailure as exc:
+            state["verify_error"] = "the host stopped answering: %s" % to_text(exc)
+            return False
+        facts["gpunode_tuning_verification"] = state["verification"]
+        return False
+
+    def _runtime(self, values, desired, task_vars, only, skip, out):
+        """The runtime flow of the rollout: the families the run's tags select, in one tuning_apply run."""
+        selection = tags.selected_families("runtime", only, skip, self._task.tags)
+        result = self._apply(desired_state.runtime_requests(desired, values, selection), values, task_vars)
+        if result.get("module_runs"):
+            out["modules"].append("tuning_apply")
+        facts = {"gpunode_tuning_pending_kernel_args": [
+            arg for r in result["families"].values() if isinstance(r, dict) and r.get("reboot_required")
+            for arg in r.get("kernel_args") or []]}
+        lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
+        facts[FAILURES_FACT] = list(task_vars.get(FAILURES_FACT) or []) + lines
+        return dict(result, ansible_facts=facts)
+
+    def _verify_and_report(self, values, desired, task_vars, out):
+        """``(verification, error or None)``: verification (gate ``runtime``), the host's reports written."""
+        host = task_vars.get("inventory_hostname")
+        result = self._verify("verify", "runtime", values, desired, task_vars)
+        out["modules"].append("tuning_info")
+        judged = result.get("verification")
+        if result.get("failed") or not isinstance(judged, dict):
+            judged = verification.error_result(
+                host, "Read the node and verify it against the desired state: %s" % (result.get("msg") or "failed"),
+                result.get("verified_at"), "runtime")
+        try:
+            written = reports.write(self._templar, task_vars, reports.absolute_dir(values["gpunode_tuning_report_dir"]),
+                                    result=judged, check_mode=False)
+        except (AnsibleActionFail, ValueError) as exc:
+            return judged, "Write the host's reports (JSON, JUnit XML, Markdown): %s" % to_text(exc)
+        out["reports"] = written["files"]
+        gate = judged.get("gate") or {}
+        return judged, None if gate.get("ok") else "; ".join(gate.get("failures") or ["failed"])
+
+    @staticmethod
+    def _show(record):
+        """A host that is not done is named in the run's output, as the failed task of its step was."""
+        if record["status"] != "done":
+            display.warning("rollout: %s is %s: %s" % (record["host"], record["status"], record["reason"]))
 
     @staticmethod
     def _selection(flow, only, skip, inherited):
@@ -219,7 +361,7 @@ class ActionModule(ActionBase):
                                       task_vars=task_vars)
         for key in ("families", "failed_families", "summary"):
             result.setdefault(key, {})
-        result["module_runs"] = 1
+        result.update(module_runs=1, modules=["tuning_apply"])
         if result["failed_families"]:
             # The families' failures are the flow's to report, after every family ran (family_failures.yml).
             result["msg"] = "knob families failed: %s" % ", ".join(result["failed_families"])
@@ -235,7 +377,7 @@ class ActionModule(ActionBase):
             module_args = desired_state.health_options(values, desired, host)
         result = self._execute_module(module_name="gpunode.tuning.tuning_info", module_args=module_args,
                                       task_vars=task_vars)
-        result.update(module_runs=1, verified_at=verified_at, desired=desired)
+        result.update(module_runs=1, modules=["tuning_info"], verified_at=verified_at, desired=desired)
         if flow == "health" and isinstance(result.get("verification"), dict) and not result.get("failed"):
             # The rollout's health gate reads them here: no task of its own per host to derive them.
             try:
@@ -272,7 +414,7 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(ansible_compat.remote_tmpdir(self._connection))
         for key in ("concerns", "failed_concerns"):
             result.setdefault(key, {})
-        result["module_runs"] = 1
+        result.update(module_runs=1, modules=["tuning_persist"])
         # Named as the family failures of the other flows are, for the summary that ends the role.
         result["families"] = {"persistent " + name: r for name, r in result["concerns"].items()}
         result["failed_families"] = {"persistent " + name: msg for name, msg in result["failed_concerns"].items()}

@@ -8,11 +8,10 @@ verify_report_dir.yml), as ansible-doc expects for a file with several filters.
 
 from __future__ import annotations
 
-import os
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import reports
 
 
 def _call(name, func, *args, **kwargs):
@@ -33,15 +32,11 @@ def verify_error(host, message, verified_at=None, gate="full"):
 
 
 def verify_report_dir(path):
-    """The report directory as an absolute path: a relative one is below the controller's working directory.
-
-    Where the user ran ansible-playbook, not the playbook's directory (Ansible resolves relative paths
-    of a playbook against its own directory; a user reading ``reports/`` expects it where they are).
-    """
-    if not isinstance(path, str) or not path.strip():
-        raise AnsibleFilterError("gpunode.tuning.verify_report_dir: gpunode_tuning_report_dir must be a directory "
-                                 "path, got: %r" % (path,))
-    return os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(path)))
+    """The report directory as an absolute path (plugin_utils/reports.py ``absolute_dir``)."""
+    try:
+        return reports.absolute_dir(path)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpunode.tuning.verify_report_dir: %s" % exc) from exc
 
 
 class FilterModule:

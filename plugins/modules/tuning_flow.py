@@ -30,6 +30,13 @@ description:
     for every selected family (one M(gpunode.tuning.tuning_apply) run).
   - V(verify) reads the node and judges it against the whole desired state in one M(gpunode.tuning.tuning_info)
     run; V(health) judges the GPUs' health alone (the rollout's health gate).
+  - V(rollout) is one host's runtime rollout in one task (C(playbooks/rollout.yml) without the measure gate): the
+    health gate (one M(gpunode.tuning.tuning_info) run, or M(ansible.builtin.ping) with the gate off; a host
+    that does not answer gives an unreachable result, tried no more), the runtime flow on a healthy host (one
+    M(gpunode.tuning.tuning_apply) run), verification with the gate V(runtime) (one
+    M(gpunode.tuning.tuning_info) run, not in check mode) and the host's reports, then the host's record
+    (RV(rollout_result)). A failure of the host is its record's and never fails the task; the batch gate
+    decides.
   - 'Tags: a family counts as tagged with its name, its settings'' tags, its deprecated tags and the flow''s tag,
     as separate tasks per family would be (docs/flows.md, "Tags"). The role runs each flow as two tasks: one
     with O(selected_by=family), tagged with every family and concern tag of the flow, and one tagged with the
@@ -42,7 +49,7 @@ options:
     description: The flow to run.
     type: str
     required: true
-    choices: [precheck, runtime, persistent, rollback, verify, health]
+    choices: [precheck, runtime, persistent, rollback, verify, health, rollout]
   entry_point:
     description:
       - The role entry point whose options the variables are checked against; default the flow's own (V(main)
@@ -72,6 +79,21 @@ options:
         rollout's measure gate does for the runtime flow.
     type: bool
     default: true
+  rollout:
+    description:
+      - With V(rollout), the rollout's settings as the filter P(gpunode.tuning.rollout_settings#filter) decided them
+        (C(health_gate) is read).
+      - With V(precheck), the rollout's settings as given (C(flow), C(canary), C(batch), ...); a bad one fails the
+        host naming it and what is allowed, before any variable is read.
+    type: dict
+  batch:
+    description: With V(rollout), the host's batch number (1 for the first).
+    type: int
+    default: 0
+  canary:
+    description: With V(rollout), whether the host's batch is the canary batch.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -129,6 +151,19 @@ role_variables:
   returned: when the task read the role's variables
   type: str
   sample: reused
+modules:
+  description: The modules the task ran on the node, in order (their count is C(module_runs)).
+  returned: when the flow ran a module
+  type: list
+  elements: str
+  sample: [tuning_info, tuning_apply, tuning_info]
+rollout_result:
+  description:
+    - V(rollout) only. The host's record for the rollout summary (status V(done), V(failed), V(unhealthy) or
+      V(unreachable), the reason, the batch, the verification's verdict, ...); also set as the fact
+      C(gpunode_tuning_rollout_result), except for an unreachable host, whose result sets no fact.
+  returned: with the rollout flow
+  type: dict
 summary:
   description: One line per family of what the flow did.
   returned: when a family ran

@@ -18,6 +18,7 @@ FLOWS = ("runtime", "persistent")
 STATUSES = ("done", "failed", "unhealthy", "unreachable", "out_of_service")
 DEFAULTS = {"flow": "runtime", "canary": 1, "batch": "20%", "max_fail_percentage": 0.0, "health_gate": True,
             "benchmark_command": None, "benchmark_min_gain": 0.0}
+TASK_FAILED = "Task failed: "
 _PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
 _INTEGER = re.compile(r"^[0-9]+$")
 _NUMBER = re.compile(r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$")
@@ -195,7 +196,10 @@ def host_status(state: dict) -> str:
 
 def _reason(state: dict, status: str) -> str:
     if status == "unreachable":
-        return "unreachable: " + " ".join(str(state.get("unreachable_msg") or "no answer").split())
+        message = " ".join(str(state.get("unreachable_msg") or "no answer").split())
+        # ansible-core 2.19 puts "Task failed: " before the connection's message in a task's result; the
+        # rollout's one task reads the connection's own.
+        return "unreachable: " + (message[len(TASK_FAILED):] if message.startswith(TASK_FAILED) else message)
     if status == "unhealthy":
         return "GPU health (not tuned): " + "; ".join(state["findings"])
     if status == "out_of_service":

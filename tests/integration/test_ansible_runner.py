@@ -61,19 +61,20 @@ def test_rollout_through_ansible_runner_reads_back_from_artifacts(tmp_path):
     evs = events(artifacts)
     ok = [e["event_data"] for e in evs if e["event"] == "runner_on_ok"]
     # The collection's tasks that ran a module on the node (the precheck says it ran none: module_runs 0).
-    node = [(d["host"], d["task"]) for d in ok if d["task_action"].startswith("gpunode.tuning.")
+    node = [(d["host"], d["task"], (d.get("res") or {}).get("modules")) for d in ok
+            if d["task_action"].startswith("gpunode.tuning.")
             and d["task_action"] != "gpunode.tuning.verify_reports"  # the reports: written on the controller
             and (d.get("res") or {}).get("module_runs", 1) > 0]
-    verify_task = "Read the node and verify it against the desired state"
+    rollout_task = "Roll out the host (health gate, runtime tuning, verification, reports, its record)"
     hosts = [simfleet.host_name(n) for n in (1, 2)]
-    for host in hosts:  # every host health-checked, tuned and verified, as events AWX would record
-        tasks = [t for h, t in node if h == host]
-        assert verify_task in tasks and "Check the health of the host's GPUs" in tasks, tasks
-        assert len(tasks) == 3, tasks  # the health gate, the runtime flow, verification: one module run each
+    for host in hosts:  # every host health-checked, tuned and verified in one task, as events AWX would record
+        tasks = [(t, modules) for h, t, modules in node if h == host]
+        # The health gate, the runtime flow, verification: one module run each, named in the task's result.
+        assert tasks == [(rollout_task, ["tuning_info", "tuning_apply", "tuning_info"])], tasks
+    done = {d["host"]: d["res"]["rollout_result"]["status"] for d in ok if d["task"] == rollout_task}
+    assert done == {host: "done" for host in hosts}, done
     # The canary batch (sim-0001) is health-checked, tuned and verified before the other host starts.
-    canary_verified = node.index(("sim-0001", verify_task))
-    first_other = next(i for i, (h, _t) in enumerate(node) if h != "sim-0001")
-    assert canary_verified < first_other, node
+    assert [h for h, _t, _m in node] == hosts, node
     assert evs[-1]["event"] == "playbook_on_stats"
     assert set(evs[-1]["event_data"]["ok"]) >= set(hosts)
     assert not evs[-1]["event_data"]["failures"]

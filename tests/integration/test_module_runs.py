@@ -24,6 +24,12 @@ def node_runs(path):
     return {host: (entry["node"], entry["actions"]) for host, entry in hosts.items()}
 
 
+def task_runs(path):
+    """Task results per host (each one a worker process forked on the controller)."""
+    with open(path, encoding="utf-8") as handle:
+        return {host: entry["tasks"] for host, entry in json.load(handle)["hosts"].items()}
+
+
 def counted_env(path):
     return dict(ansible_env(), ANSIBLE_CALLBACK_PLUGINS=COUNTER, ANSIBLE_CALLBACKS_ENABLED="module_runs",
                 BENCH_MODULE_RUNS_OUT=path)
@@ -49,7 +55,13 @@ def test_the_runtime_rollout_is_three_module_runs_per_host(tmp_path):
     assert summary["counts"]["done"] == 2
     for host, (node, actions) in node_runs(counts).items():
         assert node <= 3, (host, actions)
-        assert actions.get("tuning_flow") == 3, (host, actions)  # health, tuning, verification
+        # The health gate's and verification's tuning_info, and the one tuning_apply, all in one task.
+        assert actions == {"tuning_info": 2, "tuning_apply": 1}, (host, actions)
+    # The tasks each host costs a worker for: the precheck, the one rollout task and the skipped include of the
+    # steps; each batch (one host here) adds its count, fleet summary, gate and end (counted for its first host),
+    # the run its survey and grouping (counted for the first host). The steps as tasks were about 25 per host.
+    tasks = task_runs(counts)
+    assert tasks == {"sim-0001": 3 + 4 + 2, "sim-0002": 3 + 4}, tasks
 
 
 def test_the_persistent_rollout_is_at_most_four_module_runs_for_a_host_needing_no_reboot(tmp_path):

@@ -1,0 +1,119 @@
+"""The rollout's one task per host (tuning_flow, flow rollout) against its steps as tasks of their own.
+
+The runtime rollout without the measure gate runs each host in one task (issue 31); the persistent flow and
+the measure gate keep the steps as tasks (playbooks/tasks/rollout_steps.yml). The internal switch
+``__gpunode_tuning_rollout_steps_always`` takes the steps for the runtime flow too, so both ways run on two
+copies of the same fleet: a healthy node, a node whose MRRS write is refused (kernel lockdown), a node with a
+GPU trained at x8 of x16 (the health gate) and a host that refuses connections. The hosts' records, the
+summary, the verification reports and the nodes' files must be the same, apart from times and the fleet's path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+import simfleet
+import simnode
+from support.checkout import VENV_BIN
+from support.playbooks import by_host, rollout
+from support.trees import tree_digest
+
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ?")
+STEPS = ("-e", "__gpunode_tuning_rollout_steps_always=true")
+COMMON = ("-e", "gpunode_tuning_rollout_canary=0", "-e", "gpunode_tuning_rollout_batch=4",
+          "-e", "gpunode_tuning_rollout_max_fail_percentage=100")
+
+
+def build(directory):
+    simfleet.build_fleet(str(directory), 3, overrides={2: "locked-bus-perf"}, unreachable=1,
+                         python=os.path.join(VENV_BIN, "python"))
+    sick = os.path.join(str(directory), "nodes", "sim-0003")
+    shutil.rmtree(sick)
+    simnode.build(sick, "audited-epyc-8gpu", cpus=4, gpus=1, gpu_faults={"x8": [0]})
+    return directory
+
+
+def plain(value, fleet):
+    """A report or record with the fleet's path and the times taken out."""
+    text = TIME.sub("TIME", json.dumps(value, sort_keys=True).replace(str(fleet), "FLEET"))
+    value = json.loads(text)
+
+    def strip(item):
+        if isinstance(item, dict):
+            return {k: strip(v) for k, v in item.items() if k not in ("verified_at", "generated_at", "boot_id")}
+        if isinstance(item, list):
+            return [strip(v) for v in item]
+        return item
+    return strip(value)
+
+
+def node_files(root):
+    """``{path: content}`` of a node's tree, times taken out (the journal records when each entry was made)."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                out[os.path.relpath(path, root)] = "-> " + os.readlink(path)
+                continue
+            with open(path, "rb") as handle:
+                out[os.path.relpath(path, root)] = TIME.sub("TIME", handle.read().decode("utf-8", "replace"))
+    return out
+
+
+def reports_of(directory, fleet):
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith(".json") and name != "rollout-summary.json":
+            with open(path, encoding="utf-8") as handle:
+                out[name] = plain(json.load(handle), fleet)
+        elif name.endswith((".md", ".xml")) and not name.startswith(("rollout-summary", "fleet-summary")):
+            with open(path, encoding="utf-8") as handle:
+                out[name] = plain(handle.read(), fleet)
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/ssh"), reason="needs an ssh client to be refused by")
+@pytest.mark.parametrize("check", [False, True], ids=["apply", "check-mode"])
+def test_one_task_and_steps_give_the_same_rollout(tmp_path, check):
+    fleets = {way: build(tmp_path / way) for way in ("one", "steps")}
+    sick = {way: tree_digest(os.path.join(str(fleet), "nodes", "sim-0003")) for way, fleet in fleets.items()}
+    extra = COMMON + (("--check",) if check else ())
+    got = {}
+    for way, fleet in fleets.items():
+        proc, summary, reports = rollout(str(fleet), *extra, *(STEPS if way == "steps" else ()))
+        assert proc.returncode != 0, proc.stdout[-3000:]  # not every host is done
+        assert summary is not None, proc.stdout[-3000:]
+        # The health gate as a task of its own runs only in the steps.
+        step = "TASK [gpunode.tuning.tuning : Check the health of the host's GPUs]"
+        assert (step in proc.stdout) is (way == "steps"), way
+        got[way] = {"summary": plain({k: v for k, v in summary.items() if k != "generated_at"}, fleet),
+                    "reports": reports_of(reports, fleet),
+                    "nodes": {h: node_files(os.path.join(str(fleet), "nodes", h))
+                              for h in ("sim-0001", "sim-0002", "sim-0003")},
+                    "untouched": tree_digest(os.path.join(str(fleet), "nodes", "sim-0003")) == sick[way],
+                    "unreachable": proc.stdout.count("UNREACHABLE!")}
+    one, steps = got["one"], got["steps"]
+    results = by_host(one["summary"])
+    assert [results[h]["status"] for h in sorted(results)] == ["done", "failed", "unhealthy", "unreachable"], results
+    assert "kernel lockdown" in results["sim-0002"]["reason"]
+    assert "x8 of x16" in results["sim-0003"]["reason"]
+    assert one["summary"] == steps["summary"]
+    assert one["reports"] == steps["reports"]
+    if check:
+        assert one["reports"] == {}  # nothing verified in check mode
+    else:
+        assert sorted(one["reports"]) == ["sim-0001.json", "sim-0001.junit.xml", "sim-0001.md",
+                                          "sim-0001.topology.json", "sim-0002.json", "sim-0002.junit.xml",
+                                          "sim-0002.md", "sim-0002.topology.json"]
+    # The same files on the nodes (their journals included); the unhealthy one untouched either way.
+    assert one["nodes"] == steps["nodes"]
+    assert one["untouched"] and steps["untouched"]
+    journal = "var/lib/gpunode-tuning/journal.json"
+    assert (journal in one["nodes"]["sim-0001"]) is not check and journal not in one["nodes"]["sim-0003"]
+    assert one["unreachable"] == steps["unreachable"] == 1
