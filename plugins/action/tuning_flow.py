@@ -186,51 +186,58 @@ class ActionModule(ActionBase):
         """The steps of ``_rollout``, recorded in ``state``; True when the host does not answer."""
         values, problem = self._values(task_vars, "verify")
         desired = desired_state.desired_state(values) if values is not None else None
-        first_task = ("Check the health of the host's GPUs" if state["health_gate"]
-                      else "Apply runtime tuning of every selected knob family")
         try:
-            if problem:
-                first = {"failed": True, "msg": problem}
-            elif state["health_gate"]:
-                first = self._verify("health", "full", values, desired, task_vars)
-                out["modules"].append("tuning_info")
-            else:
-                first = self._execute_module(module_name="ansible.builtin.ping", module_args={}, task_vars=task_vars)
-                out["modules"].append("ping")
+            first = self._first_contact(state, values, desired, problem, task_vars, out)
         except AnsibleConnectionFailure as exc:
             state.update(unreachable=True, unreachable_msg=to_text(exc), cleared=False)
             return True
-        if first.get("failed"):
-            key = "health_error" if state["health_gate"] else "tune_error"
-            state[key] = "%s: %s" % (first_task, first.get("msg") or "failed")
         state["findings"] = list(first.get("health_findings") or [])
         state["cleared"] = not (state["findings"] or state.get("health_error") or state.get("tune_error"))
         if not state["cleared"]:
             return False
         try:
-            tuned = self._runtime(values, desired, task_vars, only, skip, out)
+            self._rollout_tune(state, values, desired, task_vars, only, skip, out, facts)
+            if state["check_mode"]:
+                return False  # nothing was applied: nothing to verify
+            state["verification"], state["verify_error"] = self._verify_and_report(values, desired, task_vars, out)
+            facts["gpunode_tuning_verification"] = state["verification"]
         except AnsibleConnectionFailure as exc:
-            state["tune_error"] = "the host stopped answering: %s" % to_text(exc)
-            return False
+            step = "verify_error" if "tuning_apply" in out["modules"] else "tune_error"
+            state[step] = "the host stopped answering: %s" % to_text(exc)
+        return False
+
+    def _first_contact(self, state, values, desired, problem, task_vars, out):
+        """The health gate's tuning_info run, or a ping with the gate off: the host's first module run."""
+        if problem:
+            first = {"failed": True, "msg": problem}
+        elif state["health_gate"]:
+            first = self._verify("health", "full", values, desired, task_vars)
+            out["modules"].append("tuning_info")
+        else:
+            first = self._execute_module(module_name="ansible.builtin.ping", module_args={}, task_vars=task_vars)
+            out["modules"].append("ping")
+        if first.get("failed"):
+            if state["health_gate"]:
+                state["health_error"] = "Check the health of the host's GPUs: %s" % (first.get("msg") or "failed")
+            else:
+                state["tune_error"] = "Apply runtime tuning of every selected knob family: %s" % (
+                    first.get("msg") or "failed")
+        return first
+
+    def _rollout_tune(self, state, values, desired, task_vars, only, skip, out, facts):
+        """The runtime flow of the rollout, its failures in ``state["tune_error"]`` as the role words them."""
+        tuned = self._runtime(values, desired, task_vars, only, skip, out)
         facts.update(tuned.pop("ansible_facts"))
         for key in ("families", "failed_families", "summary", "diff"):
             if key in tuned:
                 out[key] = tuned[key]
         out["changed"] = bool(tuned.get("changed"))
         if tuned.get("failed_families"):
-            state["tune_error"] = ("Fail the host for the knob families that failed: Runtime tuning failed for "
-                                   "these knob families (every other family ran): %s" % " | ".join(facts[FAILURES_FACT]))
+            state["tune_error"] = ("Fail the host for the knob families that failed: Runtime tuning failed for these "
+                                   "knob families (every other family ran): %s" % " | ".join(facts[FAILURES_FACT]))
         elif tuned.get("failed"):
-            state["tune_error"] = "Apply runtime tuning of every selected knob family: %s" % (tuned.get("msg") or "failed")
-        if state["check_mode"]:
-            return False  # nothing was applied: nothing to verify
-        try:
-            state["verification"], state["verify_error"] = self._verify_and_report(values, desired, task_vars, out)
-        except AnsibleConnectionFailure as exc:
-            state["verify_error"] = "the host stopped answering: %s" % to_text(exc)
-            return False
-        facts["gpunode_tuning_verification"] = state["verification"]
-        return False
+            state["tune_error"] = "Apply runtime tuning of every selected knob family: %s" % (
+                tuned.get("msg") or "failed")
 
     def _runtime(self, values, desired, task_vars, only, skip, out):
         """The runtime flow of the rollout: the families the run's tags select, in one tuning_apply run."""

@@ -46,7 +46,8 @@ def write(templar, task_vars, directory, result=None, fleet=None, check_mode=Fal
         reports += [(host + suffix, src, {"__result": result}) for suffix, src in HOST_REPORTS]
     if fleet is not None:
         reports.append(FLEET_REPORT + ({"__fleet": fleet},))
-    rendered = [(os.path.join(directory, name), _render(templar, src, task_vars, extra)) for name, src, extra in reports]
+    rendered = [(os.path.join(directory, name), _render(templar, src, task_vars, extra))
+                for name, src, extra in reports]
     if result is not None:
         rendered += [(os.path.join(directory, "%s.%s" % (host, name)), data) for name, data in _exports(result)]
     try:
