@@ -148,15 +148,15 @@ class ActionModule(ActionBase):
     def _rollout(self, args, task_vars, only, skip):
         """One host's runtime rollout in one task (playbooks/rollout.yml, issue 31).
 
-        What the rollout's per-host tasks did, in their order and with their messages: the first module run
-        (the health gate's tuning_info, or a ping when the gate is off) tells whether the host answers; a host
-        with health findings or whose check failed is not tuned; the runtime flow (one tuning_apply run); then,
-        unless in check mode, verification (one tuning_info run, gate ``runtime``) and the host's reports; last
-        the host's record (plugin_utils/rollout.py host_result), as the fact ``gpunode_tuning_rollout_result``
-        and in the result (``rollout_result``, also for a host that does not answer: then the result is
-        unreachable and carries no facts). Nothing here fails the task: every failure is the record's, and the
-        batch gate decides. The measure gate and the persistent flow keep their own tasks (the benchmark and
-        the reboot sequence run between these steps).
+        What the rollout's steps as tasks do (playbooks/tasks/rollout_steps.yml), in their order and with their
+        messages, in ONE module run on the node (tuning_rollout): the health gate (a host with findings, or
+        whose check failed, is not tuned), the runtime flow, and unless in check mode verification with the
+        gate ``runtime``. That run is the host's only connection attempt: a host that does not answer is
+        unreachable and tried no more. Then, on the controller, the host's reports and its record
+        (plugin_utils/rollout.py host_result), as the fact ``gpunode_tuning_rollout_result`` and in the result
+        (``rollout_result``, also for an unreachable host, whose result carries no facts). Nothing here fails
+        the task: every failure is the record's, and the batch gate decides. The measure gate and the
+        persistent flow keep their own tasks (the benchmark and the reboot sequence run between the steps).
         """
         settings = args["rollout"] or {}
         host = task_vars.get("inventory_hostname")
@@ -183,85 +183,85 @@ class ActionModule(ActionBase):
         return dict(out, rollout_result=record, health_findings=state.get("findings") or [], ansible_facts=facts)
 
     def _rollout_steps(self, state, out, facts, task_vars, only, skip):
-        """The steps of ``_rollout``, recorded in ``state``; True when the host does not answer."""
+        """The steps of ``_rollout`` in one tuning_rollout run, recorded in ``state``; True when the host does not
+        answer (the run is the host's only connection attempt)."""
+        host = task_vars.get("inventory_hostname")
         values, problem = self._values(task_vars, "verify")
-        desired = desired_state.desired_state(values) if values is not None else None
+        if problem:
+            self._first_step_failed(state, problem)
+            return False
+        desired = desired_state.desired_state(values)
+        selection = tags.selected_families("runtime", only, skip, self._task.tags)
+        requests = desired_state.runtime_requests(desired, values, selection)
+        verified_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        module_args = {
+            "root": values["gpunode_tuning_root"], "command_timeouts": values.get("gpunode_tuning_command_timeouts"),
+            "health": desired_state.health_options(values, desired, host) if state["health_gate"] else None,
+            "tune": {"families": requests, "journal": values["gpunode_tuning_journal"],
+                     "fail_on_error": False} if requests else None,
+            "verify": None if state["check_mode"] else desired_state.verify_options(
+                values, desired, host, verified_at, "runtime")}
         try:
-            first = self._first_contact(state, values, desired, problem, task_vars, out)
+            result = self._execute_module(module_name="gpunode.tuning.tuning_rollout", module_args=module_args,
+                                          task_vars=task_vars)
         except AnsibleConnectionFailure as exc:
             state.update(unreachable=True, unreachable_msg=to_text(exc), cleared=False)
             return True
-        state["findings"] = list(first.get("health_findings") or [])
-        state["cleared"] = not (state["findings"] or state.get("health_error") or state.get("tune_error"))
+        out["modules"].append("tuning_rollout")
+        if result.get("failed"):  # the module itself (its options, or a crash before any step)
+            self._first_step_failed(state, result.get("msg") or "failed")
+            return False
+        health = result.get("health") or {}
+        if health.get("failed"):
+            state["health_error"] = "Check the health of the host's GPUs: %s" % (health.get("msg") or "failed")
+        state["findings"] = list(health.get("health_findings") or [])
+        state["cleared"] = not (state["findings"] or state.get("health_error"))
         if not state["cleared"]:
             return False
-        try:
-            self._rollout_tune(state, values, desired, task_vars, only, skip, out, facts)
-            if state["check_mode"]:
-                return False  # nothing was applied: nothing to verify
-            state["verification"], state["verify_error"] = self._verify_and_report(values, desired, task_vars, out)
+        self._rollout_tune(state, result.get("tune"), task_vars, out, facts)
+        if result.get("diff") is not None:
+            out["diff"] = result["diff"]
+        if "verify" in result:
+            state["verification"], state["verify_error"] = self._rollout_report(result["verify"], host, verified_at,
+                                                                                task_vars, values, out)
             facts["gpunode_tuning_verification"] = state["verification"]
-        except AnsibleConnectionFailure as exc:
-            step = "verify_error" if "tuning_apply" in out["modules"] else "tune_error"
-            state[step] = "the host stopped answering: %s" % to_text(exc)
         return False
 
-    def _first_contact(self, state, values, desired, problem, task_vars, out):
-        """The health gate's tuning_info run, or a ping with the gate off: the host's first module run."""
-        if problem:
-            first = {"failed": True, "msg": problem}
-        elif state["health_gate"]:
-            first = self._verify("health", "full", values, desired, task_vars)
-            out["modules"].append("tuning_info")
+    @staticmethod
+    def _first_step_failed(state, message):
+        """Nothing ran on the host: the failure is its first step's, named as that step's task was."""
+        if state["health_gate"]:
+            state["health_error"] = "Check the health of the host's GPUs: %s" % message
         else:
-            first = self._execute_module(module_name="ansible.builtin.ping", module_args={}, task_vars=task_vars)
-            out["modules"].append("ping")
-        if first.get("failed"):
-            if state["health_gate"]:
-                state["health_error"] = "Check the health of the host's GPUs: %s" % (first.get("msg") or "failed")
-            else:
-                state["tune_error"] = "Apply runtime tuning of every selected knob family: %s" % (
-                    first.get("msg") or "failed")
-        return first
+            state["tune_error"] = "Apply runtime tuning of every selected knob family: %s" % message
+        state["cleared"] = False
 
-    def _rollout_tune(self, state, values, desired, task_vars, only, skip, out, facts):
-        """The runtime flow of the rollout, its failures in ``state["tune_error"]`` as the role words them."""
-        tuned = self._runtime(values, desired, task_vars, only, skip, out)
-        facts.update(tuned.pop("ansible_facts"))
-        for key in ("families", "failed_families", "summary", "diff"):
-            if key in tuned:
-                out[key] = tuned[key]
+    @staticmethod
+    def _rollout_tune(state, tuned, task_vars, out, facts):
+        """The tuning step's result in ``state["tune_error"]`` and the facts, as the role's runtime flow words them."""
+        tuned = tuned or {"families": {}, "failed_families": {}, "summary": {}}
+        lines = ["%s: %s" % kv for kv in (tuned.get("failed_families") or {}).items()]
+        facts[FAILURES_FACT] = list(task_vars.get(FAILURES_FACT) or []) + lines
+        facts["gpunode_tuning_pending_kernel_args"] = [
+            arg for r in (tuned.get("families") or {}).values() if isinstance(r, dict) and r.get("reboot_required")
+            for arg in r.get("kernel_args") or []]
+        for key in ("families", "failed_families", "summary"):
+            out[key] = tuned.get(key) or {}
         out["changed"] = bool(tuned.get("changed"))
-        if tuned.get("failed_families"):
+        if lines:
             state["tune_error"] = ("Fail the host for the knob families that failed: Runtime tuning failed for these "
                                    "knob families (every other family ran): %s" % " | ".join(facts[FAILURES_FACT]))
         elif tuned.get("failed"):
             state["tune_error"] = "Apply runtime tuning of every selected knob family: %s" % (
                 tuned.get("msg") or "failed")
 
-    def _runtime(self, values, desired, task_vars, only, skip, out):
-        """The runtime flow of the rollout: the families the run's tags select, in one tuning_apply run."""
-        selection = tags.selected_families("runtime", only, skip, self._task.tags)
-        result = self._apply(desired_state.runtime_requests(desired, values, selection), values, task_vars)
-        if result.get("module_runs"):
-            out["modules"].append("tuning_apply")
-        facts = {"gpunode_tuning_pending_kernel_args": [
-            arg for r in result["families"].values() if isinstance(r, dict) and r.get("reboot_required")
-            for arg in r.get("kernel_args") or []]}
-        lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
-        facts[FAILURES_FACT] = list(task_vars.get(FAILURES_FACT) or []) + lines
-        return dict(result, ansible_facts=facts)
-
-    def _verify_and_report(self, values, desired, task_vars, out):
-        """``(verification, error or None)``: verification (gate ``runtime``), the host's reports written."""
-        host = task_vars.get("inventory_hostname")
-        result = self._verify("verify", "runtime", values, desired, task_vars)
-        out["modules"].append("tuning_info")
-        judged = result.get("verification")
-        if result.get("failed") or not isinstance(judged, dict):
+    def _rollout_report(self, verified, host, verified_at, task_vars, values, out):
+        """``(verification, error or None)`` from the verification step, the host's reports written."""
+        judged = verified.get("verification")
+        if verified.get("failed") or not isinstance(judged, dict):
             judged = verification.error_result(
-                host, "Read the node and verify it against the desired state: %s" % (result.get("msg") or "failed"),
-                result.get("verified_at"), "runtime")
+                host, "Read the node and verify it against the desired state: %s" % (verified.get("msg") or "failed"),
+                verified_at, "runtime")
         try:
             written = reports.write(self._templar, task_vars, reports.absolute_dir(values["gpunode_tuning_report_dir"]),
                                     result=judged, check_mode=False)

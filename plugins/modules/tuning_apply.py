@@ -96,22 +96,11 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, lock
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls, writers
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls
 
-ARGUMENT_SPEC = dict(
-    families=dict(type="list", elements="dict", required=True, options=dict(
-        name=dict(type="str", required=True),
-        options=dict(type="dict", default={}),
-    )),
-    journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
-    fail_on_error=dict(type="bool", default=True),
-    lock_timeout=dict(type="float", default=lock.DEFAULT_TIMEOUT),
-    **NODE_ARGUMENT_SPEC,
-    **command.ARGUMENT_SPEC,
-)
+ARGUMENT_SPEC = apply.ARGUMENT_SPEC
 
 
 def build_module():
@@ -121,25 +110,10 @@ def build_module():
 def main():
     module = build_module()
     # Only the requested families are imported: a run pays for what it runs (registry.by_name).
-    unknown = apply.not_runnable([r["name"] for r in module.params["families"]])
-    if unknown:
-        module.fail_json(msg="families must be among: %s; got: %s"
-                         % (", ".join(apply.runnable_names()), ", ".join(unknown)))
-    restore = all((r.get("options") or {}).get("restore") for r in module.params["families"])
-    make_call = module_calls.call_maker(module)
     try:
-        node = Node.open(module.params["root"])
-        with writers.writing(node, module.params["journal"], "rollback" if restore else "runtime",
-                             module.check_mode, timeout=module.params["lock_timeout"]):
-            results = apply.run_families(module.params["families"], make_call)
-    except (NodeError, lock.LockError) as exc:
+        out = apply.run(module, module_calls.call_maker(module))
+    except (ValueError, NodeError, lock.LockError) as exc:
         module.fail_json(msg=str(exc))
-    out = dict(changed=any(r.get("changed") for r in results.values()), families=results,
-               failed_families=apply.failures(results),
-               summary={n: apply.restored(r) if restore else apply.summary(r, registry.by_name(n))
-                        for n, r in results.items()})
-    if module._diff:
-        out["diff"] = apply.diffs(results)
     if out["failed_families"] and module.params["fail_on_error"]:
         module.fail_json(msg="these knob families failed (every other family ran): %s"
                          % " | ".join("%s: %s" % kv for kv in out["failed_families"].items()), **out)

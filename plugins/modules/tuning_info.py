@@ -1056,105 +1056,25 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
-    NODE_ARGUMENT_SPEC,
-    BinaryNotFound,
-    Node,
-    NodeError,
-)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as verify_node
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import (
-    DEFAULT_FAIL_CLASSES,
-    GATES,
-    KMSG_CLASSES,
-    VerificationError,
-)
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import VerificationError
 
-ARGUMENT_SPEC = dict(
-    pci_selector=dict(
-        type="dict",
-        options=dict(
-            vendor=dict(type="list", elements="str"),
-            device=dict(type="str"),
-            class_prefixes=dict(type="list", elements="str"),
-            bdfs=dict(type="list", elements="str"),
-        ),
-    ),
-    sysctls=dict(type="list", elements="str", default=[]),
-    kmsg_since=dict(type="float", default=0),
-    kmsg_levels=dict(type="list", elements="str", default=list(kernel_log.DEFAULT_LEVELS),
-                     choices=list(kernel_log.LEVEL_NAMES)),
-    kmsg_ignore=dict(
-        type="list",
-        elements="dict",
-        options=dict(pattern=dict(type="str", required=True), cidr=dict(type="str")),
-    ),
-    modules=dict(type="list", elements="str", default=[]),
-    detail=dict(type="bool", default=False),
-    desired=dict(type="dict"),
-    verify=dict(
-        type="dict",
-        options=dict(
-            bootloader=dict(type="str", choices=["auto", "grub", "grubby"], default="auto"),
-            cmdline_dropin=dict(type="str", default=verify_node.VERIFY_DEFAULTS["cmdline_dropin"]),
-            sysctl_file=dict(type="str", default=verify_node.VERIFY_DEFAULTS["sysctl_file"]),
-            journal=dict(type="str", default=verify_node.VERIFY_DEFAULTS["journal"]),
-            kmsg_since=dict(type="float"),
-            boot_unit_link=dict(type="str", default=verify_node.VERIFY_DEFAULTS["boot_unit_link"]),
-            modules_load_dir=dict(type="str", default=verify_node.VERIFY_DEFAULTS["modules_load_dir"]),
-            file_prefix=dict(type="str", default=verify_node.VERIFY_DEFAULTS["file_prefix"]),
-            gpu=dict(type="bool", default=True),
-            fail_on_pending=dict(type="bool", default=False),
-            fail_classes=dict(type="list", elements="str", choices=list(KMSG_CLASSES),
-                              default=list(DEFAULT_FAIL_CLASSES)),
-            gate=dict(type="str", choices=list(GATES), default="full"),
-            host=dict(type="str"),
-            verified_at=dict(type="str"),
-        ),
-    ),
-    **NODE_ARGUMENT_SPEC,
-    **command.ARGUMENT_SPEC,
-)
+ARGUMENT_SPEC = verify_node.ARGUMENT_SPEC
 
 
 def build_module():
     return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
-def tools(module, node):
-    """Commands on the node for the verification: found through Node.bin_path, run as an argument list."""
-
-    def find(name, package):
-        try:
-            # host=False: on a simulated root only a command the node ships, never the controller's.
-            return node.bin_path(module, name, package, host=False)
-        except BinaryNotFound:
-            return None
-
-    # Bounded (command.py): AnsibleModule.run_command has no timeout on the ansible-core releases supported.
-    return verify_node.Tools(find, command.runner(module.params["command_timeouts"]))
-
-
 def main():
     module = build_module()
-    p = module.params
-    if not kernel_log.HAS_NETADDR and any((r or {}).get("cidr") for r in (p["kmsg_ignore"] or [])):
+    if kernel_log.needs_netaddr(module.params["kmsg_ignore"]):
         module.fail_json(msg=missing_required_lib("netaddr", reason="for kmsg_ignore rules with a cidr"))
     try:
-        node = Node.open(p["root"])
-        run_tools = tools(module, node)
-    except (NodeError, command.TimeoutsError) as exc:
+        module.exit_json(changed=False, **verify_node.run(module))
+    except (FactsError, NodeError, VerificationError, command.TimeoutsError) as exc:
         module.fail_json(msg=str(exc))
-    options = dict(pci_selector=p["pci_selector"], sysctls=p["sysctls"], kmsg_levels=p["kmsg_levels"],
-                   kmsg_ignore=p["kmsg_ignore"], modules=p["modules"], detail=p["detail"])
-    try:
-        if p["desired"] is None:
-            module.exit_json(changed=False, tuning_facts=gather(node, kmsg_since=p["kmsg_since"], **options))
-        facts, result = verify_node.verify(node, p["desired"], p["verify"], run_tools, options)
-    except (FactsError, NodeError, VerificationError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, tuning_facts=facts, verification=result)
 
 
 if __name__ == "__main__":

@@ -69,8 +69,8 @@ def test_rollout_through_ansible_runner_reads_back_from_artifacts(tmp_path):
     hosts = [simfleet.host_name(n) for n in (1, 2)]
     for host in hosts:  # every host health-checked, tuned and verified in one task, as events AWX would record
         tasks = [(t, modules) for h, t, modules in node if h == host]
-        # The health gate, the runtime flow, verification: one module run each, named in the task's result.
-        assert tasks == [(rollout_task, ["tuning_info", "tuning_apply", "tuning_info"])], tasks
+        # The health gate, the runtime flow, verification: one module run, named in the task's result.
+        assert tasks == [(rollout_task, ["tuning_rollout"])], tasks
     done = {d["host"]: d["res"]["rollout_result"]["status"] for d in ok if d["task"] == rollout_task}
     assert done == {host: "done" for host in hosts}, done
     # The canary batch (sim-0001) is health-checked, tuned and verified before the other host starts.

@@ -46,6 +46,12 @@ except ImportError:  # only rules with a cidr need it; the module reports missin
     netaddr = None
     HAS_NETADDR = False
 
+
+def needs_netaddr(ignore_rules) -> bool:
+    """Whether ``kmsg_ignore`` rules need netaddr (a rule with a cidr) and it is not installed."""
+    return not HAS_NETADDR and any((r or {}).get("cidr") for r in (ignore_rules or []))
+
+
 KMSG_PATH = "dev/kmsg"
 
 LEVEL_NAMES = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")

@@ -16,7 +16,23 @@ import traceback
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, lock
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import writers
+
+# The options of tuning_apply (and of the rollout's tuning step, module tuning_rollout).
+ARGUMENT_SPEC = dict(
+    families=dict(type="list", elements="dict", required=True, options=dict(
+        name=dict(type="str", required=True),
+        options=dict(type="dict", default={}),
+    )),
+    journal=dict(type="str", default="/var/lib/gpunode-tuning/journal.json"),
+    fail_on_error=dict(type="bool", default=True),
+    lock_timeout=dict(type="float", default=lock.DEFAULT_TIMEOUT),
+    **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
+)
 
 # Keys of a family result that hold its items, each with ``changed`` (and ``skipped``) keys.
 ITEM_KEYS = ("devices", "bridges", "modules", "gpus", "changes", "states", "settings")
@@ -119,3 +135,27 @@ def runnable_names() -> list:
 def not_runnable(names) -> list:
     """The names among ``names`` that are no family this module can run (only those named are imported)."""
     return [name for name in names if name not in registry.NAMES or not _runnable(registry.by_name(name))]
+
+
+def run(module, make_call: Callable[[Any, dict], Call]) -> dict:
+    """tuning_apply's work on ``module.params`` (ARGUMENT_SPEC's): every requested family under the node's lock.
+
+    ``module``: what an AnsibleModule offers (``params``, ``check_mode``, ``_diff``); ``make_call``: the module's
+    module_calls.call_maker. Returns ``changed``, ``families``, ``failed_families``, ``summary`` (and ``diff``);
+    raises ValueError naming the families that cannot run, NodeError or LockError.
+    """
+    params = module.params
+    unknown = not_runnable([r["name"] for r in params["families"]])
+    if unknown:
+        raise ValueError("families must be among: %s; got: %s" % (", ".join(runnable_names()), ", ".join(unknown)))
+    restore = all((r.get("options") or {}).get("restore") for r in params["families"])
+    node = Node.open(params["root"])
+    with writers.writing(node, params["journal"], "rollback" if restore else "runtime", module.check_mode,
+                         timeout=params["lock_timeout"]):
+        results = run_families(params["families"], make_call)
+    out = dict(changed=any(r.get("changed") for r in results.values()), families=results,
+               failed_families=failures(results),
+               summary={n: restored(r) if restore else summary(r, registry.by_name(n)) for n, r in results.items()})
+    if module._diff:
+        out["diff"] = diffs(results)
+    return out

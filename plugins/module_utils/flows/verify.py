@@ -22,11 +22,22 @@ import os
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi, pci, sysctl_boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    command,
+    kernel_log,
+    nvidia_smi,
+    pci,
+    sysctl_boot,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import DEFAULT_DROPIN, choose_bootloader
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FactsQuery
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, parse_cpulist
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
+    NODE_ARGUMENT_SPEC,
+    BinaryNotFound,
+    Node,
+    parse_cpulist,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 # The ``verify`` option's defaults: the role's defaults for the same paths and switches.
@@ -46,6 +57,52 @@ VERIFY_DEFAULTS = {
     "host": None,
     "verified_at": None,
 }
+# The options of tuning_info (and of the rollout's health and verification steps, module tuning_rollout).
+ARGUMENT_SPEC = dict(
+    pci_selector=dict(
+        type="dict",
+        options=dict(
+            vendor=dict(type="list", elements="str"),
+            device=dict(type="str"),
+            class_prefixes=dict(type="list", elements="str"),
+            bdfs=dict(type="list", elements="str"),
+        ),
+    ),
+    sysctls=dict(type="list", elements="str", default=[]),
+    kmsg_since=dict(type="float", default=0),
+    kmsg_levels=dict(type="list", elements="str", default=list(kernel_log.DEFAULT_LEVELS),
+                     choices=list(kernel_log.LEVEL_NAMES)),
+    kmsg_ignore=dict(
+        type="list",
+        elements="dict",
+        options=dict(pattern=dict(type="str", required=True), cidr=dict(type="str")),
+    ),
+    modules=dict(type="list", elements="str", default=[]),
+    detail=dict(type="bool", default=False),
+    desired=dict(type="dict"),
+    verify=dict(
+        type="dict",
+        options=dict(
+            bootloader=dict(type="str", choices=["auto", "grub", "grubby"], default="auto"),
+            cmdline_dropin=dict(type="str", default=VERIFY_DEFAULTS["cmdline_dropin"]),
+            sysctl_file=dict(type="str", default=VERIFY_DEFAULTS["sysctl_file"]),
+            journal=dict(type="str", default=VERIFY_DEFAULTS["journal"]),
+            kmsg_since=dict(type="float"),
+            boot_unit_link=dict(type="str", default=VERIFY_DEFAULTS["boot_unit_link"]),
+            modules_load_dir=dict(type="str", default=VERIFY_DEFAULTS["modules_load_dir"]),
+            file_prefix=dict(type="str", default=VERIFY_DEFAULTS["file_prefix"]),
+            gpu=dict(type="bool", default=True),
+            fail_on_pending=dict(type="bool", default=False),
+            fail_classes=dict(type="list", elements="str", choices=list(verification.KMSG_CLASSES),
+                              default=list(verification.DEFAULT_FAIL_CLASSES)),
+            gate=dict(type="str", choices=list(verification.GATES), default="full"),
+            host=dict(type="str"),
+            verified_at=dict(type="str"),
+        ),
+    ),
+    **NODE_ARGUMENT_SPEC,
+    **command.ARGUMENT_SPEC,
+)
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # The GPU probe's tool: the families name the commands (Family.gpu_commands); nvidia-smi is found once, and
 # its answers stop at the first that says the driver is down.
@@ -357,3 +414,33 @@ def verify_probed(node: Node, desired: dict[str, Any], options: dict[str, Any] |
         fail_on_pending=opts["fail_on_pending"], fail_classes=opts["fail_classes"], host=opts["host"],
         verified_at=opts["verified_at"], gate=opts["gate"])
     return facts, result, probe
+
+
+def module_tools(module, node: Node) -> Tools:
+    """Commands on the node for the verification: found through Node.bin_path, run as an argument list."""
+
+    def find(name, package):
+        try:
+            # host=False: on a simulated root only a command the node ships, never the controller's.
+            return node.bin_path(module, name, package, host=False)
+        except BinaryNotFound:
+            return None
+
+    # Bounded (command.py): AnsibleModule.run_command has no timeout on the ansible-core releases supported.
+    return Tools(find, command.runner(module.params["command_timeouts"]))
+
+
+def run(module) -> dict[str, Any]:
+    """tuning_info's work on ``module.params`` (ARGUMENT_SPEC's): ``{"tuning_facts"}``, with ``desired`` also
+    ``{"verification"}``. ``module`` only needs ``params`` and ``get_bin_path``. Raises FactsError, NodeError,
+    VerificationError or command.TimeoutsError.
+    """
+    p = module.params
+    node = Node.open(p["root"])
+    run_tools = module_tools(module, node)
+    options = dict(pci_selector=p["pci_selector"], sysctls=p["sysctls"], kmsg_levels=p["kmsg_levels"],
+                   kmsg_ignore=p["kmsg_ignore"], modules=p["modules"], detail=p["detail"])
+    if p["desired"] is None:
+        return {"tuning_facts": gather(node, kmsg_since=p["kmsg_since"], **options)}
+    facts, result = verify(node, p["desired"], p["verify"], run_tools, options)
+    return {"tuning_facts": facts, "verification": result}
