@@ -30,13 +30,12 @@ description:
     for every selected family (one M(gpunode.tuning.tuning_apply) run).
   - V(verify) reads the node and judges it against the whole desired state in one M(gpunode.tuning.tuning_info)
     run; V(health) judges the GPUs' health alone (the rollout's health gate).
-  - V(rollout) is one host's runtime rollout in one task (C(playbooks/rollout.yml) without the measure gate): the
-    health gate (one M(gpunode.tuning.tuning_info) run, or M(ansible.builtin.ping) with the gate off; a host
-    that does not answer gives an unreachable result, tried no more), the runtime flow on a healthy host (one
-    M(gpunode.tuning.tuning_apply) run), verification with the gate V(runtime) (one
-    M(gpunode.tuning.tuning_info) run, not in check mode) and the host's reports, then the host's record
-    (RV(rollout_result)). A failure of the host is its record's and never fails the task; the batch gate
-    decides.
+  - 'V(rollout) is one host''s runtime rollout in one task (C(playbooks/rollout.yml) without the measure gate) and
+    one M(gpunode.tuning.tuning_rollout) run on the node, which does the health gate, the runtime flow on a
+    healthy host and, not in check mode, verification with the gate V(runtime); a host that does not answer
+    gives an unreachable result and is tried no more. Then the host''s reports and its record
+    (RV(rollout_result)). A failure of the host is its record''s and never fails the task; the batch gate
+    decides.'
   - 'Tags: a family counts as tagged with its name, its settings'' tags, its deprecated tags and the flow''s tag,
     as separate tasks per family would be (docs/flows.md, "Tags"). The role runs each flow as two tasks: one
     with O(selected_by=family), tagged with every family and concern tag of the flow, and one tagged with the

@@ -72,8 +72,8 @@ EXAMPLES = r"""
 RETURN = r"""
 health:
   description:
-    - The health step's result (RV(gpunode.tuning.tuning_info#module:verification), C(health_findings) - one
-      C(<row id>: <reason>) line per failing row, empty when healthy), or C(failed) and C(msg).
+    - 'The health step''s result (RV(gpunode.tuning.tuning_info#module:verification), C(health_findings) - one
+      C(<row id>: <reason>) line per failing row, empty when healthy), or C(failed) and C(msg).'
   returned: with O(health)
   type: dict
 tune:
