@@ -111,8 +111,13 @@ MATRIX_TESTS = [
     # meta/runtime.yml's plugin_routing: the redirect and its deprecation are ansible-core's to apply.
     "tests/integration/test_verify.py::test_tuning_facts_still_works_redirected_with_a_deprecation",
     # The rollout's positive path: `serial` from a filter (a list of batch sizes: a typed template),
-    # the health gate (tuning_flow health) and verification in every batch, the summary play.
+    # each host's one task (tuning_flow rollout: the role's defaults through a static import, facts set
+    # from the action's result) in every batch, the summary play.
     "tests/integration/test_rollout.py::test_default_runtime_rollout_passes_an_acpi_cpufreq_fleet_canary_first",
+    # An unreachable host in the one task: the action returns an unreachable result that ignore_unreachable
+    # keeps in the play and that sets no fact (its record is read from the registered result); the message
+    # of a connection failure as each core words it.
+    "tests/integration/test_rollout.py::test_unreachable_host_is_reported_once",
     # The rollout's stop: the measure gate's float gains through set_fact (typed templating), the canary
     # rolled back, end_play before the next batch, later hosts untouched; then a passing canary.
     "tests/integration/test_rollout_measure_gate.py",
