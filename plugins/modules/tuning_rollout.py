@@ -149,7 +149,7 @@ def run_step(module, spec, options, work):
     try:
         return work(_Step(module, checked.validated_parameters))
     except Exception as exc:  # isolated as a module run of its own would be: the next step still runs
-        return {"failed": True, "msg": str(exc) or type(exc).__name__, "exception": traceback.format_exc()}
+        return {"failed": True, "msg": str(exc) or exc.__class__.__name__, "exception": traceback.format_exc()}
 
 
 def main():

@@ -24,6 +24,8 @@ from support.inventory import write_inventory
 from support.nodes import BootWatcher
 from support.slurm import SlurmCluster, missing_tools
 
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence
+
 HOSTS = ["n1", "n2", "n3", "n4", "n5", "n6"]
 # acpi-cpufreq nodes whose native driver is amd-pstate: the persistent flow leaves amd_pstate=active pending.
 NEEDS_REBOOT = "audited-epyc-8gpu"
@@ -357,3 +359,23 @@ def test_an_interrupted_rollout_is_adopted_by_the_next_run(fresh, tmp_path):
     assert "adopted" in results[victim]["reboot"]["msg"] or victim not in rebooted_before, results[victim]
     for host in ("n5", "n6"):
         assert results[host]["reboot"] is None
+
+
+def test_resuming_a_node_an_operator_already_resumed_is_no_failure(fresh):
+    # An adopted node that someone resumed before the sequence returns it: the real slurmctld refuses the
+    # second RESUME ("Invalid node state specified"), and the backend takes the node being in service as
+    # returned instead of failing the host.
+    def run(argv, timeout):
+        proc = fresh.run(argv, timeout=timeout, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    backend = reboot_sequence.SlurmBackend(run, {h: h for h in HOSTS})
+    node = HOSTS[0]
+    backend.drain(node, "gpunode.tuning: reboot for amd_pstate=active")
+    fresh.wait_state(node, "drained", timeout=20)
+    fresh.resume(node)  # the operator
+    fresh.wait_state(node, "idle", timeout=20)
+    again = fresh.run(["scontrol", "update", "NodeName=" + node, "State=RESUME"], check=False)
+    assert again.returncode != 0 and "Invalid node state" in again.stdout + again.stderr, again
+    backend.undrain(node)
+    assert backend.in_service(node) and fresh.sinfo()[node] == ("idle", "none")

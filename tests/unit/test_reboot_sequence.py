@@ -43,6 +43,9 @@ class FakeSlurm:
             if fields.get("State") == "DRAIN":
                 self.nodes[n].update(state="drained", reason=fields.get("Reason", ""))
             elif fields.get("State") == "RESUME":
+                if self.nodes[n]["state"] not in ("drained", "draining", "down"):
+                    # Slurm 22.05 (tests/integration/test_reboot_slurm.py shows it on the real daemons)
+                    return 1, "", "slurm_update error: Invalid node state specified\n"
                 self.nodes[n].update(state="idle", reason="")
             return 0, "", ""
         return 1, "", "unexpected %s" % argv
@@ -95,6 +98,27 @@ def test_slurm_backend_drains_with_our_reason_and_resumes_only_after_slurmd_regi
     assert backend.ready("n1", mark)
     backend.undrain("n1")
     assert backend.in_service("n1") and fake.calls[-2] == ["scontrol", "update", "NodeName=n1", "State=RESUME"]
+
+
+def test_resuming_a_node_someone_else_resumed_is_no_failure_but_a_node_still_out_is():
+    fake = FakeSlurm()
+    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    backend.drain("n1", "gpunode.tuning: reboot")
+    fake.nodes["n1"].update(state="idle", reason="")  # an operator resumed it
+    backend.undrain("n1")  # Slurm refuses (not drained), and the node is in service: done
+    assert fake.calls[-2] == ["scontrol", "update", "NodeName=n1", "State=RESUME"]
+    assert fake.calls[-1][0] == "sinfo" and backend.in_service("n1")
+    # A refusal for another reason while the node stays out of service is the sequence's failure.
+    refusing = FakeSlurm()
+    refusing.nodes["n2"].update(state="drained", reason="gpunode.tuning: reboot")
+
+    def run(argv, timeout):
+        if "State=RESUME" in argv:
+            return 1, "", "slurm_update error: Access/permission denied"
+        return refusing(argv, timeout)
+
+    with pytest.raises(seq.SequenceError, match="permission denied"):
+        seq.SlurmBackend(run, {h: h for h in HOSTS}).undrain("n2")
 
 
 def test_a_failing_slurm_command_names_itself():
