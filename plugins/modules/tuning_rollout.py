@@ -72,8 +72,8 @@ EXAMPLES = r"""
 RETURN = r"""
 health:
   description:
-    - 'The health step''s result (RV(gpunode.tuning.tuning_info#module:verification), C(health_findings) - one
-      C(<row id>: <reason>) line per failing row, empty when healthy), or C(failed) and C(msg).'
+    - 'The health step''s findings (C(health_findings) - one C(<row id>: <reason>) line per failing row, empty when
+      healthy), or C(failed) and C(msg). The node''s facts and the health rows are not returned.'
   returned: with O(health)
   type: dict
 tune:
@@ -81,7 +81,9 @@ tune:
   returned: when the node was tuned
   type: dict
 verify:
-  description: The verification step's result (C(verification), C(tuning_facts)), or C(failed) and C(msg).
+  description:
+    - The verification step's result (RV(gpunode.tuning.tuning_info#module:verification); the node's facts are
+      not returned), or C(failed) and C(msg).
   returned: when the node was verified
   type: dict
 steps:
@@ -164,6 +166,10 @@ def main():
                 health["health_findings"] = verification.health_findings(health.get("verification") or {})
             except EvaluationError as exc:
                 health.update(failed=True, msg="the health check's result cannot be judged: %s" % exc)
+        # What the rollout reads of the health step is its findings: the node's facts and the rows (about 25 KB
+        # on a 64-CPU node) would only be held per host in the controller's memory.
+        health.pop("tuning_facts", None)
+        health.pop("verification", None)
         if health.get("failed") or health.get("health_findings"):
             module.exit_json(**out)  # a sick node, or one whose health is unknown, is not tuned
     if p["tune"] is not None:
@@ -174,6 +180,7 @@ def main():
             out["diff"] = tune.pop("diff")
     if p["verify"] is not None and not module.check_mode:
         out["verify"] = run_step(module, verify_node.ARGUMENT_SPEC, p["verify"], _info)
+        out["verify"].pop("tuning_facts", None)  # the verification holds what the reports and the record need
         out["steps"].append("verify")
     module.exit_json(**out)
 
