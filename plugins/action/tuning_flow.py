@@ -128,9 +128,8 @@ class ActionModule(ActionBase):
         if flow == "runtime":
             result = dict(self._apply(desired_state.runtime_requests(desired, values, selection[0]), values,
                                       task_vars), desired=desired)
-            result.setdefault("ansible_facts", {})["gpunode_tuning_pending_kernel_args"] = [
-                arg for r in result["families"].values() if isinstance(r, dict) and r.get("reboot_required")
-                for arg in r.get("kernel_args") or []]
+            result.setdefault("ansible_facts", {})["gpunode_tuning_pending_kernel_args"] = _pending_kernel_args(
+                result)
         elif flow == "persistent":
             result = dict(self._persist(selection[1], desired, values, task_vars), desired=desired)
             result.setdefault("ansible_facts", {})["gpunode_tuning_reboot_required"] = bool(
@@ -240,11 +239,8 @@ class ActionModule(ActionBase):
     def _rollout_tune(state, tuned, task_vars, out, facts):
         """The tuning step's result in ``state["tune_error"]`` and the facts, as the role's runtime flow words them."""
         tuned = tuned or {"families": {}, "failed_families": {}, "summary": {}}
-        lines = ["%s: %s" % kv for kv in (tuned.get("failed_families") or {}).items()]
-        facts[FAILURES_FACT] = list(task_vars.get(FAILURES_FACT) or []) + lines
-        facts["gpunode_tuning_pending_kernel_args"] = [
-            arg for r in (tuned.get("families") or {}).values() if isinstance(r, dict) and r.get("reboot_required")
-            for arg in r.get("kernel_args") or []]
+        lines, facts[FAILURES_FACT] = _failures_record(tuned, task_vars)
+        facts["gpunode_tuning_pending_kernel_args"] = _pending_kernel_args(tuned)
         for key in ("families", "failed_families", "summary"):
             out[key] = tuned.get(key) or {}
         out["changed"] = bool(tuned.get("changed"))
@@ -297,8 +293,7 @@ class ActionModule(ActionBase):
         fails its own task instead (nothing deferred). In the main entry point the runtime flow's failures wait
         for the persistent flow when it runs (``defer_failures``), so that one failing family stops neither.
         """
-        lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
-        record = list(task_vars.get(FAILURES_FACT) or []) + lines
+        lines, record = _failures_record(result, task_vars)
         result.setdefault("ansible_facts", {})[FAILURES_FACT] = record
         persistent_inherited = (set(inherited) - {"runtime"}) | {"persistent"}
         persistent_runs = flow == "runtime" and defer and bool(
@@ -428,6 +423,18 @@ class ActionModule(ActionBase):
         if result["failed_concerns"]:
             result["msg"] = "persistent concerns failed: %s" % ", ".join(result["failed_concerns"])
         return result
+
+
+def _failures_record(result, task_vars):
+    """``(this flow's "NAME: message" lines, the host's record with them)`` (``FAILURES_FACT``)."""
+    lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
+    return lines, list(task_vars.get(FAILURES_FACT) or []) + lines
+
+
+def _pending_kernel_args(result):
+    """The kernel arguments the runtime families said need a reboot (``gpunode_tuning_pending_kernel_args``)."""
+    return [arg for r in (result.get("families") or {}).values() if isinstance(r, dict) and r.get("reboot_required")
+            for arg in r.get("kernel_args") or []]
 
 
 def collection_version(directory: str = COLLECTION_DIR) -> str | None:

@@ -13,12 +13,12 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 import simnode
 import yaml
+from support.background import Background
 from support.checkout import REPO, VENV_BIN, ansible_env
 from support.inventory import write_inventory
 from support.nodes import BootWatcher
@@ -60,14 +60,13 @@ def reboot_watcher(cluster, roots):
     return BootWatcher(roots, lambda host: cluster.reboot_node(host, down_seconds=1.0))
 
 
-class JobEnder:
+class JobEnder(Background):
     """Ends ``job`` ``after`` seconds once sinfo shows ``node`` draining (the sequence's drain is waiting on it)."""
 
     def __init__(self, cluster, node, job, after):
+        super().__init__()
         self.cluster, self.node, self.job, self.after = cluster, node, job, after
         self.ended_at = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
@@ -77,14 +76,6 @@ class JobEnder:
                 self.ended_at = time.monotonic()
                 return
             time.sleep(0.2)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def build_fleet(tmp_path, presets, **common):

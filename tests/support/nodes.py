@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import threading
 import time
 
 import simnode
+
+from support.background import Background
 
 JOURNAL = "var/lib/gpunode-tuning/journal.json"
 # The boot runner (gpunode_tuning_boot_script, Python despite its name) and the desired state it re-applies.
@@ -119,7 +120,7 @@ def inject_drift(root, bdf="0000:61:00.0"):
                    check=True)
 
 
-class BootWatcher:
+class BootWatcher(Background):
     """Calls ``on_boot(host)`` each time a simulated root gets a new boot id: the reboot sequence rebooted it, and
     the scheduler or the API stand-in should see that reboot (a slurmd restarted, a node's new bootID).
 
@@ -128,10 +129,9 @@ class BootWatcher:
     """
 
     def __init__(self, roots, on_boot):
+        super().__init__()
         self.roots, self.on_boot, self.errors, self.rebooted, self.when = roots, on_boot, [], [], {}
         self._ids = {h: self._boot_id(h) for h in roots}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _boot_id(self, host):
         with open(os.path.join(self.roots[host], "proc/sys/kernel/random/boot_id"), encoding="ascii") as fh:
@@ -151,11 +151,3 @@ class BootWatcher:
                     except Exception as exc:  # noqa: BLE001  (reported by the test)
                         self.errors.append("%s: %s" % (host, exc))
             time.sleep(0.1)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)

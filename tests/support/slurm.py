@@ -28,9 +28,10 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable
+
+from support.background import Background
 
 # The daemons and tools, from Debian's slurmctld, slurmd, slurm-client and munge (scripts/apt.sh).
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -137,7 +138,7 @@ class Sample:
         return "Sample(%.2f, out=%s)" % (self.when, self.out)
 
 
-class Monitor:
+class Monitor(Background):
     """Polls ``sinfo -N`` in a thread (``interval`` seconds) while its ``with`` block runs.
 
     ``max_out_of_service`` is the most nodes (of ``only``, default all) out of service in one poll,
@@ -146,13 +147,12 @@ class Monitor:
     """
 
     def __init__(self, cluster: SlurmCluster, interval: float = 0.2, only: Iterable[str] | None = None):
+        super().__init__("slurm-monitor")
         self.cluster = cluster
         self.interval = interval
         self.only = set(only) if only is not None else None
         self.samples: list[Sample] = []
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="slurm-monitor", daemon=True)
 
     def _poll(self) -> None:
         try:
@@ -169,13 +169,10 @@ class Monitor:
             self._poll()
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> Monitor:
-        self._thread.start()
-        return self
+    join_timeout = COMMAND_TIMEOUT + 5
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=COMMAND_TIMEOUT + 5)
+        super().__exit__(*exc)
         self._poll()  # the state at the end of the block counts too
 
     @property
