@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     SYSFS_CPU,
@@ -259,13 +258,21 @@ def pci_facts(node: Node, selector: DeviceSelector, listed: list | None = None) 
 
 
 def gather(node: Node, pci_selector: dict | None = None, kmsg_since: float = 0.0,
-           kmsg_levels: Any = kernel_log.DEFAULT_LEVELS, kmsg_ignore: Any = None, devices: list | None = None) -> dict:
+           kmsg_levels: Any = None, kmsg_ignore: Any = None, devices: list | None = None) -> dict:
     """The node-level sections of ``tuning_facts``. Raises ``FactsError`` (bad option) before reading anything.
 
     ``devices``: the node's PCI functions when the caller listed them already (``list_devices``).
+    ``kmsg_levels`` None: ``kernel_log.DEFAULT_LEVELS``.
 
     Raises ``NodeError`` when the node lists no CPU (it could not be read).
     """
+    # Imported here, not at the top: the knob families use this module's small readers in every
+    # tuning_apply run, and only gathering needs the kernel log's parser (issue 31: the module
+    # process compiles what it imports, every run).
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
+
+    if kmsg_levels is None:
+        kmsg_levels = kernel_log.DEFAULT_LEVELS
     selector = build_selector(pci_selector)
     try:
         kernel_log.select_levels(kmsg_levels)

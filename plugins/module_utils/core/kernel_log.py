@@ -38,18 +38,30 @@ from typing import Iterable
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import amdgpu_log
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
-try:
-    import netaddr
+# netaddr, imported on first use (_netaddr): only rules with a cidr need it, and a module run that
+# never reads the kernel log (tuning_apply) must not pay for its import. None: not looked for yet.
+# Tests set HAS_NETADDR to False to stand for a node without it; the module then reports
+# missing_required_lib.
+netaddr = None
+HAS_NETADDR = None
 
-    HAS_NETADDR = True
-except ImportError:  # only rules with a cidr need it; the module reports missing_required_lib
-    netaddr = None
-    HAS_NETADDR = False
+
+def _netaddr():
+    """The netaddr module, or None when it is not installed (or HAS_NETADDR is False)."""
+    global netaddr, HAS_NETADDR  # pylint: disable=global-statement
+    if HAS_NETADDR is None:
+        try:
+            import netaddr as imported
+        except ImportError:
+            HAS_NETADDR = False
+        else:
+            netaddr, HAS_NETADDR = imported, True
+    return netaddr if HAS_NETADDR else None
 
 
 def needs_netaddr(ignore_rules) -> bool:
     """Whether ``kmsg_ignore`` rules need netaddr (a rule with a cidr) and it is not installed."""
-    return not HAS_NETADDR and any((r or {}).get("cidr") for r in (ignore_rules or []))
+    return any((r or {}).get("cidr") for r in (ignore_rules or [])) and _netaddr() is None
 
 
 KMSG_PATH = "dev/kmsg"
@@ -161,12 +173,14 @@ class IgnoreRule:
                 "kmsg_ignore[%d].pattern %r is not a valid regular expression: %s" % (index, pattern, exc)
             ) from exc
         self.network = None
+        self.netaddr = None
         if cidr not in (None, ""):
-            if not HAS_NETADDR:
+            self.netaddr = _netaddr()
+            if self.netaddr is None:
                 raise ImportError("netaddr")
             try:
-                self.network = netaddr.IPNetwork(str(cidr))
-            except (netaddr.AddrFormatError, ValueError, TypeError) as exc:
+                self.network = self.netaddr.IPNetwork(str(cidr))
+            except (self.netaddr.AddrFormatError, ValueError, TypeError) as exc:
                 raise KernelLogError(
                     "kmsg_ignore[%d].cidr %r is not a network in CIDR notation (e.g. 10.224.0.0/16 or "
                     "fd00::/8): %s" % (index, cidr, exc)
@@ -184,8 +198,8 @@ class IgnoreRule:
         if address is None:
             return None
         try:
-            inside = netaddr.IPAddress(address) in self.network
-        except (netaddr.AddrFormatError, ValueError):
+            inside = self.netaddr.IPAddress(address) in self.network
+        except (self.netaddr.AddrFormatError, ValueError):
             return None
         return address if inside else None
 
@@ -218,7 +232,8 @@ def message_address(message: str) -> str | None:
         return m.group(0)
     for m in _IPV6_CANDIDATE.finditer(message):
         text = m.group(0)
-        if netaddr is not None and netaddr.valid_ipv6(text):
+        lib = _netaddr()
+        if lib is not None and lib.valid_ipv6(text):
             return text
     return None
 
