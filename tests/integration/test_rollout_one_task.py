@@ -4,7 +4,8 @@ The runtime rollout without the measure gate runs each host in one task (issue 3
 the measure gate keep the steps as tasks (playbooks/tasks/rollout_steps.yml). The internal switch
 ``__gpunode_tuning_rollout_steps_always`` takes the steps for the runtime flow too, so both ways run on two
 copies of the same fleet: a healthy node, a node whose MRRS write is refused (kernel lockdown), a node with a
-GPU trained at x8 of x16 (the health gate) and a host that refuses connections. The hosts' records, the
+GPU trained at x8 of x16 (the health gate), an AMD Instinct MI300X node (amd-smi, XGMI) and a host that
+refuses connections. The hosts' records, the
 summary, the verification reports and the nodes' files must be the same, apart from times and the fleet's path.
 """
 
@@ -29,11 +30,14 @@ COMMON = ("-e", "gpunode_tuning_rollout_canary=0", "-e", "gpunode_tuning_rollout
 
 
 def build(directory):
-    simfleet.build_fleet(str(directory), 3, overrides={2: "locked-bus-perf"}, unreachable=1,
+    simfleet.build_fleet(str(directory), 4, overrides={2: "locked-bus-perf", 4: "mi300x-epyc-8gpu"}, unreachable=1,
                          python=os.path.join(VENV_BIN, "python"))
     sick = os.path.join(str(directory), "nodes", "sim-0003")
     shutil.rmtree(sick)
     simnode.build(sick, "audited-epyc-8gpu", cpus=4, gpus=1, gpu_faults={"x8": [0]})
+    amd = os.path.join(str(directory), "nodes", "sim-0004")
+    shutil.rmtree(amd)
+    simnode.build(amd, "mi300x-epyc-8gpu", cpus=4, gpus=2, amd_smi=True)
     return directory
 
 
@@ -95,12 +99,13 @@ def test_one_task_and_steps_give_the_same_rollout(tmp_path, check):
         got[way] = {"summary": plain({k: v for k, v in summary.items() if k != "generated_at"}, fleet),
                     "reports": reports_of(reports, fleet),
                     "nodes": {h: node_files(os.path.join(str(fleet), "nodes", h))
-                              for h in ("sim-0001", "sim-0002", "sim-0003")},
+                              for h in ("sim-0001", "sim-0002", "sim-0003", "sim-0004")},
                     "untouched": tree_digest(os.path.join(str(fleet), "nodes", "sim-0003")) == sick[way],
                     "unreachable": proc.stdout.count("UNREACHABLE!")}
     one, steps = got["one"], got["steps"]
     results = by_host(one["summary"])
-    assert [results[h]["status"] for h in sorted(results)] == ["done", "failed", "unhealthy", "unreachable"], results
+    assert [results[h]["status"] for h in sorted(results)] == ["done", "failed", "unhealthy", "done",
+                                                               "unreachable"], results
     assert "kernel lockdown" in results["sim-0002"]["reason"]
     assert "x8 of x16" in results["sim-0003"]["reason"]
     assert one["summary"] == steps["summary"]
@@ -111,10 +116,12 @@ def test_one_task_and_steps_give_the_same_rollout(tmp_path, check):
         # The verification's fleet summary too (written once per batch either way).
         assert sorted(one["reports"]) == ["fleet-summary.md", "sim-0001.json", "sim-0001.junit.xml", "sim-0001.md",
                                           "sim-0001.topology.json", "sim-0002.json", "sim-0002.junit.xml",
-                                          "sim-0002.md", "sim-0002.topology.json"]
+                                          "sim-0002.md", "sim-0002.topology.json", "sim-0004.json",
+                                          "sim-0004.junit.xml", "sim-0004.md", "sim-0004.topology.json"]
     # The same files on the nodes (their journals included); the unhealthy one untouched either way.
     assert one["nodes"] == steps["nodes"]
     assert one["untouched"] and steps["untouched"]
     journal = "var/lib/gpunode-tuning/journal.json"
     assert (journal in one["nodes"]["sim-0001"]) is not check and journal not in one["nodes"]["sim-0003"]
+    assert (journal in one["nodes"]["sim-0004"]) is not check
     assert one["unreachable"] == steps["unreachable"] == 1
