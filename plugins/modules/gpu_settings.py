@@ -130,7 +130,9 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+# core._zipload first, for its side effect: module_utils is compiled once per run, not twice.
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, family  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
 
 

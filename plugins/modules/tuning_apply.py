@@ -96,7 +96,9 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock
+# core._zipload first, for its side effect: module_utils is compiled once per run, not twice.
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, lock  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls
 

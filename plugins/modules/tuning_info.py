@@ -1054,7 +1054,9 @@ verification:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, kernel_log
+# core._zipload first, for its side effect: module_utils is compiled once per run, not twice.
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, command, kernel_log  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as verify_node

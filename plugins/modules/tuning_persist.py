@@ -106,7 +106,9 @@ pending_kernel_args:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, lock
+# core._zipload first, for its side effect: module_utils is compiled once per run, not twice.
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, command, lock  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC, Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply as flow
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import module_calls, persist, writers

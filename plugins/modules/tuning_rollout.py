@@ -104,7 +104,9 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, kernel_log
+# core._zipload first, for its side effect: module_utils is compiled once per run, not twice.
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, command, kernel_log  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import EvaluationError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NODE_ARGUMENT_SPEC
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls, verification
