@@ -75,6 +75,8 @@ FAILURES_FACT = "__gpunode_tuning_failures"
 RESOLVED_FACT = "__gpunode_tuning_resolved"
 # Warnings already shown by this process (one per unknown variable name, not one per host).
 _WARNED = set()
+# The role's argument specs and defaults, parsed once in the process that forks the task workers.
+role_variables.preload()
 
 
 class ActionModule(ActionBase):

@@ -81,6 +81,11 @@ def render_template(templar, text: str, variables: Mapping, searchpath: Sequence
     return copy.do_template(text, preserve_trailing_newlines=True, escape_backslashes=False)
 
 
+def with_variables(templar, variables: Mapping):
+    """A copy of ``templar`` that templates with ``variables`` (the same call on 2.16 to 2.21)."""
+    return templar.copy_with_new_env(available_variables=variables)
+
+
 def validation_errors(result) -> list:
     """The error objects (``ArgumentTypeError``, ``ElementError``, ...) of an ``ArgumentSpecValidator`` result.
 

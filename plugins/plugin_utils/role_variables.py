@@ -43,6 +43,8 @@ _MARK = "gpunode-json:"
 DEFAULTS_PATH = os.path.join(os.path.dirname(SPECS_PATH), "..", "defaults", "main.yml")
 _SPECS = {}
 _DEFAULTS = {}
+# The selected preset's values (roles/tuning/vars/main.yml), which most role defaults read.
+PRESET_VALUES = "__gpunode_tuning_preset_values"
 # Former names of role variables (0.3 and earlier), and the short GPU names issue 32 used for the AMD settings:
 # still read, with a deprecation warning naming the one name (the family's prefix).
 RENAMED = {
@@ -312,6 +314,24 @@ def raw_role_variables(task_vars: Mapping) -> dict:
             and k not in EXPORTED_FACTS}
 
 
+def _with_preset_values(templar, task_vars: Mapping):
+    """``templar`` with the selected preset's values templated once, or ``templar`` itself when that fails.
+
+    A dozen role defaults are ``{{ __gpunode_tuning_preset_values.NAME }}``, and the preset's values are a
+    template that picks one preset out of all of them: templated through each default, it would be
+    templated a dozen times per task (issue 31). Templated once here, the defaults read the result.
+    A template that fails here fails again in the default that reads it, which reports it.
+    """
+    value = task_vars.get(PRESET_VALUES)
+    if not isinstance(value, str) or "{" not in value:
+        return templar
+    try:
+        rendered = typed(templar, value)
+    except Exception:  # noqa: BLE001  (reported by the variables that read it)
+        return templar
+    return ansible_compat.with_variables(templar, dict(task_vars, **{PRESET_VALUES: rendered}))
+
+
 def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
     """``(values, errors, warnings)``: every ``gpunode_tuning_*`` variable with its type, and the ones that fail.
 
@@ -320,6 +340,7 @@ def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
     """
     values, errors = {}, []
     raw = raw_role_variables(task_vars)
+    templar = _with_preset_values(templar, task_vars)
     for name, value in sorted(raw.items()):
         try:
             values[name] = typed(templar, value)
@@ -433,6 +454,20 @@ def load_defaults(path: str = DEFAULTS_PATH) -> dict:
         return _DEFAULTS[key]
     except (OSError, yaml.YAMLError) as exc:
         raise RoleVariablesError("cannot read the role's defaults %s: %s" % (path, exc)) from exc
+
+
+def preload() -> None:
+    """Parse the argument specs and the defaults now, if they can be read (the flow task reports it if not).
+
+    Called when tuning_flow is imported: ansible-playbook's main process imports an action plugin before it
+    forks the workers that run its tasks, so each worker inherits them parsed instead of parsing the role's
+    53 KB of specs again for every task and host (issue 31).
+    """
+    for load in (load_specs, load_defaults):
+        try:
+            load()
+        except RoleVariablesError:
+            pass
 
 
 def _option_errors(options: dict, provided: dict) -> list[str]:

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, role_variables
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables as role_vars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -227,3 +227,42 @@ def test_the_inputs_digest_ends_on_a_cycle_and_refuses_what_is_not_plain_data():
     cycle = {"gpunode_tuning_a": "{{ b }}", "b": "{{ gpunode_tuning_a }}"}
     assert role_variables.inputs_digest(cycle) == role_variables.inputs_digest(dict(cycle))
     assert role_variables.inputs_digest({"gpunode_tuning_a": object()}) is None
+
+
+def trusted(value):
+    """Strings marked as templates, as Ansible marks the role's own files (2.19+; every string before)."""
+    if isinstance(value, dict):
+        return {k: trusted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [trusted(v) for v in value]
+    return ansible_compat.trust_as_template(value) if isinstance(value, str) else value
+
+
+def real_templar(task_vars):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    return Templar(loader=DataLoader(), variables=task_vars)
+
+
+def test_the_presets_values_are_templated_once_for_every_default_that_reads_them():
+    task_vars = trusted(role_task_vars(gpunode_tuning_preset="inference-throughput"))
+    expected = role_task_vars()["__gpunode_tuning_presets"]["inference-throughput"]
+    templar = real_templar(task_vars)
+    once = role_variables._with_preset_values(templar, task_vars)
+    assert once is not templar
+    # The defaults read the preset's values as data, not as the template that picks them.
+    assert role_variables.plain(once.available_variables[role_variables.PRESET_VALUES]) == expected
+    values, errors, _warnings = role_variables.resolve(templar, task_vars)
+    assert errors == []
+    assert values["gpunode_tuning_thp_mode"] == expected["thp_mode"]
+    assert values["gpunode_tuning_pcie_mrrs"] == expected["pcie_mrrs"]
+    assert values["gpunode_tuning_sysctl"] == expected["sysctl"]
+
+
+def test_a_preset_values_template_that_fails_is_reported_by_the_defaults_that_read_it():
+    task_vars = trusted(role_task_vars(__gpunode_tuning_preset_values="{{ no_such_variable.pcie_mrrs }}"))
+    templar = real_templar(task_vars)
+    assert role_variables._with_preset_values(templar, task_vars) is templar
+    _values, errors, _warnings = role_variables.resolve(templar, task_vars)
+    assert any(line.startswith("value of gpunode_tuning_thp_mode cannot be templated") for line in errors), errors
