@@ -1,7 +1,8 @@
 """module_utils loaded from a zip, as a module run loads it from its AnsiballZ payload: each file compiled once.
 
 Python's zipimport compiles a module twice (once to name its file in ``find_spec``, once in ``exec_module``);
-``plugins/module_utils/core/_zipload.py``, every module's first import, installs a finder that names the file without compiling (issue 31).
+``plugins/module_utils/core/_zipload.py``, every module's first import, installs a finder that names the file
+without compiling (issue 31).
 The zip here is laid out as Ansible lays out a payload: the collection's module_utils below
 ``ansible_collections/gpunode/tuning/plugins/module_utils``, the packages down to module_utils empty. It is
 imported in a fresh interpreter of every Python this machine has from the collection's floor (3.8) up, and
@@ -47,7 +48,7 @@ compiles = sum(calls[0] for key, stat in pstats.Stats(prof).stats.items()
                if key[2] == "<built-in method builtins.compile>"
                for caller, calls in stat[4].items() if caller[2] == "_compile_source")
 loaded = {name: [type(mod.__spec__.loader).__name__, getattr(mod, "__file__", None)]
-          for name, mod in sys.modules.items() if name == "ansible_collections" or name.startswith("ansible_collections.")}
+          for name, mod in sys.modules.items() if name.split(".")[0] == "ansible_collections"}
 finders = [getattr(f, "__qualname__", type(f).__name__) for f in sys.meta_path]
 print(json.dumps({"compiles": compiles, "loaded": loaded, "finders": finders}))
 """
