@@ -13,7 +13,8 @@ description:
   - The reason comes from modprobe's output and the kernel log records written during the attempt
     (C(/dev/kmsg) below O(root), read non-blocking from its end; C(dmesg) when it cannot be opened).
     Classes are V(not_found), V(invalid_argument), V(dependency_missing), V(symbol_mismatch),
-    V(denied), V(in_use), V(builtin) and V(unknown).
+    V(denied), V(in_use), V(builtin), V(no_modprobe) (the node has no C(modprobe); nothing ran) and
+    V(unknown).
   - C(nvidia_peermem) (legacy name C(nv_peer_mem)) fails with C(Invalid argument) when the MOFED
     peer-memory symbols are absent; on a node without RDMA that is expected and harmless.
   - A module that is already loaded is never reloaded. When its parameters in
@@ -162,7 +163,8 @@ modules:
         - Why the module did not reach its state; null when it did.
         - One of V(not_found), V(invalid_argument), V(dependency_missing), V(symbol_mismatch),
           V(denied), V(in_use), V(builtin), V(invalid_name) (restore - a journal entry that is not a
-          module name, never passed to modprobe), V(unknown).
+          module name, never passed to modprobe), V(no_modprobe) (the node has no C(modprobe), or a
+          simulated node none of its own), V(unknown).
       type: str
       sample: invalid_argument
     message:

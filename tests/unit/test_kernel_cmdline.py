@@ -5,6 +5,7 @@ module_utils/families/kernel_cmdline.py: arguments, drop-in render/parse, GRUB c
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -175,6 +176,25 @@ def test_bad_input_fails_and_writes_nothing(debian, run_module, digest, args, fr
 def test_grub_without_default_grub_fails(build_node, run_module):
     root = build_node("xeon-4gpu-switch", cpus=2, gpus=1)
     result, failed = run_module("kernel_cmdline", {"arguments": ["quiet"], "bootloader": "grub", "root": root})
+    assert failed and "grub, grubby" in result["msg"]
+
+
+def test_a_node_whose_bootloader_cannot_be_told(debian, run_module, digest):
+    """No os-release, no GRUB configuration, no grubby: adding fails naming the choices; removing has nothing to do."""
+    for rel in ("etc/os-release", "etc/default/grub"):
+        os.unlink(os.path.join(debian, rel))
+    shutil.rmtree(os.path.join(debian, "etc/default/grub.d"), ignore_errors=True)
+    before = digest(debian)
+    result, failed = run_module("kernel_cmdline", {"arguments": ["iommu=pt"], "root": debian})
+    assert failed and "cannot tell the bootloader" in result["msg"] and "grub, grubby" in result["msg"]
+    result, failed = run_module("kernel_cmdline", {"arguments": ["iommu=pt"], "state": "absent", "root": debian})
+    assert not failed and result["changed"] is False and result["bootloader"] is None
+    reported = result["arguments"]["iommu=pt"]
+    assert (reported["configured"], reported["pending_reboot"]) == (None, None)
+    assert digest(debian) == before
+    # Asked for by name, GRUB without its configuration is still refused, for removal too.
+    result, failed = run_module("kernel_cmdline", {"arguments": ["iommu=pt"], "state": "absent", "bootloader": "grub",
+                                                   "root": debian})
     assert failed and "grub, grubby" in result["msg"]
 
 

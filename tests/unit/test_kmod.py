@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from ansible.module_utils import basic
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
@@ -353,13 +354,25 @@ def test_bad_input_fails_and_writes_nothing(build_node, run_module, digest, args
     assert digest(root) == before
 
 
-def test_simulated_root_without_modprobe_fails_cleanly(build_node, run_module, digest):
+def test_simulated_root_without_modprobe_fails_cleanly(build_node, run_module, digest, monkeypatch):
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda _self, msg: warnings.append(msg))
     root = build_node("tiny-vm")
     os.unlink(os.path.join(root, "usr/sbin/modprobe"))
     before = digest(root)
-    result, failed = run_module("kmod_optional", {"name": "msr", "journal": JOURNAL, "root": root})
-    assert failed and "never run against a simulated root" in result["msg"]
+    # A required module fails the family, naming why; an optional one is a warning, as any load that fails.
+    result, failed = run_module("kmod_optional", {"name": "msr", "required": True, "journal": JOURNAL, "root": root})
+    assert failed and "msr (no_modprobe)" in result["msg"] and "never run against a simulated root" in result["msg"]
     assert digest(root) == before
+    result, failed = run_module("kmod_optional", {"modules": [{"name": "msr"}, {"name": "virtio_net"}],
+                                                  "journal": JOURNAL, "root": root})
+    assert not failed and result["changed"] is False
+    msr, virtio = result["modules"]
+    assert (msr["reason_class"], msr["loaded"], msr["persist_ok"]) == ("no_modprobe", False, False)
+    assert "has no usr/sbin/modprobe" in msr["message"]
+    assert virtio["reason_class"] is None and virtio["already_loaded"]
+    assert [w for w in warnings if "no_modprobe" in w] == ["msr: %s (no_modprobe; not required)" % msr["message"]]
+    assert digest(root) == before  # no journal written: nothing was loaded
     # Nothing to run: no modprobe needed.
     result, failed = run_module("kmod_optional", {"name": "virtio_net", "root": root})
     assert not failed and result["already_loaded"]

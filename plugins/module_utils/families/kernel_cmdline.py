@@ -395,6 +395,13 @@ def configure(node: Node, tools: Tools, arguments: list[str], state: str = "pres
         validate_arguments(arguments, unique_keys=state == "present")
     except CmdlineError as exc:
         raise CmdlineError("invalid input, nothing was written: %s" % exc) from None
+    running = node.read("proc/cmdline", default="").split()
+    if state == "absent" and bootloader == "auto" and _undetected(node, tools):
+        # No GRUB configuration and no grubby: nothing of this collection's can be configured on this node,
+        # so there is nothing to remove (a rollback must not fail where the persistent flow never wrote).
+        return dict(changed=False, bootloader=None, supported=True, bootloader_updated=False, dropin=None,
+                    configured_cmdline=None, iommu_arguments=extra, cpu_vendor=vendor, reboot_required=False,
+                    arguments=report(arguments, state, None, running))
     bootloader = resolve_bootloader(node, tools, bootloader, dropin)
     out = dict(changed=False, bootloader=bootloader, supported=True, bootloader_updated=False,
                dropin=dropin if bootloader == "grub" else None, configured_cmdline=None,
@@ -408,16 +415,21 @@ def configure(node: Node, tools: Tools, arguments: list[str], state: str = "pres
         raise CmdlineError(str(exc), out) from None
     except CmdlineError as exc:
         raise CmdlineError(str(exc), exc.result or out) from None
-    out["arguments"] = report(arguments, state, configured, node.read("proc/cmdline", default="").split())
+    out["arguments"] = report(arguments, state, configured, running)
     out["reboot_required"] = any(a["pending_reboot"] for a in out["arguments"].values())
     return out
+
+
+def _undetected(node: Node, tools: Tools) -> bool:
+    """True when ``auto`` finds no bootloader on the node (``choose_bootloader``)."""
+    return choose_bootloader(node, "auto", lambda name, package: find_tool(node, tools, name, package)) is None
 
 
 def resolve_bootloader(node: Node, tools: Tools, bootloader: str, dropin: str) -> str:
     """``grub`` or ``grubby``: the one asked for, or with ``auto`` the detected one; checks GRUB's inputs."""
     if bootloader == "auto":
         bootloader = choose_bootloader(node, bootloader, lambda name, package: find_tool(node, tools, name, package))
-        if bootloader is None:
+        if bootloader is None:  # present only: configure() returned earlier for absent
             raise CmdlineError("cannot tell the bootloader of this node from /etc/os-release; set bootloader "
                                "to one of: grub, grubby")
     if bootloader == "grub":

@@ -8,7 +8,8 @@ kernel log records written during the attempt:
 
 ``not_found``, ``invalid_argument``, ``dependency_missing``, ``symbol_mismatch``, ``denied``,
 ``in_use`` (unload only), ``builtin`` (unload of a built-in module), ``invalid_name`` (a journal
-entry that is not a module name: never passed to modprobe), ``unknown``.
+entry that is not a module name: never passed to modprobe), ``no_modprobe`` (the node has no modprobe:
+nothing was run), ``unknown``.
 
 Loaded state is ``/sys/module/NAME`` (a built-in module with parameters has the directory but
 no ``initstate``). Everything here reads below a ``Node`` root; modprobe is whatever binary the
@@ -474,7 +475,9 @@ def apply_requests(node: Node, reqs: list[dict], run: Runner, find_modprobe: Cal
     planned = [(req,) + plan(node, req) for req in reqs]
     if check_mode or not any(action for _req, _res, action in planned):
         return [res for _req, res, _action in planned]
-    modprobe = find_modprobe()
+    modprobe = _modprobe_for(planned, find_modprobe)
+    if modprobe is None:
+        return [res for _req, res, _action in planned]
     if journal is not None:
         for req, _res, action in planned:
             if action == "load":
@@ -495,6 +498,18 @@ def apply_requests(node: Node, reqs: list[dict], run: Runner, find_modprobe: Cal
     if journal is not None:
         journal.save()
     return results
+
+
+def _modprobe_for(planned: list, find_modprobe: Callable[[], str]) -> str | None:
+    """``find_modprobe()``, or None on a node without one: then each planned load or unload says why, as a
+    failed load does (an optional module is a warning, a required one fails the family), and nothing ran."""
+    try:
+        return find_modprobe()
+    except (contract.FamilyError, NodeError) as exc:
+        for _req, res, action in planned:
+            if action:
+                res.update(changed=False, reason_class="no_modprobe", message=str(exc), persist_ok=res["loaded"])
+        return None
 
 
 def plan_restore(node: Node, req: dict) -> tuple[dict, str | None]:
