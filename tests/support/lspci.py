@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 
 _LSPCI_SLOT_RE = re.compile(r"^([0-9a-fA-F]{4}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s")
 _LSPCI_SIZES_RE = re.compile(r"MaxPayload (\d+) bytes, MaxReadReq (\d+) bytes")
@@ -26,3 +29,10 @@ def parse_lspci_devctl(text: str) -> dict:
         if sizes and bdf:
             out[bdf] = {"mps": int(sizes.group(1)), "mrrs": int(sizes.group(2))}
     return out
+
+
+def lspci_vvv(root: str) -> str:
+    """``lspci -D -vvv`` of the node below ``root``: the real pciutils reading its sysfs (``-O sysfs.path=``)."""
+    argv = [shutil.which("lspci") or "lspci", "-O", "sysfs.path=%s" % os.path.join(root, "sys/bus/pci"), "-D", "-vvv"]
+    return subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), timeout=60,
+                          check=True).stdout

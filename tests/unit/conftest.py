@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import os
 
 import pytest
 import simnode
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
-from support.checkout import REPO
+from support.captures import Capture
 from support.trees import tree_digest
 
 
@@ -73,22 +72,6 @@ def run_module(monkeypatch):
         raise AssertionError("module %s returned without exit_json/fail_json" % name)
 
     return _run
-
-
-REAL_CAPTURES = os.path.join(REPO, "tests", "data", "real")
-CAPTURE_MARK = "==> capture follows <==\n"
-
-
-class Capture:
-    """One file of tests/data/real: its header (source, who/when, command, converted) and the output itself."""
-
-    def __init__(self, name):
-        with open(os.path.join(REAL_CAPTURES, name), encoding="utf-8", newline="") as fh:
-            head, sep, self.text = fh.read().partition(CAPTURE_MARK)
-        assert sep, "%s has no %r line" % (name, CAPTURE_MARK)
-        self.name = name
-        self.meta = dict(line.split(": ", 1) for line in head.splitlines())
-        assert self.meta.get("source"), "%s names no source" % name
 
 
 @pytest.fixture

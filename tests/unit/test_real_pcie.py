@@ -10,27 +10,14 @@ from __future__ import annotations
 import os
 import re
 
+from support.captures import config_bytes
+
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import pci_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
-
-_DUMP = re.compile(r"^([0-9a-f]{2,3}): ((?:[0-9a-f]{2} ?){1,16})$")
-
-
-def config_bytes(text):
-    """The config space of an lspci hex dump: each line's bytes at its offset."""
-    out = bytearray()
-    for line in text.splitlines():
-        m = _DUMP.match(line.strip())
-        if m:
-            offset = int(m.group(1), 16)
-            data = bytes.fromhex(m.group(2))
-            out[len(out):offset + len(data)] = b"\0" * max(0, offset + len(data) - len(out))
-            out[offset:offset + len(data)] = data
-    return bytes(out)
 
 
 def lspci_says(text, key):
