@@ -209,6 +209,9 @@ class ActionModule(ActionBase):
             state.update(unreachable=True, unreachable_msg=to_text(exc), cleared=False)
             return True
         out["modules"].append("tuning_rollout")
+        for key in ("warnings", "deprecations"):  # the steps' own (a family's), shown as the steps' tasks show them
+            if result.get(key):
+                out[key] = result[key]
         if result.get("failed"):  # the module itself (its options, or a crash before any step)
             self._first_step_failed(state, result.get("msg") or "failed")
             return False

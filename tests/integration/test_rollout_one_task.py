@@ -82,6 +82,12 @@ def reports_of(directory, fleet):
     return out
 
 
+def node_warnings(output, fleet):
+    """The distinct warnings of a run that came from the nodes: not the rollout's own lines naming a host."""
+    lines = (m.group(1) for m in re.finditer(r"^\[WARNING\]: (.*)$", output, re.M))
+    return sorted({plain(line, fleet) for line in lines if not line.startswith("rollout: ")})
+
+
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ssh"), reason="needs an ssh client to be refused by")
 @pytest.mark.parametrize("check", [False, True], ids=["apply", "check-mode"])
 def test_one_task_and_steps_give_the_same_rollout(tmp_path, check):
@@ -101,7 +107,8 @@ def test_one_task_and_steps_give_the_same_rollout(tmp_path, check):
                     "nodes": {h: node_files(os.path.join(str(fleet), "nodes", h))
                               for h in ("sim-0001", "sim-0002", "sim-0003", "sim-0004")},
                     "untouched": tree_digest(os.path.join(str(fleet), "nodes", "sim-0003")) == sick[way],
-                    "unreachable": proc.stdout.count("UNREACHABLE!")}
+                    "unreachable": proc.stdout.count("UNREACHABLE!"),
+                    "warnings": node_warnings(proc.stdout + proc.stderr, fleet)}
     one, steps = got["one"], got["steps"]
     results = by_host(one["summary"])
     assert [results[h]["status"] for h in sorted(results)] == ["done", "failed", "unhealthy", "done",
@@ -125,3 +132,7 @@ def test_one_task_and_steps_give_the_same_rollout(tmp_path, check):
     assert (journal in one["nodes"]["sim-0001"]) is not check and journal not in one["nodes"]["sim-0003"]
     assert (journal in one["nodes"]["sim-0004"]) is not check
     assert one["unreachable"] == steps["unreachable"] == 1
+    # What the nodes warned about reaches the operator either way (nvidia_peermem failing harmlessly, in check
+    # mode the plan only: nothing is loaded).
+    assert one["warnings"] == steps["warnings"]
+    assert any(w.startswith("kmod: nvidia_peermem: nvidia_peermem did not load") for w in one["warnings"]) is not check
