@@ -345,7 +345,7 @@ class ActionModule(ActionBase):
     def _resolve(self, task_vars):
         """``role_variables.resolve``, or what this host's earlier flow task resolved from the same inputs."""
         digest = role_variables.inputs_digest(task_vars)
-        cached = task_vars.get(RESOLVED_FACT)
+        cached = ansible_compat.exported_fact(task_vars, RESOLVED_FACT)
         if (digest is not None and isinstance(cached, dict) and cached.get("digest") == digest
                 and isinstance(cached.get("values"), dict)):
             self._variables = "reused"
@@ -433,7 +433,7 @@ class ActionModule(ActionBase):
 def _failures_record(result, task_vars):
     """``(this flow's "NAME: message" lines, the host's record with them)`` (``FAILURES_FACT``)."""
     lines = ["%s: %s" % kv for kv in (result.get("failed_families") or {}).items()]
-    return lines, list(task_vars.get(FAILURES_FACT) or []) + lines
+    return lines, list(ansible_compat.exported_fact(task_vars, FAILURES_FACT) or []) + lines
 
 
 def _pending_kernel_args(result):

@@ -28,7 +28,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import delegate, reboot
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, delegate, reboot
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain_kubernetes import KubernetesBackend
 
@@ -221,8 +221,9 @@ class ActionModule(ActionBase):
             if host not in hostvars:
                 continue
             vars_of = hostvars[host]
-            required = self._templar.template(vars_of.get("gpunode_tuning_reboot_required", False))
-            failures = self._templar.template(vars_of.get("__gpunode_tuning_failures") or [])
+            fact = ansible_compat.exported_fact
+            required = self._templar.template(fact(vars_of, "gpunode_tuning_reboot_required", False))
+            failures = self._templar.template(fact(vars_of, "__gpunode_tuning_failures") or [])
             if required is True and not failures:
                 out.append(host)
         return out

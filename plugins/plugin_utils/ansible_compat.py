@@ -14,6 +14,10 @@ tests/unit/test_ansible_compat.py fails when a version-dependent name appears in
   2.19, to ``copy_with_new_env`` before it (2.19 deprecates that, and ``do_template``, for 2.23).
 - **Callback results**: 2.19 hands callbacks a ``CallbackTaskResult`` with public ``host``, ``task``
   and ``result``; before, only ``_host``, ``_task`` and ``_result`` (2.19 keeps those until 2.23).
+- **Facts as variables**: the values this collection's actions export (a result's ``ansible_facts``) are
+  facts; every version keeps them in the host's ``ansible_facts``, and also as top-level variables only
+  while ``inject_facts_as_vars`` is on (off in many ansible.cfg files; 2.21 deprecates its default, 2.24
+  ends it). They are read from ``ansible_facts`` (``exported_fact``, and ``ansible_facts['NAME']`` in YAML).
 - **Private interfaces without a public replacement on any supported version** (the same on all of
   them today, kept here so that a change is fixed in one place): the connection's shell plugin
   (``_shell.tmpdir``, ``_shell.join_path``) and the errors of an ``ArgumentSpecValidator`` result
@@ -39,6 +43,16 @@ except ImportError:  # 2.16 to 2.18
 
     DATA_TAGGING = False
     _is_trusted = _trust = None
+
+
+def exported_fact(host_vars: Mapping, name: str, default: Any = None) -> Any:
+    """The fact ``name`` an action of this collection exported for a host, from the host's ``ansible_facts``
+    (``host_vars``: the task's variables or ``hostvars[host]``): there whether or not facts are injected as
+    variables. ``default`` when the host has none."""
+    facts = host_vars.get("ansible_facts")
+    if isinstance(facts, Mapping) and name in facts:
+        return facts[name]
+    return default
 
 
 def templating_keeps_types() -> bool:

@@ -23,6 +23,8 @@ from ansible.module_utils.basic import AnsibleModule
 # As tuning_apply: core._zipload first (module_utils compiled once per run), then the flow and the registry.
 # pylint: disable-next=unused-import
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload  # noqa: F401
+
+# pylint: disable-next=unused-import
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply, module_calls  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.registry import by_name
 
