@@ -5,7 +5,8 @@ whether it needs a reboot, its verification in the rollout, the templated role v
 actions read them. Ansible keeps facts in ``ansible_facts`` always, and as top-level variables only while
 ``inject_facts_as_vars`` is on: many ansible.cfg files turn it off, ansible-core 2.21 deprecates its default
 (a warning on every such read) and 2.24 ends it. Before the reads went through ``ansible_facts``, a knob family
-that failed did not fail its host with it off. Each run here leaves it at the default, or turns it off.
+that failed did not fail its host with it off. The checkout's ansible.cfg turns it off for every test; this one
+runs the flows with the default too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 
 import pytest
 import simnode
-from support.checkout import ansible_env
+from support.checkout import REPO, ansible_env
 from support.inventory import write_inventory
 from support.playbooks import failure_summary, run_playbook
 
@@ -27,6 +28,15 @@ def read(root, rel):
         return fh.read().strip()
 
 
+def config_without_inject(tmp_path):
+    """The checkout's ansible.cfg (which turns the injection off) without that line, its paths made absolute."""
+    with open(os.path.join(REPO, "ansible.cfg"), encoding="utf-8") as fh:
+        lines = [line.replace("./", REPO + "/") for line in fh if not line.startswith("inject_facts_as_vars")]
+    path = tmp_path / "ansible.cfg"
+    path.write_text("".join(lines))
+    return str(path)
+
+
 def no_fact_deprecation(proc):
     output = proc.stdout + proc.stderr
     assert "INJECT_FACTS_AS_VARS" not in output and "top-level facts" not in output, output[-3000:]
@@ -34,7 +44,7 @@ def no_fact_deprecation(proc):
 
 @pytest.mark.parametrize("inject", [None, "False"], ids=["default", "off"])
 def test_failures_reboots_reuse_and_the_rollout_read_what_the_flows_exported(tmp_path, inject):
-    env = ansible_env()
+    env = ansible_env(ANSIBLE_CONFIG=config_without_inject(tmp_path))
     env.pop("ANSIBLE_INJECT_FACT_VARS", None)  # the default: on, deprecated from 2.21 (only the default warns)
     if inject:
         env["ANSIBLE_INJECT_FACT_VARS"] = inject
