@@ -28,8 +28,9 @@ rollout wall / floor wall and controller CPU per host, with issue 31's targets (
 An entry NAME[@COMMIT][:PLAYBOOK] runs PLAYBOOK (default --playbook, rollout): ``rollout``
 (playbooks/rollout.yml of the measured tree), ``ping`` (benchmarks/ping_fleet.yml: one ping per
 host in the rollout's default batches, Ansible's floor for that schedule), ``tune-runtime`` (the
-tree's tune.yml --tags runtime) and ``noop`` (benchmarks/noop/noop.yml, the same calls with
-nothing behind them: P2 over SSH), or a playbook's path.
+tree's tune.yml --tags runtime), ``noop`` (benchmarks/noop/noop.yml, the same calls with
+nothing behind them: P2 over SSH) and ``noop-payload`` (noop_payload.yml: the module run carries and
+loads tuning_apply's code), or a playbook's path.
 
 Needs /usr/sbin/sshd (scripts/apt.sh, list GPUNODE_APT_BENCH; --install installs it). The table
 goes to stdout and --output (default reports/bench_ssh_fleet.md), raw figures to the .json next
@@ -370,6 +371,8 @@ PLAYBOOKS = {
     # P2 over SSH: runtime tuning, and the no-op playbook that makes the same calls (benchmarks/noop/).
     "tune-runtime": (None, "tune.yml", ["--tags", "runtime"]),
     "noop": (os.path.join(REPO, "benchmarks", "noop"), "noop.yml", []),
+    # The same calls, the module run carrying and loading tuning_apply's code (bench_fleet.py's "P2 payload").
+    "noop-payload": (os.path.join(REPO, "benchmarks", "noop"), "noop_payload.yml", []),
 }
 
 
