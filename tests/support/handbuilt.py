@@ -27,12 +27,12 @@ _STATES = (("POLL", "CPUIDLE CORE POLL IDLE", 0, 0), ("C1", "ACPI FFH MWAIT 0x0"
 _GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
 
 
-def _write(root, rel, content, mode=0o644):
+def _write(root, rel, content):
     path = os.path.join(root, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb" if isinstance(content, bytes) else "w") as fh:
         fh.write(content)
-    os.chmod(path, mode)
+    os.chmod(path, 0o644)
 
 
 def _link(root, target, rel):

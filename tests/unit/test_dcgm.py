@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from support.captures import REAL_CAPTURES
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import dcgm
-
-REAL_CAPTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "real")
 
 DEPLOYMENT_3X = ["Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks", "Persistence Mode",
                  "Environment Variables", "Page Retirement/Row Remap", "Graphics Processes", "Inforom"]

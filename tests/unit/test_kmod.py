@@ -354,7 +354,7 @@ def test_bad_input_fails_and_writes_nothing(build_node, run_module, digest, args
     assert digest(root) == before
 
 
-def test_simulated_root_without_modprobe_fails_cleanly(build_node, run_module, digest, monkeypatch):
+def test_without_modprobe_nothing_runs_and_only_required_modules_fail(build_node, run_module, digest, monkeypatch):
     warnings = []
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda _self, msg: warnings.append(msg))
     root = build_node("tiny-vm")
