@@ -56,10 +56,17 @@ def rollout_benchmark(run, host, phase, bench=None, limit=None):
     return {"bench": out, "problem": problem}
 
 
+def rollout_benchmark_runs(runs, host, phase, bench, settings, limit=None):
+    """The measure gate's runs of one side read in the benchmark's format; after tuning, the verdict."""
+    return rollout.benchmark_runs(plain(list(runs)), str(host), str(phase), plain(bench) or {},
+                                  _mapping("rollout_benchmark_runs", settings), limit)
+
+
 class FilterModule:
     """gpunode.tuning rollout filters."""
 
     def filters(self):
         return {"rollout_settings": rollout_settings, "rollout_serial": rollout_serial,
                 "rollout_host_result": rollout_host_result, "rollout_gate": rollout_gate,
-                "rollout_summary": rollout_summary, "rollout_benchmark": rollout_benchmark}
+                "rollout_summary": rollout_summary, "rollout_benchmark": rollout_benchmark,
+                "rollout_benchmark_runs": rollout_benchmark_runs}

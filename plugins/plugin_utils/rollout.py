@@ -9,15 +9,21 @@ Plain Python, no Ansible import.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
 from typing import Any
 
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import benchmark
+
 FLOWS = ("runtime", "persistent")
 STATUSES = ("done", "failed", "unhealthy", "unreachable", "out_of_service")
 DEFAULTS = {"flow": "runtime", "canary": 1, "batch": "20%", "max_fail_percentage": 0.0, "health_gate": True,
             "benchmark_command": None, "benchmark_min_gain": 0.0}
+# The measure gate's result format, metrics, repeats (plugin_utils/benchmark.py fills their defaults).
+BENCHMARK_KEYS = ("benchmark_format", "benchmark_result_file", "benchmark_metrics", "benchmark_repeats",
+                  "benchmark_warmup", "benchmark_unchanged")
 TASK_FAILED = "Task failed: "
 _PERCENT = re.compile(r"^([0-9]+(?:\.[0-9]+)?)%$")
 _INTEGER = re.compile(r"^[0-9]+$")
@@ -130,7 +136,9 @@ def settings(raw: dict) -> tuple[dict, list]:
         errors.append("gpunode_tuning_rollout_benchmark_min_gain must be a fraction above -1 (a finite number), e.g. "
                       "0.0 (must not get worse) or 0.05 (got %s)" % _shown(got["benchmark_min_gain"]))
     got["benchmark_min_gain"] = gain
-    return got, errors
+    measure, problems = benchmark.check_settings({k: raw.get(k) for k in BENCHMARK_KEYS})
+    got.update(measure)
+    return got, errors + problems
 
 
 def serial(raw: dict) -> list:
@@ -178,6 +186,73 @@ def benchmark_verdict(bench: dict, problem: str) -> dict:
             gain, bench["min_gain"], bench["before"], bench["after"])
     out.update(gain=gain, kept=kept, reason=reason)
     return out
+
+
+def _run_text(run: dict, settings: dict) -> tuple[str | None, str]:
+    """``(text to read, problem)`` of one run: its output, or what it wrote to the result file (sglang's
+    --output-file gains one JSON line per run: only the line this run appended is read)."""
+    path = settings.get("benchmark_result_file")
+    if not path:
+        return str(run.get("stdout") or ""), ""
+    if run.get("content") is None:
+        return None, "its result file %s could not be read (%s)" % (path, run.get("slurp_msg") or "no such file")
+    try:
+        content = base64.b64decode(run["content"])
+    except (TypeError, ValueError):
+        return None, "its result file %s could not be decoded" % path
+    if settings.get("benchmark_format") == "sglang":
+        text = benchmark.last_line(benchmark.appended(content, run.get("offset")).decode("utf-8", "replace"))
+        return (text, "") if text else (None, "it appended no line to its result file %s" % path)
+    return content.decode("utf-8", "replace"), ""
+
+
+def benchmark_runs(runs: list, host: str, phase: str, bench: dict, settings: dict, limit: Any = None) -> dict:
+    """The measure gate's side ``phase`` from its runs (the command results, warm-up runs first): the counted
+    runs read in the benchmark's format, and after tuning the verdict. ``{bench, problem}``.
+
+    The number format with one run, no warm-up and no result file is today's gate, unchanged.
+    """
+    fmt = settings.get("benchmark_format") or "number"
+    warmup = int(settings.get("benchmark_warmup") or 0)
+    out = dict(bench or {})
+    if fmt == "number" and len(runs) == 1 and not warmup and not settings.get("benchmark_result_file"):
+        value, problem = benchmark_reading(runs[0], host, phase, limit)
+        out[phase] = value
+        return {"bench": benchmark_verdict(out, problem) if phase == "after" else out, "problem": problem}
+    counted = runs[warmup:]
+    metrics = settings.get("benchmark_metrics") or benchmark.DEFAULT_METRICS["number"]
+    readings, problems = [], []
+    for number, run in enumerate(counted, 1):
+        if run.get("rc") != 0:
+            problem = benchmark_reading(run, host, phase, limit)[1].split("; it ", 1)[-1]
+            problems.append("run %d of %d %s" % (number, len(counted), problem))
+            continue
+        text, problem = _run_text(run, settings)
+        values, problem = (None, problem) if text is None else benchmark.read(fmt, text, metrics)
+        if values is None:
+            problems.append("run %d of %d: %s" % (number, len(counted), problem))
+        else:
+            readings.append(values)
+    problem = ""
+    if problems:
+        problem = ("the benchmark on %s (%s tuning) is a failed measurement (a run that fails or cannot be read "
+                   "counts as failed, never as zero): %s" % (host, phase, "; ".join(problems)))[:2000]
+    primary = next(m["name"] for m in metrics if m["primary"])
+    out["format"], out[phase + "_runs"] = fmt, readings
+    out[phase] = None if problem else benchmark._median([r[primary] for r in readings])
+    if phase != "after":
+        return {"bench": out, "problem": problem}
+    if problem:
+        out.update(gain=None, kept=False, reason="measure gate: " + problem)
+        return {"bench": out, "problem": problem}
+    judged = benchmark.verdict(metrics, out["before_runs"], readings, settings.get("benchmark_unchanged") or "keep")
+    out.update(metrics=judged["metrics"], primary=judged["primary"], primary_verdict=judged["primary_verdict"])
+    if fmt == "number":  # min_gain keeps its meaning, on the medians
+        out = benchmark_verdict(out, "")
+        out["primary_verdict"] = judged["primary_verdict"]
+    else:
+        out.update(gain=round(judged["gain"], 4), kept=judged["kept"], reason=judged["reason"])
+    return {"bench": out, "problem": ""}
 
 
 def host_status(state: dict) -> str:
@@ -273,7 +348,8 @@ def summary(hosts: list, results: list, stopped: dict | None, config: dict, gene
     return {"generated_at": generated_at, "settings": config, "stopped": stopped, "hosts": len(hosts),
             "counts": counts, "results": results, "skipped": skipped,
             "needs_reboot_hosts": [r["host"] for r in results if r.get("needs_reboot")], "skipped_reason": why,
-            "complete": stopped is None and counts["done"] == len(hosts)}
+            "complete": stopped is None and counts["done"] == len(hosts),
+            "benchmark_fleet": benchmark.fleet_changes(results)}
 
 
 def reboot_lines(results: list) -> list:
