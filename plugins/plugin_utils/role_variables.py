@@ -95,6 +95,9 @@ PLAYBOOK_VARIABLES = (
     "gpunode_tuning_rollout_flow",
     "gpunode_tuning_rollout_health_gate",
     "gpunode_tuning_rollout_benchmark_command", "gpunode_tuning_rollout_benchmark_min_gain",
+    "gpunode_tuning_rollout_benchmark_format", "gpunode_tuning_rollout_benchmark_result_file",
+    "gpunode_tuning_rollout_benchmark_metrics", "gpunode_tuning_rollout_benchmark_repeats",
+    "gpunode_tuning_rollout_benchmark_warmup", "gpunode_tuning_rollout_benchmark_unchanged",
 )
 EXPORTED_FACTS = (
     "gpunode_tuning_verification",
