@@ -62,6 +62,13 @@ def test_serving_benchmark_gate_rolls_back_on_p99_ttft_keeps_a_gain_and_says_unc
     assert {m["name"]: m["verdict"] for m in gain["benchmark"]["metrics"]} == {
         "output_throughput": "better", "p99_ttft_ms": "unchanged", "p99_itl_ms": "unchanged"}
 
+    # The kept host's own report shows the benchmark too (the rolled-back one is not verified: the summary has it).
+    host_md = open(os.path.join(reports, "sim-0002.md"), encoding="utf-8").read()
+    assert "## Measure gate" in host_md and "| p99_ttft_ms (lower, guarded, tolerance 10.0%) |" in host_md
+    with open(os.path.join(reports, "sim-0002.json"), encoding="utf-8") as fh:
+        assert [m["name"] for m in json.load(fh)["benchmark"]["metrics"]] == ["output_throughput", "p99_ttft_ms",
+                                                                              "p99_itl_ms"]
+
     same = hosts["sim-0003"]
     assert same["status"] == "done" and same["benchmark"]["kept"] is True
     assert same["benchmark"]["primary_verdict"] == "unchanged"
