@@ -30,8 +30,6 @@ CONFIG = "etc/gpunode-sim-serve.json"
 COUNTER = "var/lib/gpunode-sim-serve/runs"
 JOURNAL = "var/lib/gpunode-tuning/journal.json"
 
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), ".collections"))
-
 SCRIPT = r'''#!/usr/bin/env python3
 # Serving-benchmark stand-in of a simulated node (tools/simbench.py): answers from a real capture.
 import json, os, re, sys
@@ -68,10 +66,10 @@ def capture_values(fmt: str) -> tuple[list, dict]:
 
     with open(os.path.join(REAL, CAPTURES[fmt]), encoding="utf-8") as fh:
         text = fh.read().partition("==> capture follows <==\n")[2]
-    values = benchmark._serving_text(text)
+    values = benchmark.serving_text(text)
     lines = []
     for line in text.splitlines():
-        one = benchmark._serving_text("Serving Benchmark Result\n" + line)
+        one = benchmark.serving_text("Serving Benchmark Result\n" + line)
         lines.append([line.rstrip(), next(iter(one)) if len(one) == 1 else None])
     return lines, values
 
@@ -103,6 +101,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tuned", nargs="*", default=[], metavar="METRIC=FACTOR")
     parser.add_argument("--noise", type=float, default=0.0)
     args = parser.parse_args(argv)
+    # From a checkout: the collection through its .collections link (pytest has it on its path already).
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), ".collections"))
     tuned = {k: float(v) for k, v in (item.split("=", 1) for item in args.tuned)}
     print(write(args.root, args.format, tuned, args.noise))
     return 0

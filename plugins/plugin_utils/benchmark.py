@@ -229,7 +229,7 @@ _SERVING_FIXED = {"request throughput (req/s)": "request_throughput",
                   "concurrency": "concurrency"}
 
 
-def _serving_text(text: str) -> dict:
+def serving_text(text: str) -> dict:
     """The result block of sglang.bench_serving or vLLM's benchmark_serving / ``vllm bench serve``."""
     start = text.rfind("Serving Benchmark Result")
     if start < 0:
@@ -357,7 +357,7 @@ def read(fmt: str, text: str, metrics: list) -> tuple[dict | None, str]:
             return None, "the number format expects one positive finite number, got %r" % text.strip()[:200]
         return {"value": number}, ""
     if fmt in SERVING:
-        found = _serving_text(text)
+        found = serving_text(text)
         if not found:
             data = _json_object(text)
             found = _flat(data) if isinstance(data, dict) else {}
@@ -396,7 +396,7 @@ def last_line(text: str) -> str:
 
 # --------------------------------------------------------------------------------------------- verdict
 
-def _median(values: list) -> float:
+def median(values: list) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
@@ -405,7 +405,7 @@ def _median(values: list) -> float:
 def judge_metric(metric: dict, before: list, after: list) -> dict:
     """One metric's record: medians, spreads, change, noise, its verdict (better, worse, unchanged) and
     whether it fails the gate (worse beyond the noise and beyond its tolerance)."""
-    mb, ma = _median(before), _median(after)
+    mb, ma = median(before), median(after)
     spread_b, spread_a = max(before) - min(before), max(after) - min(after)
     if mb != 0:
         change = (ma - mb) / abs(mb)
@@ -467,5 +467,5 @@ def fleet_changes(results: list) -> list:
     for result in results:
         for record in ((result.get("benchmark") or {}).get("metrics") or []):
             changes.setdefault(record["name"], []).append(record["change"])
-    return [{"name": name, "hosts": len(values), "median_change": round(_median(values), 6)}
+    return [{"name": name, "hosts": len(values), "median_change": round(median(values), 6)}
             for name, values in changes.items()]

@@ -239,7 +239,7 @@ def benchmark_runs(runs: list, host: str, phase: str, bench: dict, settings: dic
                    "counts as failed, never as zero): %s" % (host, phase, "; ".join(problems)))[:2000]
     primary = next(m["name"] for m in metrics if m["primary"])
     out["format"], out[phase + "_runs"] = fmt, readings
-    out[phase] = None if problem else round(benchmark._median([r[primary] for r in readings]), 6)
+    out[phase] = None if problem else round(benchmark.median([r[primary] for r in readings]), 6)
     if phase != "after":
         return {"bench": out, "problem": problem}
     if problem:
