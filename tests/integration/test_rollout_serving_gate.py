@@ -9,12 +9,14 @@ moves within its own run-to-run spread (unchanged, kept: gpunode_tuning_rollout_
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 
 import simbench
 import simfleet
 from support.checkout import VENV_BIN
+from support.nodes import JOURNAL
 from support.playbooks import by_host, rollout
 
 RESULT = "{{ gpunode_tuning_root }}/var/tmp/sglang-bench.jsonl"
@@ -37,6 +39,15 @@ def test_serving_benchmark_gate_rolls_back_on_p99_ttft_keeps_a_gain_and_says_unc
         os.makedirs(os.path.join(nodes, host, "var/tmp"))
         with open(os.path.join(nodes, host, "var/tmp/sglang-bench.jsonl"), "w", encoding="utf-8") as fh:
             fh.write(json.dumps({"output_throughput": 1e9, "p99_ttft_ms": 1.0, "p99_itl_ms": 1.0}) + "\n")
+
+    # A metric the format does not have stops the rollout in its variable checks, before any host is touched.
+    bad = dict(GATE, gpunode_tuning_rollout_benchmark_metrics=[{"name": "tokens_per_s", "primary": True}])
+    proc, _summary, _reports = rollout(str(tmp_path), "-e", json.dumps(bad))
+    assert proc.returncode != 0
+    assert ("gpunode_tuning_rollout_benchmark_metrics[0].name tokens_per_s is not a metric of the sglang format; "
+            "allowed: output_throughput") in proc.stdout, proc.stdout[-3000:]
+    assert not glob.glob(os.path.join(nodes, "*", JOURNAL))
+    assert not glob.glob(os.path.join(nodes, "*", simbench.COUNTER))  # the benchmark never ran
 
     proc, summary, reports = rollout(str(tmp_path), "-e", json.dumps(GATE))
     assert summary is not None, proc.stdout[-3000:]
