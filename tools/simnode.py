@@ -1591,7 +1591,17 @@ AMD_FAULTS = {
 # opt/rocm/bin instead of usr/bin (not on PATH); "absent" no amd-smi at all; "set_refused" answers, but
 # refuses every ``set`` (exit 1, AMDSMI_STATUS_NO_PERM, as without root). ``set`` changes the answers kept in
 # AMD_SMI_STATE (static limit.socket_power, metric perf_level), so a read-back sees it.
-AMD_SMI_MODES = ("answer", "hang", "error", "invalid_json", "rocm_dir", "absent", "set_refused")
+# "refuse_link_status" and "refuse_bad_pages" answer that call with amd-smi's own error document on stdout and exit 0,
+# as amd-smi up to ROCm 7.1 refuses an option or a command it lacks (amdsmi_cli_exceptions.py: -2 an invalid
+# parameter, -7 a command not supported on the system; tests/data/real/amd-smi-error-*).
+AMD_SMI_REFUSALS = {
+    "refuse_link_status": ("xgmi_link_status", 0, "stdout",
+                           '{"error": "Parameter \'-l\' is invalid. Run \'--help\' for more info.", "code": -2}'),
+    "refuse_bad_pages": ("bad_pages", 0, "stdout", '{"error": "Command \'bad-pages\' is not supported on the system. '
+                                                   'Run \'--help\' for more info.", "code": -7}'),
+}
+AMD_SMI_MODES = ("answer", "hang", "error", "invalid_json", "rocm_dir", "absent", "set_refused") + \
+    tuple(AMD_SMI_REFUSALS)
 AMD_SMI_STATE = "var/lib/simnode/amd-smi.json"
 # ROCm 6.4.1's amd-smi, as tests/data/real/amd-smi-version-rocm6.4.1-mi300a-legacy-rocm-build-4759.txt prints it.
 AMD_SMI_VERSION = ("AMDSMI Tool: 25.4.2+aca1101 | AMDSMI Library version: 25.4.0 | ROCm version: 6.4.1 | "
@@ -1620,6 +1630,10 @@ if key not in STATE["answers"]:
     sys.stderr.write("amd-smi: error: argument command: invalid choice: %r\n" % args[0])
     sys.exit(2)
 mode = STATE.get("mode", "answer")
+refusal = STATE.get("refuse", {}).get(key)
+if refusal:  # [rc, stream, text]: amd-smi's own error document for a call it lacks
+    (sys.stdout if refusal[1] == "stdout" else sys.stderr).write(refusal[2] + "\n")
+    sys.exit(refusal[0])
 if mode == "hang" and key != "version":
     time.sleep(3600)
 if mode == "error" and key != "version":
@@ -1793,7 +1807,11 @@ def write_amd_smi(t: _Tree, p: Preset, funcs: list, faults: dict, mode: str = "a
         return
     gpus = sorted((f for f in funcs if is_gpu(f) and f.vendor == 0x1002), key=lambda f: f.bdf)
     shown = [(i, f) for i, f in enumerate(gpus) if i not in faults.get("missing", ())]
-    t.write(AMD_SMI_STATE, json.dumps({"mode": mode, "answers": amd_smi_answers(p, shown, faults)}))
+    state = {"mode": mode, "answers": amd_smi_answers(p, shown, faults)}
+    if mode in AMD_SMI_REFUSALS:
+        key, rc, stream, text = AMD_SMI_REFUSALS[mode]
+        state["refuse"] = {key: [rc, stream, text]}
+    t.write(AMD_SMI_STATE, json.dumps(state))
     where = "opt/rocm/bin/amd-smi" if mode == "rocm_dir" else "usr/bin/amd-smi"
     t.write(where, AMD_SMI_SCRIPT.replace("@STATE@", AMD_SMI_STATE).encode(), mode=0o755)
 

@@ -28,7 +28,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, delegate, reboot
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, delegate, reboot, role_variables
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain_kubernetes import KubernetesBackend
 
@@ -75,7 +75,7 @@ class ActionModule(ActionBase):
         super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
-        self._vars = {name: self._templar.template(task_vars.get(name)) for name in VARS}
+        self._vars = role_variables.typed_values({name: self._templar.template(task_vars.get(name)) for name in VARS})
         self._host = task_vars["inventory_hostname"]
         self._hosts = list(task_vars.get("ansible_play_hosts_all") or [self._host])
         # The budget counts every host of the run: those the survey set aside (out of service) are not the play's.

@@ -508,6 +508,29 @@ def without_filled(validated, given):
     return validated
 
 
+# The spec types a command line gives as text (``-e name=1`` arrives as ``"1"``): converted as the precheck's
+# validation converts them, for every consumer (``typed_values``).
+CONVERTED_TYPES = ("int", "float", "bool")
+
+
+def typed_values(values: Mapping, specs: dict | None = None) -> dict:
+    """``values`` (role variables by name) with each one whose argument spec type is a number or a boolean
+    converted as the precheck converts it (``check``: Ansible's validator, by the spec's type): ``"1"`` for a
+    float is ``1.0``, ``"60"`` for an int ``60``, ``"yes"`` for a bool ``True``.
+
+    What the precheck accepted is what every consumer reads (the reboot action reads its variables through this,
+    the flows read ``check``'s result). A value the spec cannot convert is left as given: the precheck refuses it,
+    naming it, before any consumer runs; other variables pass unchanged."""
+    options = spec_options(load_specs() if specs is None else specs)
+    scalar = {name: {"type": options[name]["type"]} for name, value in values.items()
+              if value is not None and name in options and options[name].get("type") in CONVERTED_TYPES}
+    out = dict(values)
+    if scalar:
+        result = ArgumentSpecValidator(scalar).validate({name: values[name] for name in scalar})
+        out.update((name, plain(value)) for name, value in result.validated_parameters.items() if name in scalar)
+    return out
+
+
 def check(values: dict, entry_points, specs: dict | None = None) -> tuple[dict, list[str], list[str]]:
     """``(validated, errors, warnings)`` of the role variables against the options of ``entry_points``.
 

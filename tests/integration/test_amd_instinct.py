@@ -24,6 +24,8 @@ TIMEOUTS = json.dumps({"gpunode_tuning_command_timeouts": {"amd_smi": 2}})
 # Node name -> (simnode.build keyword arguments, the failing gpu_health row, words its reason must hold).
 NODES = {
     "healthy": ({"amd_smi": True}, None, None),
+    # Healthy, with an amd-smi that answers xgmi -l with its own error document and exit 0 (issue 42).
+    "oldsmi": ({"amd_smi_mode": "refuse_link_status"}, None, None),
     "ecc": ({"amd_faults": {"ecc_uncorrectable": [SICK]}}, "amd_ecc",
             "GPU 3 (0000:65:00.0): 2 uncorrectable ECC error(s) in UMC 2"),
     "badpages": ({"amd_faults": {"bad_pages": [SICK]}}, "amd_bad_pages",
@@ -75,6 +77,11 @@ def test_verify_reports_the_gpus_and_fails_each_sick_one_naming_gpu_and_check(tm
     for name in ("nosmi", "hang", "badjson"):  # unhealthy with the reason, never not applicable
         assert "8 AMD GPU(s) on the PCI bus are not checked by it" in gpu_rows(load[name])["amd_smi"]["reason"]
     assert "amd-smi did not answer within 2 s" in (reports / "hang.md").read_text()
+    old = gpu_rows(load["oldsmi"])
+    assert {n: r["state"] for n, r in old.items() if n.startswith("amd_")} == {
+        n: r["state"] for n, r in healthy.items() if n.startswith("amd_")}
+    assert old["amd_xgmi"]["reason"] == "56 XGMI link(s) up (amd-smi topology)"
+    assert not [f for f in load["oldsmi"].get("failures") or [] if "gpu_health" in f], load["oldsmi"]["failures"]
     # P2P and locality of the AMD GPUs from the same amd-smi answers (core/amd_p2p.py).
     p2p = {s["name"]: s for s in load["healthy"]["settings"] if s["family"] == "gpu_p2p"}
     assert {n: (r["state"], r["vendor"]) for n, r in p2p.items()} == {

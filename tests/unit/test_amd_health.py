@@ -210,3 +210,43 @@ def test_amd_smi_is_asked_only_where_amd_gpus_are_on_the_bus(build_node):
                              verify.gpu_vendors(facts))
     assert verify.gpu_vendors(facts) == {"nvidia"}
     assert not [s for s in seen if s[0].endswith("amd-smi")] and "amd_list" not in probe
+
+
+def test_an_amd_smi_that_answers_xgmi_l_with_its_own_error_document_falls_back_to_topology(build_node):
+    """Issue 42: amd-smi without ``xgmi -l`` prints ``{"error": "Parameter '-l' is invalid. ...", "code": -2}``
+    on stdout and exits 0 (amd-smi up to ROCm 7.1): a healthy node, its XGMI links judged from topology."""
+    root = build_node(PRESET, cpus=4, amd_smi_mode="refuse_link_status")
+    _facts, rows = rows_of(root)
+    amd = amd_rows(rows)
+    assert {n: r["state"] for n, r in amd.items() if r["state"] != "applied"} == {}
+    assert amd["amd_smi"]["reason"].endswith(
+        "answered list, static, metric, bad-pages, topology for 8 GPU(s); amd-smi xgmi -l --json is not known to this "
+        "amd-smi (Parameter '-l' is invalid. Run '--help' for more info. (code -2)): XGMI links from topology")
+    assert amd["amd_xgmi"]["reason"] == "56 XGMI link(s) up (amd-smi topology)"
+    assert gpu_health.health_findings({"settings": list(rows.values())}) == []
+
+
+def test_a_command_amd_smi_does_not_offer_on_the_system_is_an_unsupported_row_naming_the_release(build_node):
+    """``bad-pages`` answered with ``{"error": "Command 'bad-pages' is not supported on the system. ...", "code": -7}``
+    costs only the bad-pages check, as an older amd-smi does; the node is not failed for it."""
+    root = build_node(PRESET, cpus=4, amd_smi_mode="refuse_bad_pages")
+    _facts, rows = rows_of(root)
+    pages = rows["amd_bad_pages"]
+    assert (pages["state"], pages["running"]) == ("unsupported", None)
+    assert pages["reason"] == (
+        "amd-smi (tool 25.4.2+aca1101, rocm 6.4.1) refused `amd-smi bad-pages --json` (Command 'bad-pages' is not "
+        "supported on the system. Run '--help' for more info. (code -7)): this release or system does not offer it")
+    assert {n: r["state"] for n, r in amd_rows(rows).items() if n != "amd_bad_pages"} == dict.fromkeys(
+        ("amd_smi", "amd_gpu_count", "amd_ecc", "amd_pcie_link", "amd_xgmi", "amd_kernel_log"), "applied")
+    assert gpu_health.health_findings({"settings": list(rows.values())}) == []
+
+
+def test_an_error_document_that_is_no_refusal_fails_the_host_with_amd_smis_words():
+    """A library error printed as amd-smi's document (exit 0) is a failing call, named, never "no GPU list"."""
+    doc = '{"error": "AMDSMI has returned error \'-1034\' - \'Driver not loaded\'", "code": -1034}\n'
+    probe = {k: {"rc": 0, "stdout": doc, "stderr": ""} for k in amd_health.KEYS}
+    probe["amd_version"] = {"rc": 0, "stdout": "AMDSMI Tool: 24.6.3 | ROCm version: 6.2.4", "stderr": ""}
+    readings, problems, notes = amd_health.read_answers(probe)
+    assert (readings, notes) == ({}, [])
+    assert problems[0] == ("amd-smi list --json: amd-smi answered with its own error, not the GPUs: AMDSMI has "
+                           "returned error '-1034' - 'Driver not loaded' (code -1034)")

@@ -181,3 +181,28 @@ def test_a_node_with_both_vendors_gets_both_verdicts_and_nvidia_rows_stay_as_the
     nvidia_only = {"pci": {"devices": facts["pci"]["devices"][:1]}}
     assert [r["name"] for r in gpu_p2p.DEFINITION.evaluate(nvidia_only, {"gpu_p2p": {}},
                                                            type("Ctx", (), {"gpu": answers})())] == ["pairs"]
+
+
+def test_xgmi_l_refused_with_amd_smis_own_error_document_judges_the_pairs_from_topology(build_node):
+    """Issue 42: ``{"error": "Parameter '-l' is invalid. ...", "code": -2}`` with exit 0 is an amd-smi without
+    ``xgmi -l``: no xgmi_links row, the pairs from topology, nothing failing."""
+    root = build_node(PRESET, cpus=4, amd_smi_mode="refuse_link_status")
+    desired = {"gpu_p2p": {}}
+    rows = p2p_rows(probe(root, desired), desired)
+    assert list(rows) == ["amd.pairs"]
+    assert rows["amd.pairs"]["state"] == "applied"
+    assert rows["amd.pairs"]["running"] == "XGMI, 1 hop, weight 15 on all 28 pairs of 8 GPUs"
+
+
+def test_topology_refused_by_amd_smi_is_unsupported_naming_the_release():
+    refusal = '{"error": "Command \'topology\' is not supported on the system. Run \'--help\' for more info.", ' \
+              '"code": -7}\n'
+    version = capture("amd-smi-version-rocm6.4.1-mi300a-legacy-rocm-build-4759.txt")
+    answers = {"amd_topology": {"rc": 0, "stdout": refusal, "stderr": ""},
+               "amd_version": {"rc": 0, "stdout": version, "stderr": ""}}
+    (row,) = amd_p2p.pair_rows([], answers, lambda name, running, state, reason: {
+        "name": name, "state": state, "reason": reason})
+    assert row["state"] == "unsupported"
+    assert row["reason"] == ("amd-smi (tool 25.4.2+aca1101, rocm 6.4.1) refused `amd-smi topology --json` (Command "
+                             "'topology' is not supported on the system. Run '--help' for more info. (code -7)): this "
+                             "release or system does not offer it")

@@ -355,3 +355,27 @@ def test_amd_set_refused_is_reported_and_stays_rollbackable(build_node, run_modu
     assert failed and "AMDSMI_STATUS_NO_PERM" in result["msg"] and "--power-cap 700" in result["msg"]
     journal = json.load(open(os.path.join(root, JOURNAL.lstrip("/"))))["families"]["gpu_settings"]
     assert len([k for k in journal if k.startswith("amd_power_cap:")]) == 8
+
+
+@pytest.mark.parametrize(("rc", "out", "err", "words"), [
+    # amd-smi up to ROCm 7.1: its refusal on stdout, exit 0 -- nothing was set, however the exit reads.
+    (0, '{"error": "Parameter \'--perf-determinism\' is invalid. Run \'--help\' for more info.", "code": -2}\n', "",
+     "set -g 0 1 --perf-determinism 1900: this amd-smi does not offer it (Parameter '--perf-determinism' is "
+     "invalid. Run '--help' for more info. (code -2))"),
+    # Another error document with exit 0 (a library error) is a failure too, in amd-smi's words.
+    (0, '{"error": "AMDSMI has returned error \'-1010\' - \'Permission Denied\'", "code": -1010}\n', "",
+     "set -g 0 1 --perf-determinism 1900: amd-smi rc 0: AMDSMI has returned error '-1010' - 'Permission Denied' "
+     "(code -1010)"),
+    (0, "", "", None),
+])
+def test_an_amd_smi_set_answered_with_an_error_document_and_exit_0_is_not_taken_as_applied(rc, out, err, words):
+    gpus = [{"bdf": "0000:05:00.0", "index": 0}, {"bdf": "0000:26:00.0", "index": 1}]
+    steps = [(g["bdf"], "perf_level", "auto", "determinism") for g in gpus]
+    seen = []
+
+    def run(argv):
+        seen.append(argv)
+        return rc, out, err
+    failed = gpu_settings.amd_execute(family.Call(params={}, run_command=run), "amd-smi", gpus, steps, 1900)
+    assert seen == [["amd-smi", "set", "-g", "0", "1", "--perf-determinism", "1900"]]  # one call for both GPUs
+    assert failed == ([(s, words) for s in steps] if words else [])

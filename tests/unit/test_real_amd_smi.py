@@ -22,6 +22,10 @@ CAPTURES = (
     "amd-rocm-smi-showtopo-8gpu-mi308x-warning-ms-swift.txt",
     "amd-smi-bad-pages-text-mi300x-rocm-blogs.txt",
     "amd-smi-default-view-dpx-mi300x-cut-amdsmi-132.txt",
+    "amd-smi-error-json-invalid-parameter-rocm6-derived.txt",
+    "amd-smi-error-json-invalid-parameter-rocm7.2-derived.txt",
+    "amd-smi-error-stderr-invalid-value-rocm-systems-3606.txt",
+    "amd-smi-error-text-invalid-parameter-rocm6.4.1-amdsmi-91.txt",
     "amd-smi-help-commands-rocm6.0-amdsmi-readme.txt",
     "amd-smi-help-xgmi-rocm6.2-amdsmi-readme.txt",
     "amd-smi-help-xgmi-rocm7.1-amdsmi-docs.txt",
@@ -282,8 +286,50 @@ def test_the_version_line_decides_the_plan(real, name, rocm, tool, link_status):
 def test_a_release_that_refuses_an_option_is_told_apart_from_a_failure():
     refusal = (2, "", "usage: amd-smi xgmi [-h] ...\namd-smi xgmi: error: unrecognized arguments: -l\n")
     assert amd_smi.refused(refusal) is True
+    assert amd_smi.refusal(refusal) == "amd-smi xgmi: error: unrecognized arguments: -l"
     assert amd_smi.refused((1, "", "ERROR:root:Unable to detect any GPU devices")) is False
     assert amd_smi.refused((0, "[]", "")) is False
+
+
+@pytest.mark.parametrize(("name", "rc", "stream", "code"), [
+    ("amd-smi-error-json-invalid-parameter-rocm6-derived.txt", 0, 1, -2),  # up to 7.1: stdout, exit 0
+    ("amd-smi-error-json-invalid-parameter-rocm6-derived.txt", 254, 1, -2),  # the same document, exit non-zero
+    ("amd-smi-error-json-invalid-parameter-rocm7.2-derived.txt", 195, 2, 195),  # renumbered, with error_type
+])
+def test_amd_smis_own_error_document_for_an_option_it_lacks_is_a_refusal_whatever_its_exit(real, name, rc, stream,
+                                                                                           code):
+    document = text(real, name)
+    result = [rc, "", ""]
+    result[stream] = document + "\n"
+    why = amd_smi.refusal(tuple(result))
+    assert why is not None and why.startswith("Parameter '-l' is invalid.") and why.endswith("(code %d)" % code)
+    # Read as a command's answer it is amd-smi's error, never "no GPU list".
+    reading = amd_smi.read_xgmi_link_status(document)
+    assert reading["gpus"] == []
+    assert reading["finding"] == ("amd-smi answered with its own error, not the GPUs: Parameter '-l' is invalid. "
+                                  "Run '%s' for more info. (code %d)" % ("--help" if code == -2 else "amd-smi xgmi -h",
+                                                                         code))
+
+
+def test_the_text_refusal_of_a_vm_is_a_refusal_and_an_invalid_value_is_not(real):
+    vm = text(real, "amd-smi-error-text-invalid-parameter-rocm6.4.1-amdsmi-91.txt")
+    assert amd_smi.refusal((0, vm, "")) == ("Parameter '--compute-partition cpx' is invalid. Run '--help' for more "
+                                            "info. (code -2)")
+    invalid = text(real, "amd-smi-error-stderr-invalid-value-rocm-systems-3606.txt").splitlines()
+    doc = amd_smi.error_document(invalid[0])
+    assert (doc["code"], doc["refusal"]) == (-5, False)
+    assert doc["error"].startswith("Value '-1' is not of valid type or format.")  # the exception's name is cut
+    assert amd_smi.refusal((int(invalid[1]), "", invalid[0] + "\n")) is None  # a bad value is a failure
+    assert amd_smi.read_static(invalid[0])["finding"].endswith("Run 'amd-smi static -h' for more info. (code -5)")
+
+
+def test_other_error_documents_and_gpu_data_are_no_refusal():
+    assert amd_smi.refusal((0, '{"error": "AMDSMI has returned error \'-1002\' - \'Command not supported\'", '
+                               '"code": -1002}', "")) is None
+    assert amd_smi.refusal((0, '{"gpu_data": [{"gpu": 0, "error": "N/A"}]}', "")) is None
+    assert amd_smi.error_document('[{"gpu": 0}]') is None
+    assert amd_smi.refusal((0, '{"error": "Command \'bad-pages\' is not supported on the system. Run \'--help\' '
+                               'for more info.", "code": -7}', "")).endswith("(code -7)")
 
 
 # --- values ----------------------------------------------------------------------------------------------

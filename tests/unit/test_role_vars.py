@@ -266,3 +266,72 @@ def test_a_preset_values_template_that_fails_is_reported_by_the_defaults_that_re
     assert role_variables._with_preset_values(templar, task_vars) is templar
     _values, errors, _warnings = role_variables.resolve(templar, task_vars)
     assert any(line.startswith("value of gpunode_tuning_thp_mode cannot be templated") for line in errors), errors
+
+
+def numeric_options():
+    """``{name: (entry point, spec type, a valid number)}``: every int/float role variable, with its default where
+    that is a number (else its first choice, else 2)."""
+    out = {}
+    for entry, spec in specs().items():
+        for name, option in ((spec or {}).get("options") or {}).items():
+            if option.get("type") not in ("int", "float"):
+                continue
+            default = option.get("default")
+            number = default if isinstance(default, (int, float)) and not isinstance(default, bool) else \
+                (option.get("choices") or [2])[0]
+            out.setdefault(name, (entry, option["type"], number))
+    return out
+
+
+def test_every_numeric_variable_given_as_text_is_read_as_the_number_the_precheck_accepted():
+    """Issue 42: ``-e name=1`` arrives as "1". The precheck (``check``) converts it by the spec's type; every consumer
+    reading ``typed_values`` gets that same number, for every int/float variable, not one special case."""
+    options = numeric_options()
+    assert {"gpunode_tuning_reboot_poll_interval", "gpunode_tuning_drain_timeout",
+            "gpunode_tuning_reboot_timeout", "gpunode_tuning_pcie_mrrs"} <= set(options)
+    for name, (entry, kind, number) in sorted(options.items()):
+        text = str(number)
+        validated, errors, _warnings = role_variables.check({"gpunode_tuning_root": "/", name: text}, [entry])
+        assert errors == [], (name, errors)
+        accepted = validated[name]
+        assert type(accepted) is {"int": int, "float": float}[kind] and accepted == number, (name, accepted)
+        given = {name: text, "gpunode_tuning_drain_command": "true 1"}
+        assert role_variables.typed_values(given) == {name: accepted, "gpunode_tuning_drain_command": "true 1"}
+
+
+def test_a_value_the_spec_cannot_convert_is_left_for_the_precheck_to_refuse():
+    got = role_variables.typed_values({"gpunode_tuning_reboot_poll_interval": "soon", "gpunode_tuning_reboot_ok": "yes",
+                                       "gpunode_tuning_reboot_max_unavailable": "10%", "not_ours": "1"})
+    assert got == {"gpunode_tuning_reboot_poll_interval": "soon", "gpunode_tuning_reboot_ok": True,
+                   "gpunode_tuning_reboot_max_unavailable": "10%", "not_ours": "1"}
+
+
+def test_the_reboot_action_reads_its_numbers_as_the_precheck_accepted_them(tmp_path, monkeypatch):
+    """The reboot sequence's settings from ``-e``-style text: the poll every 1 s, not the 5 s fallback."""
+    from types import SimpleNamespace
+
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    from ansible_collections.gpunode.tuning.plugins.action import tuning_reboot
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence
+
+    seen = {}
+
+    def stop(self, name, _task_vars):
+        seen.update(self._settings, backend=name)
+        raise reboot_sequence.SequenceError("stopped by the test")
+    monkeypatch.setattr(tuning_reboot.ActionModule, "_make_backend", stop)
+    task = SimpleNamespace(args={"phase": "survey"}, check_mode=False, async_val=0,
+                           action="gpunode.tuning.tuning_reboot")
+    loader = DataLoader()
+    action = tuning_reboot.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, loader,
+                                        Templar(loader=loader), None)
+    action._load_name = "gpunode.tuning.tuning_reboot"
+    task_vars = {"inventory_hostname": "n1", "ansible_play_hosts_all": ["n1", "n2"], "gpunode_tuning_reboot_ok": "true",
+                 "gpunode_tuning_drain": "none", "gpunode_tuning_reboot_poll_interval": "1",
+                 "gpunode_tuning_drain_timeout": "60", "gpunode_tuning_reboot_timeout": "900",
+                 "gpunode_tuning_report_dir": str(tmp_path)}
+    result = action.run(task_vars=task_vars)
+    assert result["failed"] and "stopped by the test" in result["msg"]
+    assert (seen["poll"], seen["drain_timeout"], seen["reboot_timeout"], seen["backend"]) == (1.0, 60, 900, "none")

@@ -288,3 +288,49 @@ def test_the_boot_unit_and_udev_rule_name_a_journal_that_is_not_the_default():
     assert "--desired /etc/gpunode-tuning/desired.json --journal /srv/tuning/journal.json\n" in unit
     assert " --journal /srv/tuning/journal.json --only pcie_mrrs --bdf %k" in boot.rule_text(
         dict(settings, journal="/srv/tuning/journal.json"), desired)
+
+
+def test_a_directory_a_familys_persistent_write_creates_is_journaled_and_rollback_removes_it(build_node, run_module):
+    """Issue 42: an Ubuntu node without /etc/default/grub.d. kernel_cmdline's drop-in write creates it (outside the
+    concern's NodeFiles); the journal records it and rollback gives back the tree byte for byte."""
+    root = build_node("mi300x-epyc-8gpu", cpus=4)
+    os.rmdir(os.path.join(root, "etc/default/grub.d"))
+    before = snapshot(root)
+    settings = {"kernel_cmdline_enabled": True, "kernel_cmdline_args": ["iommu=pt"]}
+    args = {"concerns": ["kernel_cmdline"], "desired": {"kernel_cmdline": ["iommu=pt"]}, "settings": settings,
+            "root": root, "journal": JOURNAL}
+    result, failed = run_module("tuning_persist", args)
+    assert not failed and result["changed"], result
+    assert os.path.isfile(os.path.join(root, "etc/default/grub.d/60-gpunode-tuning.cfg"))
+    with open(os.path.join(root, JOURNAL.lstrip("/")), encoding="utf-8") as fh:
+        assert "/etc/default/grub.d" in json.load(fh)["created_dirs"]
+    result, failed = run_module("tuning_persist", dict(args, state="absent"))
+    assert not failed and result["changed"], result
+    assert tree_changes(before, snapshot(root)) == []  # grub.d included: it was not there before
+
+
+def test_a_directory_that_existed_before_the_persistent_write_stays_at_rollback(build_node, run_module):
+    root = build_node("mi300x-epyc-8gpu", cpus=4)
+    before = snapshot(root)
+    settings = {"kernel_cmdline_enabled": True, "kernel_cmdline_args": ["iommu=pt"]}
+    args = {"concerns": ["kernel_cmdline"], "desired": {"kernel_cmdline": ["iommu=pt"]}, "settings": settings,
+            "root": root, "journal": JOURNAL}
+    assert not run_module("tuning_persist", args)[1]
+    assert os.path.isfile(os.path.join(root, "etc/default/grub.d/60-gpunode-tuning.cfg"))
+    assert not run_module("tuning_persist", dict(args, state="absent"))[1]
+    assert tree_changes(before, snapshot(root)) == [] and os.path.isdir(os.path.join(root, "etc/default/grub.d"))
+
+
+def test_families_and_flows_create_directories_only_through_the_journaled_helpers():
+    """Every directory a family or flow creates goes through files.make_dirs (told to Call.on_created) or NodeFiles
+    (told to its on_created): a bare os.makedirs would leave a directory rollback does not know. The guard's own
+    lock directory is its state, not a tuning write."""
+    base = os.path.join(REPO, "plugins", "module_utils")
+    found = []
+    for sub in ("families", "flows"):
+        for name in sorted(os.listdir(os.path.join(base, sub))):
+            if name.endswith(".py"):
+                with open(os.path.join(base, sub, name), encoding="utf-8") as fh:
+                    found += ["%s/%s:%d" % (sub, name, i) for i, line in enumerate(fh, 1)
+                              if "os.makedirs(" in line or "os.mkdir(" in line]
+    assert [f for f in found if not f.startswith("flows/guard.py:")] == []

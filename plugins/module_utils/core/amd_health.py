@@ -23,6 +23,9 @@ more is asked of amd-smi. ``rows`` turns the answers (read by core/amd_smi.py) a
   poison consumed, bad-page threshold, ring timeouts, fatal init errors) fail, counted per GPU.
 
 A field amd-smi does not give (``N/A``, an older release) costs only its row: the row says which GPUs lack it.
+A call amd-smi refuses as one it lacks (argparse's refusal, or its own ``{"error", "code"}`` document, exit 0 or
+not: ``refusals``) is handled as an older release: ``xgmi -l`` falls back to topology, another call's checks are
+``unsupported`` rows naming the release and amd-smi's words; the node is not failed for it.
 Plain Python (3.8+), no Ansible import; names no family (the caller passes its row factory).
 """
 
@@ -78,15 +81,45 @@ def _result(answer: dict) -> command.Result:
                           timed_out=bool(answer.get("timed_out")))
 
 
+def refusals(probe: dict) -> dict:
+    """``{probe key: why}``: the calls this amd-smi refused, as a release without the subcommand or option does
+    (argparse's refusal, or amd-smi's own error document for it, whatever its exit status)."""
+    out = {}
+    for key in READERS:
+        answer = (probe or {}).get(key)
+        if answer and not answer.get("not_run") and not answer.get("timed_out"):
+            why = amd_smi.refusal(_result(answer))
+            if why:
+                out[key] = why
+    return out
+
+
+def release_text(probe: dict) -> str:
+    """``amd-smi (tool 25.4.2+aca1101, rocm 6.4.1)`` from the probe's ``amd-smi version`` answer."""
+    version = amd_smi.read_version(((probe or {}).get("amd_version") or {}).get("stdout"))
+    release = ", ".join("%s %s" % (k, version[k]) for k in ("tool", "rocm") if version.get(k))
+    return "amd-smi (%s)" % release if release else "amd-smi (version not known)"
+
+
+def refused_reason(probe: dict, key: str, why: str) -> str:
+    """What a refused call costs, naming the release: ``amd-smi (tool ..., rocm ...) refused `amd-smi bad-pages
+    --json` (<its words>)``."""
+    return "%s refused `%s` (%s): this release or system does not offer it" % (release_text(probe), argv_text(key),
+                                                                               why)
+
+
 def read_answers(probe: dict) -> tuple:
     """``(readings, problems, notes)``: each answered call read (key -> reader result), what failed, and notes
-    (``xgmi -l`` refused by an older release)."""
+    (a call refused by this release: ``xgmi -l`` before ROCm 6.4, whose XGMI links come from topology; another
+    call refused costs only its rows, which say so)."""
     readings, problems, notes = {}, [], []
+    refused = refusals(probe)
     for key, reader in READERS.items():
         answer = probe.get(key)
-        if key == "amd_xgmi_link_status" and answer and amd_smi.refused(_result(answer)):
-            notes.append("%s is not known to this amd-smi (before ROCm 6.4): XGMI links from topology"
-                         % argv_text(key))
+        if key in refused:
+            notes.append("%s is not known to this amd-smi (%s)%s" % (
+                argv_text(key), refused[key],
+                ": XGMI links from topology" if key == "amd_xgmi_link_status" else ": its checks are unsupported"))
             continue
         why = call_failure(key, answer)
         if why:
@@ -121,16 +154,24 @@ def rows(facts: dict, gpus: list, probe: dict, row: Row) -> list:
     version = amd_smi.read_version((probe.get("amd_version") or {}).get("stdout"))
     out = [_tool_row(row, problems, notes, version, readings, len(bus))]
     names = _names(readings)
-    builders = (("amd_list", lambda r: count_row(row, r, bus, readings.get("amd_static"))),
-                ("amd_metric", lambda r: ecc_row(row, r, names)),
-                ("amd_bad_pages", lambda r: bad_pages_row(row, r, readings.get("amd_static"), names)),
-                ("amd_metric", lambda r: link_row(row, r, readings.get("amd_static"), names)))
-    for key, build in builders:
+    refused = refusals(probe)
+    builders = (("amd_list", "amd_gpu_count", len(bus), lambda r: count_row(row, r, bus, readings.get("amd_static"))),
+                ("amd_metric", "amd_ecc", 0, lambda r: ecc_row(row, r, names)),
+                ("amd_bad_pages", "amd_bad_pages", "below threshold",
+                 lambda r: bad_pages_row(row, r, readings.get("amd_static"), names)),
+                ("amd_metric", "amd_pcie_link", "maximum width",
+                 lambda r: link_row(row, r, readings.get("amd_static"), names)))
+    for key, name, desired, build in builders:
         if key in readings:
             out.append(build(readings[key]))
+        elif key in refused:  # as an older amd-smi: the check is not offered, the node is not failed for it
+            out.append(row(name, desired, None, "unsupported", refused_reason(probe, key, refused[key])))
     xgmi = xgmi_row(row, readings, names, len(bus))
     if xgmi:
         out.append(xgmi)
+    elif "amd_topology" in refused:
+        out.append(row("amd_xgmi", "all up", None, "unsupported",
+                       refused_reason(probe, "amd_topology", refused["amd_topology"])))
     out.append(kernel_log_row(row, facts, bus))
     return out
 

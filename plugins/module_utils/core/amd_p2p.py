@@ -212,6 +212,9 @@ def pair_problems(a: int, b: int, link_map: dict, xgmi_hive: bool, one_hop: str 
 def pair_rows(devices: list, probe: dict, row: Row) -> list:
     """The P2P rows of the AMD GPUs: one drifted row per pair not as expected (``GPU0-GPU1``), else one applied
     ``pairs`` row; an unsupported ``pairs`` row when amd-smi's topology is not there; ``xgmi_links`` from xgmi -l."""
+    refused = amd_health.refusals(probe).get("amd_topology")
+    if refused:
+        return [row("pairs", None, "unsupported", amd_health.refused_reason(probe, "amd_topology", refused))]
     failure = amd_health.call_failure("amd_topology", probe.get("amd_topology"))
     if failure:
         return [row("pairs", None, "unsupported", failure)]

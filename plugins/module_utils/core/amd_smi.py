@@ -25,6 +25,10 @@ What differs between releases (the captures in tests/data/real/amd-smi-* show ea
   ``plan`` asks one call per subcommand for all GPUs (no ``-g``), with ``--json``; without ``xgmi -l`` the
   XGMI link state comes from ``topology`` (each link's ``link_status``/``link_accessibility`` and
   ``link_type``), which every release answers.
+- Refusals: a release without a subcommand or option says so through argparse (exit 2) or, more often, with its
+  own error document, ``{"error": "Parameter '-l' is invalid. Run '--help' for more info.", "code": -2}`` on
+  stdout and exit 0 up to ROCm 7.1, the same text with ``Error code: N`` on stderr and a non-zero exit later.
+  ``refusal`` tells such an answer from a failure; the readers never take an error document for GPU data.
 
 The human-readable form of ``list`` and ``bad-pages`` (``GPU: 0`` blocks) and the tables of
 ``xgmi``/``xgmi --link-status``, the default view (``amd-smi`` alone, which shows the compute partition
@@ -65,6 +69,15 @@ NO_BAD_PAGES = "no bad pages found"
 _MAX_STARTS = 4  # lines tried as the start of the JSON document
 # argparse's words for an option or subcommand a release does not know (exit 2).
 _REFUSAL = ("unrecognized arguments", "invalid choice", "unrecognized argument")
+# amd-smi's own error documents (amdsmi_cli/amdsmi_cli_exceptions.py): with --json ``{"error": text, "code": n}``
+# (from ROCm 7.2 also ``"error_type"``), as text ``<text> Error code: n``, from 7.2 on stderr after the exception's
+# name. Up to ROCm 7.1 amd-smi prints it on stdout and exits 0; later releases exit non-zero. The codes were renumbered
+# (-2 became 194, then 195), so the text says what it is: the call's subcommand or option is one this amd-smi lacks
+# (or does not offer on this system) -- a refusal -- or something else went wrong (a value, a device, the library).
+_ERROR_LINE = re.compile(r"^\s*(?:amdsmi_cli_exceptions\.\w+:\s*)?(.*?\S)\s+Error code:\s*(-?\d+)(?:\s*\[(\w+)\])?\s*$")
+_REFUSAL_MESSAGE = re.compile(r"\b(?:Command|Parameter) '[^']*' is (?:invalid|not supported on the system)")
+_REFUSAL_TYPES = ("INVALID_COMMAND", "INVALID_PARAMETER", "COMMAND_NOT_SUPPORTED", "INVALID_SUBCOMMAND",
+                  "PARAMETER_NOT_SUPPORTED")
 
 _BDF = re.compile(r"^\s*(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])\s*$")
 _NUMBER = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%/°]+(?:/[A-Za-z]+)?)?\s*$")
@@ -96,12 +109,57 @@ def xgmi_link_status_known(rocm: tuple | None, help_text: str | None = None) -> 
     return None
 
 
+def error_document(text: str | None) -> dict | None:
+    """amd-smi's own error answer in ``text``: ``{"error", "code", "type", "refusal"}``, None when there is none.
+
+    Read: the JSON document ``{"error": ..., "code": ...}`` (the whole answer, warning lines before it skipped) and
+    the text line ``<message> Error code: <n>`` (with or without the exception's name before it). ``refusal``:
+    the message says the call's command or parameter is invalid or not supported on the system (or ``error_type``
+    names such a refusal): amd-smi lacks what was asked, as an older release does."""
+    text = text or ""
+    if '"error"' not in text and "Error code:" not in text:
+        return None  # the common case, GPU data: not decoded a second time
+    return _error_of(load_json(text)["data"] if "{" in text else None, text)
+
+
+def _error_of(data: Any, text: str) -> dict | None:
+    """``error_document`` of an answer whose JSON (``data``, None without one) is already decoded."""
+    if isinstance(data, dict) and isinstance(data.get("error"), str) and "code" in data:
+        doc = {"error": data["error"].strip(), "code": data["code"], "type": data.get("error_type")}
+    elif data is None:
+        found = (_ERROR_LINE.match(line) for line in text.splitlines())
+        m = next((m for m in found if m), None)
+        if not m:
+            return None
+        doc = {"error": m.group(1), "code": int(m.group(2)), "type": m.group(3)}
+    else:
+        return None
+    doc["refusal"] = bool(_REFUSAL_MESSAGE.search(doc["error"])) or doc["type"] in _REFUSAL_TYPES
+    return doc
+
+
+def refusal(result: Any) -> str | None:
+    """Why amd-smi refused the call's subcommand or option, None when it did not (``result``: rc, stdout, stderr).
+
+    argparse's refusal (exit 2, "unrecognized arguments", "invalid choice"), or amd-smi's own error document for a
+    command or parameter it lacks (any exit status: up to ROCm 7.1 it exits 0)."""
+    if not result:
+        return None
+    for stream in (result[1], result[2]):
+        doc = error_document(stream)
+        if doc and doc["refusal"]:
+            return "%s (code %s)" % (doc["error"], doc["code"])
+    if result[0] == 0:
+        return None
+    for line in ("%s\n%s" % (result[2] or "", result[1] or "")).splitlines():
+        if any(word in line.lower() for word in _REFUSAL):
+            return line.strip()
+    return None
+
+
 def refused(result: Any) -> bool:
-    """Whether amd-smi refused the call's subcommand or option (argparse: exit 2, "unrecognized arguments")."""
-    if not result or result[0] == 0:
-        return False
-    text = ("%s\n%s" % (result[1] or "", result[2] or "")).lower()
-    return any(word in text for word in _REFUSAL)
+    """Whether amd-smi refused the call's subcommand or option (``refusal``)."""
+    return refusal(result) is not None
 
 
 def parse_help(text: str | None) -> dict:
@@ -321,6 +379,10 @@ def _answer(text: str | None, to_row: Callable[[dict], dict], key: str = "gpu_da
             text_form: Callable[[str], list] | None = None) -> dict:
     """``{"gpus", "finding", "skipped"}`` of one command's answer, each GPU record read by ``to_row``."""
     loaded = load_json(text)
+    error = _error_of(loaded["data"], text or "")
+    if error is not None:  # amd-smi's own error in place of the answer: say so, not "no GPU list"
+        return {"gpus": [], "finding": "amd-smi answered with its own error, not the GPUs: %s (code %s)"
+                % (error["error"], error["code"]), "skipped": loaded["skipped"]}
     if loaded["data"] is None and text_form is not None:
         records, skipped = text_form(text or "")
         if records:  # the human-readable form (no JSON line reads as a GPU block)

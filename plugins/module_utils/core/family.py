@@ -48,6 +48,9 @@ class Call(NamedTuple):
     atomic_move: Callable[[str, str], None] | None = None
     # What Node.bin_path needs to find a live node's binaries: an object with get_bin_path(name).
     lookup: Any = None
+    # Told of the directories a write of the family created (full paths, outermost first; files.make_dirs): the
+    # writing flow records them in the journal, so that rollback removes them when empty (flows/writers.py).
+    on_created: Callable[[list], None] | None = None
 
 
 class FactsQuery(NamedTuple):

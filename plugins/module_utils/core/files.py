@@ -73,6 +73,17 @@ def missing_dirs(directory: str) -> list:
     return out[::-1]
 
 
+def make_dirs(directory: str, mode: int = DIR_MODE, on_created: Callable[[list], None] | None = None) -> list:
+    """Create ``directory`` and its missing parents (``mode``); tell ``on_created`` which (full paths, outermost
+    first: a writing flow journals them, so that rollback removes them). The directories created."""
+    missing = missing_dirs(directory)
+    if missing:
+        os.makedirs(directory, mode=mode, exist_ok=True)
+        if on_created is not None:
+            on_created(missing)
+    return missing
+
+
 def ensure_dir(path: str, check_mode: bool = False, what: str = "report directory") -> bool:
     """Create the report directory (and its parents) unless it exists; True when it was (or would be) created."""
     if os.path.isdir(path):

@@ -856,9 +856,17 @@ def amd_execute(call: family.Call, smi: str, gpus: list, steps: list, determinis
     failed = []
     for argv, members in amd_argvs(smi, gpus, steps, determinism):
         rc, out, err = call.run_command(argv)
-        if rc != 0:
+        refused = amd_smi.refusal((rc, out, err))
+        error = amd_smi.error_document(out) or amd_smi.error_document(err)
+        if refused:  # up to ROCm 7.1 amd-smi prints its refusal and exits 0: nothing was set
+            why = "%s: this amd-smi does not offer it (%s)" % (" ".join(argv[1:]), refused)
+        elif error:
+            why = "%s: amd-smi rc %s: %s (code %s)" % (" ".join(argv[1:]), rc, error["error"][:200], error["code"])
+        elif rc != 0:
             why = "%s: amd-smi rc %s: %s" % (" ".join(argv[1:]), rc, (err or out).strip()[:200])
-            failed += [(s, why) for s in members]
+        else:
+            continue
+        failed += [(s, why) for s in members]
     return failed
 
 
@@ -992,8 +1000,11 @@ def amd_probe_gpus(probe: dict, need_metric: bool) -> tuple:
     """``(gpus, why)``: the GPUs of the probe's ``amd-smi static`` (and ``metric``) answers as ``read_amd_gpus``
     reads them, or why there are none (the call's failure, or its finding)."""
     answers = {}
+    refused = amd_health.refusals(probe)
     for key in ("amd_static",) + (("amd_metric",) if need_metric else ()):
         answer = probe.get(key)
+        if key in refused:
+            return [], amd_health.refused_reason(probe, key, refused[key])
         why = amd_health.call_failure(key, answer)
         if why:
             return [], why

@@ -318,17 +318,18 @@ def dropin_problem(node: Node, dropin: str) -> str | None:
     return None if problem is None else "%s cannot be written: %s" % (node.path(dropin), problem)
 
 
-def write_dropin(node: Node, dropin: str, text: str | None, atomic_move: Callable[[str, str], None]) -> None:
+def write_dropin(node: Node, dropin: str, text: str | None, atomic_move: Callable[[str, str], None],
+                 on_created: Callable[[list], None] | None = None) -> None:
     """Write (or with ``text`` None delete) the drop-in atomically (core/files.py: a temporary file in the target
-    directory, flushed, then ``atomic_move``d over it)."""
+    directory, flushed, then ``atomic_move``d over it). A missing /etc/default/grub.d (and parents) is created and
+    ``on_created`` told of it: the writing flow journals it, so that rollback removes it."""
     full = node.path(dropin)
     directory = os.path.dirname(full)
     if text is None:
         if os.path.exists(full):
             os.unlink(full)
         return
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755)
+    files.make_dirs(directory, 0o755, on_created)
     files.replace_file(full, text.encode("utf-8"), 0o644, fsync=True, move=atomic_move)
 
 
@@ -370,6 +371,8 @@ class Tools(NamedTuple):
     """Moves a written temp file onto its destination."""
     warn: Callable[[str], None]
     """Reports a warning."""
+    on_created: Callable[[list], None] | None = None
+    """Told of the directories a write created (``Call.on_created``)."""
 
 
 def find_tool(node: Node, tools: Tools, name: str, package: str) -> str | None:
@@ -454,7 +457,7 @@ def _apply_grub(node, tools, out, arguments, state, dropin, update_bootloader, c
     if problem:  # in check mode too: the real run would fail here
         raise CmdlineError("%s; nothing was written" % problem, out)
     if plan["changed"] and not check_mode:
-        write_dropin(node, dropin, plan["after_text"], tools.atomic_move)
+        write_dropin(node, dropin, plan["after_text"], tools.atomic_move, tools.on_created)
         if node.is_live and update_bootloader:
             _update_grub(node, tools, out)
     for arg in arguments:
@@ -512,7 +515,8 @@ def run(call: contract.Call) -> dict:
         node = Node.open(params["root"])
     except NodeError as exc:
         raise contract.FamilyError(str(exc)) from None
-    tools = Tools(lookup=call.lookup, run=call.run_command, atomic_move=call.atomic_move, warn=call.warn)
+    tools = Tools(lookup=call.lookup, run=call.run_command, atomic_move=call.atomic_move, warn=call.warn,
+                  on_created=call.on_created)
     try:
         return configure(node, tools, params["arguments"], state=params["state"], bootloader=params["bootloader"],
                          dropin=params["dropin"], update_bootloader=params["update_bootloader"],

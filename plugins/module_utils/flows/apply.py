@@ -151,8 +151,10 @@ def run(module, make_call: Callable[[Any, dict], Call]) -> dict:
     restore = all((r.get("options") or {}).get("restore") for r in params["families"])
     node = Node.open(params["root"])
     with writers.writing(node, params["journal"], "rollback" if restore else "runtime", module.check_mode,
-                         timeout=params["lock_timeout"]):
-        results = run_families(params["families"], make_call)
+                         timeout=params["lock_timeout"]) as held:
+        # A directory a family's write creates is journaled, so that rollback removes it (flows/writers.py).
+        results = run_families(params["families"],
+                               lambda fam, options: make_call(fam, options)._replace(on_created=held.note_created))
     out = dict(changed=any(r.get("changed") for r in results.values()), families=results,
                failed_families=failures(results),
                summary={n: restored(r) if restore else summary(r, registry.by_name(n)) for n, r in results.items()})

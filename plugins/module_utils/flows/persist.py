@@ -44,7 +44,12 @@ def persist_call(node, call, desired: dict, settings: dict, make_call: Callable[
 def run_family(pc: PersistCall, name: str, options: dict, check_mode: bool | None = None) -> dict:
     """A family's ``run`` with these options (check mode: the module's, or forced); FamilyError as it raises."""
     fam = registry.by_name(name)
-    return fam.run(pc.make_call(fam, as_role_options(fam, options), check_mode))
+    call = pc.make_call(fam, as_role_options(fam, options), check_mode)
+
+    def created(full_paths):  # the family's new directories, journaled as the concern's own files' are (NodeFiles)
+        if pc.files.on_created is not None:
+            pc.files.on_created(full_paths)
+    return fam.run(call._replace(on_created=created))
 
 
 def family_kernel_args(pc: PersistCall, remove: bool = False) -> list:

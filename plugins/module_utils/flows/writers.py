@@ -10,7 +10,8 @@ runner; the guard's re-apply) runs its writes and its journal inside ``writing(n
   (60 s) and then fails with ``lock.LockTimeout``, whose message names the holder (flow, pid, host,
   start time), before it has written anything. Check mode takes nothing and creates nothing.
 - the directories created under it (the lock's, the journal's, those ``note_created`` is told of:
-  the persistent files') are recorded in the journal (``created_dirs``), so that rollback removes
+  the persistent files', and every family's through ``Call.on_created``, e.g. kernel_cmdline's
+  /etc/default/grub.d) are recorded in the journal (``created_dirs``), so that rollback removes
   them, when empty, and never one that existed before.
 - before it lets the lock go, every flow removes the recorded directories that are empty now (nothing of
   ours left in them: a rollback, a concern turned off), deepest first; those that hold the journal (and
