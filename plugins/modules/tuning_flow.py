@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_flow
 short_description: Run one of the tuning role's flows from the role's variables
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - The tuning role's flows as one task each. On the controller, the role's variables are read with their types
     on every supported ansible-core, checked against the role's argument specs, and turned into the one desired

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_info
 short_description: Read the tuning state of a GPU node and, given a desired state, verify it
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Reads, in one call and without writing anything, what the verification of a tuned GPU node needs,
     namely the kernel release and command line, kernel lockdown, CPU identity and NUMA layout, C-states, cpufreq,

@@ -53,7 +53,7 @@ DESIRED = {
 }
 OPTIONS = {
     "python": "/usr/bin/python3", "runner": RUNNER, "journal": JOURNAL, "textfile_dir": TEXTFILE_DIR,
-    "interval": "5min", "reapply": False, "preset": "inference-throughput", "collection_version": "0.2.0",
+    "interval": "5min", "reapply": False, "preset": "inference-throughput", "collection_version": "1.0.0",
     "host": "sim", "desired": DESIRED,
     "facts": {"pci_selector": {"vendor": "10de", "class_prefixes": ["0300", "0302"]},
               "sysctls": sorted(DESIRED["sysctl"]), "modules": ["nvidia_peermem"], "kmsg_levels": ["err", "warn"],
@@ -255,7 +255,7 @@ def test_guard_is_read_only_and_writes_status_and_metrics(node):
         assert values == {state: [1.0 if state == s["state"] else 0.0] for state in values}, s["id"]
     assert series(m, "gpunode_tuning_setting_drifted_cpus", family="cpuidle", setting="C2") == [8]
     assert series(m, "gpunode_tuning_gpu_serious_xid_errors_total") == [0, 0]
-    assert series(m, "gpunode_tuning_info", version="0.2.0", preset="inference-throughput") == [1]
+    assert series(m, "gpunode_tuning_info", version="1.0.0", preset="inference-throughput") == [1]
     # Written through a temporary file and a rename: nothing else is left in either directory.
     assert os.listdir(os.path.join(root, "var/lib/prometheus/node-exporter")) == ["gpunode-tuning.prom"]
     assert sorted(os.listdir(os.path.join(root, "var/lib/gpunode-tuning"))) == ["guard-code.cache",
@@ -522,7 +522,7 @@ def test_config_values_are_validated_before_anything_is_written():
 
 
 def test_metrics_text_follows_the_format_and_naming_rules():
-    st = {"collection_version": "0.2.0", "preset": 'odd "name"\\\n', "mode": "read-only", "interval_seconds": 60,
+    st = {"collection_version": "1.0.0", "preset": 'odd "name"\\\n', "mode": "read-only", "interval_seconds": 60,
           "run": {"timestamp": 1796131061.5, "duration_seconds": 0.25, "success": True}, "verdict": "pass",
           "counts": {"applied": 1},
           "settings": [{"family": "sysctl", "name": "vm.swappiness", "state": "applied",

@@ -142,13 +142,13 @@ def test_the_guards_textfile_directory_is_absolute_or_empty():
 def test_the_guard_gets_verifications_options():
     values = preset_values(gpunode_tuning_sysctl_file="/etc/sysctl.d/95-gpu.conf")
     desired = desired_state.desired_state(values)
-    inputs = desired_state.guard_inputs(values, desired, "node7", "0.2.0")
+    inputs = desired_state.guard_inputs(values, desired, "node7", "1.0.0")
     verify = desired_state.verify_options(values, desired, "node7", "now")
     assert inputs["verify"] == {k: v for k, v in verify["verify"].items() if k not in ("gate", "verified_at")}
     assert inputs["verify"]["sysctl_file"] == "/etc/sysctl.d/95-gpu.conf" and inputs["host"] == "node7"
     assert inputs["facts"] == {k: verify[k] for k in ("pci_selector", "sysctls", "modules", "kmsg_levels",
                                                       "kmsg_ignore")}
-    assert inputs["collection_version"] == "0.2.0"
+    assert inputs["collection_version"] == "1.0.0"
 
 
 def test_the_defaults_python_and_the_role_share_are_one():
