@@ -109,7 +109,6 @@ MATRIX_TESTS = [
     # although every host's worker computes it; with a deprecated tag alias (--tags mrrs) in check mode.
     "tests/integration/test_precheck.py::test_unknown_variable_warns_with_the_nearest_name",
     # meta/runtime.yml's plugin_routing: the redirect and its deprecation are ansible-core's to apply.
-    "tests/integration/test_verify.py::test_tuning_facts_still_works_redirected_with_a_deprecation",
     # The rollout's positive path: `serial` from a filter (a list of batch sizes: a typed template),
     # each host's one task (tuning_flow rollout: the role's defaults through a static import, facts set
     # from the action's result) in every batch, the summary play.

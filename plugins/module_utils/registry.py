@@ -93,13 +93,8 @@ def of_report(report: str) -> Family | None:
 
 
 def selecting_tags(fam: Family) -> tuple[str, ...]:
-    """Every tag that selects ``fam``: its name, its settings' tags, its deprecated former names."""
-    return (fam.name, *fam.tags, *fam.deprecated_tags)
-
-
-def deprecated_tags() -> dict[str, str]:
-    """Deprecated tag -> the family name that replaces it."""
-    return {tag: fam.name for fam in _every() for tag in fam.deprecated_tags}
+    """Every tag that selects ``fam``: its name and its settings' tags."""
+    return (fam.name, *fam.tags)
 
 
 def read_options() -> dict:

@@ -22,8 +22,7 @@ description:
     RV(verification), every setting's state (applied, pending_reboot, drifted, not_applicable, unsupported) with
     the reason, the counts, the verdict and its JUnit classification. The O(verify) option gives the paths and
     verdict switches.
-  - This module was called C(tuning_facts); that name still works, redirected here, and is deprecated. It never
-    returned C(ansible_facts); its data is RV(tuning_facts), which keeps its name.
+  - It returns no C(ansible_facts); its data is RV(tuning_facts).
   - Per-CPU values are aggregated (counts, cpulists, most common value and the number of CPUs that differ),
     so the result does not grow with the number of CPUs unless O(detail=true).
   - The kernel log is read without blocking from C(/dev/kmsg), filtered by level (O(kmsg_levels)) and time

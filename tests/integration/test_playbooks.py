@@ -269,7 +269,7 @@ def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
     assert families == ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "thp", "gpu_locality"]
     # The udev form touches one device only.
     fresh2 = build_node(tmp_path / "fresh2", cpus=2, gpus=2)
-    run = run_boot_runner(tuned, fresh2, "--only-mrrs", "--bdf", "0000:61:00.0")
+    run = run_boot_runner(tuned, fresh2, "--only", "pcie_mrrs", "--bdf", "0000:61:00.0")
     assert run.returncode == 0, run.stdout + run.stderr
     assert [read_mrrs(fresh2, bdf) for bdf in info_gpus] == [512, 4096]
     assert cstate_disabled(fresh2, "C2") == set()

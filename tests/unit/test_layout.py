@@ -156,11 +156,8 @@ def owned_names(families=None):
 
 
 def yaml_names(families=None):
-    """Every word that selects or keys a family in YAML: its owned names and its deprecated tags."""
-    out = owned_names(families)
-    for fam in families or registry.FAMILIES:
-        out.update(dict.fromkeys(fam.deprecated_tags, fam.name))
-    return out
+    """Every word that selects or keys a family in YAML: its owned names."""
+    return owned_names(families)
 
 
 def own_files(families=None):
@@ -364,11 +361,11 @@ def test_the_yaml_check_catches_a_planted_tag_and_key(tmp_path):
         "  gpunode.tuning.tuning_flow:\n"
         "    flow: persistent\n"
         "    pcie_acs: true\n"
-        "  tags: [kernel_cmdline, mrrs, reboot]\n"
+        "  tags: [kernel_cmdline, pcie_mrrs, reboot]\n"
         "- name: Other\n"
         "  ansible.builtin.debug:\n"
         "    msg: cpufreq thp\n"
-        "  tags: cstate\n"
+        "  tags: cpuidle\n"
         "# BEGIN GENERATED tags\n"
         "- name: Generated\n"
         "  ansible.builtin.debug:\n"
@@ -376,7 +373,7 @@ def test_the_yaml_check_catches_a_planted_tag_and_key(tmp_path):
         "  tags: [thp]\n"
         "# END GENERATED tags\n")
     assert [(line, kind, word) for line, kind, word, _f in yaml_violations(str(tasks))] == [
-        (4, "key", "pcie_acs"), (5, "tag", "kernel_cmdline"), (5, "tag", "mrrs"), (9, "tag", "cstate")]
+        (4, "key", "pcie_acs"), (5, "tag", "kernel_cmdline"), (5, "tag", "pcie_mrrs"), (9, "tag", "cpuidle")]
     variables = tmp_path / "main.yml"
     variables.write_text("pcie_mrrs: 4096\nsysctl: {}\n")
     assert yaml_violations(str(variables), "roles/tuning/vars/main.yml") == []
@@ -388,7 +385,7 @@ def test_the_names_and_files_come_from_the_registry():
     names, files = owned_names(), own_files()
     assert names["numa_balancing"] == names["thp"] == names["sysctl"] == "tunables"
     assert files["plugins/modules/setpci_mrrs.py"] == "pcie_mrrs" and "plugins/modules/tuning_info.py" not in files
-    assert yaml_names()["mrrs"] == "pcie_mrrs" and "mrrs" not in names  # a register name in Python (core/pci.py)
+    assert "mrrs" not in names  # a register name in Python (core/pci.py)
     assert len(set(files.values())) == len(registry.FAMILIES)
 
 

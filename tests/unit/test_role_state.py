@@ -63,9 +63,9 @@ def test_switched_off_families_are_absent_from_runtime():
 @pytest.mark.parametrize("only, skip, runtime", [
     (None, None, ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "kmod", "gpu_settings"]),
     (["runtime"], None, ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "kmod", "gpu_settings"]),
-    (["mrrs"], None, ["pcie_mrrs"]),
+    (["pcie_mrrs"], None, ["pcie_mrrs"]),
     (["pcie_mrrs", "thp"], None, ["pcie_mrrs", "tunables"]),
-    (["runtime"], ["cstate", "acs"], ["pcie_mrrs", "cpufreq", "tunables", "kmod", "gpu_settings"]),
+    (["runtime"], ["cpuidle", "pcie_acs"], ["pcie_mrrs", "cpufreq", "tunables", "kmod", "gpu_settings"]),
     (["persistent"], None, []),
     (["verify"], None, []),
     (["all"], ["runtime"], []),
@@ -89,7 +89,7 @@ def test_rollback_undoes_the_part_its_tags_name():
     assert names(["runtime"]) == ([], every_family)
     assert names(["rollback"], ["persistent"]) == ([], every_family)
     assert names(["guard"]) == (["guard"], [])
-    assert names(["mrrs"]) == (["boot_unit", "udev"], ["pcie_mrrs"])
+    assert names(["pcie_mrrs"]) == (["boot_unit", "udev"], ["pcie_mrrs"])
 
 
 def test_tags_select_persistent_concerns_from_the_registry():
@@ -97,10 +97,10 @@ def test_tags_select_persistent_concerns_from_the_registry():
         return [c.name for c in tags.selected_concerns("persistent", only, skip)]
 
     assert names(None) == ["sysctl", "kmod", "kernel_cmdline", "gpu_locality", "boot_unit", "udev", "guard"]
-    assert names(["locality"]) == ["gpu_locality", "boot_unit"]
-    assert names(["mrrs"]) == ["boot_unit", "udev"]
+    assert names(["gpu_locality"]) == ["gpu_locality", "boot_unit"]
+    assert names(["pcie_mrrs"]) == ["boot_unit", "udev"]
     # The families that re-apply at boot select the boot unit (ACS and GPU settings included).
-    assert names(["acs"]) == ["kernel_cmdline", "boot_unit"] and names(["gpu_settings"]) == ["boot_unit"]
+    assert names(["pcie_acs"]) == ["kernel_cmdline", "boot_unit"] and names(["gpu_settings"]) == ["boot_unit"]
     assert names(["sysctl"]) == ["sysctl"] and names(["thp"]) == ["boot_unit"]
     assert names(["cpufreq"]) == ["kernel_cmdline", "boot_unit"]
     assert names(["persistent"], ["udev", "boot_unit"]) == ["sysctl", "kmod", "kernel_cmdline", "gpu_locality", "guard"]

@@ -140,52 +140,33 @@ def test_allowed_text_and_show_value():
     assert role_vars.nearest_name("gpunode_tuning_thp_mod", ["gpunode_tuning_thp_mode"]) == "gpunode_tuning_thp_mode"
 
 
-def test_a_former_variable_name_is_read_as_its_new_one_with_a_warning():
-    defaults = role_variables.load_defaults()
-    raw = {"gpunode_tuning_mrrs": 2048, "gpunode_tuning_mrrs_vendor": "10de",
-           "gpunode_tuning_pcie_mrrs": defaults["gpunode_tuning_pcie_mrrs"],
-           "gpunode_tuning_gpu_vendors": defaults["gpunode_tuning_gpu_vendors"]}
-    values = {"gpunode_tuning_mrrs": 2048, "gpunode_tuning_mrrs_vendor": "10de", "gpunode_tuning_pcie_mrrs": 4096,
-              "gpunode_tuning_gpu_vendors": ["10de"]}
-    errors, warnings = role_variables.apply_renames(values, raw, defaults)
+def test_a_name_from_before_1_0_gets_the_unknown_warning_naming_its_current_name_and_is_not_read(warnings):
+    # difflib alone would point gpunode_tuning_cstate_enabled at gpunode_tuning_thp_enabled.
+    values = {"gpunode_tuning_cstate_enabled": False, "gpunode_tuning_mrrs": 2048}
+    validated, errors, warned = role_variables.check(values, ["main"], specs())
     assert errors == []
-    assert values == {"gpunode_tuning_pcie_mrrs": 2048, "gpunode_tuning_gpu_vendors": ["10de"]}
-    assert warnings == [
-        "gpunode_tuning_mrrs is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use "
-        "gpunode_tuning_pcie_mrrs",
-        "gpunode_tuning_mrrs_vendor is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use "
-        "gpunode_tuning_gpu_vendors"]
+    assert warned == [
+        "gpunode_tuning_cstate_enabled is not a variable of gpunode.tuning (renamed to "
+        "gpunode_tuning_cpuidle_enabled before 1.0.0). It is ignored; gpunode_tuning_strict_vars: true makes this "
+        "an error.",
+        "gpunode_tuning_mrrs is not a variable of gpunode.tuning (renamed to gpunode_tuning_pcie_mrrs before "
+        "1.0.0). It is ignored; gpunode_tuning_strict_vars: true makes this an error."]
+    assert "gpunode_tuning_cstate_enabled" not in validated and "gpunode_tuning_mrrs" not in validated
+    # Nothing reads the former name's value: the current names keep what the role gives them without it.
+    task_vars = trusted(role_task_vars(gpunode_tuning_preset="inference-throughput"))
+    plain_values, errors = role_variables.resolve(real_templar(task_vars), task_vars)
+    assert errors == []
+    with_former = dict(task_vars, **values)
+    resolved, errors = role_variables.resolve(real_templar(with_former), with_former)
+    assert errors == [] and resolved["gpunode_tuning_mrrs"] == 2048
+    assert resolved["gpunode_tuning_pcie_mrrs"] == plain_values["gpunode_tuning_pcie_mrrs"] == 4096
+    assert resolved["gpunode_tuning_cpuidle_enabled"] == plain_values["gpunode_tuning_cpuidle_enabled"] is not False
 
 
-def test_a_variable_set_under_both_names_is_refused_naming_both():
-    defaults = role_variables.load_defaults()
-    raw = {"gpunode_tuning_cstate_cpus": "0-3", "gpunode_tuning_cpuidle_cpus": "0-7"}
-    values = dict(raw)
-    errors, warnings = role_variables.apply_renames(values, raw, defaults)
-    assert errors == ["gpunode_tuning_cstate_cpus and gpunode_tuning_cpuidle_cpus are both set: "
-                      "gpunode_tuning_cstate_cpus is the former name of gpunode_tuning_cpuidle_cpus; keep only "
-                      "gpunode_tuning_cpuidle_cpus"] and warnings == []
-
-
-def test_every_former_name_maps_to_a_current_option():
+def test_every_name_from_before_1_0_names_a_current_option_and_is_none():
     options = role_vars.spec_options(specs())
-    assert set(role_variables.RENAMED.values()) <= set(options)
-    assert not set(role_variables.RENAMED) & set(options)
-
-
-def test_the_amd_settings_under_the_short_gpu_names_reach_the_family_variables():
-    # Issue 32 names them gpunode_tuning_gpu_perf_level etc.; the one name carries the family's prefix.
-    defaults = role_variables.load_defaults()
-    raw = {"gpunode_tuning_gpu_perf_level": "determinism", "gpunode_tuning_gpu_perf_determinism_mhz": 1900,
-           "gpunode_tuning_gpu_compute_partition": "SPX", "gpunode_tuning_gpu_memory_partition": "NPS1"}
-    values = dict(raw)
-    errors, warnings = role_variables.apply_renames(values, raw, defaults)
-    assert errors == []
-    assert values == {"gpunode_tuning_gpu_settings_perf_level": "determinism",
-                      "gpunode_tuning_gpu_settings_perf_determinism_mhz": 1900,
-                      "gpunode_tuning_gpu_settings_compute_partition": "SPX",
-                      "gpunode_tuning_gpu_settings_memory_partition": "NPS1"}
-    assert len(warnings) == 4 and all("use gpunode_tuning_gpu_settings_" in w for w in warnings)
+    assert set(role_variables.RENAMED_BEFORE_1_0.values()) <= set(options)
+    assert not set(role_variables.RENAMED_BEFORE_1_0) & set(role_vars.known_names(specs()))
 
 
 def role_task_vars(**more):
@@ -253,7 +234,7 @@ def test_the_presets_values_are_templated_once_for_every_default_that_reads_them
     assert once is not templar
     # The defaults read the preset's values as data, not as the template that picks them.
     assert role_variables.plain(once.available_variables[role_variables.PRESET_VALUES]) == expected
-    values, errors, _warnings = role_variables.resolve(templar, task_vars)
+    values, errors = role_variables.resolve(templar, task_vars)
     assert errors == []
     assert values["gpunode_tuning_thp_mode"] == expected["thp_mode"]
     assert values["gpunode_tuning_pcie_mrrs"] == expected["pcie_mrrs"]
@@ -264,5 +245,5 @@ def test_a_preset_values_template_that_fails_is_reported_by_the_defaults_that_re
     task_vars = trusted(role_task_vars(__gpunode_tuning_preset_values="{{ no_such_variable.pcie_mrrs }}"))
     templar = real_templar(task_vars)
     assert role_variables._with_preset_values(templar, task_vars) is templar
-    _values, errors, _warnings = role_variables.resolve(templar, task_vars)
+    _values, errors = role_variables.resolve(templar, task_vars)
     assert any(line.startswith("value of gpunode_tuning_thp_mode cannot be templated") for line in errors), errors

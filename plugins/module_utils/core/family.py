@@ -147,8 +147,6 @@ class Family(NamedTuple):
     hotplug: Callable[[Any], list] | None = None
     # Ansible tags of its settings that select it besides its name (tunables: numa_balancing, thp, sysctl).
     tags: tuple = ()
-    # Former names that still select it as tags, with a deprecation warning naming ``name``.
-    deprecated_tags: tuple = ()
     # (values, shared) -> dict: the family's keys of the desired state, from the role's variables
     # (validated and typed: plugin_utils/desired_state.py); ``shared`` holds what several families use
     # (the GPUs' PCI selector). None: the role has no variables for it.

@@ -718,7 +718,6 @@ DEFINITION = Family(
     run=run,
     evaluate=evaluate,
     boot=boot,
-    deprecated_tags=("cstate",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

@@ -615,7 +615,6 @@ DEFINITION = Family(
     evaluate=evaluate,
     reads_boot_config=lambda desired: bool(desired.get(FAMILY) or desired.get(GPU_VENDOR_KEY)),
     reboot_only=(FAMILY,),
-    deprecated_tags=("cmdline",),
     from_role=from_role,
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,

@@ -689,7 +689,6 @@ DEFINITION = family.Family(
     evaluate=evaluate,
     reads_boot_config=reads_boot_config,
     boot=boot,
-    deprecated_tags=("acs",),
     from_role=from_role,
     role_problems=role_problems,
     runtime_options=runtime_options,

@@ -499,7 +499,6 @@ DEFINITION = Family(
     evaluate=evaluate,
     boot=boot,
     hotplug=hotplug,
-    deprecated_tags=("mrrs",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,
