@@ -98,6 +98,27 @@ EXPORTED_FACTS = (
     "gpunode_tuning_pending_kernel_args",
     "gpunode_tuning_rollout_result",
 )
+# The private variables that cross between the playbooks and the role (the one list; tests/unit/test_role_vars.py
+# fails when a playbook and the role share one that is not here): name -> (who sets it, what it is). Not role
+# options: a user never sets them, and the entry points that take them as input say so in argument_specs.yml.
+PRIVATE_INTERFACE = {
+    "__gpunode_tuning_precheck_entry_point": ("playbooks", "the entry point the precheck checks the variables for"),
+    "__gpunode_tuning_precheck_rollout": ("rollout.yml", "the rollout's settings as given, checked by the precheck"),
+    "__gpunode_tuning_rollout": ("rollout.yml", "the rollout's settings, checked (rollout_host)"),
+    "__gpunode_tuning_rollout_batch_no": ("rollout.yml", "the host's batch number (rollout_host)"),
+    "__gpunode_tuning_rollout_is_canary": ("rollout.yml", "whether the host is the canary (rollout_host)"),
+    "__gpunode_tuning_rollout_flow": ("rollout.yml", "runtime or persistent (rollout_benchmark's rollback)"),
+    "__gpunode_tuning_rollout_measure": ("rollout.yml", "the measure gate holds the host drained (persistent_reboot)"),
+    "__gpunode_tuning_rollout_benchmark_phase": ("rollout_steps.yml", "before or after tuning (rollout_benchmark)"),
+    "__gpunode_tuning_rollout_reboot_survey": ("rollout.yml", "the hosts out of service before the run (reboot)"),
+    "__gpunode_tuning_rollout_ping": ("rollout_steps.yml", "the host's first connection (tuning_reboot's adoption)"),
+    "__gpunode_tuning_verify_gate": ("rollout_steps.yml", "full or runtime: the verdict verification judges by"),
+    "__gpunode_tuning_verify_given": ("rollout_steps.yml", "a verification the reboot sequence made (verify)"),
+    "__gpunode_tuning_rollout_host": ("role", "rollout_host's registered result, read by rollout.yml"),
+    "__gpunode_tuning_rollout_health": ("role", "rollout_health's registered result, read by the playbooks"),
+    "__gpunode_tuning_rollout_benchmark": ("role", "rollout_benchmark's reading, read by rollout_steps.yml"),
+    "__gpunode_tuning_reboot": ("role", "the reboot sequence's registered result, read by rollout_steps.yml"),
+}
 TYPE_TEXT = {
     "str": "a string",
     "path": "a path",

@@ -13,12 +13,15 @@ its registry line, and keeps what the boot runner carries to the node free of cy
 """
 
 import ast
+import importlib
 import os
+import re
 
 import pytest
 import yaml
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "module_utils")
 PKG = "ansible_collections.gpunode.tuning.plugins.module_utils"
@@ -119,6 +122,58 @@ def test_imports_are_read_in_every_spelling(tmp_path):
     deps, relative = imported(str(source))
     assert deps == {"families.pcie_mrrs", "families.iommu", "core.pci", "registry", "core.kernel_args"}
     assert relative == [6]
+
+
+def private_uses(path):
+    """``module.name`` of each private name (one leading underscore) that ``path`` takes from another module:
+    ``from module import _name`` or ``module._name`` of an imported module (the ``_zipload`` bootstrap excepted)."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    modules, found = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                modules[alias.asname or alias.name] = "%s.%s" % (node.module, alias.name)
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.add("%s.%s" % (node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                modules[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.add("%s.%s" % (modules[node.value.id], node.attr))
+    return sorted(name for name in found if "_zipload" not in name and not name.startswith(("os.", "sys.")))
+
+
+def python_files(*tops):
+    repo = os.path.join(ROOT, "..", "..")
+    for top in tops:
+        for directory, _dirs, files in os.walk(os.path.join(repo, top)):
+            yield from (os.path.join(directory, name) for name in sorted(files) if name.endswith(".py"))
+
+
+def test_no_module_uses_a_private_name_of_another(tmp_path):
+    found = {os.path.relpath(path, os.path.join(ROOT, "..", "..")): private_uses(path)
+             for path in python_files("plugins", "tools")}
+    assert {path: names for path, names in found.items() if names} == {}
+    planted = tmp_path / "planted.py"
+    planted.write_text("from %s.core.pci import _failure\nfrom %s.core import bootloader\nx = bootloader._RE\n"
+                       "import sys\nsys._getframe()\n" % (PKG, PKG))
+    assert private_uses(str(planted)) == ["%s.core.bootloader._RE" % PKG, "%s.core.pci._failure" % PKG]
+
+
+def test_the_family_fields_are_all_documented():
+    with open(os.path.join(ROOT, "..", "..", "docs", "adding-a-family.md"), encoding="utf-8") as handle:
+        table = [line for line in handle if line.startswith("| `")]
+    documented = {name for line in table for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])}
+    assert set(family.Family._fields) - documented == set()
+
+
+def test_every_family_calls_its_name_NAME():
+    for fam in registry.FAMILIES:
+        module = importlib.import_module("%s.families.%s" % (PKG, fam.name))
+        assert module.NAME == fam.name and not hasattr(module, "FAMILY"), fam.name
 
 
 # ---------------------------------------------------------------------------------------------

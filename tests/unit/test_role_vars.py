@@ -63,7 +63,7 @@ def test_only_the_entry_points_options_are_validated(warnings):
     # rollback does not use MRRS: a bad MRRS value does not stop a rollback (nor is it unknown).
     assert check({"gpunode_tuning_pcie_mrrs": 300}, SPEC, "rollback")["errors"] == []
     with pytest.raises(role_variables.RoleVariablesError, match="entry point must be one of: main, runtime"):
-        check({}, SPEC, "precheck")
+        check({}, SPEC, "nosuch")
     with pytest.raises(role_variables.RoleVariablesError, match="cannot read the role's argument specs"):
         check({}, "/nonexistent/argument_specs.yml")
 
@@ -130,6 +130,25 @@ def test_every_public_name_of_the_collection_is_known():
     known = set(role_vars.known_names(specs()))
     assert found - known == set()
     assert "gpunode_tuning_strict_vars" in known
+
+
+def private_names(*tops):
+    found = set()
+    for top in tops:
+        for dirpath, _dirs, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                if name.endswith((".yml", ".j2", ".py")):
+                    with open(os.path.join(dirpath, name), encoding="utf-8") as handle:
+                        found |= set(re.findall(r"__gpunode_tuning_[a-z0-9_]*[a-z0-9]", handle.read()))
+    return found
+
+
+def test_every_private_variable_between_the_playbooks_and_the_role_is_listed_once():
+    shared = private_names("playbooks") & private_names("roles", "plugins/action", "plugins/modules")
+    assert shared == set(role_variables.PRIVATE_INTERFACE)
+    # The step entry points' inputs are in the list.
+    inputs = {name for entry in specs().values() for name in entry.get("options") or {} if name.startswith("__")}
+    assert inputs <= set(role_variables.PRIVATE_INTERFACE)
 
 
 def test_allowed_text_and_show_value():

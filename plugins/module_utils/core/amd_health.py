@@ -67,13 +67,14 @@ def call_failure(key: str, answer: dict | None) -> str | None:
     if answer.get("rc") == 127:
         return answer.get("stderr") or MISSING
     if answer.get("timed_out") or answer.get("rc") == command.TIMEOUT_RC:
-        return "%s: %s" % (argv_text(key), command.failure(argv_text(key), _result(answer)))
+        return "%s: %s" % (argv_text(key), command.failure(argv_text(key), answer_result(answer)))
     if answer.get("rc", 0) != 0:
-        return command.failure(argv_text(key), _result(answer))
+        return command.failure(argv_text(key), answer_result(answer))
     return None
 
 
-def _result(answer: dict) -> command.Result:
+def answer_result(answer: dict) -> command.Result:
+    """A probe's answer (``{rc, stdout, stderr, timed_out}``) as the ``command.Result`` the readers take."""
     return command.Result(answer.get("rc", 0), answer.get("stdout") or "", answer.get("stderr") or "",
                           timed_out=bool(answer.get("timed_out")))
 
@@ -84,7 +85,7 @@ def read_answers(probe: dict) -> tuple:
     readings, problems, notes = {}, [], []
     for key, reader in READERS.items():
         answer = probe.get(key)
-        if key == "amd_xgmi_link_status" and answer and amd_smi.refused(_result(answer)):
+        if key == "amd_xgmi_link_status" and answer and amd_smi.refused(answer_result(answer)):
             notes.append("%s is not known to this amd-smi (before ROCm 6.4): XGMI links from topology"
                          % argv_text(key))
             continue

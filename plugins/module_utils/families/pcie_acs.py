@@ -696,5 +696,6 @@ DEFINITION = family.Family(
     argument_spec=ARGUMENT_SPEC,
     kernel_args=kernel_args,
     summary=summary,
+    items="bridges",
     validate={NAME: desired_problems},
 )
