@@ -74,7 +74,7 @@ PYENV_ROOT = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
 # next, each entry with why. Everything else (the families, the modules, the flows' own logic) runs
 # on the node or in plain Python and is the same on every controller version: the unit and
 # integration stages run it once, on the shared .venv. Before this list was trimmed, 2.16-2.18 each
-# ran 32 flows (~550 s each on a loaded 2-core machine, docs/testing.md has the figures).
+# ran 32 flows (~550 s each on a loaded 2-core machine, docs/dev/testing.md has the figures).
 #
 # In-process, with the version's own Python and ansible-core (pytest --noconftest: tests/unit's
 # conftest needs 2.19's module test helpers). Seconds each.

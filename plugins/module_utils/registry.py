@@ -4,7 +4,7 @@
 
 Verification evaluates each entry's ``evaluate``, the boot runner runs each entry's ``boot``, and
 the fleet summary has a column per report family of each entry. A new family is one line here
-(docs/adding-a-family.md).
+(docs/dev/adding-a-family.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The layers of plugins/module_utils and their import rule (docs/module-contract.md, "Layout").
+"""The layers of plugins/module_utils and their import rule (docs/dev/module-contract.md, "Layout").
 
 module_utils holds three packages and the registry between them:
 
@@ -107,7 +107,7 @@ def test_rule_catches_each_layer_crossing():
     assert violations("families.iommu", {"flows.verification"}) == ["flows.verification"]
     assert violations("flows.boot", {"families.pcie_mrrs", "registry", "core.node"}) == ["families.pcie_mrrs"]
     assert violations("registry", {"families.iommu", "core.family"}) == []
-    assert violations("role_state", set()) != []
+    assert violations("stray_module", set()) != []
 
 
 def test_imports_are_read_in_every_spelling(tmp_path):
@@ -164,7 +164,7 @@ def test_no_module_uses_a_private_name_of_another(tmp_path):
 
 
 def test_the_family_fields_are_all_documented():
-    with open(os.path.join(ROOT, "..", "..", "docs", "adding-a-family.md"), encoding="utf-8") as handle:
+    with open(os.path.join(ROOT, "..", "..", "docs", "dev", "adding-a-family.md"), encoding="utf-8") as handle:
         table = [line for line in handle if line.startswith("| `")]
     documented = {name for line in table for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])}
     assert set(family.Family._fields) - documented == set()
