@@ -85,7 +85,7 @@ MATRIX_UNIT = [
     "tests/unit/test_ansible_compat.py",
     # The variable checks: their one-line messages are built from ArgumentSpecValidator's errors,
     # whose classes and texts are ansible-core's.
-    "tests/unit/test_role_vars.py",
+    "tests/unit/test_role_variables.py",
     # The verify_reports action with this core's Templar and the role's templates: the host reports and
     # the fleet summary byte for byte (trust, environment options, trailing newlines differ by version).
     "tests/unit/test_verify_reports_action.py",

@@ -98,7 +98,7 @@ EXPORTED_FACTS = (
     "gpunode_tuning_pending_kernel_args",
     "gpunode_tuning_rollout_result",
 )
-# The private variables that cross between the playbooks and the role (the one list; tests/unit/test_role_vars.py
+# The private variables that cross between the playbooks and the role (the one list; tests/unit/test_role_variables.py
 # fails when a playbook and the role share one that is not here): name -> (who sets it, what it is). Not role
 # options: a user never sets them, and the entry points that take them as input say so in argument_specs.yml.
 PRIVATE_INTERFACE = {

@@ -163,6 +163,21 @@ def test_no_module_uses_a_private_name_of_another(tmp_path):
     assert private_uses(str(planted)) == ["%s.core.bootloader._RE" % PKG, "%s.core.pci._failure" % PKG]
 
 
+def test_no_test_file_imports_another():
+    # What tests share is in tests/support (and molecule/conftest.py's fixtures), never in a test file or conftest.
+    found = {}
+    for path in python_files("tests", "molecule"):
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        for node in ast.walk(tree):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            bad = [n for n in names if n.split(".")[-1].startswith("test_") or n.split(".")[-1] == "conftest"]
+            if bad:
+                found.setdefault(os.path.relpath(path, os.path.join(ROOT, "..", "..")), []).extend(bad)
+    assert found == {}
+
+
 def test_the_family_fields_are_all_documented():
     with open(os.path.join(ROOT, "..", "..", "docs", "dev", "adding-a-family.md"), encoding="utf-8") as handle:
         table = [line for line in handle if line.startswith("| `")]

@@ -6,29 +6,12 @@ import os
 
 import pytest
 import yaml
+from support.role import preset_values
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, role_variables, tags
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, tags
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def preset_values(preset="inference-throughput", **overrides):
-    """The role's variables as the precheck validates them: defaults, the preset's values, the overrides."""
-    with open(os.path.join(REPO, "roles", "tuning", "defaults", "main.yml"), encoding="utf-8") as handle:
-        defaults = yaml.safe_load(handle)
-    with open(os.path.join(REPO, "roles", "tuning", "vars", "main.yml"), encoding="utf-8") as handle:
-        presets = yaml.safe_load(handle)["__gpunode_tuning_presets"][preset]
-    values = {}
-    for name, value in defaults.items():
-        if isinstance(value, str) and "__gpunode_tuning_preset_values." in value:
-            key = value.split("__gpunode_tuning_preset_values.")[1].split()[0].rstrip("}")
-            value = presets.get(key, "unmanaged" if key == "acs" else None)
-        values[name] = value
-    values.update(overrides)
-    validated, errors, _warnings = role_variables.check(values, ["verify"])
-    assert errors == []
-    return validated
 
 
 def test_the_presets_null_stays_null_and_means_leave_alone():

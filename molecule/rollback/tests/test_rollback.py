@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from conftest import GPU_BDFS, PRISTINE
+from support.molecule import GPU_BDFS, PRISTINE
 
 
 def test_node_back_to_its_original_bytes(node):

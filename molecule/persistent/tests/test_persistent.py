@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import CPUS, GPU_BDFS, PRISTINE
+from support.molecule import CPUS, GPU_BDFS, PRISTINE
 
 SYSCTLS = {
     "vm.swappiness": "10",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import CPUS, GPU_BDFS, PRISTINE
+from support.molecule import CPUS, GPU_BDFS, PRISTINE
 
 SYSCTLS = {
     "kernel/numa_balancing": "0",

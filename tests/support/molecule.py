@@ -1,13 +1,7 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""testinfra hosts and helpers shared by the Molecule scenarios (``molecule/*/``).
-
-Molecule runs pytest from a scenario directory with ``MOLECULE_FILE`` pointing at the merged
-configuration. Every platform in it becomes a ``podman://NAME`` host, so testinfra runs its
-commands with ``podman exec`` (seconds) instead of going through Ansible (tens of seconds).
-The simulated node lives at ``gpunode_tuning_root`` in each container; ``prepare.yml`` keeps a
-pristine copy of it at ``PRISTINE``.
-"""
+"""What the Molecule scenarios' testinfra tests share (molecule/<scenario>/tests, fixtures in molecule/conftest.py):
+the simulated node's shape and the reads of it in one container."""
 
 from __future__ import annotations
 
@@ -16,7 +10,6 @@ import os
 import re
 import shlex
 
-import pytest
 import yaml
 
 PRISTINE = "/var/tmp/simnode-pristine"
@@ -28,23 +21,10 @@ _DIFF_LINE = re.compile(r"^(?:Files (?P<a>\S+) and \S+ differ|Only in (?P<dir>[^
                         r"|File (?P<b>\S+) is a .* while file \S+ is a .*)$")
 
 
-def _molecule_config():
+def molecule_config():
+    """The scenario's merged configuration (Molecule sets ``MOLECULE_FILE``)."""
     with open(os.environ["MOLECULE_FILE"], encoding="utf-8") as stream:
         return yaml.safe_load(stream)
-
-
-def pytest_configure(config):
-    """Point testinfra at the scenario's containers unless --hosts was given."""
-    if config.option.hosts is None and "MOLECULE_FILE" in os.environ:
-        names = [platform["name"] for platform in _molecule_config()["platforms"]]
-        config.option.hosts = ",".join("podman://%s" % name for name in names)
-
-
-@pytest.fixture(scope="session")
-def root():
-    """The simulated node's root in the containers (gpunode_tuning_root of molecule/base.yml)."""
-    group_vars = _molecule_config()["provisioner"]["inventory"]["group_vars"]
-    return group_vars["gpunodes"]["gpunode_tuning_root"].rstrip("/")
 
 
 # The node does not change while the tests run: the expensive reads are made once per host.
@@ -121,8 +101,3 @@ class SimNode:
 
     def journal(self):
         return json.loads(self.read("var/lib/gpunode-tuning/journal.json"))
-
-
-@pytest.fixture()
-def node(host, root):
-    return SimNode(host, root)
