@@ -7,8 +7,9 @@ import re
 
 import pytest
 import yaml
+from support.role import trusted
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, role_variables
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import role_variables as role_vars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -228,14 +229,6 @@ def test_the_inputs_digest_ends_on_a_cycle_and_refuses_what_is_not_plain_data():
     assert role_variables.inputs_digest(cycle) == role_variables.inputs_digest(dict(cycle))
     assert role_variables.inputs_digest({"gpunode_tuning_a": object()}) is None
 
-
-def trusted(value):
-    """Strings marked as templates, as Ansible marks the role's own files (2.19+; every string before)."""
-    if isinstance(value, dict):
-        return {k: trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [trusted(v) for v in value]
-    return ansible_compat.trust_as_template(value) if isinstance(value, str) else value
 
 
 def real_templar(task_vars):
