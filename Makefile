@@ -91,12 +91,12 @@ sanity: $(SETUP_TESTS)
 	exit $$rc
 
 # Molecule scenarios in podman, both Debian releases; images are built once and cached
-# (docs/molecule.md). One scenario: make test-molecule MOLECULE_SCENARIOS=default
+# (docs/dev/molecule.md). One scenario: make test-molecule MOLECULE_SCENARIOS=default
 test-molecule: $(SETUP_TESTS)
 	@scripts/molecule.sh $(MOLECULE_SCENARIOS)
 
 # The playbooks against a real Linux kernel in a QEMU guest, Debian's QEMU and a build with a
-# writable MRRS field (docs/vm.md); skipped where QEMU cannot be installed. Builds are cached
+# writable MRRS field (docs/dev/vm.md); skipped where QEMU cannot be installed. Builds are cached
 # under /var/cache/gpunode-tuning/vm. One variant: make test-vm VM_VARIANTS=patched
 test-vm: $(SETUP_TESTS)
 	@tests/vm/run.sh $(VM_VARIANTS)

@@ -74,7 +74,7 @@ PYENV_ROOT = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
 # next, each entry with why. Everything else (the families, the modules, the flows' own logic) runs
 # on the node or in plain Python and is the same on every controller version: the unit and
 # integration stages run it once, on the shared .venv. Before this list was trimmed, 2.16-2.18 each
-# ran 32 flows (~550 s each on a loaded 2-core machine, docs/testing.md has the figures).
+# ran 32 flows (~550 s each on a loaded 2-core machine, docs/dev/testing.md has the figures).
 #
 # In-process, with the version's own Python and ansible-core (pytest --noconftest: tests/unit's
 # conftest needs 2.19's module test helpers). Seconds each.
@@ -85,7 +85,7 @@ MATRIX_UNIT = [
     "tests/unit/test_ansible_compat.py",
     # The variable checks: their one-line messages are built from ArgumentSpecValidator's errors,
     # whose classes and texts are ansible-core's.
-    "tests/unit/test_role_vars.py",
+    "tests/unit/test_role_variables.py",
     # The verify_reports action with this core's Templar and the role's templates: the host reports and
     # the fleet summary byte for byte (trust, environment options, trailing newlines differ by version).
     "tests/unit/test_verify_reports_action.py",
@@ -109,7 +109,6 @@ MATRIX_TESTS = [
     # although every host's worker computes it; with a deprecated tag alias (--tags mrrs) in check mode.
     "tests/integration/test_precheck.py::test_unknown_variable_warns_with_the_nearest_name",
     # meta/runtime.yml's plugin_routing: the redirect and its deprecation are ansible-core's to apply.
-    "tests/integration/test_verify.py::test_tuning_facts_still_works_redirected_with_a_deprecation",
     # The rollout's positive path: `serial` from a filter (a list of batch sizes: a typed template),
     # each host's one task (tuning_flow rollout: the role's defaults through a static import, facts set
     # from the action's result) in every batch, the summary play.

@@ -99,14 +99,17 @@ def render(repo=REPO):
              "failure of that family on that node, the other families applied. [precheck.md](precheck.md) says how.",
              "", "## Entry points", ""]
     for entry, spec in specs.items():
-        lines.append("- `%s`: %s (%d variables)"
-                     % (entry, markup(spec.get("short_description", "")), len(spec.get("options") or {})))
+        public = [name for name in spec.get("options") or {} if not name.startswith("__")]
+        count = "%d variables" % len(public) if public else "no variables of its own"
+        lines.append("- `%s`: %s (%s)" % (entry, markup(spec.get("short_description", "")), count))
     lines += ["", "The `main`, `runtime` and `persistent` entry points take every variable below except",
-              "verification's; `verify` takes them all; `rollback` takes the few it needs.", ""]
+              "verification's; `verify`, `rollout_host` and `rollout_health` take them all; `rollback` takes the",
+              "few it needs. `precheck` checks them; the steps' own inputs are private (set by the playbooks).", ""]
     seen = {}
     for spec in specs.values():
         for name, option in (spec.get("options") or {}).items():
-            seen.setdefault(name, option)
+            if not name.startswith("__"):  # the private inputs of the step entry points (not set by users)
+                seen.setdefault(name, option)
     lines += ["## Variables", ""]
     for name in seen:
         lines += render_option(name, seen[name], defaults, presets)

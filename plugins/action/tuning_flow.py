@@ -15,9 +15,9 @@ the one desired state from the registry of knob families (plugin_utils/desired_s
   end of the flow, naming every one.
 - ``rollback``: every selected family restores what its journal holds, in the same one module run.
 
-The families come from the registry (each declares its tags; ``--tags mrrs`` or ``--skip-tags cstate``
-select as the per-family tasks of earlier releases did), so this task is tagged ``always`` in the
-role and decides itself which families the run's tags select.
+The families come from the registry (each declares its tags; ``--tags pcie_mrrs`` or ``--skip-tags
+cpuidle`` select as a task of its own per family would), and this task decides itself which families
+the run's tags select.
 
 Documented in plugins/modules/tuning_flow.py.
 """
@@ -109,7 +109,6 @@ class ActionModule(ActionBase):
         if selection is not None and not any(selection):
             return {"changed": False, "skipped": True, "module_runs": 0, "families": {}, "failed_families": {},
                     "summary": {}, "skip_reason": "the run's tags select no knob family or concern of this flow"}
-        self._warn_once(task_vars, tags.deprecated_in(only, skip))
         if flow == "rollout":
             return self._rollout(args, task_vars, only, skip)
         if flow == "precheck" and args["rollout"] is not None:
@@ -321,9 +320,8 @@ class ActionModule(ActionBase):
     def _values(self, task_vars, entry_point):
         """``(validated variables, None)`` or ``(None, the message naming every bad variable)``."""
         try:
-            raw, errors, renamed = self._resolve(task_vars)
+            raw, errors = self._resolve(task_vars)
             validated, more, warnings = role_variables.check(raw, [entry_point])
-            warnings = renamed + warnings
         except role_variables.RoleVariablesError as exc:
             raise AnsibleActionFail("gpunode.tuning.tuning_flow: %s" % exc) from exc
         self._warn_once(task_vars, warnings)
@@ -349,12 +347,12 @@ class ActionModule(ActionBase):
         if (digest is not None and isinstance(cached, dict) and cached.get("digest") == digest
                 and isinstance(cached.get("values"), dict)):
             self._variables = "reused"
-            return role_variables.plain(cached["values"]), [], list(cached.get("warnings") or [])
-        raw, errors, renamed = role_variables.resolve(self._templar, task_vars)
+            return role_variables.plain(cached["values"]), []
+        raw, errors = role_variables.resolve(self._templar, task_vars)
         self._variables = "templated"
         if digest is not None and not errors:
-            self._resolved = {"digest": digest, "values": raw, "warnings": renamed}
-        return raw, errors, renamed
+            self._resolved = {"digest": digest, "values": raw}
+        return raw, errors
 
     def _apply(self, requests, values, task_vars):
         if not requests:

@@ -4,7 +4,7 @@
 
 Verification evaluates each entry's ``evaluate``, the boot runner runs each entry's ``boot``, and
 the fleet summary has a column per report family of each entry. A new family is one line here
-(docs/adding-a-family.md).
+(docs/dev/adding-a-family.md).
 """
 
 from __future__ import annotations
@@ -93,13 +93,8 @@ def of_report(report: str) -> Family | None:
 
 
 def selecting_tags(fam: Family) -> tuple[str, ...]:
-    """Every tag that selects ``fam``: its name, its settings' tags, its deprecated former names."""
-    return (fam.name, *fam.tags, *fam.deprecated_tags)
-
-
-def deprecated_tags() -> dict[str, str]:
-    """Deprecated tag -> the family name that replaces it."""
-    return {tag: fam.name for fam in _every() for tag in fam.deprecated_tags}
+    """Every tag that selects ``fam``: its name and its settings' tags."""
+    return (fam.name, *fam.tags)
 
 
 def read_options() -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: cpu_cstate
 short_description: Disable or re-enable CPU idle states (C-states) on every CPU in one call
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Writes the per-CPU C(/sys/devices/system/cpu/cpuN/cpuidle/stateM/disable) files of all online CPUs,
     or of the CPUs in O(cpus), and reads each one back.

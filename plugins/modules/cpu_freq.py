@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: cpu_freq
 short_description: Set the cpufreq governor, energy performance preference, boost and pstate mode on every CPU
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Sets the scaling governor and the energy performance preference (EPP) of every cpufreq policy, CPU boost,
     and the runtime mode of amd-pstate or intel_pstate, in one call; every write is read back.

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_locality
 short_description: Write the GPU locality export (topology.json) that launchers read
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Reads, from sysfs alone, each NVIDIA GPU's NUMA node, its CPUs, its host bridge, root port and PCIe
     switches, and the relation of every NIC (classes 0x0200 and 0x0207) and NVMe drive (0x010802) to it in the

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_settings
 short_description: Set NVIDIA GPU persistence mode, power limits and clocks, journaled for rollback
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Sets persistence mode, the power limit, locked graphics clocks and application clocks of the GPUs that
     C(nvidia-smi) lists. Nothing is changed unless an option asks for it.

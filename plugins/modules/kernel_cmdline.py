@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kernel_cmdline
 short_description: Make kernel command-line arguments persistent and tell which need a reboot
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Ensures kernel command-line arguments are present in (or absent from) the boot configuration.
   - Debian/Ubuntu (GRUB) - the arguments live in one drop-in under C(/etc/default/grub.d/) that appends

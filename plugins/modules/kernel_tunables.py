@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kernel_tunables
 short_description: Set /proc/sys keys and transparent hugepage settings at runtime
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Sets any number of sysctl keys (files under C(/proc/sys)) and the transparent hugepage
     settings C(enabled) and C(defrag) (under C(/sys/kernel/mm/transparent_hugepage)) in one call,

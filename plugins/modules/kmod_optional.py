@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: kmod_optional
 short_description: Load optional kernel modules and explain why one does not load
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Loads (or unloads) kernel modules with C(modprobe). A module that does not load is reported
     with a reason class instead of failing the task, unless it is marked O(required).

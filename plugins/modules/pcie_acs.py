@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pcie_acs
 short_description: Disable PCIe ACS P2P redirect on the bridges between the GPUs and their root ports
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Finds the bridges (root ports, switch ports) on the sysfs path of each selected GPU and clears
     P2P Request Redirect, P2P Completion Redirect and P2P Egress Control (bits 2, 3 and 5) in the

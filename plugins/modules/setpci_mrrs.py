@@ -6,6 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: setpci_mrrs
 short_description: Set the PCIe Max Read Request Size of selected devices
+version_added: 1.0.0
 description:
   - Sets the Max Read Request Size (MRRS, bits 14:12 of the PCI Express Device Control register)
     of the selected PCI functions at runtime with C(setpci), then reads it back.

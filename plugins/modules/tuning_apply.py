@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_apply
 short_description: Run several knob families' runtime tuning or rollback in one module run
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Runs each family in O(families), in the order given, with the options its own module takes
     (M(gpunode.tuning.setpci_mrrs), M(gpunode.tuning.pcie_acs), M(gpunode.tuning.cpu_cstate),

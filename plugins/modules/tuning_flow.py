@@ -7,15 +7,15 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_flow
 short_description: Run one of the tuning role's flows from the role's variables
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - The tuning role's flows as one task each. On the controller, the role's variables are read with their types
     on every supported ansible-core, checked against the role's argument specs, and turned into the one desired
     state from the registry of knob families. A bad variable fails the host naming it, its value and what is
     allowed, before anything runs on the node.
   - 'It reads these variables of the task (not options: the role sets them): every C(gpunode_tuning_*) option of
-    the role entry point O(entry_point) (docs/variables.md, generated from the role''s argument specs) and the
-    former names of renamed ones (read as their new names, with a warning); C(ansible_run_tags) and
+    the role entry point O(entry_point) (docs/variables.md, generated from the role''s argument specs);
+    C(ansible_run_tags) and
     C(ansible_skip_tags), which select the families; C(inventory_hostname), C(ansible_play_hosts_all) (one
     warning per play, not per host) and C(__gpunode_tuning_failures), the failures of the run''s earlier flows
     on the host.'
@@ -36,7 +36,7 @@ description:
     gives an unreachable result and is tried no more. Then the host''s reports and its record
     (RV(rollout_result)). A failure of the host is its record''s and never fails the task; the batch gate
     decides.'
-  - 'Tags: a family counts as tagged with its name, its settings'' tags, its deprecated tags and the flow''s tag,
+  - 'Tags: a family counts as tagged with its name, its settings'' tags and the flow''s tag,
     as separate tasks per family would be (docs/flows.md, "Tags"). The role runs each flow as two tasks: one
     with O(selected_by=family), tagged with every family and concern tag of the flow, and one tagged with the
     flow''s own tag; the first returns at once, before any variable is read, when the second runs too.'

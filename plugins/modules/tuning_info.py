@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_info
 short_description: Read the tuning state of a GPU node and, given a desired state, verify it
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Reads, in one call and without writing anything, what the verification of a tuned GPU node needs,
     namely the kernel release and command line, kernel lockdown, CPU identity and NUMA layout, C-states, cpufreq,
@@ -22,8 +22,7 @@ description:
     RV(verification), every setting's state (applied, pending_reboot, drifted, not_applicable, unsupported) with
     the reason, the counts, the verdict and its JUnit classification. The O(verify) option gives the paths and
     verdict switches.
-  - This module was called C(tuning_facts); that name still works, redirected here, and is deprecated. It never
-    returned C(ansible_facts); its data is RV(tuning_facts), which keeps its name.
+  - It returns no C(ansible_facts); its data is RV(tuning_facts).
   - Per-CPU values are aggregated (counts, cpulists, most common value and the number of CPUs that differ),
     so the result does not grow with the number of CPUs unless O(detail=true).
   - The kernel log is read without blocking from C(/dev/kmsg), filtered by level (O(kmsg_levels)) and time

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_persist
 short_description: Make a desired state survive reboots, or remove everything that did, in one module run
-version_added: 0.3.0
+version_added: 1.0.0
 description:
   - Writes (O(state=present)) or removes (O(state=absent)) the persistent artifacts of the selected O(concerns),
     each isolated from the others (module_utils/flows/persist.py), in one Python process on the node.

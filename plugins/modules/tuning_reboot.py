@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_reboot
 short_description: Drain, reboot within a budget, and return GPU nodes to service
-version_added: 0.4.0
+version_added: 1.0.0
 description:
   - One phase of the fleet reboot sequence (docs/rebooting.md) per task, run on the controller.
   - V(survey), run once, names the hosts of the play out of service before the run and not by this collection

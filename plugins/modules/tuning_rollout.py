@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tuning_rollout
 short_description: One host's runtime rollout in one module run - health gate, tuning, verification
-version_added: 0.4.0
+version_added: 1.0.0
 description:
   - The rollout's three steps on one node in one Python process, each the same code and options as its own module
     run would be - O(health) as M(gpunode.tuning.tuning_info) with the health desired state, O(tune) as

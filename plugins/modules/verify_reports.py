@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: verify_reports
 short_description: Write verification reports on the controller without a module run
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Renders the tuning role's report templates with the host's variables and writes the files in
     O(dir) on the controller. Nothing runs on the node and no module is started; it is an action

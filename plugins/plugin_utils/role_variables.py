@@ -40,14 +40,12 @@ SPECS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pat
 _WHOLE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}|\{%|%\}|\{#).)*)\}\}\s*$", re.S)
 # Prefixed so that 2.16's literal_eval of a template's result cannot turn the JSON into a number.
 _MARK = "gpunode-json:"
-DEFAULTS_PATH = os.path.join(os.path.dirname(SPECS_PATH), "..", "defaults", "main.yml")
 _SPECS = {}
-_DEFAULTS = {}
 # The selected preset's values (roles/tuning/vars/main.yml), which most role defaults read.
 PRESET_VALUES = "__gpunode_tuning_preset_values"
-# Former names of role variables (0.3 and earlier), and the short GPU names issue 32 used for the AMD settings:
-# still read, with a deprecation warning naming the one name (the family's prefix).
-RENAMED = {
+# Names that role variables had during development before 1.0.0 (never released): a hint only. Set, such a
+# name is an unknown variable whose warning names the current one; its value is never read.
+RENAMED_BEFORE_1_0 = {
     "gpunode_tuning_acs": "gpunode_tuning_pcie_acs",
     "gpunode_tuning_acs_persist": "gpunode_tuning_pcie_acs_persist",
     "gpunode_tuning_cmdline_args": "gpunode_tuning_kernel_cmdline_args",
@@ -80,8 +78,6 @@ RENAMED = {
     "gpunode_tuning_mrrs_vendor": "gpunode_tuning_gpu_vendors",
     "gpunode_tuning_p2p_min_gbps": "gpunode_tuning_gpu_p2p_min_gbps",
 }
-# Former names whose value was one string where the new variable is a list of them.
-LIST_RENAMES = ("gpunode_tuning_gpu_vendors",)
 
 
 PREFIX = "gpunode_tuning_"
@@ -105,6 +101,27 @@ EXPORTED_FACTS = (
     "gpunode_tuning_pending_kernel_args",
     "gpunode_tuning_rollout_result",
 )
+# The private variables that cross between the playbooks and the role (the one list; tests/unit/test_role_variables.py
+# fails when a playbook and the role share one that is not here): name -> (who sets it, what it is). Not role
+# options: a user never sets them, and the entry points that take them as input say so in argument_specs.yml.
+PRIVATE_INTERFACE = {
+    "__gpunode_tuning_precheck_entry_point": ("playbooks", "the entry point the precheck checks the variables for"),
+    "__gpunode_tuning_precheck_rollout": ("rollout.yml", "the rollout's settings as given, checked by the precheck"),
+    "__gpunode_tuning_rollout": ("rollout.yml", "the rollout's settings, checked (rollout_host)"),
+    "__gpunode_tuning_rollout_batch_no": ("rollout.yml", "the host's batch number (rollout_host)"),
+    "__gpunode_tuning_rollout_is_canary": ("rollout.yml", "whether the host is the canary (rollout_host)"),
+    "__gpunode_tuning_rollout_flow": ("rollout.yml", "runtime or persistent (rollout_benchmark's rollback)"),
+    "__gpunode_tuning_rollout_measure": ("rollout.yml", "the measure gate holds the host drained (persistent_reboot)"),
+    "__gpunode_tuning_rollout_benchmark_phase": ("rollout_steps.yml", "before or after tuning (rollout_benchmark)"),
+    "__gpunode_tuning_rollout_reboot_survey": ("rollout.yml", "the hosts out of service before the run (reboot)"),
+    "__gpunode_tuning_rollout_ping": ("rollout_steps.yml", "the host's first connection (tuning_reboot's adoption)"),
+    "__gpunode_tuning_verify_gate": ("rollout_steps.yml", "full or runtime: the verdict verification judges by"),
+    "__gpunode_tuning_verify_given": ("rollout_steps.yml", "a verification the reboot sequence made (verify)"),
+    "__gpunode_tuning_rollout_host": ("role", "rollout_host's registered result, read by rollout.yml"),
+    "__gpunode_tuning_rollout_health": ("role", "rollout_health's registered result, read by the playbooks"),
+    "__gpunode_tuning_rollout_benchmark": ("role", "rollout_benchmark's reading, read by rollout_steps.yml"),
+    "__gpunode_tuning_reboot": ("role", "the reboot sequence's registered result, read by rollout_steps.yml"),
+}
 TYPE_TEXT = {
     "str": "a string",
     "path": "a path",
@@ -132,7 +149,7 @@ def spec_options(specs: dict | None, entry_points: Iterable[str] | None = None) 
 
 def known_names(specs: dict | None) -> list[str]:
     """Every public name of the collection: the options of every entry point, playbook variables, facts."""
-    return sorted(set(spec_options(specs)) | set(PLAYBOOK_VARIABLES) | set(EXPORTED_FACTS) | set(RENAMED))
+    return sorted(set(spec_options(specs)) | set(PLAYBOOK_VARIABLES) | set(EXPORTED_FACTS))
 
 
 def nearest_name(name: str, known: Iterable[str]) -> str | None:
@@ -144,15 +161,21 @@ def nearest_name(name: str, known: Iterable[str]) -> str | None:
 
 
 def unknown_variables(names: Iterable[str], known: Iterable[str]) -> list[tuple[str, str | None]]:
-    """``[(name, nearest known name or None)]`` for each prefixed name that is not known, sorted."""
+    """``[(name, nearest known name or None)]`` for each prefixed name that is not known, sorted.
+
+    A name from ``RENAMED_BEFORE_1_0`` is paired with its current name, which difflib alone would often miss.
+    """
     known = set(known)
-    current = known - set(RENAMED)  # a typo is pointed at a current name, never at a former one
-    return [(n, nearest_name(n, current)) for n in sorted(set(names)) if n.startswith(PREFIX) and n not in known]
+    return [(n, RENAMED_BEFORE_1_0.get(n) or nearest_name(n, known))
+            for n in sorted(set(names)) if n.startswith(PREFIX) and n not in known]
 
 
 def unknown_message(name: str, suggestion: str | None, strict: bool = False) -> str:
     """One line about an unknown variable."""
-    hint = "did you mean %s?" % suggestion if suggestion else "no known variable is similar"
+    if suggestion and RENAMED_BEFORE_1_0.get(name) == suggestion:
+        hint = "renamed to %s before 1.0.0" % suggestion
+    else:
+        hint = "did you mean %s?" % suggestion if suggestion else "no known variable is similar"
     if strict:
         return "%s is not a variable of gpunode.tuning (%s); gpunode_tuning_strict_vars is true." % (name, hint)
     return ("%s is not a variable of gpunode.tuning (%s). It is ignored; "
@@ -335,12 +358,8 @@ def _with_preset_values(templar, task_vars: Mapping):
     return ansible_compat.with_variables(templar, dict(task_vars, **{PRESET_VALUES: rendered}))
 
 
-def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
-    """``(values, errors, warnings)``: every ``gpunode_tuning_*`` variable with its type, and the ones that fail.
-
-    A variable set under its former name (``RENAMED``) is read as its new one, with a warning naming the
-    new name; set under both names, it is an error.
-    """
+def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str]]:
+    """``(values, errors)``: every ``gpunode_tuning_*`` variable with its type, and the ones that fail."""
     values, errors = {}, []
     raw = raw_role_variables(task_vars)
     templar = _with_preset_values(templar, task_vars)
@@ -349,8 +368,7 @@ def resolve(templar, task_vars: Mapping) -> tuple[dict, list[str], list[str]]:
             values[name] = typed(templar, value)
         except Exception as exc:  # noqa: BLE001  (any templating error is the user's variable's)
             errors.append("value of %s cannot be templated: %s" % (name, " ".join(str(exc).split())[:300]))
-    more, warnings = apply_renames(values, raw, load_defaults())
-    return values, errors + more, warnings
+    return values, errors
 
 
 # What a template may call whose result is not a function of the variables it names (or names every
@@ -426,51 +444,17 @@ def _unencodable(value):
     raise TypeError("%s is not plain data" % type(value).__name__)
 
 
-def apply_renames(values: dict, raw: Mapping, defaults: Mapping) -> tuple[list[str], list[str]]:
-    """Move each variable set under a former name (``RENAMED``) to its new name, in place: ``(errors, warnings)``.
-
-    The new name is set by the user when its raw value differs from the role default's (``defaults``):
-    then both are set, and that is an error naming both.
-    """
-    errors, warnings = [], []
-    for old in sorted(set(values) & set(RENAMED)):
-        new = RENAMED[old]
-        value = values.pop(old)
-        if new in raw and (new not in defaults or raw[new] != defaults[new]):
-            errors.append("%s and %s are both set: %s is the former name of %s; keep only %s"
-                          % (old, new, old, new, new))
-            continue
-        if new in LIST_RENAMES and isinstance(value, str):
-            value = [value] if value else []
-        values[new] = value
-        warnings.append("%s is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use %s" % (old, new))
-    return errors, warnings
-
-
-def load_defaults(path: str = DEFAULTS_PATH) -> dict:
-    """The role's defaults/main.yml as written (templates untemplated; parsed once per file version)."""
-    try:
-        key = (path, os.stat(path).st_mtime_ns)
-        if key not in _DEFAULTS:
-            with open(path, encoding="utf-8") as handle:
-                _DEFAULTS[key] = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-        return _DEFAULTS[key]
-    except (OSError, yaml.YAMLError) as exc:
-        raise RoleVariablesError("cannot read the role's defaults %s: %s" % (path, exc)) from exc
-
-
 def preload() -> None:
-    """Parse the argument specs and the defaults now, if they can be read (the flow task reports it if not).
+    """Parse the argument specs now, if they can be read (the flow task reports it if not).
 
     Called when tuning_flow is imported: ansible-playbook's main process imports an action plugin before it
     forks the workers that run its tasks, so each worker inherits them parsed instead of parsing the role's
     53 KB of specs again for every task and host (issue 31).
     """
-    for load in (load_specs, load_defaults):
-        try:
-            load()
-        except RoleVariablesError:
-            pass
+    try:
+        load_specs()
+    except RoleVariablesError:
+        pass
 
 
 def _option_errors(options: dict, provided: dict) -> list[str]:

@@ -7,9 +7,8 @@ Each flow of the role is two tasks (roles/tuning/tasks): one tagged with the flo
 the tags of the flow's families and concerns (``flow_task_tags``, generated into the role by
 tools/generate.py) so that ``--tags pcie_mrrs`` reaches the flow and ``--list-tags`` shows every tag. When
 the first one runs, the second returns at once; either way the flow is one module run. A family or concern
-counts as tagged with the flow's tag, its own tags and the tags the task inherits, as the per-family
-tasks of earlier releases were, so ``--tags runtime --skip-tags pcie_mrrs`` runs every runtime family but
-MRRS. Tags of earlier releases (``Family.deprecated_tags``) still select their family, with a warning.
+counts as tagged with the flow's tag, its own tags and the tags the task inherits, as a task of its own
+would be, so ``--tags runtime --skip-tags pcie_mrrs`` runs every runtime family but MRRS.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ def run_tags(task_vars: Mapping) -> tuple:
 
 
 def family_tags(fam) -> set:
-    """Tags that select a family: its name, its settings' tags and its deprecated tags."""
+    """Tags that select a family: its name and its settings' tags."""
     return set(registry.selecting_tags(fam))
 
 
@@ -50,7 +49,7 @@ def selected_families(flow: str, only, skip, inherited: Iterable[str] = ()) -> l
     """The families of the registry that ``flow`` runs under these tags, in registry order.
 
     A family counts as tagged with the flow's tag, its own tags and the tags the task inherits
-    (from the play, the role import, a block), like the per-family tasks of earlier releases were.
+    (from the play, the role import, a block), as a task of its own would be.
     """
     base = {flow, *inherited} - {"always"}
     return [fam for fam in registry.FAMILIES if tags_select(base | family_tags(fam), only, skip)]
@@ -65,8 +64,8 @@ def selected_concerns(flow: str, only, skip, inherited: Iterable[str] = ()) -> l
 def rollback_selection(only, skip, inherited: Iterable[str] = ()) -> tuple:
     """``(concerns, families)`` rollback undoes under these tags.
 
-    As in earlier releases, where rollback's persistent part was tagged ``persistent`` and its runtime
-    part ``runtime``: ``rollback.yml --tags persistent`` removes only what the persistent flow wrote,
+    Rollback's persistent part counts as tagged ``persistent`` and its runtime part ``runtime``:
+    ``rollback.yml --tags persistent`` removes only what the persistent flow wrote,
     ``--tags runtime`` restores only the journal, and ``--tags runtime,persistent`` (or none) both.
     """
     inherited = tuple(inherited)
@@ -117,10 +116,3 @@ def inherited_tags(flow: str, task_tags: Iterable[str], by_family: bool) -> set:
     own = set(flow_task_tags(flow)) if by_family else {flow}
     return set(task_tags) - own - {"always"}
 
-
-def deprecated_in(only: Iterable[str], skip: Iterable[str]) -> list:
-    """One warning per deprecated tag the run uses (``--tags`` or ``--skip-tags``), naming its family."""
-    aliases = registry.deprecated_tags()
-    used = [t for t in list(only) + list(skip) if t in aliases]
-    return ["tag %s is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use %s" % (t, aliases[t])
-            for t in _unique(used)]

@@ -2,7 +2,7 @@
 
 The tracked tree is copied to a temporary directory (a git repository of its own). The family
 ``zone_reclaim`` (vm.zone_reclaim_mode, a /proc/sys value the simulated node has) is added by
-touching only the files docs/adding-a-family.md names: its file under families/, one line in
+touching only the files docs/dev/adding-a-family.md names: its file under families/, one line in
 registry.py's NAMES, its variables in defaults/main.yml and meta/argument_specs.yml (it has no module
 of its own). tools/generate.py rewrites what is derived from the registry; ``git status`` must show
 nothing else. Then the copy's own playbooks run it on one simulated node through runtime,
@@ -29,11 +29,11 @@ KNOB = "proc/sys/vm/zone_reclaim_mode"
 RUNNER = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
 DESIRED = "/etc/gpunode-tuning/desired.json"
 GUARD_STATUS = "var/lib/gpunode-tuning/guard-status.json"
-# The files a family touches (docs/adding-a-family.md, "Checklist"); generated files are not counted.
+# The files a family touches (docs/dev/adding-a-family.md, "Checklist"); generated files are not counted.
 FAMILY_FILE = "plugins/module_utils/families/%s.py" % NAME
 TOUCHED = {FAMILY_FILE, "plugins/module_utils/registry.py", "roles/tuning/defaults/main.yml",
            "roles/tuning/meta/argument_specs.yml"}
-# Not counted (docs/adding-a-family.md): the family's own unit test file, which test_layout asks for.
+# Not counted (docs/dev/adding-a-family.md): the family's own unit test file, which test_layout asks for.
 UNIT_TEST = "tests/unit/test_%s.py" % NAME
 UNIT_TEST_SOURCE = '''"""The zone_reclaim family: its facts on a simulated node."""
 
@@ -209,7 +209,7 @@ def edit(tree, path, old, new):
 
 
 def add_family(tree):
-    """The checklist of docs/adding-a-family.md, for a family without a module of its own."""
+    """The checklist of docs/dev/adding-a-family.md, for a family without a module of its own."""
     with open(os.path.join(tree, FAMILY_FILE), "w", encoding="utf-8") as handle:
         handle.write(FAMILY_SOURCE)
     # One line in NAMES; tools/generate.py writes the family into the registry's import (its generated block).

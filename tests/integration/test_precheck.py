@@ -100,12 +100,17 @@ def test_an_empty_or_relative_root_plans_nothing(node, value):
 def test_unknown_variable_warns_with_the_nearest_name(node):
     root, inventory = node
     digest = tree_digest(root)
-    proc = run_playbook("tune.yml", inventory, "--check", "--tags", "mrrs", "-e", "gpunode_tuning_pcie_mrs=4096")
+    proc = run_playbook("tune.yml", inventory, "--check", "--diff", "--tags", "pcie_mrrs",
+                        "-e", "gpunode_tuning_pcie_mrs=4096", "-e", "gpunode_tuning_mrrs=2048")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     warnings = " ".join(proc.stderr.split())  # before 2.19 a warning is wrapped at 80 columns
     assert ("[WARNING]: gpunode_tuning_pcie_mrs is not a variable of gpunode.tuning "
             "(did you mean gpunode_tuning_pcie_mrrs?)" in warnings), proc.stderr
     assert warnings.count("gpunode_tuning_pcie_mrs is not a variable") == 1
+    # A name from before 1.0.0: the warning names its current name; the plan is the preset's 4096, not 2048.
+    assert ("[WARNING]: gpunode_tuning_mrrs is not a variable of gpunode.tuning (renamed to gpunode_tuning_pcie_mrrs "
+            "before 1.0.0)" in warnings), proc.stderr
+    assert '+        "mrrs": 4096' in proc.stdout and '"mrrs": 2048' not in proc.stdout, proc.stdout[-3000:]
     assert tree_digest(root) == digest
 
 

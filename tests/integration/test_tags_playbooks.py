@@ -46,18 +46,17 @@ def test_list_tags_shows_every_tag_that_selects_a_family_or_a_concern(node):
         with open(os.path.join(REPO, "roles", "tuning", "tasks", name), encoding="utf-8") as handle:
             wanted |= {t for task in yaml.safe_load(handle) for t in task.get("tags") or []}
     assert len(wanted) > 20 and wanted <= listed, wanted - listed
-    # Old names of the families are listed too, and the flows' own tags.
-    assert {"mrrs", "acs", "cstate", "cmdline", "locality", "runtime", "persistent", "rollback", "reboot"} <= listed
+    # The flows' own tags too; no family name from before 1.0.0.
+    assert {"runtime", "persistent", "rollback", "reboot"} <= listed
+    assert not {"mrrs", "acs", "cstate", "cmdline", "locality"} & listed
 
 
-def test_tags_a_family_runs_only_that_family_and_warns_about_an_old_tag(node):
+def test_tags_a_family_runs_only_that_family(node):
     root, inventory = node
-    proc = run_playbook("tune.yml", inventory, "--tags", "cstate")
+    proc = run_playbook("tune.yml", inventory, "--tags", "cpuidle")
     assert_ok(proc)
     assert cstate_disabled(root, "C2") == {0, 1, 2, 3}
     assert read_mrrs(root, GPU) == 512 and swappiness(root) == 60  # nothing else changed
-    warnings = " ".join(proc.stderr.split())
-    assert warnings.count("tag cstate is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use cpuidle") == 1
 
 
 def test_skip_tags_a_family_runs_every_other_family_of_the_flow(node):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -318,23 +317,6 @@ def test_reports_go_below_the_working_directory_and_the_run_says_where(fleet, tm
     assert (reports / "cwd-applied.json").exists() and (reports / "fleet-summary.md").exists()
     assert not os.path.exists(os.path.join(REPO, "playbooks", "reports", "cwd-applied.json"))
     assert "Fleet summary: %s/fleet-summary.md" % reports in proc.stdout
-
-
-def test_tuning_facts_still_works_redirected_with_a_deprecation(tmp_path):
-    # meta/runtime.yml: gpunode.tuning.tuning_facts -> gpunode.tuning.tuning_info, deprecated.
-    root = str(tmp_path / "node")
-    simnode.build(root, "tiny-vm")
-    cmd = [os.path.join(VENV_BIN, "ansible"), "localhost", "-c", "local", "-m", "gpunode.tuning.tuning_facts",
-           "-a", "root=%s sysctls=vm.swappiness" % root, "-e", "ansible_python_interpreter=%s" % sys.executable]
-    env = dict(ansible_env(), ANSIBLE_DEPRECATION_WARNINGS="1", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_STDOUT_CALLBACK="json")
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    assert result["tuning_facts"]["tunables"]["sysctl"]["vm.swappiness"] is not None
-    assert "verification" not in result
-    out = proc.stdout + proc.stderr
-    assert "gpunode.tuning.tuning_facts" in out and "gpunode.tuning.tuning_info" in out and "1.0.0" in out
 
 
 # Actions that run on the controller only in verify.yml: facts, the verdict, the reports (an action plugin that

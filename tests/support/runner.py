@@ -22,7 +22,7 @@ NODE_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else 
 def run_boot_runner(tuned, fresh, *extra):
     """The runner installed on ``tuned`` as the boot unit starts it (the venv's python3 standing for the
     node's), with ``tuned``'s desired state, against the node ``fresh``; ``extra``: more arguments (the
-    udev rule's ``--only-mrrs --bdf BDF``)."""
+    udev rule's ``--only pcie_mrrs --bdf BDF``)."""
     desired = os.path.join(fresh, BOOT_DESIRED.lstrip("/"))
     if tuned != fresh:
         os.makedirs(os.path.dirname(desired), exist_ok=True)

@@ -15,7 +15,7 @@ is stopped by its pid file when the cluster stops (``with`` block or ``stop()``)
 
 The daemons inherit ``GPUNODE_SLURM_CLUSTER=<directory>`` (and each slurmd ``GPUNODE_SLURM_NODE``): ``stop()``
 also ends what they started and left running (slurmstepd and job processes), found by that mark, by their
-ids. docs/testing.md ("Slurm") says what runs, where, and how long it takes.
+ids. docs/dev/testing.md ("Slurm") says what runs, where, and how long it takes.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.shell.sh import ShellModule
 from ansible.release import __version__ as CORE_VERSION
 from ansible.template import Templar
+from support.role import trusted
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, role_variables
 
@@ -42,14 +43,6 @@ SCANNED = ("plugins", os.path.join("benchmarks", "callback_plugins"))
 def templar(**variables):
     return Templar(loader=DataLoader(), variables=variables)
 
-
-def trusted(value):
-    """``value`` as the role's defaults and the inventory hold it: every string a template Ansible may render."""
-    if isinstance(value, dict):
-        return {k: trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [trusted(v) for v in value]
-    return ansible_compat.trust_as_template(value) if isinstance(value, str) else value
 
 
 def unsafe(text):

@@ -182,26 +182,7 @@ def test_bad_values_fail_their_family_with_the_modules_message(build_node):
 
 
 def test_udev_form_sets_one_selected_device_only(build_node):
-    """``--only-mrrs --bdf`` (the udev rule): that device if the selector takes it, nothing else."""
-    node = build_node("audited-epyc-8gpu", cpus=2, gpus=2)
-    install(node)
-    before = tuned_files(node)
-    proc = boot(node, "--only-mrrs", "--bdf", "0000:61:00.0")
-    assert proc.returncode == 0, proc.stdout
-    after = tuned_files(node)
-    assert sorted(k for k in after if after[k] != before[k]) == ["sys/bus/pci/devices/0000:61:00.0/config"]
-    assert [ln.split(":")[1].strip() for ln in proc.stdout.splitlines()] == ["pcie_mrrs"]
-    nic = next(b for b in os.listdir(os.path.join(node, "sys/bus/pci/devices"))
-               if b not in ("0000:41:00.0", "0000:61:00.0")
-               and open(os.path.join(node, "sys/bus/pci/devices", b, "vendor")).read().strip() != "0x10de")
-    proc = boot(node, "--only-mrrs", "--bdf", nic)
-    assert proc.returncode == 0 and "no PCI Express device matches" in proc.stdout, proc.stdout
-    assert tuned_files(node) == after
-
-
-def test_udev_form_names_the_hotplug_families_and_keeps_the_old_spelling(build_node):
-    """``--only FAMILY --bdf`` (the rule written since 0.4) does what ``--only-mrrs --bdf`` did, and an old rule's
-    ``--only-mrrs`` still runs; ``--bdf`` needs families that re-apply on hot-plug, ``--only`` known ones."""
+    """``--only pcie_mrrs --bdf`` (the udev rule): that device if the selector takes it, nothing else."""
     node = build_node("audited-epyc-8gpu", cpus=2, gpus=2)
     install(node)
     before = tuned_files(node)
@@ -210,11 +191,23 @@ def test_udev_form_names_the_hotplug_families_and_keeps_the_old_spelling(build_n
     after = tuned_files(node)
     assert sorted(k for k in after if after[k] != before[k]) == ["sys/bus/pci/devices/0000:61:00.0/config"]
     assert [ln.split(":")[1].strip() for ln in proc.stdout.splitlines()] == ["pcie_mrrs"]
-    assert boot_code.parse_args(["--desired", "x", "--only-mrrs", "--bdf", "1"]).only == ["pcie_mrrs"]
-    assert boot_code.parse_args(["--desired", "x", "--only-cstate"]).only == ["cpuidle"]  # a deprecated tag
+    nic = next(b for b in os.listdir(os.path.join(node, "sys/bus/pci/devices"))
+               if b not in ("0000:41:00.0", "0000:61:00.0")
+               and open(os.path.join(node, "sys/bus/pci/devices", b, "vendor")).read().strip() != "0x10de")
+    proc = boot(node, "--only", "pcie_mrrs", "--bdf", nic)
+    assert proc.returncode == 0 and "no PCI Express device matches" in proc.stdout, proc.stdout
+    assert tuned_files(node) == after
+
+
+def test_udev_form_needs_hotplug_families_and_known_names(build_node):
+    """``--bdf`` needs families that re-apply on hot-plug, ``--only`` a family's name (no name from before 1.0.0)."""
+    node = build_node("audited-epyc-8gpu", cpus=2, gpus=2)
+    install(node)
+    after = tuned_files(node)
     for argv, error in ((["--only", "cpuidle", "--bdf", "0000:61:00.0"], "--bdf needs --only with families that "
                          "re-apply on hot-plug (pcie_mrrs)"), (["--bdf", "0000:61:00.0"], "--bdf needs --only"),
-                        (["--only", "nosuch"], "no family 'nosuch'")):
+                        (["--only", "nosuch"], "no family 'nosuch'"), (["--only", "mrrs"], "no family 'mrrs'"),
+                        (["--only-mrrs", "--bdf", "0000:61:00.0"], "unrecognized arguments: --only-mrrs")):
         proc = boot(node, *argv)
         assert proc.returncode == 2 and error in proc.stderr, (argv, proc.stderr)
     assert tuned_files(node) == after
@@ -243,7 +236,7 @@ def test_udev_form_leaves_a_device_outside_the_selected_bdfs_alone(build_node):
     node = build_node("audited-epyc-8gpu", cpus=2, gpus=2)
     install(node, dict(STATE, pcie_mrrs=dict(STATE["pcie_mrrs"], bdfs=["41:00.0"])))
     before = tuned_files(node)
-    proc = boot(node, "--only-mrrs", "--bdf", "0000:61:00.0")
+    proc = boot(node, "--only", "pcie_mrrs", "--bdf", "0000:61:00.0")
     assert proc.returncode == 0, proc.stdout
     assert "0000:61:00.0 is not one of the selected bdfs (41:00.0): nothing to do" in proc.stdout
     assert tuned_files(node) == before

@@ -9,57 +9,32 @@ posted in public issue threads (each with its source).
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import json
 import os
-import re
 import stat
 import subprocess
-import sys
 
 import pytest
 import simnode
+from support.guard import (
+    CACHE,
+    DESIRED,
+    GPUS,
+    JOURNAL,
+    OPTIONS,
+    PROM,
+    RUNNER,
+    STATUS,
+    TEXTFILE_DIR,
+    install,
+    metrics,
+    run_guard,
+    series,
+    status,
+)
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files, guard_metrics
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RUNNER = "/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"
-JOURNAL = "/var/lib/gpunode-tuning/journal.json"
-STATUS = "var/lib/gpunode-tuning/guard-status.json"
-CACHE = "var/lib/gpunode-tuning/guard-code.cache"
-TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
-PROM = "var/lib/prometheus/node-exporter/gpunode-tuning.prom"
-GPUS = ["0000:41:00.0", "0000:61:00.0"]  # audited-epyc-8gpu with gpus=2
-# The role's desired state for the inference-throughput preset (vars/main.yml, defaults/main.yml).
-DESIRED = {
-    "pcie_mrrs": {"mrrs": 4096, "vendor": "10de", "device": None, "class_prefixes": ["0300", "0302"], "bdfs": None,
-                  "allow_empty": True},
-    "cpuidle": {"disable": [], "max_latency_us": 100, "cpus": None},
-    "cpufreq": {"governor": "performance", "epp": None, "boost": None, "driver": "native",
-                "amd_pstate_mode": "active", "intel_pstate_status": None},
-    "numa_balancing": 0,
-    "thp": {"enabled": "madvise", "defrag": "defer+madvise"},
-    "sysctl": {"vm.swappiness": 10, "net.core.rmem_max": 134217728, "net.core.wmem_max": 134217728,
-               "net.core.somaxconn": 65535, "kernel.numa_balancing": 0},
-    "kmod": {"modules": [{"name": "nvidia_peermem", "params": {}, "required": False}]},
-    "kernel_cmdline": [],
-    "pcie_acs": {"mode": "disable_redirect", "persist": "boot_unit", "vendor": "10de", "device": None,
-                 "class_prefixes": ["0300", "0302"], "bdfs": None, "allow_empty": True},
-    "iommu": None,
-    "gpu_settings": None,
-    "gpu_health": {"gpu_count": None, "dcgm_diag": False},
-    "gpu_p2p": {"min_gbps": None},
-}
-OPTIONS = {
-    "python": "/usr/bin/python3", "runner": RUNNER, "journal": JOURNAL, "textfile_dir": TEXTFILE_DIR,
-    "interval": "5min", "reapply": False, "preset": "inference-throughput", "collection_version": "0.2.0",
-    "host": "sim", "desired": DESIRED,
-    "facts": {"pci_selector": {"vendor": "10de", "class_prefixes": ["0300", "0302"]},
-              "sysctls": sorted(DESIRED["sysctl"]), "modules": ["nvidia_peermem"], "kmsg_levels": ["err", "warn"],
-              "kmsg_ignore": None},
-    "verify": {},
-}
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import guard, guard_files, guard_metrics
 
 # Kernel-log lines posted in public threads (message text as the kernel wrote it).
 XID_CAPTURES = [
@@ -83,64 +58,6 @@ def kmsg(records):
     """kmsg bytes of ``[(pri, seq, message)]`` with a continuation line after each, as /dev/kmsg gives them."""
     return b"".join(b"%d,%d,%d,-;%s\n SUBSYSTEM=pci\n" % (pri, seq, 1000 * (seq + 1), msg.encode())
                     for pri, seq, msg in records)
-
-
-def render_runner():
-    """The runner as the persistent flow installs it (boot.runner_text over the collection's module_utils)."""
-    return boot.runner_text(boot.carried_sources(os.path.join(REPO, "plugins", "module_utils")))
-
-
-RUNNER_TEXT = render_runner()
-
-
-def install(root, **options):
-    """The runner, the guard's config and its units below ``root``, as the persistent flow writes them."""
-    opts = dict(copy.deepcopy(OPTIONS), **options)
-    path = os.path.join(root, RUNNER.lstrip("/"))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(RUNNER_TEXT)
-    for f in guard_files.installed_files(opts):
-        full = os.path.join(root, f["path"].lstrip("/"))
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "w", encoding="utf-8") as fh:
-            fh.write(f["content"])
-    return root
-
-
-def run_guard(root, cache=True):
-    """The runner as the unit runs it (isolated mode), its code cache below the root."""
-    env = dict(os.environ)
-    env.pop(guard_files.CODE_CACHE_ENV, None)
-    if cache:
-        env[guard_files.CODE_CACHE_ENV] = os.path.join(root, CACHE)
-    return subprocess.run([sys.executable, "-I", "-B", os.path.join(root, RUNNER.lstrip("/")), "guard", "--config",
-                           guard_files.CONFIG_PATH, "--root", root], capture_output=True, text=True, check=False,
-                          cwd="/", env=env)
-
-
-def status(root):
-    with open(os.path.join(root, STATUS), encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def metrics(root):
-    """``{(name, ((label, value), ...)): value}`` of the .prom file (a small reader of the format we write)."""
-    out = {}
-    with open(os.path.join(root, PROM), encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("#") or not line.strip():
-                continue
-            head, value = line.rsplit(" ", 1)
-            name, _brace, labels = head.partition("{")
-            pairs = tuple(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels))
-            out[(name, pairs)] = float(value)
-    return out
-
-
-def series(m, name, **labels):
-    """Values of the series of ``name`` whose labels include ``labels``."""
-    return [v for (n, pairs), v in m.items() if n == name and set(labels.items()) <= set(pairs)]
 
 
 def setpci(root, bdf, value=None):
@@ -255,7 +172,7 @@ def test_guard_is_read_only_and_writes_status_and_metrics(node):
         assert values == {state: [1.0 if state == s["state"] else 0.0] for state in values}, s["id"]
     assert series(m, "gpunode_tuning_setting_drifted_cpus", family="cpuidle", setting="C2") == [8]
     assert series(m, "gpunode_tuning_gpu_serious_xid_errors_total") == [0, 0]
-    assert series(m, "gpunode_tuning_info", version="0.2.0", preset="inference-throughput") == [1]
+    assert series(m, "gpunode_tuning_info", version="1.0.0", preset="inference-throughput") == [1]
     # Written through a temporary file and a rename: nothing else is left in either directory.
     assert os.listdir(os.path.join(root, "var/lib/prometheus/node-exporter")) == ["gpunode-tuning.prom"]
     assert sorted(os.listdir(os.path.join(root, "var/lib/gpunode-tuning"))) == ["guard-code.cache",
@@ -522,7 +439,7 @@ def test_config_values_are_validated_before_anything_is_written():
 
 
 def test_metrics_text_follows_the_format_and_naming_rules():
-    st = {"collection_version": "0.2.0", "preset": 'odd "name"\\\n', "mode": "read-only", "interval_seconds": 60,
+    st = {"collection_version": "1.0.0", "preset": 'odd "name"\\\n', "mode": "read-only", "interval_seconds": 60,
           "run": {"timestamp": 1796131061.5, "duration_seconds": 0.25, "success": True}, "verdict": "pass",
           "counts": {"applied": 1},
           "settings": [{"family": "sysctl", "name": "vm.swappiness", "state": "applied",

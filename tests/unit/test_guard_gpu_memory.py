@@ -12,7 +12,7 @@ import json
 import os
 
 import simnode
-from test_guard import OPTIONS, install, metrics, run_guard, series, status
+from support.guard import OPTIONS, install, metrics, run_guard, series, status
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import guard, guard_metrics
 

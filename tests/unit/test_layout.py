@@ -1,4 +1,4 @@
-"""The layers of plugins/module_utils and their import rule (docs/module-contract.md, "Layout").
+"""The layers of plugins/module_utils and their import rule (docs/dev/module-contract.md, "Layout").
 
 module_utils holds three packages and the registry between them:
 
@@ -13,12 +13,15 @@ its registry line, and keeps what the boot runner carries to the node free of cy
 """
 
 import ast
+import importlib
 import os
+import re
 
 import pytest
 import yaml
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "module_utils")
 PKG = "ansible_collections.gpunode.tuning.plugins.module_utils"
@@ -104,7 +107,7 @@ def test_rule_catches_each_layer_crossing():
     assert violations("families.iommu", {"flows.verification"}) == ["flows.verification"]
     assert violations("flows.boot", {"families.pcie_mrrs", "registry", "core.node"}) == ["families.pcie_mrrs"]
     assert violations("registry", {"families.iommu", "core.family"}) == []
-    assert violations("role_state", set()) != []
+    assert violations("stray_module", set()) != []
 
 
 def test_imports_are_read_in_every_spelling(tmp_path):
@@ -119,6 +122,73 @@ def test_imports_are_read_in_every_spelling(tmp_path):
     deps, relative = imported(str(source))
     assert deps == {"families.pcie_mrrs", "families.iommu", "core.pci", "registry", "core.kernel_args"}
     assert relative == [6]
+
+
+def private_uses(path):
+    """``module.name`` of each private name (one leading underscore) that ``path`` takes from another module:
+    ``from module import _name`` or ``module._name`` of an imported module (the ``_zipload`` bootstrap excepted)."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    modules, found = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                modules[alias.asname or alias.name] = "%s.%s" % (node.module, alias.name)
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.add("%s.%s" % (node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                modules[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.add("%s.%s" % (modules[node.value.id], node.attr))
+    return sorted(name for name in found if "_zipload" not in name and not name.startswith(("os.", "sys.")))
+
+
+def python_files(*tops):
+    repo = os.path.join(ROOT, "..", "..")
+    for top in tops:
+        for directory, _dirs, files in os.walk(os.path.join(repo, top)):
+            yield from (os.path.join(directory, name) for name in sorted(files) if name.endswith(".py"))
+
+
+def test_no_module_uses_a_private_name_of_another(tmp_path):
+    found = {os.path.relpath(path, os.path.join(ROOT, "..", "..")): private_uses(path)
+             for path in python_files("plugins", "tools")}
+    assert {path: names for path, names in found.items() if names} == {}
+    planted = tmp_path / "planted.py"
+    planted.write_text("from %s.core.pci import _failure\nfrom %s.core import bootloader\nx = bootloader._RE\n"
+                       "import sys\nsys._getframe()\n" % (PKG, PKG))
+    assert private_uses(str(planted)) == ["%s.core.bootloader._RE" % PKG, "%s.core.pci._failure" % PKG]
+
+
+def test_no_test_file_imports_another():
+    # What tests share is in tests/support (and molecule/conftest.py's fixtures), never in a test file or conftest.
+    found = {}
+    for path in python_files("tests", "molecule"):
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        for node in ast.walk(tree):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            bad = [n for n in names if n.split(".")[-1].startswith("test_") or n.split(".")[-1] == "conftest"]
+            if bad:
+                found.setdefault(os.path.relpath(path, os.path.join(ROOT, "..", "..")), []).extend(bad)
+    assert found == {}
+
+
+def test_the_family_fields_are_all_documented():
+    with open(os.path.join(ROOT, "..", "..", "docs", "dev", "adding-a-family.md"), encoding="utf-8") as handle:
+        table = [line for line in handle if line.startswith("| `")]
+    documented = {name for line in table for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])}
+    assert set(family.Family._fields) - documented == set()
+
+
+def test_every_family_calls_its_name_NAME():
+    for fam in registry.FAMILIES:
+        module = importlib.import_module("%s.families.%s" % (PKG, fam.name))
+        assert module.NAME == fam.name and not hasattr(module, "FAMILY"), fam.name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,11 +226,8 @@ def owned_names(families=None):
 
 
 def yaml_names(families=None):
-    """Every word that selects or keys a family in YAML: its owned names and its deprecated tags."""
-    out = owned_names(families)
-    for fam in families or registry.FAMILIES:
-        out.update(dict.fromkeys(fam.deprecated_tags, fam.name))
-    return out
+    """Every word that selects or keys a family in YAML: its owned names."""
+    return owned_names(families)
 
 
 def own_files(families=None):
@@ -364,11 +431,11 @@ def test_the_yaml_check_catches_a_planted_tag_and_key(tmp_path):
         "  gpunode.tuning.tuning_flow:\n"
         "    flow: persistent\n"
         "    pcie_acs: true\n"
-        "  tags: [kernel_cmdline, mrrs, reboot]\n"
+        "  tags: [kernel_cmdline, pcie_mrrs, reboot]\n"
         "- name: Other\n"
         "  ansible.builtin.debug:\n"
         "    msg: cpufreq thp\n"
-        "  tags: cstate\n"
+        "  tags: cpuidle\n"
         "# BEGIN GENERATED tags\n"
         "- name: Generated\n"
         "  ansible.builtin.debug:\n"
@@ -376,7 +443,7 @@ def test_the_yaml_check_catches_a_planted_tag_and_key(tmp_path):
         "  tags: [thp]\n"
         "# END GENERATED tags\n")
     assert [(line, kind, word) for line, kind, word, _f in yaml_violations(str(tasks))] == [
-        (4, "key", "pcie_acs"), (5, "tag", "kernel_cmdline"), (5, "tag", "mrrs"), (9, "tag", "cstate")]
+        (4, "key", "pcie_acs"), (5, "tag", "kernel_cmdline"), (5, "tag", "pcie_mrrs"), (9, "tag", "cpuidle")]
     variables = tmp_path / "main.yml"
     variables.write_text("pcie_mrrs: 4096\nsysctl: {}\n")
     assert yaml_violations(str(variables), "roles/tuning/vars/main.yml") == []
@@ -388,7 +455,7 @@ def test_the_names_and_files_come_from_the_registry():
     names, files = owned_names(), own_files()
     assert names["numa_balancing"] == names["thp"] == names["sysctl"] == "tunables"
     assert files["plugins/modules/setpci_mrrs.py"] == "pcie_mrrs" and "plugins/modules/tuning_info.py" not in files
-    assert yaml_names()["mrrs"] == "pcie_mrrs" and "mrrs" not in names  # a register name in Python (core/pci.py)
+    assert "mrrs" not in names  # a register name in Python (core/pci.py)
     assert len(set(files.values())) == len(registry.FAMILIES)
 
 

@@ -12,8 +12,8 @@ from support.checkout import REPO
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import tags
 
-RUNTIME_TASK = ["pcie_mrrs", "mrrs", "pcie_acs", "acs", "cpuidle", "cstate", "cpufreq", "tunables", "numa_balancing",
-                "thp", "sysctl", "kmod", "gpu_settings"]
+RUNTIME_TASK = ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "numa_balancing", "thp", "sysctl", "kmod",
+                "gpu_settings"]
 
 
 def names(families):
@@ -24,7 +24,7 @@ def test_the_runtime_task_carries_every_tag_that_selects_a_runtime_family():
     assert tags.flow_task_tags("runtime") == RUNTIME_TASK
     runtime = [f for f in registry.FAMILIES if f.runtime_options is not None]
     for fam in runtime:
-        assert {fam.name, *fam.tags, *fam.deprecated_tags} <= set(tags.flow_task_tags("runtime"))
+        assert {fam.name, *fam.tags} <= set(tags.flow_task_tags("runtime"))
     assert not {"runtime", "always", "persistent"} & set(tags.flow_task_tags("runtime"))
 
 
@@ -33,8 +33,7 @@ def test_rollback_and_persistent_carry_their_concerns_and_the_parts():
     assert {"sysctl", "kmod", "kernel_cmdline", "boot_unit", "udev", "guard", "gpu_locality"} <= set(persistent)
     rollback = tags.flow_task_tags("rollback")
     assert rollback[:2] == ["runtime", "persistent"] and set(persistent) <= set(rollback)
-    assert {"pcie_acs", "iommu", "cpufreq", "kernel_cmdline", "cmdline"} == set(tags.flow_task_tags("reboot")) - {
-        "acs"}
+    assert {"pcie_acs", "iommu", "cpufreq", "kernel_cmdline"} == set(tags.flow_task_tags("reboot"))
     with pytest.raises(KeyError, match="no family task for flow 'verify'"):
         tags.flow_task_tags("verify")
 
@@ -42,7 +41,6 @@ def test_rollback_and_persistent_carry_their_concerns_and_the_parts():
 @pytest.mark.parametrize("only, skip, runs", [
     (["all"], [], True),                      # untagged: the flow's own task runs
     (["pcie_mrrs"], [], False),               # a family's tag: only the family task runs
-    (["mrrs"], [], False),                    # ... a deprecated one too
     (["runtime"], ["pcie_mrrs"], True),       # the flow, all but one family
     (["all"], ["always"], True),              # --skip-tags always still runs every flow
     (["all"], ["runtime"], False),            # the flow skipped (its family task is skipped by Ansible too)
@@ -60,9 +58,9 @@ def test_selection_by_a_family_tag_skip_tags_and_inheritance():
     # --tags runtime --skip-tags pcie_mrrs: every runtime family but MRRS.
     rest = names(tags.selected_families("runtime", ["runtime"], ["pcie_mrrs"], {"runtime"}))
     assert "pcie_mrrs" not in rest and {"pcie_acs", "cpuidle", "cpufreq", "tunables", "kmod"} <= set(rest)
-    # A deprecated tag selects and skips its family as its name does.
-    assert names(tags.selected_families("runtime", ["cstate"], [], ())) == ["cpuidle"]
-    assert "cpuidle" not in names(tags.selected_families("runtime", ["all"], ["cstate"], ()))
+    # A family's name skips it as it selects it; a name from before 1.0.0 selects nothing.
+    assert "cpuidle" not in names(tags.selected_families("runtime", ["all"], ["cpuidle"], ()))
+    assert names(tags.selected_families("runtime", ["cstate"], [], ())) == []
     # A setting's tag selects its family.
     assert names(tags.selected_families("runtime", ["thp"], [], ())) == ["tunables"]
 
@@ -72,13 +70,6 @@ def test_persistent_concerns_by_tag():
     assert by == {"pcie_mrrs": ["boot_unit", "udev"], "guard": ["guard"]}
     kept = [c.name for c in tags.selected_concerns("persistent", ["persistent"], ["guard"], ())]
     assert "guard" not in kept and {"sysctl", "kmod", "kernel_cmdline", "boot_unit", "udev"} <= set(kept)
-
-
-def test_a_deprecated_tag_is_named_with_its_family():
-    assert tags.deprecated_in(["mrrs", "runtime"], ["cmdline"]) == [
-        "tag mrrs is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use pcie_mrrs",
-        "tag cmdline is deprecated (renamed in 0.4.0) and will be removed in 1.0.0: use kernel_cmdline"]
-    assert tags.deprecated_in(["pcie_mrrs"], []) == []
 
 
 def test_run_tags_read_the_magic_variables():

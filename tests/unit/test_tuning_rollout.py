@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from test_role_state import preset_values
+from support.role import preset_values
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import apply

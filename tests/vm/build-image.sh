@@ -92,7 +92,7 @@ done
 # Boot configuration as on any Debian machine with grub: /etc/default/grub (+ grub.d drop-ins)
 # -> update-grub -> /boot/grub/grub.cfg. The VM is started with -kernel/-initrd, so vm.sh
 # reads the kernel, initrd and arguments of the default entry from grub.cfg before each boot
-# (see docs/vm.md). FIRST_BOOT_CMDLINE is what grub.cfg will say after the first update-grub.
+# (see docs/dev/vm.md). FIRST_BOOT_CMDLINE is what grub.cfg will say after the first update-grub.
 cat >"$root/etc/default/grub" <<'EOF'
 # gpunode.tuning VM test guest. The VM boots with -kernel; tests/vm/vm.sh reads the default
 # entry of /boot/grub/grub.cfg (written by update-grub) before every boot, like a bootloader.

@@ -33,11 +33,11 @@ TIMINGS=$OUT/timings.txt
 
 # Skip (and pass) where this stage cannot run: it needs root (apt, debootstrap) and QEMU.
 if ((EUID != 0)); then
-    echo "test-vm: skipped: needs root (debootstrap, apt-get); see docs/vm.md"
+    echo "test-vm: skipped: needs root (debootstrap, apt-get); see docs/dev/vm.md"
     exit 0
 fi
 if ! command -v qemu-system-x86_64 >/dev/null && ! apt-cache show qemu-system-x86 >/dev/null 2>&1; then
-    echo "test-vm: skipped: qemu-system-x86 is neither installed nor installable here; see docs/vm.md"
+    echo "test-vm: skipped: qemu-system-x86 is neither installed nor installable here; see docs/dev/vm.md"
     exit 0
 fi
 [[ -x $VENV_BIN/ansible-playbook ]] || vm_die "no $VENV_BIN/ansible-playbook: run make setup first"

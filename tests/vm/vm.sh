@@ -23,7 +23,7 @@
 # disk (written by the guest's own update-grub from /etc/default/grub and grub.d drop-ins),
 # takes the kernel, initrd and arguments of its default entry, and starts QEMU again on the same
 # SSH port. A reboot is therefore a cold boot with exactly the command line grub would pass.
-# Each boot's command line is logged to RUN/boot-N.cmdline. See docs/vm.md.
+# Each boot's command line is logged to RUN/boot-N.cmdline. See docs/dev/vm.md.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

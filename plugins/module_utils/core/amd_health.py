@@ -70,13 +70,14 @@ def call_failure(key: str, answer: dict | None) -> str | None:
     if answer.get("rc") == 127:
         return answer.get("stderr") or MISSING
     if answer.get("timed_out") or answer.get("rc") == command.TIMEOUT_RC:
-        return "%s: %s" % (argv_text(key), command.failure(argv_text(key), _result(answer)))
+        return "%s: %s" % (argv_text(key), command.failure(argv_text(key), answer_result(answer)))
     if answer.get("rc", 0) != 0:
-        return command.failure(argv_text(key), _result(answer))
+        return command.failure(argv_text(key), answer_result(answer))
     return None
 
 
-def _result(answer: dict) -> command.Result:
+def answer_result(answer: dict) -> command.Result:
+    """A probe's answer (``{rc, stdout, stderr, timed_out}``) as the ``command.Result`` the readers take."""
     return command.Result(answer.get("rc", 0), answer.get("stdout") or "", answer.get("stderr") or "",
                           timed_out=bool(answer.get("timed_out")))
 
@@ -88,7 +89,7 @@ def refusals(probe: dict) -> dict:
     for key in READERS:
         answer = (probe or {}).get(key)
         if answer and not answer.get("not_run") and not answer.get("timed_out"):
-            why = amd_smi.refusal(_result(answer))
+            why = amd_smi.refusal(answer_result(answer))
             if why:
                 out[key] = why
     return out

@@ -278,7 +278,7 @@ def xgmi_link_rows(probe: dict, bdfs: dict, row: Row) -> list:
     xgmi -l lists each GPU's link slots, not its peers: a link down is named by its GPU and counted.
     """
     answer = probe.get("amd_xgmi_link_status")
-    if not answer or amd_smi.refused(amd_health._result(answer)) or amd_health.call_failure(
+    if not answer or amd_smi.refused(amd_health.answer_result(answer)) or amd_health.call_failure(
             "amd_xgmi_link_status", answer):
         return []
     reading = amd_smi.read_xgmi_link_status(answer.get("stdout"))

@@ -36,7 +36,7 @@ RHEL_IDS = ("rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn")
 _VAR_RE = re.compile(r"\$\{?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}?")
 
 
-_ASSIGN_RE = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.*)$")
+ASSIGN_RE = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.*)$")
 
 
 def grub_unquote(word: str) -> str:
@@ -44,7 +44,7 @@ def grub_unquote(word: str) -> str:
     return word.replace("'", "")
 
 
-def _shell_value(raw, env):
+def shell_value(raw, env):
     """The value of a simple shell assignment's right-hand side (quotes, $VAR of the two GRUB variables)."""
     raw = raw.strip()
     if raw.startswith('"'):
@@ -65,9 +65,9 @@ def parse_dropin(text: str | None) -> tuple[bool, list[str]]:
     managed = MANAGED_MARK in text
     args = []
     for line in text.splitlines():
-        m = _ASSIGN_RE.match(line)
+        m = ASSIGN_RE.match(line)
         if m and m.group(1) == "GRUB_CMDLINE_LINUX_DEFAULT":
-            args = [grub_unquote(w) for w in _shell_value(m.group(2), {}).split()]
+            args = [grub_unquote(w) for w in shell_value(m.group(2), {}).split()]
     return managed, args
 
 

@@ -150,8 +150,6 @@ class Family(NamedTuple):
     hotplug: Callable[[Any], list] | None = None
     # Ansible tags of its settings that select it besides its name (tunables: numa_balancing, thp, sysctl).
     tags: tuple = ()
-    # Former names that still select it as tags, with a deprecation warning naming ``name``.
-    deprecated_tags: tuple = ()
     # (values, shared) -> dict: the family's keys of the desired state, from the role's variables
     # (validated and typed: plugin_utils/desired_state.py); ``shared`` holds what several families use
     # (the GPUs' PCI selector). None: the role has no variables for it.
@@ -189,6 +187,10 @@ class Family(NamedTuple):
     health: bool = False
     # (result) -> one line of what its runtime run did, for the flow's report (flow.summary otherwise).
     summary: Callable[[dict], str] | None = None
+    # Key of its run's result that holds its items (a dict by name or a list of dicts), each with ``changed``
+    # (or ``cpus_changed``) and ``skipped``: the flow's summary counts them and rollback's report names the
+    # restored ones. None: only the result's ``changed`` is read.
+    items: str | None = None
     # {desired-state key: (entry) -> [(key, message)]}: what is wrong in the family's entries of the desired
     # state that can be judged without the node (shape, syntax, ranges that do not depend on the hardware).
     # ``entry`` is ``desired[desired-state key]`` (None: not part of it, no problem); ``key`` the key inside it

@@ -224,10 +224,8 @@ class Journal:
 
     def removed_with_it(self) -> list:
         """Node paths of the directories that go (when empty) once the journal is gone: those it recorded as
-        holding it; for a journal of an earlier release, which recorded none, its own directory, as then."""
-        if CREATED_KEY in self.data:
-            return self.own_dirs()
-        return [self.node_path(os.path.dirname(self.path))] if self.loaded else []
+        holding it."""
+        return self.own_dirs()
 
     def undoes_something(self) -> bool:
         """True while the journal records an original, a written file, or another created directory that exists."""

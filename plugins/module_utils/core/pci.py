@@ -563,7 +563,7 @@ def inspect_device(dev: dict) -> tuple[dict | None, str | None]:
     return decode_pcie(cfg), None
 
 
-def _failure_cause(dev, want, got, read_error, write_error):
+def failure_cause(dev, want, got, read_error, write_error):
     """Why ``want`` is not what ``dev`` reads back after writing: its own fault, first found."""
     _pcie, fault = inspect_device(dev)
     fault = fault or write_fault(dev)

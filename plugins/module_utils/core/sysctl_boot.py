@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The sysctl files a boot applies, and which of them has the last word on a key.
 
-Core library (docs/adding-a-family.md): the tunables family's verification and verify_node's
+Core library (docs/dev/adding-a-family.md): the tunables family's verification and verify_node's
 reading of the node both use it.
 """
 

@@ -59,7 +59,7 @@ KMOD_PARAM_VALUE_ALLOWED = (
 KERNEL_ARG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}")
 KERNEL_ARG_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # The one argument that needs ';': pci=disable_acs_redir= with a list of PCI addresses (the kernel's
-# separator; the GRUB drop-in quotes it, families/cmdline.py's grub_word). Addresses only: no other ';' passes.
+# separator; the GRUB drop-in quotes it, families/kernel_cmdline.py's grub_word). Addresses only: no other ';' passes.
 # pci= takes comma-separated options (kernel-parameters.txt), so the list is one option of pci=;
 # every address in it is checked, one or many: domain (4-8 hex digits, optional), bus, device 00-1f,
 # function 0-7.

@@ -42,7 +42,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     read_small,
 )
 
-FAMILY = "cpufreq"
+NAME = "cpufreq"
 # CPU vendor a pstate driver family needs.
 PSTATE_VENDOR = {"amd-pstate": "AuthenticAMD", "intel_pstate": "GenuineIntel"}
 # The cpufreq driver is a module udev's coldplug loads, possibly after the boot unit started.
@@ -241,7 +241,7 @@ def desired_problems(want: Any) -> list:
     the node offers the governor or EPP, and whether a setting applies to its driver, is the node's
     (``validate``, ``applicability``).
     """
-    shape = contract.entry_problem(FAMILY, want, ", ".join(DESIRED_OPTIONS))
+    shape = contract.entry_problem(NAME, want, ", ".join(DESIRED_OPTIONS))
     if shape or want is None:
         return shape
     out = []
@@ -751,7 +751,7 @@ def _journal_originals(journal, freq, plan, phases, boost):
     """
     if plan["mode"] is not None:
         key = plan["mode"][1]
-        journal.record(FAMILY, key, freq.amd_status if key == "amd_pstate_mode" else freq.intel_status)
+        journal.record(NAME, key, freq.amd_status if key == "amd_pstate_mode" else freq.intel_status)
         touched = freq.policies
         gov_touched = freq.policies
     else:
@@ -759,12 +759,12 @@ def _journal_originals(journal, freq, plan, phases, boost):
         names = {p.name for p in gov_touched} | {p.name for p, _v in phases["epp"]}
         touched = [p for p in freq.policies if p.name in names]
     if gov_touched:
-        journal.record_per_cpu(FAMILY, "governor", per_cpu(gov_touched, "governor"))
+        journal.record_per_cpu(NAME, "governor", per_cpu(gov_touched, "governor"))
     epps = {cpu: v for cpu, v in per_cpu(touched, "epp").items() if v is not None}
     if epps:
-        journal.record_per_cpu(FAMILY, "epp", epps)
+        journal.record_per_cpu(NAME, "epp", epps)
     if boost is not None and freq.boost is not None and freq.boost != boost:
-        journal.record(FAMILY, "boost", freq.boost)
+        journal.record(NAME, "boost", freq.boost)
 
 
 def _write_policies(node, phases, outcome):
@@ -898,7 +898,7 @@ def _run_writes(call, node, journal, freq, plan, outcome):
         return _check_run(node, freq, plan, phases, outcome, governor, epp, boost if boost_changes else None), changed
     if journal is not None and changed:
         _journal_originals(journal, freq, plan, phases, boost)
-        journal.mark_applied(FAMILY)
+        journal.mark_applied(NAME)
         journal.save()
     if switching:
         phases = _switch_mode(node, freq, plan, outcome, governor, epp)
@@ -1086,7 +1086,7 @@ def _restore(call, node, journal, freq):
     policy). Returns ``(outcome, changed)``; restored entries leave the journal and exactly the
     failed ones (per CPU for governor and EPP) stay for the next attempt.
     """
-    entries = journal.entries(FAMILY)
+    entries = journal.entries(NAME)
     outcome = Outcome()
     check = call.check_mode
     changed = False
@@ -1099,7 +1099,7 @@ def _restore(call, node, journal, freq):
     if not check:
         _keep_failed(journal, entries, outcome)
         if changed:
-            journal.mark_applied(FAMILY)
+            journal.mark_applied(NAME)
         journal.save()
     return outcome, changed
 
@@ -1186,11 +1186,11 @@ def _keep_failed(journal, entries, outcome):
         if key not in outcome.settings and key not in outcome.failed:
             continue  # not a setting this version restores: left for whoever wrote it
         if key not in outcome.failed:
-            journal.drop(FAMILY, key)
+            journal.drop(NAME, key)
         elif key in ("governor", "epp") and outcome.failed_cpus.get(key):
             kept = {cpu: v for cpu, v in Journal.per_cpu(original).items() if cpu in outcome.failed_cpus[key]}
-            journal.drop(FAMILY, key)
-            journal.record_per_cpu(FAMILY, key, kept)
+            journal.drop(NAME, key)
+            journal.record_per_cpu(NAME, key, kept)
 
 # --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
 
@@ -1260,8 +1260,8 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     (amd_pstate_mode with acpi-cpufreq wanted, EPP or boost without the files) is not_applicable
     with the module's reason.
     """
-    desired = desired.get(FAMILY) or {}
-    cf = facts.get(FAMILY) or {}
+    desired = desired.get(NAME) or {}
+    cf = facts.get(NAME) or {}
     vendor = (facts.get("cpu") or {}).get("vendor")
     wanted = [(k, desired.get(k)) for k in ("governor", "epp", "boost") if desired.get(k) is not None]
     if not desired.get("driver") and not wanted:
@@ -1269,14 +1269,14 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     if not cf.get("supported"):
         why = "no cpufreq driver: the CPUs have no frequency scaling (virtual machine, or disabled in the BIOS)"
         family = resolve_driver(desired.get("driver"), vendor) or desired.get("driver")
-        out = [setting_row(FAMILY, "driver", family, None, "not_applicable", why)] if family else []
-        return out + [setting_row(FAMILY, k, v, None, "not_applicable", why) for k, v in wanted]
+        out = [setting_row(NAME, "driver", family, None, "not_applicable", why)] if family else []
+        return out + [setting_row(NAME, k, v, None, "not_applicable", why) for k, v in wanted]
     family, reasons = applicability(desired, vendor, _cpufreq_running(cf))
     out = []
     driver_state = None
     if "driver" in reasons:
         driver_state = "not_applicable"
-        out.append(setting_row(FAMILY, "driver", desired["driver"], cf.get("driver"), driver_state, reasons["driver"]))
+        out.append(setting_row(NAME, "driver", desired["driver"], cf.get("driver"), driver_state, reasons["driver"]))
     elif family:
         mode_key = {"amd-pstate": "amd_pstate_mode", "intel_pstate": "intel_pstate_status"}.get(family)
         mode = desired.get(mode_key) if mode_key and mode_key not in reasons else None
@@ -1285,7 +1285,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     for key, want in wanted:
         if key in reasons:
             running = cf.get("boost") if key == "boost" else (cf.get(key) or {}).get("value")
-            out.append(setting_row(FAMILY, key, want, running, "not_applicable", reasons[key],
+            out.append(setting_row(NAME, key, want, running, "not_applicable", reasons[key],
                                    ctx.boot_persisted(want)))
         else:
             out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
@@ -1301,18 +1301,18 @@ def _cpufreq_driver(cf, family, mode, vendor, ctx):
     row = (want_text, running_text)
     need_vendor = PSTATE_VENDOR.get(family)
     if vendor and vendor.startswith(ARM64_VENDOR) and driver_family(running_driver) != family:
-        return setting_row(FAMILY, "driver", *row, "not_applicable",
+        return setting_row(NAME, "driver", *row, "not_applicable",
                            "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
     if need_vendor and vendor and vendor != need_vendor:
-        return setting_row(FAMILY, "driver", *row, "not_applicable",
+        return setting_row(NAME, "driver", *row, "not_applicable",
                            "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
     if driver_family(running_driver) == family:
         # What the next boot keeps: this driver's arguments that are configured.
         args = driver_kernel_args(family, mode, vendor, running_driver).removable
         persisted = " ".join(a for a in args if ctx.arg(a)["configured"]) or None
         if not mode or not running_mode or running_mode == mode:
-            return setting_row(FAMILY, "driver", *row, "applied", "", persisted)
-        return setting_row(FAMILY, "driver", *row, "drifted",
+            return setting_row(NAME, "driver", *row, "applied", "", persisted)
+        return setting_row(NAME, "driver", *row, "drifted",
                            "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
                            % (family, running_mode), persisted)
     return _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
@@ -1325,20 +1325,20 @@ def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):
     persisted = " ".join(args) if args and all(v["configured"] for v in views) else None
     text = " ".join(args)
     if args and persisted and not all(v["running"] for v in views):
-        return setting_row(FAMILY, "driver", *row, "pending_reboot",
+        return setting_row(NAME, "driver", *row, "pending_reboot",
                            "%s is configured for the next boot; %s runs until the reboot" % (text, running_driver),
                            persisted)
     if args and all(v["running"] for v in views):
         why = "%s is on the running command line but %s serves the CPUs: %s" % (
             text, running_driver, _switch_failed_hint(family))
-        return setting_row(FAMILY, "driver", *row, "drifted", why, persisted)
+        return setting_row(NAME, "driver", *row, "drifted", why, persisted)
     why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
            "reboot switches the driver)" % (running_driver, text)) if args else \
         "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
             running_driver, family)
     if ctx.cmdline_error:
         why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
-    return setting_row(FAMILY, "driver", *row, "drifted", why, persisted)
+    return setting_row(NAME, "driver", *row, "drifted", why, persisted)
 
 
 def _switch_failed_hint(family):
@@ -1358,9 +1358,9 @@ def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
             running = not no_turbo
         if running is None:
             why = "driver %s has no boost control (cpufreq/boost, intel_pstate/no_turbo)" % cf.get("driver")
-            return setting_row(FAMILY, key, want, None, "unsupported", why, persisted)
+            return setting_row(NAME, key, want, None, "unsupported", why, persisted)
         state = "applied" if bool(running) == bool(want) else "drifted"
-        return setting_row(FAMILY, key, want, running, state, "", persisted)
+        return setting_row(NAME, key, want, running, state, "", persisted)
     agg = cf.get(key) or {}
     running = agg.get("value")
     values = agg.get("cpulists") or {}
@@ -1369,17 +1369,17 @@ def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
     after_reboot = "the driver switch pending a reboot brings %s" % key
     if running is None or (available and want not in available):
         if driver_state == "pending_reboot":
-            return setting_row(FAMILY, key, want, shown, "pending_reboot", after_reboot, persisted)
+            return setting_row(NAME, key, want, shown, "pending_reboot", after_reboot, persisted)
         if driver_state == "drifted":
             why = "%s does not offer %s=%s; it needs the %s driver" % (cf.get("driver"), key, want, family)
-            return setting_row(FAMILY, key, want, shown, "drifted", why, persisted)
+            return setting_row(NAME, key, want, shown, "drifted", why, persisted)
         what = "offers no EPP" if key == "epp" and running is None else \
             "does not offer %s (available: %s)" % (want, ", ".join(available) or "none")
-        return setting_row(FAMILY, key, want, shown, "unsupported", "driver %s %s" % (cf.get("driver"), what),
+        return setting_row(NAME, key, want, shown, "unsupported", "driver %s %s" % (cf.get("driver"), what),
                            persisted)
     if running == want and not agg.get("cpus_differing"):
-        return setting_row(FAMILY, key, want, shown, "applied", "", persisted)
-    return setting_row(FAMILY, key, want, shown, "drifted",
+        return setting_row(NAME, key, want, shown, "applied", "", persisted)
+    return setting_row(NAME, key, want, shown, "drifted",
                        "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
 
 
@@ -1411,9 +1411,9 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
 def from_role(v: dict, shared: dict) -> dict:
     """Governor, EPP, boost, the driver and its mode; unset ones (null or empty) are left alone."""
     if not v["gpunode_tuning_cpufreq_enabled"]:
-        return {FAMILY: None}
+        return {NAME: None}
     boost = v["gpunode_tuning_cpufreq_boost"]
-    return {FAMILY: {
+    return {NAME: {
         "governor": v["gpunode_tuning_cpufreq_governor"] or None, "epp": v["gpunode_tuning_cpufreq_epp"] or None,
         "boost": None if boost is None else bool(boost), "driver": v["gpunode_tuning_cpufreq_driver"] or None,
         "amd_pstate_mode": v["gpunode_tuning_cpufreq_amd_pstate_mode"] or None,
@@ -1422,7 +1422,7 @@ def from_role(v: dict, shared: dict) -> dict:
 
 def runtime_options(desired: dict, v: dict) -> dict | None:
     """cpu_freq's options: the set ones (it only plans the driver switch)."""
-    want = desired.get(FAMILY)
+    want = desired.get(NAME)
     return None if want is None else {k: x for k, x in want.items() if x is not None}
 
 
@@ -1433,14 +1433,14 @@ def restore_options(v: dict) -> dict:
 def kernel_args(pc, remove: bool = False) -> list:
     """What a driver switch needs on the command line (amd_pstate=active on acpi-cpufreq), planned by cpu_freq
     in check mode; with ``remove``, every argument the desired driver may have got on any node."""
-    want = pc.desired.get(FAMILY) or {}
+    want = pc.desired.get(NAME) or {}
     driver, mode = pc.settings.get("cpufreq_driver"), pc.settings.get("cpufreq_amd_pstate_mode")
     if remove:
         return list(driver_kernel_args(driver, mode).removable) if driver else []
     if not want:
         return []
     options = {k: want.get(k) for k in ("driver", "amd_pstate_mode", "intel_pstate_status") if want.get(k)}
-    return list(pc.run_family(FAMILY, options, check_mode=True).get("kernel_args") or [])
+    return list(pc.run_family(NAME, options, check_mode=True).get("kernel_args") or [])
 
 
 def _driver_switch(row: dict, cf: dict) -> bool:
@@ -1459,7 +1459,7 @@ def runtime(row: dict, facts: dict, rows: list) -> bool:
     """Whether runtime tuning can bring a row: not a switch to another driver (only the persistent flow's
     kernel argument and a reboot do), nor a governor or EPP value that only the wanted driver offers.
     A mode switch within the running pstate driver is runtime work."""
-    cf = facts.get(FAMILY) or {}
+    cf = facts.get(NAME) or {}
     if row["name"] == "driver":
         return not _driver_switch(row, cf)
     if row["name"] in ("governor", "epp") and any(r["name"] == "driver" and _driver_switch(r, cf) for r in rows):
@@ -1484,7 +1484,7 @@ def drifted_cpus(row: dict, online: int) -> int | None:
 
 def reads_boot_config(desired: dict) -> bool:
     """A driver is judged against the kernel argument configured for the next boot (pending_reboot)."""
-    return bool((desired.get(FAMILY) or {}).get("driver"))
+    return bool((desired.get(NAME) or {}).get("driver"))
 
 
 def summary(result: dict) -> str:
@@ -1498,8 +1498,8 @@ def summary(result: dict) -> str:
 
 
 DEFINITION = Family(
-    name=FAMILY,
-    titles={FAMILY: "cpufreq"},
+    name=NAME,
+    titles={NAME: "cpufreq"},
     module="cpu_freq",
     read=read,
     facts_doc=FACTS_DOC,
@@ -1516,5 +1516,6 @@ DEFINITION = Family(
     per_cpu=("governor", "epp"),
     drifted_cpus=drifted_cpus,
     summary=summary,
-    validate={FAMILY: desired_problems},
+    items="settings",
+    validate={NAME: desired_problems},
 )

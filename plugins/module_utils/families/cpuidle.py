@@ -35,7 +35,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     read_small,
 )
 
-FAMILY = "cpuidle"
+NAME = "cpuidle"
 CURRENT_DRIVER = SYSFS_CPU + "/cpuidle/current_driver"
 POLL = "POLL"
 DISABLED = "disabled"
@@ -340,7 +340,7 @@ def desired_problems(want) -> list:
     (validate.cpulist), not names and a bound together. Whether the node has those states or CPUs is the
     module's (plan_by_names, select_cpus).
     """
-    shape = contract.entry_problem(FAMILY, want, "disable, max_latency_us, cpus")
+    shape = contract.entry_problem(NAME, want, "disable, max_latency_us, cpus")
     if shape or want is None:
         return shape
     out = []
@@ -482,23 +482,23 @@ def _journal_originals(journal, writes):
         if st.disabled is not None:  # unreadable: there is no original to record
             originals.setdefault(st.name, {})[st.cpu] = "1" if st.disabled else "0"
     for name, values in originals.items():
-        journal.record_per_cpu(FAMILY, name, values)
-    journal.mark_applied(FAMILY)
+        journal.record_per_cpu(NAME, name, values)
+    journal.mark_applied(NAME)
     journal.save()
 
 
 def _keep_failed(journal, failed, wrote):
     """Drop the restored originals; keep exactly those of the CPUs and states that could not be restored."""
-    for name, original in journal.entries(FAMILY).items():
+    for name, original in journal.entries(NAME).items():
         values = Journal.per_cpu(original)
         kept = {cpu: v for cpu, v in values.items() if cpu in failed.get(name, {})}
         if kept == values:
             continue
-        journal.drop(FAMILY, name)
+        journal.drop(NAME, name)
         if kept:
-            journal.record_per_cpu(FAMILY, name, kept)
+            journal.record_per_cpu(NAME, name, kept)
     if wrote:
-        journal.mark_applied(FAMILY)
+        journal.mark_applied(NAME)
     journal.save()
 
 
@@ -508,7 +508,7 @@ def _restore_plan(node, journal, states_by_cpu):
     Returns (plan, states of the journaled CPUs, ``{name: {cpu: message}}`` for originals whose
     CPU no longer has the state; those stay in the journal).
     """
-    entries = journal.entries(FAMILY)
+    entries = journal.entries(NAME)
     per_cpu = {name: Journal.per_cpu(original) for name, original in entries.items()}
     cpus = sorted({cpu for values in per_cpu.values() for cpu in values})
     missing = [c for c in cpus if c not in states_by_cpu]
@@ -602,8 +602,8 @@ def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = N
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """One setting per idle state ``desired['cpuidle']`` names (by name, or every state for a bound)."""
-    desired = desired.get(FAMILY) or {}
-    idle = facts.get(FAMILY) or {}
+    desired = desired.get(NAME) or {}
+    idle = facts.get(NAME) or {}
     names = list(desired.get("disable") or [])
     bound = desired.get("max_latency_us")
     if not names and bound is None:
@@ -612,7 +612,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     if not idle.get("supported"):
         why = ("no cpuidle driver" if not idle.get("driver")
                else "cpuidle driver %s has no states" % idle.get("driver"))
-        return [setting(FAMILY, "states", "disabled: %s" % label, None, "not_applicable",
+        return [setting(NAME, "states", "disabled: %s" % label, None, "not_applicable",
                         "%s (virtual machine or idle=poll)" % why)]
     states = idle.get("states") or {}
     online = parse_cpulist(((facts.get("cpu") or {}).get("online")) or "")
@@ -623,7 +623,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     for name, want in plan.items():
         st = states.get(name)
         if st is None:
-            out.append(setting(FAMILY, name, want, None, "not_applicable",
+            out.append(setting(NAME, name, want, None, "not_applicable",
                                "driver %s has no state %s (states: %s)"
                                % (idle.get("driver"), name, ", ".join(states) or "none")))
             continue
@@ -635,9 +635,9 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
         persisted = ctx.boot_persisted(want)
         why = "latency %s us" % st.get("latency")
         if not wrong:
-            out.append(setting(FAMILY, name, want, running, "applied", why, persisted))
+            out.append(setting(NAME, name, want, running, "applied", why, persisted))
         else:
-            out.append(setting(FAMILY, name, want, running, "drifted",
+            out.append(setting(NAME, name, want, running, "drifted",
                                "%s; not %s on CPUs %s" % (why, want, format_cpulist(wrong)), persisted))
     return out
 
@@ -678,16 +678,16 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
 def from_role(v: dict, shared: dict) -> dict:
     """States to disable by name, else by the exit-latency bound, on the selected CPUs."""
     if not v["gpunode_tuning_cpuidle_enabled"]:
-        return {FAMILY: None}
+        return {NAME: None}
     names = v["gpunode_tuning_cpuidle_disable"] or []
     latency = v["gpunode_tuning_cpuidle_max_latency_us"]
-    return {FAMILY: {"disable": names, "max_latency_us": None if names or latency is None else int(latency),
+    return {NAME: {"disable": names, "max_latency_us": None if names or latency is None else int(latency),
                      "cpus": v["gpunode_tuning_cpuidle_cpus"] or None}}
 
 
 def runtime_options(desired: dict, v: dict) -> dict | None:
     """cpu_cstate's options: by name when states are listed, otherwise by latency; None when neither."""
-    want = desired.get(FAMILY)
+    want = desired.get(NAME)
     if not want or not (want["disable"] or want["max_latency_us"] is not None):
         return None
     out = {"disable": want["disable"]} if want["disable"] else {"max_latency_us": want["max_latency_us"]}
@@ -710,15 +710,14 @@ def summary(result: dict) -> str:
 
 
 DEFINITION = Family(
-    name=FAMILY,
-    titles={FAMILY: "C-states"},
+    name=NAME,
+    titles={NAME: "C-states"},
     module="cpu_cstate",
     read=read,
     facts_doc=FACTS_DOC,
     run=run,
     evaluate=evaluate,
     boot=boot,
-    deprecated_tags=("cstate",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,
@@ -726,5 +725,6 @@ DEFINITION = Family(
     per_cpu=("*",),
     drifted_cpus=drifted_cpus,
     summary=summary,
-    validate={FAMILY: desired_problems},
+    items="states",
+    validate={NAME: desired_problems},
 )

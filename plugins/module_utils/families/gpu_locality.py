@@ -898,7 +898,7 @@ def remove_export(pc) -> dict:
     return {}
 
 
-PERSIST = persistence.Concern(NAME, ("locality",), persist_export, remove_export,
+PERSIST = persistence.Concern(NAME, (NAME,), persist_export, remove_export,
                               description="the topology file for inference engines")
 
 
@@ -920,7 +920,6 @@ DEFINITION = family.Family(
     boot=boot,
     export=export,
     report=report,
-    deprecated_tags=("locality",),
     from_role=from_role,
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,

@@ -28,17 +28,17 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import (  # noqa: F401 (re-exported)
-    _ASSIGN_RE,
+    ASSIGN_RE,
     BOOTLOADERS,
     DEFAULT_DROPIN,
     GRUB_DROPIN_DIR,
     MANAGED_MARK,
-    _shell_value,
     choose_bootloader,
     grub_unquote,
     parse_dropin,
     parse_grubby_info,
     read_text,
+    shell_value,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import (  # noqa: F401 (re-exported)
@@ -60,7 +60,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate impor
 STATES = ("present", "absent")
 
 # Report family of the kernel arguments (verification) and the key of the desired state.
-FAMILY = "kernel_cmdline"
+NAME = "kernel_cmdline"
 
 
 class CmdlineError(ValueError):
@@ -98,7 +98,7 @@ def desired_problems(want: Any) -> list:
     if want in (None, []):
         return []
     if not isinstance(want, list):
-        return [("", "%s must be a list of kernel arguments (KEY or KEY=VALUE), got %r" % (FAMILY, want))]
+        return [("", "%s must be a list of kernel arguments (KEY or KEY=VALUE), got %r" % (NAME, want))]
     return argument_problems(want)
 
 
@@ -270,9 +270,9 @@ def grub_cmdline_args(texts: list[str | None]) -> list[str]:
     env = {"GRUB_CMDLINE_LINUX": "", "GRUB_CMDLINE_LINUX_DEFAULT": ""}
     for text in texts:
         for line in (text or "").splitlines():
-            m = _ASSIGN_RE.match(line)
+            m = ASSIGN_RE.match(line)
             if m:
-                env[m.group(1)] = _shell_value(m.group(2), env)
+                env[m.group(1)] = shell_value(m.group(2), env)
     words = env["GRUB_CMDLINE_LINUX"].split() + env["GRUB_CMDLINE_LINUX_DEFAULT"].split()
     return [grub_unquote(w) for w in words]
 
@@ -531,7 +531,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """One setting per argument of ``desired['kernel_cmdline']``: running, configured for the next boot, or neither."""
     out = []
     vendors = set(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
-    arguments = list(desired.get(FAMILY) or [])
+    arguments = list(desired.get(NAME) or [])
     arguments += [a for a in gpu_vendor_arguments(desired.get(GPU_VENDOR_KEY), vendors) if a not in arguments]
     for arg in arguments:
         view = ctx.arg(arg)
@@ -540,16 +540,16 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
         persisted = arg if configured else None
         if running:
             why = "" if configured or configured is None else "not configured for the next boot: a reboot drops it"
-            out.append(setting(FAMILY, arg, arg, arg, "applied", why, persisted))
+            out.append(setting(NAME, arg, arg, arg, "applied", why, persisted))
         elif configured:
-            out.append(setting(FAMILY, arg, arg, None, "pending_reboot",
+            out.append(setting(NAME, arg, arg, None, "pending_reboot",
                                "configured for the next boot; not on /proc/cmdline yet", persisted))
         elif configured is None:
-            out.append(setting(FAMILY, arg, arg, None, "drifted",
+            out.append(setting(NAME, arg, arg, None, "drifted",
                                "not on /proc/cmdline; the boot configuration is unknown (%s)" % ctx.cmdline_error,
                                persisted))
         else:
-            out.append(setting(FAMILY, arg, arg, None, "drifted",
+            out.append(setting(NAME, arg, arg, None, "drifted",
                                "neither on /proc/cmdline nor configured for the next boot", persisted))
     return out
 
@@ -571,7 +571,7 @@ ARGUMENT_SPEC = dict(
 def from_role(v: dict, shared: dict) -> dict:
     enabled = v["gpunode_tuning_kernel_cmdline_enabled"]
     by_vendor = {k: list(x) for k, x in (v.get("gpunode_tuning_kernel_cmdline_gpu_vendor_args") or {}).items() if x}
-    out = {FAMILY: list(v["gpunode_tuning_kernel_cmdline_args"] or []) if enabled else []}
+    out = {NAME: list(v["gpunode_tuning_kernel_cmdline_args"] or []) if enabled else []}
     if enabled and by_vendor:
         out[GPU_VENDOR_KEY] = by_vendor
     return out
@@ -589,11 +589,11 @@ def persist_cmdline(pc) -> dict:
     ACS by kernel argument, the IOMMU mode's)."""
     if not pc.settings.get("kernel_cmdline_enabled"):
         return {"changed": False, "skipped": True, "reason": "gpunode_tuning_kernel_cmdline_enabled is false"}
-    arguments = list(pc.desired.get(FAMILY) or [])
+    arguments = list(pc.desired.get(NAME) or [])
     arguments += [a for a in pc.family_kernel_args() if a not in arguments]
     if not arguments:
         return {"changed": False, "skipped": True, "reason": "no kernel argument to configure"}
-    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "present"))
+    return pc.run_family(NAME, _cmdline_options(pc, arguments, "present"))
 
 
 def remove_cmdline(pc) -> dict:
@@ -602,28 +602,27 @@ def remove_cmdline(pc) -> dict:
     arguments += [a for a in pc.family_kernel_args(remove=True) if a not in arguments]
     if not arguments:
         return {"changed": False, "skipped": True, "reason": "no kernel argument to remove"}
-    return pc.run_family(FAMILY, _cmdline_options(pc, arguments, "absent"))
+    return pc.run_family(NAME, _cmdline_options(pc, arguments, "absent"))
 
 
-PERSIST = persistence.Concern(FAMILY, (FAMILY,), persist_cmdline, remove_cmdline, kernel_args=True,
+PERSIST = persistence.Concern(NAME, (NAME,), persist_cmdline, remove_cmdline, kernel_args=True,
                               description="the kernel arguments (configured, and those the other families need: a "
                                           "cpufreq driver switch, ACS by kernel argument, the IOMMU mode's) through "
                                           "GRUB or grubby")
 
 
 DEFINITION = Family(
-    name=FAMILY,
-    titles={FAMILY: "kernel cmdline"},
+    name=NAME,
+    titles={NAME: "kernel cmdline"},
     module="kernel_cmdline",
     run=run,
     evaluate=evaluate,
-    reads_boot_config=lambda desired: bool(desired.get(FAMILY) or desired.get(GPU_VENDOR_KEY)),
-    reboot_only=(FAMILY,),
-    deprecated_tags=("cmdline",),
+    reads_boot_config=lambda desired: bool(desired.get(NAME) or desired.get(GPU_VENDOR_KEY)),
+    reboot_only=(NAME,),
     from_role=from_role,
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     kernel_args=gpu_vendor_kernel_args,
     on_node=on_node,
-    validate={FAMILY: desired_problems, GPU_VENDOR_KEY: gpu_vendor_problems},
+    validate={NAME: desired_problems, GPU_VENDOR_KEY: gpu_vendor_problems},
 )

@@ -49,7 +49,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate impor
     sysfs_name,
 )
 
-FAMILY = "kmod"
+NAME = "kmod"
 # Optional modules that need another subsystem: without it they cannot load (knobs.md).
 MODULE_NEEDS = {"nvidia_peermem": ("ib_core", "the RDMA stack (MOFED/ib_core)"),
                 "nv_peer_mem": ("ib_core", "the RDMA stack (MOFED/ib_core)")}
@@ -143,7 +143,7 @@ def desired_problems(want: Any) -> list:
     The requests' rules are kmod_optional's own (``validate_requests``): names, parameters, state, a module
     given twice. Whether the module exists or loads on the node is the node's.
     """
-    shape = contract.entry_problem(FAMILY, want, "modules")
+    shape = contract.entry_problem(NAME, want, "modules")
     if shape or want is None:
         return shape
     modules = want.get("modules")
@@ -481,19 +481,19 @@ def apply_requests(node: Node, reqs: list[dict], run: Runner, find_modprobe: Cal
     if journal is not None:
         for req, _res, action in planned:
             if action == "load":
-                journal.record(FAMILY, sysfs_name(req["name"]), NOT_LOADED)
+                journal.record(NAME, sysfs_name(req["name"]), NOT_LOADED)
         journal.save()
     results = []
     for req, res, action in planned:
         if action == "load":
             load(node, req, res, run, modprobe, dmesg=dmesg)
             if journal is not None and not res["changed"]:
-                journal.drop(FAMILY, sysfs_name(req["name"]))
+                journal.drop(NAME, sysfs_name(req["name"]))
         elif action == "unload":
             unload(node, req, res, run, modprobe)
-            if journal is not None and res["changed"] and journal.has(FAMILY, sysfs_name(req["name"])):
+            if journal is not None and res["changed"] and journal.has(NAME, sysfs_name(req["name"])):
                 # We unloaded a module we had loaded ourselves: nothing is left to roll back.
-                journal.drop(FAMILY, sysfs_name(req["name"]))
+                journal.drop(NAME, sysfs_name(req["name"]))
         results.append(res)
     if journal is not None:
         journal.save()
@@ -533,7 +533,7 @@ def restore(node: Node, journal: Journal, run: Runner, find_modprobe: Callable[[
 
     Returns the per-module results (state ``absent``); restored entries leave the journal.
     """
-    entries = journal.entries(FAMILY)
+    entries = journal.entries(NAME)
     planned = []
     for name in sorted(entries):
         req = {"name": name, "state": "absent", "params": {}, "required": True}
@@ -548,9 +548,9 @@ def restore(node: Node, journal: Journal, run: Runner, find_modprobe: Callable[[
         if action == "unload":
             unload(node, req, res, run, modprobe)
             if res["changed"]:
-                journal.drop(FAMILY, req["name"])
+                journal.drop(NAME, req["name"])
         elif res["reason_class"] is None:
-            journal.drop(FAMILY, req["name"])  # already gone: nothing to undo
+            journal.drop(NAME, req["name"])  # already gone: nothing to undo
         results.append(res)
     journal.save(check_mode=check_mode)
     return results
@@ -686,7 +686,7 @@ def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = N
 
 def facts_options(desired: dict) -> dict:
     """The desired modules are the names read() reads."""
-    return {"modules": [m["name"] for m in (desired.get(FAMILY) or {}).get("modules") or []]}
+    return {"modules": [m["name"] for m in (desired.get(NAME) or {}).get("modules") or []]}
 
 
 # --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
@@ -694,8 +694,8 @@ def facts_options(desired: dict) -> dict:
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """One setting per module of ``desired['kmod']['modules']``: loaded (with its parameters) or, for absent, not."""
-    desired = desired.get(FAMILY) or {}
-    mods = facts.get(FAMILY) or {}
+    desired = desired.get(NAME) or {}
+    mods = facts.get(NAME) or {}
     by_name = mods.get("by_name") or {}
     loaded_names = set(mods.get("loaded") or [])
     out = []
@@ -711,27 +711,27 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
         running = "loaded" if loaded else "not loaded"
         persisted = ("loaded at boot" if key in ctx.modules_persisted else None) if present else None
         if not present:
-            out.append(setting(FAMILY, name, want, running, "drifted" if loaded else "applied", "", persisted))
+            out.append(setting(NAME, name, want, running, "drifted" if loaded else "applied", "", persisted))
             continue
         if loaded:
             current = info.get("parameters") or {}
             drift = sorted(k for k, v in params.items() if normalize_value(current.get(k)) != v)
             if drift:
-                out.append(setting(FAMILY, name, want, running + " " + " ".join(
+                out.append(setting(NAME, name, want, running + " " + " ".join(
                     "%s=%s" % (k, current.get(k)) for k in drift), "drifted",
                     "loaded with other parameters (%s): a reload applies them" % ", ".join(drift), persisted))
             else:
-                out.append(setting(FAMILY, name, want, running, "applied", "", persisted))
+                out.append(setting(NAME, name, want, running, "applied", "", persisted))
             continue
         need = MODULE_NEEDS.get(key)
         if req.get("required"):
-            out.append(setting(FAMILY, name, want, running, "drifted", "required module is not loaded", persisted))
+            out.append(setting(NAME, name, want, running, "drifted", "required module is not loaded", persisted))
         elif need and need[0] not in loaded_names:
-            out.append(setting(FAMILY, name, want, running, "not_applicable",
+            out.append(setting(NAME, name, want, running, "not_applicable",
                                "needs %s, which this node does not have (%s not loaded); loading fails with "
                                "'Invalid argument', which is harmless here" % (need[1], need[0]), persisted))
         else:
-            out.append(setting(FAMILY, name, want, running, "not_applicable",
+            out.append(setting(NAME, name, want, running, "not_applicable",
                                "optional module that did not load on this node (kmod_optional reports why)",
                                persisted))
     return out
@@ -756,12 +756,12 @@ ARGUMENT_SPEC = dict(
 
 
 def from_role(v: dict, shared: dict) -> dict:
-    return {FAMILY: {"modules": v["gpunode_tuning_kmod_modules"]} if v["gpunode_tuning_kmod_enabled"] else None}
+    return {NAME: {"modules": v["gpunode_tuning_kmod_modules"]} if v["gpunode_tuning_kmod_enabled"] else None}
 
 
 def runtime_options(desired: dict, v: dict) -> dict | None:
     """kmod_optional's options: every listed module; None when there is none."""
-    want = desired.get(FAMILY)
+    want = desired.get(NAME)
     return {"modules": want["modules"]} if want and want.get("modules") else None
 
 
@@ -779,10 +779,10 @@ def persist_modules(pc) -> dict:
     kmod_optional loads them first (journaling, as at runtime) and says per module whether it can be
     persisted; a module that left the list or stopped loading loses its files.
     """
-    want = pc.desired.get(FAMILY)
+    want = pc.desired.get(NAME)
     if not want or not want.get("modules"):
         return {"changed": False, "skipped": True, "reason": "no kernel module to persist"}
-    results = pc.run_family(FAMILY, {"modules": want["modules"]})["modules"]
+    results = pc.run_family(NAME, {"modules": want["modules"]})["modules"]
     keep = set()
     for res in results:
         if not res.get("persist_ok"):
@@ -819,7 +819,7 @@ def remove_modules(pc) -> dict:
     return {}
 
 
-PERSIST = persistence.Concern(FAMILY, (FAMILY,), persist_modules, remove_modules,
+PERSIST = persistence.Concern(NAME, (NAME,), persist_modules, remove_modules,
                               description="modules-load.d and modprobe.d files for the optional modules that load")
 
 
@@ -828,8 +828,8 @@ def summary(result: dict) -> str:
 
 
 DEFINITION = Family(
-    name=FAMILY,
-    titles={FAMILY: "modules"},
+    name=NAME,
+    titles={NAME: "modules"},
     module="kmod_optional",
     read=read,
     read_options={"modules": facts_names},
@@ -843,5 +843,6 @@ DEFINITION = Family(
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     summary=summary,
-    validate={FAMILY: desired_problems},
+    items="modules",
+    validate={NAME: desired_problems},
 )

@@ -689,7 +689,6 @@ DEFINITION = family.Family(
     evaluate=evaluate,
     reads_boot_config=reads_boot_config,
     boot=boot,
-    deprecated_tags=("acs",),
     from_role=from_role,
     role_problems=role_problems,
     runtime_options=runtime_options,
@@ -697,5 +696,6 @@ DEFINITION = family.Family(
     argument_spec=ARGUMENT_SPEC,
     kernel_args=kernel_args,
     summary=summary,
+    items="bridges",
     validate={NAME: desired_problems},
 )

@@ -30,8 +30,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  
     DeviceSelector,
     SelectionError,
     Setpci,
-    _failure_cause,
     encode_mrrs,
+    failure_cause,
     inspect_device,
     list_devices,
     mrrs_of_devctl,
@@ -42,13 +42,13 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  
     write_fault,
 )
 
-FAMILY = "pcie_mrrs"
+NAME = "pcie_mrrs"
 
 
 def desired_problems(want: Any) -> list:
     """``Family.validate`` of ``desired["pcie_mrrs"]``: ``{mrrs, vendor, device, class_prefixes, bdfs,
     allow_empty}``."""
-    shape = contract.entry_problem(FAMILY, want, "mrrs, vendor, device, class_prefixes, bdfs, allow_empty")
+    shape = contract.entry_problem(NAME, want, "mrrs, vendor, device, class_prefixes, bdfs, allow_empty")
     if shape or want is None:
         return shape
     out = []
@@ -97,7 +97,7 @@ def _absent_result(bdf):
 
 def _restore_wanted(node, journal, base):
     """The journal's originals and the devices to restore; absent devices are reported skipped."""
-    originals = journal.entries(FAMILY)
+    originals = journal.entries(NAME)
     bad = {b: v for b, v in originals.items() if v not in MRRS_CHOICES}
     if bad:
         raise MrrsError("journal %s holds invalid MRRS originals %s (allowed %s); fix or remove those entries"
@@ -152,10 +152,10 @@ def _journal_plan(journal, restore, check_mode, base, targets):
         return
     for r in base["devices"]:
         if restore and not r["skipped"] and not r["failed"] and r["bdf"] not in targets:
-            journal.drop(FAMILY, r["bdf"])
+            journal.drop(NAME, r["bdf"])
             r["reason"] = "already at the recorded original %d" % r["mrrs_before"]
         elif not restore and r["bdf"] in targets and r["mrrs_before"] is not None:
-            journal.record(FAMILY, r["bdf"], r["mrrs_before"])  # a reserved encoding cannot be restored
+            journal.record(NAME, r["bdf"], r["mrrs_before"])  # a reserved encoding cannot be restored
 
 
 def _base_result(node):
@@ -260,12 +260,12 @@ def _apply(setpci, targets, planned, base, restore_journal):
         r["changed"] = got is not None and r["mrrs_after"] != r["mrrs_before"]
         if got is None or r["mrrs_after"] != want:
             r["failed"] = True
-            r["reason"] = _failure_cause(dev, want, got, read_errors.get(bdf), write_errors.get(bdf))
+            r["reason"] = failure_cause(dev, want, got, read_errors.get(bdf), write_errors.get(bdf))
             base["failed_devices"].append(bdf)
             continue
         r["reason"] = "restored" if restore_journal is not None else "set"
         if restore_journal is not None:
-            restore_journal.drop(FAMILY, bdf)
+            restore_journal.drop(NAME, bdf)
         if (got & ~DEVCTL_MRRS_MASK) != (devctl_before & ~DEVCTL_MRRS_MASK):
             # Not written by us (mask 0x7000), e.g. the kernel's AER handling in between.
             base["warnings"].append("%s: Device Control bits outside MRRS changed meanwhile (0x%04x -> 0x%04x)"
@@ -365,7 +365,7 @@ def _public(call, result, **overrides):
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """One setting per selected PCI device: its MRRS against ``desired['pcie_mrrs']['mrrs']``."""
-    wanted = desired.get(FAMILY) or {}
+    wanted = desired.get(NAME) or {}
     if wanted.get("mrrs") is None:
         return []
     pci = facts.get("pci") or {}
@@ -374,18 +374,18 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     out = []
     devices = pci.get("devices") or []
     if not devices:
-        return [setting(FAMILY, "devices", want, None, "not_applicable",
+        return [setting(NAME, "devices", want, None, "not_applicable",
                         "no PCI device matches the selector (%s)" % (pci.get("selector") or "NVIDIA GPUs"))]
     for dev in devices:
         running = dev.get("mrrs")
         persisted = ctx.boot_persisted(want)
         if running is None:
-            out.append(setting(FAMILY, dev["bdf"], want, None, "unsupported",
+            out.append(setting(NAME, dev["bdf"], want, None, "unsupported",
                                dev.get("error") or "no PCI Express capability: MRRS does not exist on it",
                                persisted))
             continue
         if running == want:
-            out.append(setting(FAMILY, dev["bdf"], want, running, "applied", "", persisted))
+            out.append(setting(NAME, dev["bdf"], want, running, "applied", "", persisted))
             continue
         why = ["MRRS is %d bytes, not %d" % (running, want)]
         if running == 512:
@@ -394,10 +394,10 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
             why.append("the kernel was booted with pci=pcie_bus_perf, which clamps MRRS to MPS (%s)" % dev.get("mps"))
         if lockdown in ("integrity", "confidentiality"):
             why.append("kernel lockdown (%s) refuses config-space writes from user space" % lockdown)
-        out.append(setting(FAMILY, dev["bdf"], want, running, "drifted", "; ".join(why), persisted))
+        out.append(setting(NAME, dev["bdf"], want, running, "drifted", "; ".join(why), persisted))
     missing = pci.get("missing_bdfs") or []
     for bdf in missing:
-        out.append(setting(FAMILY, bdf, want, None, "not_applicable", "the node has no device at %s" % bdf))
+        out.append(setting(NAME, bdf, want, None, "not_applicable", "the node has no device at %s" % bdf))
     return out
 
 
@@ -464,14 +464,14 @@ ARGUMENT_SPEC = dict(
 def from_role(v: dict, shared: dict) -> dict:
     """The desired MRRS of the role's variables: the value and the GPUs it applies to."""
     if not v["gpunode_tuning_pcie_mrrs_enabled"]:
-        return {FAMILY: None}
-    return {FAMILY: dict(mrrs=v["gpunode_tuning_pcie_mrrs"], allow_empty=bool(v["gpunode_tuning_gpu_allow_empty"]),
+        return {NAME: None}
+    return {NAME: dict(mrrs=v["gpunode_tuning_pcie_mrrs"], allow_empty=bool(v["gpunode_tuning_gpu_allow_empty"]),
                          **shared["selector"])}
 
 
 def runtime_options(desired: dict, v: dict) -> dict | None:
     """setpci_mrrs' options for the role's runtime flow (the selector's unset keys left out)."""
-    want = desired.get(FAMILY)
+    want = desired.get(NAME)
     return None if want is None else {k: x for k, x in want.items() if x is not None}
 
 
@@ -492,18 +492,18 @@ def summary(result: dict) -> str:
 
 
 DEFINITION = Family(
-    name=FAMILY,
-    titles={FAMILY: "PCIe MRRS"},
+    name=NAME,
+    titles={NAME: "PCIe MRRS"},
     module="setpci_mrrs",
     run=run,
     evaluate=evaluate,
     boot=boot,
     hotplug=hotplug,
-    deprecated_tags=("mrrs",),
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,
     argument_spec=ARGUMENT_SPEC,
     summary=summary,
-    validate={FAMILY: desired_problems},
+    items="devices",
+    validate={NAME: desired_problems},
 )

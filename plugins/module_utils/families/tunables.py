@@ -46,7 +46,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate impor
     write_problem,
 )
 
-FAMILY = "tunables"
+NAME = "tunables"
 PROC_SYS = "proc/sys"
 THP_DIR = "sys/kernel/mm/transparent_hugepage"
 THP_FILES = ("enabled", "defrag")
@@ -483,7 +483,7 @@ def apply(node: Node, items: list[dict], journal: Journal | None = None, check_m
     recorded = set()
     if journal is not None:
         for item in todo:
-            if journal.record(FAMILY, item["key"], item["before_raw"]):
+            if journal.record(NAME, item["key"], item["before_raw"]):
                 recorded.add(item["key"])
         journal.save()
     for item in todo:
@@ -495,7 +495,7 @@ def apply(node: Node, items: list[dict], journal: Journal | None = None, check_m
             if skip_readonly and write_errno(exc) in READONLY_ERRNOS:
                 res.update(skipped=True, reason="%s; skipped (skip_readonly)" % exc)
                 if item["key"] in recorded:
-                    journal.drop(FAMILY, item["key"])
+                    journal.drop(NAME, item["key"])
             else:
                 res.update(failed=True, reason=write_failure(item, value, exc))
             continue
@@ -549,7 +549,7 @@ def restore_item(node: Node, key: str, original: Any) -> dict:
 
 def restore_items(node: Node, journal: Journal) -> list[dict]:
     """Items that put the journaled originals back, one per journal entry (sorted by key)."""
-    return [restore_item(node, key, original) for key, original in sorted(journal.entries(FAMILY).items())]
+    return [restore_item(node, key, original) for key, original in sorted(journal.entries(NAME).items())]
 
 
 def restore(node: Node, journal: Journal, check_mode: bool = False,
@@ -568,7 +568,7 @@ def restore(node: Node, journal: Journal, check_mode: bool = False,
         res["desired"] = normalize(item["desired"]) if item["kind"] == "sysctl" else item["desired"]
         if res["before"] == res["desired"]:
             if not check_mode:
-                journal.drop(FAMILY, item["key"])
+                journal.drop(NAME, item["key"])
             continue
         reason = readonly_reason(node, item["path"])
         if reason and skip_readonly:
@@ -592,7 +592,7 @@ def _restore_one(node, journal, item, res):
     res["after"] = after
     if after == res["desired"]:
         res["changed"] = True
-        journal.drop(FAMILY, item["key"])
+        journal.drop(NAME, item["key"])
     else:
         res.update(failed=True, reason="wrote %r but read back %r" % (item["desired"], after))
 
@@ -729,7 +729,7 @@ def _sysctl_setting(family, key, want, running, ctx):
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """NUMA balancing, transparent hugepages and the other sysctls (the desired state's keys of those names)."""
     out = []
-    mine = facts.get(FAMILY) or {}
+    mine = facts.get(NAME) or {}
     sysctl = mine.get("sysctl") or {}
     if desired.get("numa_balancing") is not None:
         running = mine.get("numa_balancing")
@@ -819,7 +819,7 @@ def persist_sysctl(pc) -> dict:
         return {"changed": False, "skipped": True, "reason": "no sysctl to persist"}
     path = pc.settings["sysctl_file"]
     try:
-        plan = pc.run_family(FAMILY, {"sysctl": sysctl, "sysctl_file": path}, check_mode=True)
+        plan = pc.run_family(NAME, {"sysctl": sysctl, "sysctl_file": path}, check_mode=True)
     except contract.FamilyError as exc:
         if "failed_keys" not in exc.result:
             raise
@@ -840,7 +840,7 @@ def remove_sysctl(pc) -> dict:
     return {}
 
 
-PERSIST = persistence.Concern("sysctl", ("numa_balancing", "sysctl", FAMILY), persist_sysctl, remove_sysctl,
+PERSIST = persistence.Concern("sysctl", ("numa_balancing", "sysctl", NAME), persist_sysctl, remove_sysctl,
                               description="the sysctl drop-in (keys the node lacks are left out and fail the concern)")
 
 
@@ -849,7 +849,7 @@ def summary(result: dict) -> str:
 
 
 DEFINITION = Family(
-    name=FAMILY,
+    name=NAME,
     titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
     module="kernel_tunables",
     read=read,
@@ -868,5 +868,6 @@ DEFINITION = Family(
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     summary=summary,
+    items="settings",
     validate={"numa_balancing": numa_balancing_problems, "thp": thp_problems, "sysctl": sysctl_problems},
 )

@@ -34,10 +34,6 @@ ARGUMENT_SPEC = dict(
     **command.ARGUMENT_SPEC,
 )
 
-# Keys of a family result that hold its items, each with ``changed`` (and ``skipped``) keys.
-ITEM_KEYS = ("devices", "bridges", "modules", "gpus", "changes", "states", "settings")
-
-
 def run_families(requests: list, make_call: Callable[[Any, dict], Call]) -> dict:
     """``{family name: result}`` of each ``{"name", "options"}`` request, in the order given.
 
@@ -80,13 +76,13 @@ def diffs(results: dict) -> list:
     return out
 
 
-def _items(result: dict) -> list:
-    for key in ITEM_KEYS:
-        value = result.get(key)
-        if isinstance(value, dict) and value:
-            return [dict(v, name=k) for k, v in value.items() if isinstance(v, dict)]
-        if isinstance(value, list) and value:
-            return [v for v in value if isinstance(v, dict)]
+def _items(result: dict, fam) -> list:
+    """The items of a family's result, under its ``Family.items`` key (none when it declares none)."""
+    value = result.get(fam.items) if fam is not None and fam.items else None
+    if isinstance(value, dict):
+        return [dict(v, name=k) for k, v in value.items() if isinstance(v, dict)]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, dict)]
     return []
 
 
@@ -102,7 +98,7 @@ def summary(result: dict, fam=None) -> str:
         return fam.summary(result)
     if result.get("supported") is False or result.get("not_applicable"):
         return "not applicable: %s" % (result.get("reason") or "nothing on this node to tune")
-    items = _items(result)
+    items = _items(result, fam)
     if not items:
         return "changed" if result.get("changed") else "nothing to do"
     changed = [i for i in items if _changed(i)]
@@ -115,11 +111,11 @@ def summary(result: dict, fam=None) -> str:
     return line
 
 
-def restored(result: dict):
+def restored(result: dict, fam=None):
     """What a family's rollback restored: the items' names, "nothing journaled", or its failure."""
     if result.get("failed"):
         return "failed: %s" % " ".join(str(result.get("msg") or "").split())
-    names = [str(i.get("bdf") or i.get("name") or i.get("key") or "?") for i in _items(result) if _changed(i)]
+    names = [str(i.get("bdf") or i.get("name") or i.get("key") or "?") for i in _items(result, fam) if _changed(i)]
     return names or "nothing journaled"
 
 
@@ -155,9 +151,9 @@ def run(module, make_call: Callable[[Any, dict], Call]) -> dict:
         # A directory a family's write creates is journaled, so that rollback removes it (flows/writers.py).
         results = run_families(params["families"],
                                lambda fam, options: make_call(fam, options)._replace(on_created=held.note_created))
+    lines = {n: (restored if restore else summary)(r, registry.by_name(n)) for n, r in results.items()}
     out = dict(changed=any(r.get("changed") for r in results.values()), families=results,
-               failed_families=failures(results),
-               summary={n: restored(r) if restore else summary(r, registry.by_name(n)) for n, r in results.items()})
+               failed_families=failures(results), summary=lines)
     if module._diff:
         out["diff"] = diffs(results)
     return out

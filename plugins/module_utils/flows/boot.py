@@ -11,9 +11,6 @@ for one hot-added PCI function, re-applying the families that declare it (``Fami
     python3 -I -B RUNNER --desired /etc/gpunode-tuning/desired.json --only FAMILY --bdf 0000:41:00.0
     python3 -I -B RUNNER guard --config /etc/gpunode-tuning/guard.json      (the guard: module_utils/flows/guard.py)
 
-``--only-NAME`` is the older spelling of ``--only NAME`` (``NAME`` a family or one of its deprecated
-tags): the udev rules of earlier releases run ``--only-`` followed by the MRRS family's short name.
-
 No journal: boot re-apply is not a change to roll back (the runtime run journaled the originals). It
 writes under the node's lock (flows/writers.py: ``.lock`` next to the journal, ``--journal``, default
 ``/var/lib/gpunode-tuning/journal.json``), as every writing flow does: held by another writer for
@@ -126,24 +123,11 @@ def run_families(node: Node, desired: dict, only: list | None = None, bdf: str |
     return status
 
 
-def _only_spelled_out(argv: list[str]) -> list[str]:
-    """``--only-NAME`` (the older spelling, in the udev rules of earlier releases) as ``--only NAME``."""
-    out = []
-    for arg in argv:
-        if arg.startswith("--only-") and len(arg) > len("--only-"):
-            out += ["--only", arg[len("--only-"):]]
-        else:
-            out.append(arg)
-    return out
-
-
 def family_named(name: str) -> str:
-    """The family ``name`` selects: a family's name, or one of its deprecated tags (its former short names)."""
+    """``name`` when it is a family's name."""
     names = {fam.name for fam in registry.FAMILIES}
     if name in names:
         return name
-    if name in registry.deprecated_tags():
-        return registry.deprecated_tags()[name]
     raise ValueError("no family %r; known: %s" % (name, ", ".join(sorted(names))))
 
 
@@ -152,14 +136,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--desired", required=True, help="the desired-state JSON file (below --root)")
     parser.add_argument("--root", default="/", help="the node root (a simulated node's directory in tests)")
     parser.add_argument("--only", action="append", metavar="FAMILY",
-                        help="only this family (repeatable); --only-FAMILY is the older spelling")
+                        help="only this family (repeatable)")
     parser.add_argument("--journal", default=DEFAULT_JOURNAL,
                         help="the journal's path on the node: the node's lock is next to it (default %(default)s)")
     parser.add_argument("--lock-timeout", type=float, default=None, metavar="SECONDS",
                         help="how long to wait for the node's lock held by another writer (default 60)")
     parser.add_argument("--bdf", help="only this PCI function (the udev rule; with --only, for the families that "
                                       "re-apply on hot-plug)")
-    args = parser.parse_args(_only_spelled_out(list(sys.argv[1:] if argv is None else argv)))
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.only is not None:
         try:
             args.only = [family_named(name) for name in args.only]
@@ -210,8 +194,6 @@ WANTS_LINK = "/etc/systemd/system/multi-user.target.wants/" + UNIT_NAME
 BOOT_DIR = "/etc/gpunode-tuning"
 DESIRED_PATH = BOOT_DIR + "/desired.json"
 GUARD_CONFIG_PATH = BOOT_DIR + "/guard.json"
-# Earlier 0.2 development versions installed module_utils here; rollback removes the directory.
-OLD_LIB_DIR = "/usr/local/lib/gpunode-tuning"
 CARRIED_PACKAGE = "ansible_collections.gpunode.tuning.plugins.module_utils"
 # The runner's code after its SOURCES: imports the collection's packages from them, nothing else.
 RUNNER_LOADER = '''
@@ -467,7 +449,7 @@ def remove_boot_unit(pc) -> dict:
     script = pc.settings["boot_script"]
     if persistence.systemd_running(pc.node) and pc.files.read(UNIT_PATH) is not None:
         persistence.run_command(pc, ["systemctl", "disable", UNIT_NAME], "disabling the boot unit")
-    paths = [WANTS_LINK, UNIT_PATH, script, DESIRED_PATH, BOOT_DIR, OLD_LIB_DIR + "/module_utils"]
+    paths = [WANTS_LINK, UNIT_PATH, script, DESIRED_PATH, BOOT_DIR]
     if os.path.basename(os.path.dirname(script)) == "gpunode-tuning":
         paths.append(os.path.dirname(script))
     removed = [p for p in paths if pc.files.remove(p)]
