@@ -47,15 +47,6 @@ def rollout_summary(results, hosts, stopped, config, generated_at):
     return summ
 
 
-def rollout_benchmark(run, host, phase, bench=None, limit=None):
-    """The benchmark run read (``value``, ``problem``) and merged into ``bench``; after tuning, its verdict."""
-    value, problem = rollout.benchmark_reading(_mapping("rollout_benchmark", run), str(host), str(phase), limit)
-    out = dict(plain(bench) or {})
-    out[str(phase)] = value
-    out = rollout.benchmark_verdict(out, problem) if phase == "after" else out
-    return {"bench": out, "problem": problem}
-
-
 def rollout_benchmark_runs(runs, host, phase, bench, settings, limit=None):
     """The measure gate's runs of one side read in the benchmark's format; after tuning, the verdict."""
     return rollout.benchmark_runs(plain(list(runs)), str(host), str(phase), plain(bench) or {},
@@ -68,5 +59,4 @@ class FilterModule:
     def filters(self):
         return {"rollout_settings": rollout_settings, "rollout_serial": rollout_serial,
                 "rollout_host_result": rollout_host_result, "rollout_gate": rollout_gate,
-                "rollout_summary": rollout_summary, "rollout_benchmark": rollout_benchmark,
-                "rollout_benchmark_runs": rollout_benchmark_runs}
+                "rollout_summary": rollout_summary, "rollout_benchmark_runs": rollout_benchmark_runs}

@@ -19,7 +19,7 @@ FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "fil
 def test_every_filter_is_exported_and_documented():
     filters = dict(FilterModule().filters(), **RolloutFilters().filters())
     assert set(filters) == {"verify_fleet", "verify_error", "verify_report_dir", "rollout_settings", "rollout_serial",
-                            "rollout_host_result", "rollout_gate", "rollout_summary", "rollout_benchmark",
+                            "rollout_host_result", "rollout_gate", "rollout_summary",
                             "rollout_benchmark_runs"}
     for name in filters:
         with open(os.path.join(FILTER_DIR, name + ".yml"), encoding="utf-8") as fh:
