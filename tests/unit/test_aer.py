@@ -137,3 +137,12 @@ def test_health_gate_and_the_rate_variable(build_node):
     assert gpu_health.desired_problems({"aer_correctable_per_hour": 0}) == []
     assert gpu_health.from_role({"gpunode_tuning_gpu_health_aer_correctable_per_hour": 12}, {})["gpu_health"][
         "aer_correctable_per_hour"] == 12.0
+
+
+def test_the_precheck_names_the_rate_variable():
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state
+
+    var = "gpunode_tuning_gpu_health_aer_correctable_per_hour"
+    lines = desired_state.desired_problems({"gpu_health": {"aer_correctable_per_hour": -1}}, {var})
+    assert lines == ["value of %s: gpu_health.aer_correctable_per_hour must be a number >= 0 (correctable AER "
+                     "errors per hour) or null, got -1" % var]
