@@ -42,9 +42,11 @@ IORESOURCE_MEM = 0x200
 IORESOURCE_PREFETCH = 0x2000
 STANDARD_BARS = 6  # BAR 0-5; line 6 of ``resource`` is the expansion ROM
 
-# The BAR through which a GPU's peers reach its memory: BAR1 on NVIDIA (NVML's BAR1 documentation); AMD's VRAM
-# aperture is BAR0 (amdgpu's visible VRAM; CPU-X reads dev->size[0] for AMD, dev->size[1] for NVIDIA) but AMD
-# Instinct GPUs reach each other over XGMI, so AMD is reported, not judged (families/gpu_p2p.py).
+# The BAR through which a GPU's peers reach its memory: BAR1 on NVIDIA (NVML's BAR1 documentation; the GPUDirect
+# RDMA guide's "PCI BAR sizes": what a peer maps of the GPU's memory must fit in BAR1); on AMD the VRAM aperture,
+# BAR0 (amdgpu's enum amdgpu_pcie_bar "PCIe BAR index identifiers for P2P access": AMDGPU_PCIE_BAR_VRAM is BAR 0,
+# amd-gfx list; ROCm's "Troubleshoot BAR access limitation"; lspci of an RX 7900 XTX in tests/data/real). AMD
+# Instinct GPUs reach each other over XGMI, so AMD's is reported, not judged (families/gpu_p2p.py).
 PEER_BAR = {"nvidia": 1, "amd": 0}
 # The firmware settings that let a GPU's BAR grow to its memory.
 FIRMWARE_FIX = "enable Above 4G Decoding and Resizable BAR (Re-Size BAR Support) in the system firmware"
