@@ -957,7 +957,8 @@ tuning_facts:
             - The AER error counters (core/aer.py) of each selected GPU and each bridge above it, from
               C(aer_dev_correctable), C(aer_dev_nonfatal) and C(aer_dev_fatal) (error name to count since boot, the
               C(TOTAL_ERR_*) line as C(TOTAL)); C(gpu) names the GPU below each device, C(missing) the devices without
-              the files, C(previous) the guard's last reading of this boot (null when none).
+              the files, C(previous) the guard's last reading of this boot (null when none); C(time) is seconds since
+              boot. Null without a selected GPU.
           type: dict
           returned: always
           sample: {"boot_id": "5c1d...", "time": 1765000000.0, "devices": {"0000:41:00.0": {"fatal": {"TOTAL": 0}}},

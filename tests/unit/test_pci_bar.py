@@ -8,7 +8,7 @@ import re
 import struct
 
 import simnode
-from support.captures import REAL_CAPTURES
+from support.captures import REAL_CAPTURES, Capture, config_bytes
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci_bar
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
@@ -59,6 +59,14 @@ def test_decoder_gives_back_lspcis_lines_of_real_gpus():
         assert got == want, name
     rtx3090 = pci_bar.decode_rebar(_config(_lspci_entries(REBAR_CAPTURES[0])))
     assert rtx3090[1]["current"] == 256 * MIB and max(rtx3090[1]["supported"]) == 32 * GIB
+
+
+def test_a_real_config_space_dump_of_a_gpu_with_the_capability():
+    # pciutils' test file: lspci -vv decodes it as "BAR 0: current size: 256MB, supported: 256MB 512MB 1GB 2GB 4GB"
+    cfg = config_bytes(Capture("lspci-xxxx-rebar-amd-fiji-pciutils.txt").text)
+    assert len(cfg) == 4096 and pci_bar.find_ext_capability(cfg, pci_bar.PCI_EXT_CAP_ID_REBAR) == 0x200
+    assert pci_bar.decode_rebar(cfg) == {0: {"current": 256 * MIB, "supported": [256 * MIB << n for n in range(5)]}}
+    assert pci_bar.decode_rebar(cfg[:0x200]) is None  # cut before it
 
 
 def test_no_capability_and_sizes_above_128_tib():

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
@@ -33,6 +32,7 @@ TOTAL = "TOTAL"  # the key a reading keeps each file's TOTAL_ERR_* line under
 # The guard's status (flows/guard_files.py STATUS_NAME next to the default journal), below the node root.
 PREVIOUS_STATUS = "var/lib/gpunode-tuning/guard-status.json"
 BOOT_ID = "proc/sys/kernel/random/boot_id"
+UPTIME = "proc/uptime"
 
 
 def parse_counters(text: str | None) -> dict | None:
@@ -59,9 +59,9 @@ def read_device(path: str) -> dict | None:
 
 
 def read(node: Node, gpus: list, now: float | None = None) -> dict:
-    """This reading: ``{"boot_id", "time", "devices": {bdf: {severity: counters}}, "gpu": {bdf: gpu bdf},
-    "missing": [bdf, ...]}`` for each GPU (``pci.list_devices`` dicts) and each bridge above it, and
-    ``previous``: the guard's last reading of this boot (None when there is none)."""
+    """This reading: ``{"boot_id", "time" (seconds since boot), "devices": {bdf: {severity: counters}},
+    "gpu": {bdf: gpu bdf}, "missing": [bdf, ...]}`` for each GPU (``pci.list_devices`` dicts) and each bridge
+    above it, and ``previous``: the guard's last reading of this boot (None when there is none)."""
     devices, gpu_of, missing = {}, {}, []
     for g in gpus:
         chain = [(g["bdf"], pci.device_dir(node, g["bdf"]))] + list(reversed(pci.bridge_chain(node, g["bdf"])))
@@ -75,9 +75,18 @@ def read(node: Node, gpus: list, now: float | None = None) -> dict:
             else:
                 devices[bdf] = counters
     boot_id = (node.read(BOOT_ID, default="") or "").strip()
-    reading = {"boot_id": boot_id, "time": time.time() if now is None else now, "devices": devices,
+    reading = {"boot_id": boot_id, "time": uptime(node) if now is None else now, "devices": devices,
                "gpu": gpu_of, "missing": missing}
     return dict(reading, previous=previous_reading(node, boot_id))
+
+
+def uptime(node: Node) -> float | None:
+    """Seconds since boot (``/proc/uptime``): the clock of the readings (two readings of a boot compare, and a
+    simulated node's facts stay the same from run to run); None when unreadable."""
+    try:
+        return float((node.read(UPTIME, default="") or "").split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def previous_reading(node: Node, boot_id: str) -> dict | None:
@@ -127,7 +136,8 @@ def judge(reading: dict, per_hour: float | None) -> dict:
     """
     prev = (reading.get("previous") or {})
     before_all = prev.get("devices") or {}
-    hours = max((reading.get("time") or 0) - (prev.get("time") or 0), 1.0) / 3600.0 if prev else None
+    hours = max((reading.get("time") or 0) - (prev.get("time") or 0), 1.0) / 3600.0 \
+        if prev and reading.get("time") is not None and prev.get("time") is not None else None
     out = {s: ([], []) for s, _f, _t in SEVERITIES}
     for bdf, counters in sorted((reading.get("devices") or {}).items()):
         who = label(bdf, (reading.get("gpu") or {}).get(bdf, bdf))

@@ -268,10 +268,9 @@ def amd_rows(devices: list, want: dict, answers: dict) -> list:
     if answers.get("probe") == "disabled":
         return [_amd_row("pairs", None, "not_applicable",
                          "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)")]
-    rows = [_amd_row("bar0", None, "not_applicable", "AMD Instinct GPUs reach each other's memory over XGMI "
-                     "(amd-smi topology, the pairs rows); their VRAM BAR (BAR0) is in the facts and the guard's "
-                     "metrics, not judged")] if len(devices) > 1 else []
-    rows += amd_p2p.pair_rows(devices, answers, _amd_row)
+    # No BAR row: AMD Instinct GPUs reach each other's memory over XGMI (the pairs rows); their VRAM BAR (BAR0,
+    # core/pci_bar.py PEER_BAR) is in the facts and the guard's metrics, not judged.
+    rows = amd_p2p.pair_rows(devices, answers, _amd_row)
     if want["min_gbps"] is not None and not any(r["state"] in ("not_applicable", "unsupported") for r in rows):
         rows += amd_p2p.bandwidth_rows(answers.get(amd_p2p.BANDWIDTH_KEY), want["min_gbps"], _amd_row,
                                        (amd_p2p.topology_links(answers) or {}).get("bdf"))
