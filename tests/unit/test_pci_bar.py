@@ -10,7 +10,7 @@ import struct
 import simnode
 from support.captures import REAL_CAPTURES, Capture, config_bytes
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci_bar
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci, pci_bar
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p
 
@@ -64,7 +64,7 @@ def test_decoder_gives_back_lspcis_lines_of_real_gpus():
 def test_a_real_config_space_dump_of_a_gpu_with_the_capability():
     # pciutils' test file: lspci -vv decodes it as "BAR 0: current size: 256MB, supported: 256MB 512MB 1GB 2GB 4GB"
     cfg = config_bytes(Capture("lspci-xxxx-rebar-amd-fiji-pciutils.txt").text)
-    assert len(cfg) == 4096 and pci_bar.find_ext_capability(cfg, pci_bar.PCI_EXT_CAP_ID_REBAR) == 0x200
+    assert len(cfg) == 4096 and pci.find_ext_capability(cfg, pci_bar.PCI_EXT_CAP_ID_REBAR) == 0x200
     assert pci_bar.decode_rebar(cfg) == {0: {"current": 256 * MIB, "supported": [256 * MIB << n for n in range(5)]}}
     assert pci_bar.decode_rebar(cfg[:0x200]) is None  # cut before it
 
@@ -125,3 +125,14 @@ def test_one_gpu_is_not_applicable_and_json_keys_are_read(build_node):
     as_json = {b: dict(g, bars={str(k): v for k, v in g["bars"].items()},
                        rebar={str(k): v for k, v in g["rebar"].items()}) for b, g in facts["bars"].items()}
     assert [r["state"] for r in gpu_p2p.bar_rows({"gpu_p2p": {"bars": as_json}})] == ["applied"]
+
+
+def test_verification_with_the_p2p_check_running_fails_the_small_bar1(build_node):
+    from test_gpu_p2p import _rows  # gather + the GPU probe (the node's nvidia-smi stand-in) + evaluate
+
+    root = build_node(cpus=4, nvidia_smi=True)
+    assert _rows(root, bars=True)["bar1"]["state"] == "applied"
+    simnode.set_gpu_bar(root, "0000:81:00.0", 1, 256 * MIB)
+    rows = _rows(root, bars=True)
+    assert "bar1" not in rows and rows["bar1.0000:81:00.0"]["state"] == "drifted"
+    assert "256 MiB, smaller than the GPU's 96 GiB" in rows["bar1.0000:81:00.0"]["reason"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import struct
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import read_small
 
 PCI_EXT_CAP_ID_REBAR = 0x15
@@ -95,26 +96,11 @@ def _sizes(bits: int, first: int, base_shift: int) -> list:
     return [1 << (base_shift + n - first) for n in range(first, 32) if bits >> n & 1]
 
 
-def find_ext_capability(cfg: bytes, cap_id: int) -> int | None:
-    """Offset of the first extended capability ``cap_id`` (walked from 0x100), None when absent."""
-    pos = 0x100
-    for _step in range(max(0, (len(cfg) - 0x100) // 4)):
-        if pos < 0x100 or pos + 4 > len(cfg):
-            return None
-        header = struct.unpack_from("<I", cfg, pos)[0]
-        if header in (0, 0xFFFFFFFF):
-            return None
-        if header & 0xFFFF == cap_id:
-            return pos
-        pos = (header >> 20) & 0xFFC
-    return None
-
-
 def decode_rebar(cfg: bytes) -> dict | None:
     """The Resizable BAR capability: ``{bar index: {"current": bytes, "supported": [bytes, ...]}}``; None when the
     config space has none (no extended space, or a device without the capability)."""
     cfg = bytes(cfg or b"")
-    pos = find_ext_capability(cfg, PCI_EXT_CAP_ID_REBAR)
+    pos = pci.find_ext_capability(cfg, PCI_EXT_CAP_ID_REBAR)
     if pos is None or pos + PCI_REBAR_CTRL + 4 > len(cfg):
         return None
     first_ctrl = struct.unpack_from("<I", cfg, pos + PCI_REBAR_CTRL)[0]
