@@ -757,14 +757,132 @@ def config_space(f: PciFunction) -> bytes:  # noqa: PLR0915 (the config-space la
         struct.pack_into("<I", cfg, cap + 0x24, 0x0070001F)  # DevCap2
         struct.pack_into("<I", cfg, cap + 0x2C, (((1 << f.link_speed_cap) - 1) << 1))  # LnkCap2 speeds
         struct.pack_into("<H", cfg, cap + 0x30, f.link_speed_cap)  # LnkCtl2 target speed
-        # Extended capabilities: AER at 0x100, ACS on ports at 0x148.
+        # Extended capabilities: AER at 0x100, ACS on ports at 0x148, Resizable BAR on GPUs at 0x148.
         acs = f.kind in ("root_port", "downstream")
-        struct.pack_into("<I", cfg, 0x100, 0x0001 | (1 << 16) | ((0x148 if acs else 0) << 20))
+        rebar = is_gpu(f)
+        struct.pack_into("<I", cfg, 0x100, 0x0001 | (1 << 16) | ((0x148 if acs or rebar else 0) << 20))
+        if rebar:
+            pack_rebar(cfg, 0x148, gpu_bars(f))
         if acs:
             struct.pack_into("<I", cfg, 0x148, 0x000D | (1 << 16))
             struct.pack_into("<H", cfg, 0x14C, 0x005F)  # ACS capability
             struct.pack_into("<H", cfg, 0x14E, 0x001D)  # ACS control: SV, RR, CR, UF
     return bytes(cfg)
+
+
+# The GPU's memory BARs (issue 44): BAR sizes in ``resource``, the Resizable BAR capability (ext. cap 0x15) in
+# config space, as on real GPUs (lspci: NVIDIA "BAR 1: current size: 256MB, supported: 64MB ... 64GB", BAR0 16MB
+# and BAR3 32MB fixed). With the firmware's Above 4G Decoding and Resizable BAR on, the peer BAR covers the
+# memory: its size is the power of two at or above it, the largest the capability supports.
+SIM_GPU_MEMORY_GIB = {0x2BB5: 96, 0x2330: 80, 0x74A1: 192}
+MIB = 1 << 20
+IORESOURCE_MEM_64_PREF = 0x14220C  # IORESOURCE_MEM | PREFETCH | MEM_64 | SIZEALIGN, as sysfs shows a 64-bit BAR
+IORESOURCE_MEM_32 = 0x40200
+
+
+def gpu_bars(f: PciFunction) -> list:
+    """``[(bar index, current size, [supported sizes])]`` of a simulated GPU: NVIDIA BAR0 16 MiB, BAR1 (the
+    peer BAR, resizable from 64 MiB), BAR3 32 MiB; AMD BAR0 (the VRAM BAR, from 256 MiB), BAR2 2 MiB."""
+    mem = SIM_GPU_MEMORY_GIB.get(f.device, 16) << 30
+    full = 1 << (mem - 1).bit_length()
+    if f.vendor == 0x1002:
+        return [(0, full, [256 * MIB << n for n in range((full // (256 * MIB)).bit_length())]), (2, 2 * MIB, [2 * MIB])]
+    return [(0, 16 * MIB, [16 * MIB]), (1, full, [64 * MIB << n for n in range((full // (64 * MIB)).bit_length())]),
+            (3, 32 * MIB, [32 * MIB])]
+
+
+def pack_rebar(cfg: bytearray, pos: int, bars: list) -> None:
+    """The Resizable BAR capability at ``pos`` (pci_regs.h PCI_REBAR_*): one 8-byte entry per BAR after the header,
+    the capability register's bit n + 4 for a size of 1 MiB << n, the control register's index, count and size."""
+    struct.pack_into("<I", cfg, pos, 0x0015 | (1 << 16))
+    for i, (index, current, supported) in enumerate(bars):
+        cap = 0
+        for size in supported:
+            cap |= 1 << (size.bit_length() - 21 + 4)
+        ctrl = index | ((current.bit_length() - 21) << 8) | ((len(bars) << 5) if i == 0 else 0)
+        struct.pack_into("<II", cfg, pos + 4 + 8 * i, cap, ctrl)
+
+
+def resource_text(f: PciFunction) -> str:
+    """sysfs ``resource``: 17 lines of ``start end flags``, a GPU's BARs at their sizes, the rest zero."""
+    lines = ["0x0000000000000000 0x0000000000000000 0x0000000000000000"] * 17
+    if f.kind == "endpoint":
+        lines[0] = "0x00000000f2000000 0x00000000f2ffffff 0x%016x" % IORESOURCE_MEM_32
+    if is_gpu(f):
+        base = (0x100 + int(f.bdf[5:7], 16)) << 40  # a 1 TiB window per GPU bus, above 4 GiB
+        for index, size, _supported in sorted(gpu_bars(f), key=lambda b: -b[1]):
+            low = index == 0 and f.vendor != 0x1002
+            start = 0xF2000000 if low else base
+            lines[index] = "0x%016x 0x%016x 0x%016x" % (start, start + size - 1,
+                                                        IORESOURCE_MEM_32 if low else IORESOURCE_MEM_64_PREF)
+            base += 0 if low else size
+    return "\n".join(lines)
+
+
+def set_gpu_bar(root: str, bdf: str, index: int, size: int) -> None:
+    """Resize BAR ``index`` of the GPU ``bdf`` of a built node (as firmware without Resizable BAR leaves it): its
+    ``resource`` line and the capability's current size; the supported sizes stay."""
+    d = os.path.realpath(os.path.join(root, "sys/bus/pci/devices", bdf))
+    with open(os.path.join(d, "resource"), encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    start = int(lines[index].split()[0], 16)
+    lines[index] = "0x%016x 0x%016x %s" % (start, start + size - 1, lines[index].split()[2])
+    with open(os.path.join(d, "resource"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))
+    with open(os.path.join(d, "config"), "r+b") as fh:
+        cfg = bytearray(fh.read())
+        pos = 0x148
+        if int.from_bytes(cfg[pos:pos + 2], "little") != 0x15:
+            raise ValueError(f"{bdf} has no Resizable BAR capability")
+        count = (cfg[pos + 8] >> 5) & 7
+        for i in range(count):
+            ctrl = int.from_bytes(cfg[pos + 8 + 8 * i:pos + 12 + 8 * i], "little")
+            if ctrl & 7 == index:
+                ctrl = (ctrl & ~0x3F00) | ((size.bit_length() - 21) << 8)
+                struct.pack_into("<I", cfg, pos + 8 + 8 * i, ctrl)
+                break
+        else:
+            raise ValueError(f"{bdf}'s BAR {index} is not resizable")
+        fh.seek(0)
+        fh.write(bytes(cfg))
+
+
+# The AER counter files (drivers/pci/pcie/aer.c), with the error names of current kernels (as fwupd's record of
+# a real AMD machine shows them).
+_UNCORRECTABLE = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP",
+                  "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+                  "PoisonTLPBlocked")
+AER_FILES = (
+    ("aer_dev_correctable", ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr",
+                             "HeaderOF", "TOTAL_ERR_COR")),
+    ("aer_dev_fatal", _UNCORRECTABLE + ("TOTAL_ERR_FATAL",)),
+    ("aer_dev_nonfatal", _UNCORRECTABLE + ("TOTAL_ERR_NONFATAL",)),
+)
+AER_SEVERITY_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
+
+
+def aer_text(names: tuple, counts: dict) -> str:
+    """An ``aer_dev_*`` file: each name with its count, the TOTAL_ERR_* line their sum."""
+    total = sum(counts.get(n, 0) for n in names[:-1])
+    return "".join("%s %d\n" % (n, total if n.startswith("TOTAL_ERR_") else counts.get(n, 0)) for n in names)
+
+
+def set_aer(root: str, bdf: str, severity: str, counts: dict) -> None:
+    """Set AER counts of ``bdf`` (a GPU or a bridge) on a built node: ``{error name: count}`` of ``severity``
+    (correctable, nonfatal, fatal); the names not given keep their counts."""
+    if severity not in AER_SEVERITY_FILES:
+        raise ValueError(f"AER severity {severity!r} is not one of {', '.join(AER_SEVERITY_FILES)}")
+    filename = AER_SEVERITY_FILES[severity]
+    names = dict(AER_FILES)[filename]
+    unknown = sorted(set(counts) - set(names[:-1]))
+    if unknown:
+        raise ValueError(f"unknown {severity} AER error(s) {', '.join(unknown)}; known: {', '.join(names[:-1])}")
+    path = os.path.join(root, "sys/bus/pci/devices", bdf, filename)
+    with open(path, encoding="utf-8") as fh:
+        now = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in fh.read().splitlines() if line}
+    now.update(counts)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(aer_text(names, now))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1110,10 +1228,10 @@ def _write_pci(t: _Tree, funcs: list) -> None:
         t.write(f"{d}/revision", f"0x{f.revision:02x}")
         t.write(f"{d}/numa_node", f.numa_node)
         t.write(f"{d}/irq", "0" if f.kind != "endpoint" else str(100 + (int(f.bdf[5:7], 16) % 90)))
-        res = ["0x00000000f2000000 0x00000000f2ffffff 0x0000000000040200"] if f.kind == "endpoint" else []
-        res += ["0x0000000000000000 0x0000000000000000 0x0000000000000000"] * (17 - len(res))
-        t.write(f"{d}/resource", "\n".join(res))
+        t.write(f"{d}/resource", resource_text(f))
         if f.pcie:
+            for name, counters in AER_FILES:
+                t.write(f"{d}/{name}", aer_text(counters, {}))
             t.write(f"{d}/current_link_speed", PCIE_SPEEDS[f.link_speed])
             t.write(f"{d}/current_link_width", f.link_width)
             t.write(f"{d}/max_link_speed", PCIE_SPEEDS[f.link_speed_cap])
@@ -2583,6 +2701,24 @@ def _reboot_command(args) -> int:
     return 1 if report["problems"] else 0
 
 
+def _bars_and_aer(args) -> bool:
+    """``--bar`` and ``--aer`` on the built node; False (said on stderr) when one is wrong."""
+    try:
+        for spec in args.bar:
+            where, _eq, mib = spec.rpartition("=")
+            bdf, _c, index = where.rpartition(":")
+            set_gpu_bar(args.dir, bdf, int(index), int(mib) * MIB)
+        for spec in args.aer:
+            where, _eq, count = spec.rpartition("=")
+            bdf_sev, _c, name = where.rpartition(":")
+            bdf, _c, severity = bdf_sev.rpartition(":")
+            set_aer(args.dir, bdf, severity, {name: int(count)})
+    except (ValueError, OSError) as exc:
+        print(f"simnode: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -2615,6 +2751,12 @@ def main(argv=None) -> int:
     b.add_argument("--node-exporter", action="store_true",
                    help="the textfile directory of Debian's prometheus-node-exporter (/%s)"
                    % NODE_EXPORTER_TEXTFILE_DIR)
+    b.add_argument("--bar", action="append", default=[], metavar="BDF:INDEX=MIB",
+                   help="a GPU's BAR at this size in MiB, as firmware without Resizable BAR leaves it "
+                   "(0000:41:00.0:1=256)")
+    b.add_argument("--aer", action="append", default=[], metavar="BDF:SEVERITY:NAME=N",
+                   help="an AER count of a GPU or bridge (severity correctable, nonfatal, fatal; "
+                   "0000:40:01.1:fatal:DLP=1)")
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     r = sub.add_parser("reboot", help="reboot the simulated node at DIR (prints what the boot did, as JSON)")
@@ -2644,6 +2786,8 @@ def main(argv=None) -> int:
         write_sysctl_file(args.dir, path, settings)
     for unit in args.unit_failed:
         write_unit_state(args.dir, unit)
+    if not _bars_and_aer(args):
+        return 2
     if args.node_exporter:
         write_node_exporter_dir(args.dir)
     print(f"built {info['preset']} at {info['root']}: {info['cpus']} CPUs, {info['gpus']} GPUs")

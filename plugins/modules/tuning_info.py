@@ -951,6 +951,17 @@ tuning_facts:
           type: str
           returned: always
           sample: 570.124.06
+        aer:
+          description:
+            - The AER error counters (core/aer.py) of each selected GPU and each bridge above it, from
+              C(aer_dev_correctable), C(aer_dev_nonfatal) and C(aer_dev_fatal) (error name to count since boot, the
+              C(TOTAL_ERR_*) line as C(TOTAL)); C(gpu) names the GPU below each device, C(missing) the devices without
+              the files, C(previous) the guard's last reading of this boot (null when none); C(time) is seconds since
+              boot. Null without a selected GPU.
+          type: dict
+          returned: always
+          sample: {"boot_id": "5c1d...", "time": 1765000000.0, "devices": {"0000:41:00.0": {"fatal": {"TOTAL": 0}}},
+                   "gpu": {"0000:41:00.0": "0000:41:00.0"}, "missing": [], "previous": null}
     gpu_p2p:
       description:
         - What stops peer-to-peer traffic of the selected GPUs that config space shows.
@@ -964,6 +975,16 @@ tuning_facts:
           type: dict
           returned: always
           sample: {"0000:01:00.0": ["0000:00:01.1"]}
+        bars:
+          description:
+            - Per selected GPU (core/pci_bar.py) its vendor, PCI device id, the size of each assigned memory BAR from
+              sysfs C(resource) (index to bytes), the Resizable BAR capability of config space (index to C(current)
+              and C(supported) sizes in bytes; null without one) and its memory in bytes (null when not known).
+          type: dict
+          returned: always
+          sample: {"0000:41:00.0": {"vendor": "nvidia", "device": "0x2bb5", "bars": {"0": 67108864, "1": 268435456},
+                   "rebar": {"1": {"current": 268435456, "supported": [268435456, 137438953472]}},
+                   "memory": 103079215104}}
     gpu_locality:
       description:
         - Where each GPU sits (module_utils/families/gpu_locality.py, the C(gpu_locality) family's read;

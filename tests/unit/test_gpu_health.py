@@ -49,7 +49,8 @@ def test_healthy_node_has_no_finding(build_node):
     rows = _evaluate(root, {"gpu_health": {"gpu_count": 8}})
     assert {n: r["state"] for n, r in rows.items()} == dict.fromkeys(
         ["link_width", "link_speed", "responding", "gpu_count", "ecc_mode", "ecc_uncorrected", "memory_remap",
-         "power_limit", "clocks_event", "driver_version", "xid", "driver_count"], "applied")
+         "power_limit", "clocks_event", "driver_version", "xid", "aer_fatal", "aer_nonfatal", "aer_correctable",
+         "driver_count"], "applied")
     assert rows["driver_count"]["reason"] == "8 GPUs visible to the driver"  # verification's former gpu.count
     assert rows["gpu_count"]["running"] == "8 on the PCI bus, 8 listed by nvidia-smi"
     assert rows["driver_version"]["running"] == "570.124.06"
@@ -59,7 +60,8 @@ def test_healthy_node_has_no_finding(build_node):
 def test_simulated_node_without_nvidia_smi_judges_link_and_xid_only(build_node):
     root = build_node(cpus=4)
     rows = _evaluate(root)
-    assert sorted(rows) == ["driver_count", "link_speed", "link_width", "responding", "xid"]
+    assert sorted(rows) == ["aer_correctable", "aer_fatal", "aer_nonfatal", "driver_count", "link_speed",
+                            "link_width", "responding", "xid"]
     assert rows["link_width"]["state"] == "applied"
     assert rows["driver_count"]["state"] == "not_applicable" and "nvidia-smi is not run" in rows["driver_count"][
         "reason"]

@@ -56,12 +56,13 @@ def _tools(root, calls=None):
     return verify.Tools(find, run)
 
 
-def _rows(root, desired=None, calls=None):
-    """gather (ACS facts included) + gpu_probe + the family's evaluate: {row name: row}."""
+def _rows(root, desired=None, calls=None, bars=False):
+    """gather (ACS facts included) + gpu_probe + the family's evaluate: {row name: row}; the BAR rows
+    (test_pci_bar.py) only with ``bars``."""
     desired = {"gpu_p2p": {}} if desired is None else desired
     facts = gather(Node(root))
     probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), _tools(root, calls), desired)
-    return {r["name"]: r for r in p2p.evaluate(facts, desired, Ctx(probe))}
+    return {r["name"]: r for r in p2p.evaluate(facts, desired, Ctx(probe)) if bars or not r["name"].startswith("bar")}
 
 
 def _nvbandwidth(root, slow="51.10", rc=0):

@@ -106,7 +106,7 @@ def test_a_real_gpu_below_a_real_redirecting_root_port_is_named_with_its_bridge(
     node = node_from_captures(tmp_path, bridge, gpu)
     facts = {"pcie_acs": acs.read(node), "gpu_p2p": p2p.read(node), "pci": pci_facts(node, pci.DeviceSelector())}
     assert facts["pcie_acs"]["gpus"][0]["bridges"] == ["0000:00:1c.0"]
-    assert facts["gpu_p2p"] == {"redirect": {"0000:02:00.0": ["0000:00:1c.0"]}}
+    assert facts["gpu_p2p"]["redirect"] == {"0000:02:00.0": ["0000:00:1c.0"]}
     assert p2p._redirecting(facts) == {"0000:02:00.0": ["0000:00:1c.0"]}
     rows = {r["name"]: r for r in gpu_health.link_rows(facts, {})}
     assert rows["link_width"]["state"] == "applied" and rows["link_width"]["running"] == "x4"

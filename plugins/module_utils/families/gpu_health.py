@@ -30,6 +30,10 @@ Severities (the state of each row; ``drifted`` fails verification):
   ``Fail`` or ``Error`` (on a test's row, a GPU's row, an Error note), a row not understood or a table cut before
   its border fails, whatever dcgmi's exit status; so does a non-zero exit; ``Warn`` is reported; dcgmi
   missing is ``unsupported``.
+- ``aer_fatal``, ``aer_nonfatal``, ``aer_correctable`` (core/aer.py): the AER counters of each GPU and each
+  bridge above it; a fatal count fails naming the device and the errors; a non-fatal count is reported at first
+  sight and fails once it grows since the guard's last reading; correctable errors fail above
+  ``aer_correctable_per_hour`` between two readings. No counter files (before 4.19): ``unsupported``.
 - ``responding``: a GPU whose config space reads all 0xff (vendor id ffff) fails, named.
 - ``nvidia_smi``: on a node with NVIDIA GPUs on the bus, an nvidia-smi that hangs, fails (exit 9, a lost
   GPU) or answers something that does not match the query fails; the health gate of a rollout with it.
@@ -46,6 +50,7 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    aer,
     amd_health,
     command,
     dcgm,
@@ -58,6 +63,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import No
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
 
 NAME = "gpu_health"
+AER_RATE = "aer_correctable_per_hour"  # correctable AER errors per hour above which a device fails (core/aer.py)
 PERSISTENCED_COMM = "nvidia-persistenced"
 # The kernel truncates comm to 15 characters: a real node shows "nvidia-persiste".
 _PERSISTENCED_PREFIX = PERSISTENCED_COMM[:15]
@@ -88,6 +94,17 @@ contains:
     type: str
     returned: always
     sample: 570.124.06
+  aer:
+    description:
+      - The AER error counters (core/aer.py) of each selected GPU and each bridge above it, from
+        C(aer_dev_correctable), C(aer_dev_nonfatal) and C(aer_dev_fatal) (error name to count since boot, the
+        C(TOTAL_ERR_*) line as C(TOTAL)); C(gpu) names the GPU below each device, C(missing) the devices without
+        the files, C(previous) the guard's last reading of this boot (null when none); C(time) is seconds since
+        boot. Null without a selected GPU.
+    type: dict
+    returned: always
+    sample: {"boot_id": "5c1d...", "time": 1765000000.0, "devices": {"0000:41:00.0": {"fatal": {"TOTAL": 0}}},
+             "gpu": {"0000:41:00.0": "0000:41:00.0"}, "missing": [], "previous": null}
 """
 # The fields each health row judges; a row none of whose fields the driver knows is left out.
 ROW_FIELDS = {
@@ -128,7 +145,7 @@ def vendors_of(gpus: list) -> str | None:
 
 
 # The rows about every vendor's GPUs (config space, the count); every other row is about one vendor's.
-_ANY_VENDOR = ("link_width", "link_speed", "responding", "gpu_count")
+_ANY_VENDOR = ("link_width", "link_speed", "responding", "gpu_count") + tuple(n for _s, n in aer.ROWS)
 
 
 def _speed(text: Any) -> float | None:
@@ -525,9 +542,13 @@ def desired_problems(want: Any) -> list:
         return []
     if not isinstance(want, dict):
         return [("", "gpu_health must be a mapping with the keys gpu_count, dcgm_diag, got %r" % (want,))]
-    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag"}, key=str)
-    out = [("", "gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag" % ", ".join(map(str, unknown)))
-           ] if unknown else []
+    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag", AER_RATE}, key=str)
+    out = [("", "gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag, %s"
+            % (", ".join(map(str, unknown)), AER_RATE))] if unknown else []
+    rate = want.get(AER_RATE)
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1e308):
+        out.append((AER_RATE, "gpu_health.%s must be a number >= 0 (correctable AER errors per hour) or null, "
+                              "got %r" % (AER_RATE, rate)))
     count = want.get("gpu_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         out.append(("gpu_count", "gpu_health.gpu_count must be an integer >= 1 or null, got %r" % (count,)))
@@ -542,7 +563,8 @@ def validate(want: Any) -> dict:
     if problems:
         raise family.EvaluationError(family.problems_text(problems))
     want = want or {}
-    return {"gpu_count": want.get("gpu_count"), "dcgm_diag": bool(want.get("dcgm_diag"))}
+    return {"gpu_count": want.get("gpu_count"), "dcgm_diag": bool(want.get("dcgm_diag")),
+            AER_RATE: want.get(AER_RATE)}
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
@@ -572,7 +594,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     out = link_rows(facts, busy) + [responding_row(facts)]
     count = count_row(facts, want["gpu_count"], smi)
     out += [count] if count else []
-    out += rows + [xid_row(facts)]
+    out += rows + [xid_row(facts)] + aer.rows((facts.get(NAME) or {}).get("aer"), want[AER_RATE], _row)
     if want["dcgm_diag"]:
         out.append(dcgm_row(probe.get("dcgm")))
     return _with_vendor(out + tail, facts) + amd_health.rows(facts, _gpus(facts, "amd"), ctx_gpu(facts, ctx),
@@ -609,9 +631,12 @@ def read(node: Node, selector: Any = None, query: Any = None) -> dict:
             comm = read_small(os.path.join(proc, entry, "comm"))
             if comm and comm.startswith(_PERSISTENCED_PREFIX) and PERSISTENCED_COMM.startswith(comm):
                 pids.append(int(entry))
+    gpus = [d for d in pci.listed(node, query) if pci.gpu_vendor(d) and (selector is None or selector.matches(d))]
     return {
         "persistenced": {"running": bool(pids), "pids": sorted(pids)},
         "driver_version": read_small(node.path("sys/module/nvidia/version")),
+        # the AER counters of the GPUs and the bridges above them (core/aer.py); no GPU: None
+        "aer": aer.read(node, gpus) if gpus else None,
     }
 
 
@@ -641,8 +666,10 @@ def report(facts: dict, desired: dict, ctx: Any = None) -> str:
 # Read-only: no module, nothing to re-apply at boot.
 def from_role(v: dict, shared: dict) -> dict:
     count = v.get("gpunode_tuning_gpu_health_count")
+    rate = v.get("gpunode_tuning_gpu_health_aer_correctable_per_hour")
     return {NAME: {"gpu_count": None if count is None else int(count),
-                   "dcgm_diag": bool(v.get("gpunode_tuning_gpu_health_dcgm_diag", False))}}
+                   "dcgm_diag": bool(v.get("gpunode_tuning_gpu_health_dcgm_diag", False)),
+                   AER_RATE: None if rate is None else float(rate)}}
 
 
 DEFINITION = family.Family(

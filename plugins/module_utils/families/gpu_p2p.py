@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_p2p, family, nvidia_smi, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_p2p, family, nvidia_smi, pci, pci_bar
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
     NVBANDWIDTH_TEST,
@@ -46,6 +46,16 @@ contains:
     type: dict
     returned: always
     sample: {"0000:01:00.0": ["0000:00:01.1"]}
+  bars:
+    description:
+      - Per selected GPU (core/pci_bar.py) its vendor, PCI device id, the size of each assigned memory BAR from
+        sysfs C(resource) (index to bytes), the Resizable BAR capability of config space (index to C(current)
+        and C(supported) sizes in bytes; null without one) and its memory in bytes (null when not known).
+    type: dict
+    returned: always
+    sample: {"0000:41:00.0": {"vendor": "nvidia", "device": "0x2bb5", "bars": {"0": 67108864, "1": 268435456},
+             "rebar": {"1": {"current": 268435456, "supported": [268435456, 137438953472]}},
+             "memory": 103079215104}}
 """
 # nvidia-smi's matrices as the GPU probe keys them (nvidia_smi.P2P_*), with what they test.
 MATRICES = (("p2p_read", "read"), ("p2p_write", "write"), ("p2p_nvlink", "nvlink"))
@@ -118,7 +128,11 @@ def nvbandwidth_waived(text: str | None) -> str | None:
 
 def read(node: Node, selector: pci.DeviceSelector | None = None, query: Any = None) -> dict:
     """The family's facts (``facts["gpu_p2p"]``): per GPU the bridges above it that redirect peer traffic."""
-    return {"redirect": pci.redirecting_bridges(node, selector or pci.DeviceSelector(), pci.listed(node, query))}
+    selector = selector or pci.DeviceSelector()
+    devices = pci.listed(node, query)
+    bars = {d["bdf"]: pci_bar.read_gpu(dict(d, vendor_name=pci.gpu_vendor(d))) for d in devices
+            if pci.gpu_vendor(d) and selector.matches(d)}
+    return {"redirect": pci.redirecting_bridges(node, selector, devices), "bars": bars}
 
 
 def _redirecting(facts: dict) -> dict:
@@ -254,6 +268,8 @@ def amd_rows(devices: list, want: dict, answers: dict) -> list:
     if answers.get("probe") == "disabled":
         return [_amd_row("pairs", None, "not_applicable",
                          "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)")]
+    # No BAR row: AMD Instinct GPUs reach each other's memory over XGMI (the pairs rows); their VRAM BAR (BAR0,
+    # core/pci_bar.py PEER_BAR) is in the facts and the guard's metrics, not judged.
     rows = amd_p2p.pair_rows(devices, answers, _amd_row)
     if want["min_gbps"] is not None and not any(r["state"] in ("not_applicable", "unsupported") for r in rows):
         rows += amd_p2p.bandwidth_rows(answers.get(amd_p2p.BANDWIDTH_KEY), want["min_gbps"], _amd_row,
@@ -274,7 +290,16 @@ def nvidia_rows(facts: dict, want: dict, smi: dict) -> list:
     rows = pair_rows(facts, smi)
     if want["min_gbps"] is not None and not any(r["state"] == "not_applicable" for r in rows):
         rows += bandwidth_rows(smi.get("nvbandwidth"), want["min_gbps"], _gpu_bdfs(smi))
-    return rows
+    return rows + bar_rows(facts)
+
+
+def bar_rows(facts: dict) -> list:
+    """Each NVIDIA GPU's BAR1 (peers map its memory through it) against its memory (core/pci_bar.py)."""
+    bars = (facts.get(NAME) or {}).get("bars")
+    if bars is None:
+        return []  # facts read before the BAR check
+    return pci_bar.peer_bar_rows(bars, "nvidia", lambda name, running, state, reason, want:
+                                 _row(name, running, state, reason, want))
 
 
 def gpu_commands(desired: dict) -> tuple:

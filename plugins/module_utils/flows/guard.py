@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    aer,
     amd_health,
     amdgpu_log,
     command,
@@ -445,8 +446,33 @@ def build_status(config: dict, outcome: dict, previous: dict | None, now: float)
         "kernel_log": {k: ((result or {}).get("kernel_log") or {}).get(k) for k in ("since", "since_detail", "counts")},
         "xid": outcome["xid"],
         "reapply": reapply_counts(prev.get("reapply"), outcome["xid"]["boot_id"], outcome.get("reapplied") or []),
+        # issue 44: the AER reading the next run (and verification) compares with, and each GPU's BARs
+        "aer": aer.stored(facts_part(facts, "aer")) or prev.get("aer"),
+        "gpu_bars": gpu_bars(facts),
     }
     return status
+
+
+def facts_part(facts: dict | None, key: str) -> Any:
+    """``key`` of the first family's facts section that has it (the health family's ``aer`` reading, the P2P
+    family's ``bars``): the guard names no family."""
+    for section in (facts or {}).values():
+        if isinstance(section, dict) and isinstance(section.get(key), dict):
+            return section[key]
+    return None
+
+
+def gpu_bars(facts: dict | None) -> list:
+    """``[{gpu, vendor, bar, size, max_supported}]``: each selected GPU's memory BARs (gpu_p2p's facts), the
+    largest size its Resizable BAR capability supports for each (None without one)."""
+    out = []
+    for bdf, g in sorted((facts_part(facts, "bars") or {}).items()):
+        rebar = {int(k): v for k, v in (g.get("rebar") or {}).items()}
+        for index, size in sorted((int(k), v) for k, v in (g.get("bars") or {}).items()):
+            supported = (rebar.get(index) or {}).get("supported")
+            out.append({"gpu": bdf, "vendor": g.get("vendor") or "", "bar": index, "size": size,
+                        "max_supported": max(supported) if supported else None, "memory": g.get("memory")})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

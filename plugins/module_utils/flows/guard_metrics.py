@@ -65,6 +65,13 @@ METRICS = (
     ("gpu_bad_page_threshold_reached", "gauge",
      "1 when a GPU reached its bad-page threshold (AMD: retired pages at the RAS threshold, or amd-smi says it is "
      "exceeded; NVIDIA: a row-remapping failure), 0 when not."),
+    ("gpu_bar_size_bytes", "gauge", "Size of each memory BAR of a GPU (sysfs resource), by GPU, vendor and BAR."),
+    ("gpu_bar_max_supported_bytes", "gauge",
+     "The largest size a GPU's Resizable BAR capability supports for a BAR, by GPU, vendor and BAR."),
+    ("gpu_memory_bytes", "gauge", "A GPU's memory (the BAR check's table, amdgpu's mem_info_vram_total)."),
+    ("pcie_aer_errors_total", "counter",
+     "AER errors a GPU or a bridge above it counted since boot, by device, GPU, severity (correctable, nonfatal, "
+     "fatal) and error (total: the TOTAL_ERR_* line; the named errors once counted)."),
     ("kernel_log_records", "gauge", "Kernel-log records per class in verification's window (since the last "
                                     "runtime tuning of this boot, else since boot)."),
     ("guard_reapplied_total", "counter", "Families the guard re-applied since boot (gpunode_tuning_guard_reapply)."),
@@ -187,6 +194,30 @@ def _memory(status):
             yield "gpu_bad_page_threshold_reached", {"gpu": t["gpu"], "vendor": t["vendor"]}, 1 if t["reached"] else 0
 
 
+def _pcie(status):
+    bars = status.get("gpu_bars") or []
+    for b in bars:
+        yield "gpu_bar_size_bytes", {"gpu": b["gpu"], "vendor": b["vendor"], "bar": str(b["bar"])}, b["size"]
+    for b in bars:
+        if b.get("max_supported") is not None:
+            yield ("gpu_bar_max_supported_bytes", {"gpu": b["gpu"], "vendor": b["vendor"], "bar": str(b["bar"])},
+                   b["max_supported"])
+    for gpu, b in sorted({b["gpu"]: b for b in bars if b.get("memory") is not None}.items()):
+        yield "gpu_memory_bytes", {"gpu": gpu, "vendor": b["vendor"]}, b["memory"]
+    reading = status.get("aer") or {}
+    gpu_of = reading.get("gpu") or {}
+    for device, counters in sorted((reading.get("devices") or {}).items()):
+        for severity in ("correctable", "nonfatal", "fatal"):
+            errors = counters.get(severity)
+            if errors is None:
+                continue
+            labels = {"device": device, "gpu": gpu_of.get(device, device), "severity": severity}
+            yield "pcie_aer_errors_total", dict(labels, error="total"), errors.get("TOTAL", sum(errors.values()))
+            for name, n in sorted(errors.items()):
+                if name != "TOTAL" and n:
+                    yield "pcie_aer_errors_total", dict(labels, error=name), n
+
+
 def _kernel_log(status):
     for cls, n in sorted(((status.get("kernel_log") or {}).get("counts") or {}).items()):
         yield "kernel_log_records", {"class": cls}, n
@@ -196,7 +227,7 @@ def _kernel_log(status):
 
 def samples(status: dict) -> Iterable[tuple]:
     """Every ``(name, labels, value)`` of ``status``, grouped by metric."""
-    for part in (_info, _run, _settings, _gpus, _memory, _kernel_log):
+    for part in (_info, _run, _settings, _gpus, _memory, _pcie, _kernel_log):
         yield from part(status)
 
 
