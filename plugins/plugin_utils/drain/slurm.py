@@ -89,7 +89,7 @@ class SlurmBackend(Backend):
             "partitions", [])])
         fleet = {n: node for n, node in nodes.items() if parts & set(node.get("partitions") or [])}
         run_nodes = set(names.values())
-        out["fleet_size"] = len(fleet | {n: None for n in run_nodes})
+        out["fleet_size"] = len(set(fleet) | run_nodes)
         out["fleet"] = {n: "%s%s" % (node["state"].lower(), ": " + node["reason"] if node["reason"] else "")
                         for n, node in sorted(fleet.items()) if node["out_of_service"] and n not in run_nodes}
         return out
