@@ -279,10 +279,11 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
             if host in plan["wait"] and not halted:
                 why += unreachable_note(gone)
             seen_claimed = seen_claimed or host in claimed
-            if host in plan["skip"] and seen_claimed:
+            if host in plan["skip"] and (seen_claimed or host in polled.get("transient", ())):
                 # another run held it a moment ago: what it shows now (down after that run's reboot, not yet
-                # responding) is that run's doing, waited for like its claim
-                why = "waiting: out of service after another run's claim (%s)" % polled["why"].get(host, "")
+                # responding) is that run's doing, waited for like its claim; a transient state (UNKNOWN right
+                # after a controller restart) is asked again within the wait
+                why = "waiting: out of service for now (%s)" % polled["why"].get(host, "")
             elif host in plan["skip"]:
                 return {"taken": False, "skip": True, "why": polled["why"].get(host, why), "waited": 0}
             if halted and host not in ours:

@@ -464,6 +464,17 @@ def test_a_transient_unknown_state_is_asked_again_not_judged_on_one_reading(tmp_
     got = seq.survey(backend, HOSTS, seq.Records(str(tmp_path), "r"), {"wait_timeout": 30, "poll": 1},
                      sleep=sleep, clock=clock)
     assert got["out_of_service"] == {} and clock.now == 1
+    # the same within the slot's wait: asked again, not skipped as out of service
+    fake.nodes["n1"].update(state="unknown")
+    clock2 = Clock()
+
+    def sleep2(seconds):
+        clock2.sleep(seconds)
+        fake.nodes["n1"].update(state="idle")
+
+    got = seq.take_slot(backend, seq.Records(str(tmp_path / "slot"), "r"), "n1", HOSTS, settings(wait_timeout=30),
+                        False, sleep=sleep2, clock=clock2)
+    assert got["taken"] and not got.get("skip"), got
     # one that stays unknown for the whole wait is out of service, as before
     fake.nodes["n3"].update(state="unknown")
     got = seq.survey(backend, HOSTS, seq.Records(str(tmp_path), "r"), {"wait_timeout": 3, "poll": 1},
