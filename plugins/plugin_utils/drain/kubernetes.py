@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import Backend, ClaimLost
+
 ANNOTATION = "gpunode.tuning/drain"
 MISSING = ("gpunode_tuning_drain: kubernetes needs the Python 'kubernetes' client on the controller "
            "(pip install kubernetes; it is in requirements.txt): %s")
@@ -30,7 +32,7 @@ def _status_text(body) -> str:
     return " ".join([str(answer.get("message") or answer.get("reason") or "")] + [c for c in causes if c])[:300]
 
 
-class KubernetesBackend:
+class KubernetesBackend(Backend):
     """Nodes through the API; ``node_of`` maps inventory names to node names."""
 
     name = "kubernetes"
@@ -150,6 +152,19 @@ class KubernetesBackend:
                     raise self.error("kubernetes evict %s/%s: %s %s" % (
                         pod.metadata.namespace, pod.metadata.name, status, getattr(exc, "reason", exc))) from exc
         return not pods
+
+    def holds(self, host: str) -> str | None:
+        """Right before the reboot: still cordoned with our annotation (ClaimLost when someone uncordoned it or took
+        the annotation away), and no pod left but DaemonSets' and finished ones."""
+        node = self._node(host)
+        if not (node.spec and node.spec.unschedulable) or ANNOTATION not in (node.metadata.annotations or {}):
+            raise ClaimLost("%s is no longer cordoned by gpunode.tuning (someone uncordoned it): our claim on it "
+                            "ended; not rebooted, not cordoned again" % self.node_of[host])
+        left = self._pods(host)
+        if left:
+            return "pods still on %s: %s" % (self.node_of[host], ", ".join(
+                "%s/%s" % (p.metadata.namespace, p.metadata.name) for p in left[:5]))
+        return None
 
     def boot_mark(self, host: str) -> str | None:
         node = self._node(host)
