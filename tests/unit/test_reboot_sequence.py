@@ -624,3 +624,16 @@ def test_right_before_the_reboot_the_node_is_read_again(tmp_path):
     with pytest.raises(seq.ClaimLost) as lost:
         action._drain_and_reboot({"changed": True}, "gpunode.tuning: reboot for x", {})
     assert lost.value.by_run and action.rebooted == []
+
+
+def test_the_command_backend_reads_the_host_again_right_before_the_reboot():
+    answers = {"check": 0}
+
+    def run(argv, timeout, env):
+        return answers["check"], "", ""
+
+    backend = seq.CommandBackend(run, {"check": ["lb-check"]})
+    assert backend.holds("a") is None
+    answers["check"] = 1  # someone put it back into the load balancer
+    with pytest.raises(seq.ClaimLost, match="back in service: our claim on it ended"):
+        backend.holds("a")

@@ -7,7 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
-from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import COMMAND_TIMEOUT, Backend, SequenceError
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import (
+    COMMAND_TIMEOUT,
+    Backend,
+    ClaimLost,
+    SequenceError,
+)
 
 
 class CommandBackend(Backend):
@@ -74,6 +79,14 @@ class CommandBackend(Backend):
 
     def drained(self, host: str) -> bool:
         return self._call("check", host) == 0
+
+    def holds(self, host: str) -> str | None:
+        """Right before the reboot: the check command still says drained (exit 1: someone put it back, and our
+        claim on it ended)."""
+        if self._call("check", host) == 1:
+            raise ClaimLost("the drain check command says %s is back in service: our claim on it ended; not rebooted, "
+                            "not drained again" % host)
+        return None
 
     def undrain(self, host: str) -> None:
         self._call("undrain", host)
