@@ -81,6 +81,21 @@ class JobEnder(Background):
             time.sleep(0.2)
 
 
+class CancelWhen(Background):
+    """Cancels ``job`` once ``ready()`` says so."""
+
+    def __init__(self, cluster, job, ready):
+        super().__init__()
+        self.cluster, self.job, self.ready = cluster, job, ready
+
+    def _run(self):
+        while not self._stop.is_set():
+            if self.ready():
+                self.cluster.run(["scancel", self.job])
+                return
+            time.sleep(0.2)
+
+
 def build_fleet(tmp_path, presets, hosts=HOSTS, **common):
     roots = {}
     for host in hosts:
@@ -421,18 +436,26 @@ def test_resuming_a_node_an_operator_already_resumed_is_no_failure(fresh):
 
 
 def test_two_rollouts_at_once_over_the_same_hosts_reboot_each_node_once_and_never_in_service(fresh, tmp_path):
-    """Issue 42: two rollouts over the same hosts (an AWX schedule and a manual run), budget 1, started 3 s apart,
-    each with its own report directory. The scheduler holds each drain as a run's claim: the other run waits for
-    it and never drains again, reboots, resumes or adopts it; a host the first run rebooted is not rebooted again
-    (its command line already holds the argument). Never two nodes out, each node rebooted once, each reboot of a
-    drained node, all back in service."""
+    """Issue 42: two rollouts over the same hosts (an AWX schedule and a manual run), budget 1, the second started once
+    Slurm shows a node drained by the first, each with its own report directory. The scheduler holds each drain as a
+    run's claim: the other run waits for it and never drains again, reboots, resumes or adopts it; a host the first
+    run rebooted is not rebooted again (its command line already holds the argument). Never two nodes out, each node
+    rebooted once, each reboot of a drained node, all back in service.
+    """
     cluster = fresh
     hosts = ["n1", "n2", "n3"]
     roots, inventory_a, reports_a = build_fleet(tmp_path, {"n3": NO_REBOOT}, hosts=hosts)
     inventory_b, reports_b = second_inventory(tmp_path, roots, "b")
-    with cluster.monitor() as seen, StateAtBoot(cluster, roots) as watcher:
+    # A job on n2 keeps the first run's drain of n2 waiting until the second run's sequence for n2 has started: both
+    # runs then meet on the same drained node.
+    job = cluster.submit("n2", 300)
+    cluster.wait_for("the job on n2 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
+    ender = CancelWhen(cluster, job, lambda: os.path.exists(os.path.join(reports_b, "reboots", "n2.json")))
+    with cluster.monitor() as seen, StateAtBoot(cluster, roots) as watcher, ender:
         first = start_rollout(cluster, inventory_a)
-        time.sleep(3)
+        cluster.wait_for("a node drained by the first run", lambda: first.poll() is not None or any(
+            state in ("draining", "drained") for state, _reason in cluster.sinfo().values()), timeout=300,
+            interval=0.1)
         second = start_rollout(cluster, inventory_b)
         out_a = first.communicate(timeout=400)[0]
         out_b = second.communicate(timeout=400)[0]
