@@ -5,6 +5,7 @@ for the callers that import it."""
 
 from __future__ import annotations
 
+# pylint: disable-next=unused-import
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.kubernetes import (  # noqa: F401
     ANNOTATION,
     MISSING,
