@@ -109,7 +109,7 @@ class ActionModule(ActionBase):
                                     run_id())
         self._claim = reboot.claim_of(self._records.run_id, socket.gethostname().split(".")[0], run_started(),
                                       settings["claim_lease"])
-        self._touched = 0.0
+        self._touched, self._drain_started = 0.0, None
         self._delegate = None
         seq.guard_run(os.getppid())
         self._hold = args["hold"] and not self._task.check_mode
@@ -237,6 +237,7 @@ class ActionModule(ActionBase):
                 # Another run rebooted it while this one waited (its claim held the node): no second reboot.
                 records.write(host, "done", reason=booted)
                 return self._gate_only(dict(out, already_booted=True), booted, task_vars)
+            self._drain_started = time.monotonic()
             backend.drain(host, reason)
             out["changed"] = True
             contest = self._contested(adopted)
@@ -390,7 +391,7 @@ class ActionModule(ActionBase):
 
     def _after_drain(self, out, reason, task_vars):
         host, backend, records, settings = self._host, self._backend, self._records, self._settings
-        started = time.monotonic()
+        started = self._drain_started or time.monotonic()  # drain_s: from the drain itself
         errors = []
         if not seq.wait_until(self._drained_check(errors), settings["drain_timeout"], settings["poll"],
                               errors=errors, renew=self._renew):

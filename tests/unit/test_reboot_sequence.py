@@ -549,7 +549,7 @@ def sequence_action(tmp_path, fake, host="n1", **more):
     action._settings = settings(**dict({"claim_lease": 60, "drain_timeout": 0.3}, **more))
     action._records = seq.Records(str(tmp_path), CLAIM["run"])
     action._backend = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
-    action._touched, action._hold, action._vars = 0.0, False, {}
+    action._touched, action._hold, action._vars, action._drain_started = 0.0, False, {}, None
     action.rebooted = []
 
     def reboot_host(_task_vars):
