@@ -22,7 +22,9 @@ Documented in plugins/modules/tuning_reboot.py.
 from __future__ import annotations
 
 import os
+import random
 import shlex
+import socket
 import subprocess
 import time
 
@@ -30,7 +32,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, delegate, reboot, role_variables
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
-from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain_kubernetes import KubernetesBackend
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.kubernetes import KubernetesBackend
 
 ARGUMENT_SPEC = {
     "phase": {"type": "str", "required": True, "choices": ["survey", "reboot", "return"]},
@@ -52,7 +54,10 @@ BOOT_SETTLE = 600
 VARS = ("gpunode_tuning_reboot_ok", "gpunode_tuning_drain", "gpunode_tuning_reboot_max_unavailable",
         "gpunode_tuning_reboot_timeout", "gpunode_tuning_reboot_wait_timeout", "gpunode_tuning_drain_timeout",
         "gpunode_tuning_reboot_poll_interval", "gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
-        "gpunode_tuning_undrain_command", "gpunode_tuning_root", "gpunode_tuning_drain_slurm_delegate")
+        "gpunode_tuning_undrain_command", "gpunode_tuning_root", "gpunode_tuning_drain_slurm_delegate",
+        "gpunode_tuning_reboot_claim_lease", "gpunode_tuning_reboot_budget_scope",
+        "gpunode_tuning_drain_slurm_fleet_partitions", "gpunode_tuning_drain_kubernetes_fleet_selector",
+        "gpunode_tuning_drain_fleet_command")
 
 
 def run_id() -> str:
@@ -64,6 +69,18 @@ def run_id() -> str:
     except (OSError, IndexError):
         started = "0"
     return "%d-%s" % (ppid, started)
+
+
+def run_started() -> float:
+    """When this ansible-playbook run started (the controller's clock; shown in the claim, never compared)."""
+    try:
+        with open("/proc/%d/stat" % os.getppid(), encoding="utf-8") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="utf-8") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return boot + ticks / float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return time.time()
 
 
 class ActionModule(ActionBase):
@@ -90,13 +107,16 @@ class ActionModule(ActionBase):
         report_dir = self._templar.template(task_vars.get("gpunode_tuning_report_dir", "reports/"))
         self._records = seq.Records(os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(report_dir))),
                                     run_id())
+        self._claim = reboot.claim_of(self._records.run_id, socket.gethostname().split(".")[0], run_started(),
+                                      settings["claim_lease"])
+        self._touched, self._drain_started = 0.0, None
         self._delegate = None
         seq.guard_run(os.getppid())
         self._hold = args["hold"] and not self._task.check_mode
         try:
             self._backend = self._make_backend(settings["drain"], task_vars)
             if args["phase"] == "survey":
-                result = seq.survey(self._backend, self._hosts, self._records)
+                result = seq.survey(self._backend, self._hosts, self._records, settings)
                 return dict(result, changed=False, msg=self._survey_msg(result))
             if args["phase"] == "return":
                 return self._return(args)
@@ -116,11 +136,13 @@ class ActionModule(ActionBase):
             for host in self._hosts:
                 given = hostvars[host].get("gpunode_tuning_drain_slurm_node") if host in hostvars else None
                 node_of[host] = reboot.slurm_node_name(host, self._templar.template(given))
-            return seq.SlurmBackend(self._slurm_runner(task_vars), node_of)
+            return seq.SlurmBackend(self._slurm_runner(task_vars), node_of, claim=self._claim,
+                                    fleet_partitions=self._vars["gpunode_tuning_drain_slurm_fleet_partitions"])
         if name == "command":
             commands = {"drain": self._vars["gpunode_tuning_drain_command"],
                         "check": self._vars["gpunode_tuning_drain_check_command"],
-                        "undrain": self._vars["gpunode_tuning_undrain_command"]}
+                        "undrain": self._vars["gpunode_tuning_undrain_command"],
+                        "fleet": self._vars["gpunode_tuning_drain_fleet_command"]}
             return seq.CommandBackend(self._run_on_controller, commands)
         if name == "kubernetes":
             hostvars = task_vars.get("hostvars") or {}
@@ -128,7 +150,8 @@ class ActionModule(ActionBase):
             node_of = {h: self._templar.template(v) or h for h, v in given.items()}
             kubeconfig = self._templar.template(task_vars.get("gpunode_tuning_drain_kubeconfig"))
             context = self._templar.template(task_vars.get("gpunode_tuning_drain_kubernetes_context"))
-            return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError)
+            return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError,
+                                     fleet_selector=self._vars["gpunode_tuning_drain_kubernetes_fleet_selector"])
         return seq.NoneBackend()
 
     def _slurm_runner(self, task_vars):
@@ -170,7 +193,7 @@ class ActionModule(ActionBase):
     # --- the reboot ------------------------------------------------------------------------------------------
 
     def _reboot(self, args, task_vars):
-        host, backend, records = self._host, self._backend, self._records
+        host, backend = self._host, self._backend
         survey = args["survey"] or {}
         reason = reboot.drain_reason(args["pending"])
         adopted = host in (survey.get("ours") or [])
@@ -184,15 +207,101 @@ class ActionModule(ActionBase):
                 verb = "verify and return to service (drained by gpunode.tuning before this run)"
             return dict(out, changed=True, would=verb, msg="would %s %s: %s" % (verb, host, reason))
         if not args["reboot"]:
+            if host in (survey.get("claimed") or {}) and not self._claim_ended(host):
+                return dict(out, failed=True, msg="%s: %s; waited %d s for it (gpunode_tuning_reboot_wait_timeout): "
+                            "left as it is" % (host, survey["claimed"][host], self._settings["wait_timeout"]))
+            if host in (survey.get("claimed") or {}) and host not in backend.states([host])["ours"]:
+                return dict(out, msg="%s: the run that claimed it returned it; nothing left to do" % host)
+            backend.drain(host, reason)  # adopted: this run's claim replaces the one that ran out
             return self._gate_and_return(dict(out, adopted=True), task_vars)
-        slot = seq.take_slot(backend, records, host, self._hosts, self._settings, adopted,
-                             want=self._wanting(task_vars), unreachable=lambda: self._unreachable(task_vars))
-        out["waited"] = slot.get("waited", 0)
-        if not slot["taken"]:
-            return dict(out, failed=True, out_of_service=bool(slot.get("skip")),
-                        msg="%s was not rebooted (its tuning is applied, the reboot is pending): %s"
-                        % (host, slot["why"]))
-        return self._drain_and_reboot(out, reason, task_vars)
+        return self._slot_and_drain(out, args, reason, adopted, task_vars)
+
+    def _slot_and_drain(self, out, args, reason, adopted, task_vars):
+        """Take a slot, drain, and hand over to the reboot; back to the slot's wait when another run's claim met
+        this drain (the same node, or the last slot, at the same moment)."""
+        host, backend, records, survey = self._host, self._backend, self._records, args["survey"] or {}
+        began = time.monotonic()
+        while True:
+            settings = dict(self._settings, wait_timeout=max(self._settings["wait_timeout"] - int(
+                time.monotonic() - began), 1), seen_claimed=host in (survey.get("claimed") or {})
+                or "contested" in out)
+            slot = seq.take_slot(backend, records, host, self._hosts, settings, adopted,
+                                 want=self._wanting(task_vars), unreachable=lambda: self._unreachable(task_vars))
+            out["waited"] = round(time.monotonic() - began, 1)
+            if not slot["taken"]:
+                return dict(out, failed=True, out_of_service=bool(slot.get("skip")),
+                            msg="%s was not rebooted (its tuning is applied, the reboot is pending): %s"
+                            % (host, slot["why"]))
+            booted = self._already_booted(args["pending"]) if not adopted else None
+            if booted:
+                # Another run rebooted it while this one waited (its claim held the node): no second reboot.
+                records.write(host, "done", reason=booted)
+                return self._gate_only(dict(out, already_booted=True), booted, task_vars)
+            self._drain_started = time.monotonic()
+            backend.drain(host, reason)
+            out["changed"] = True
+            contest = self._contested(adopted)
+            if not contest:
+                try:
+                    return self._drain_and_reboot(out, reason, task_vars)
+                except seq.ClaimLost:  # another run drained it at the same moment and holds it: waited for
+                    contest = "claimed"
+            out["contested"] = contest
+            if contest != "claimed":
+                backend.undrain(host)  # still ours: back in service at once, and the slot asked for again
+            records.write(host, "waiting", reason=contest)
+            seq.check_run()
+            time.sleep(random.uniform(0.5, 2.0) * self._settings["poll"])  # noqa: S311 - a jitter, not a secret
+
+    def _contested(self, adopted):
+        """Right after the drain, read again (another run may have decided at the same moment, on its own
+        controller): why this drain must step back, or None. Another live run's claim on the host replaced ours:
+        "claimed" (waited for). More out of service than the budget allows (two runs took the last slot at once):
+        every such run steps back and asks again after a random pause; one that drained before the others
+        never meets this."""
+        if adopted:
+            return None
+        host = self._host
+        with self._records.lock():
+            polled = self._backend.states(self._hosts)
+            if host in seq.claims(self._backend, polled, self._records, self._hosts, self._settings["claim_lease"]):
+                return "claimed"
+            budget, fleet_out = seq.fleet_budget(polled, self._settings)
+            down = set(polled["out_of_service"]) | {host}
+            if len(down) + len(fleet_out) > budget:
+                return "stepped back: %d out of service with this drain (%s), over the budget of %d" % (
+                    len(down) + len(fleet_out), ", ".join(sorted(down) + sorted(fleet_out)), budget)
+        return None
+
+    def _claim_ended(self, host):
+        """Wait (within gpunode_tuning_reboot_wait_timeout) until no other live run claims the host."""
+        def ended():
+            with self._records.lock():
+                polled = self._backend.states([host])
+                return host not in seq.claims(self._backend, polled, self._records, [host],
+                                              self._settings["claim_lease"])
+        return seq.wait_until(ended, self._settings["wait_timeout"], self._settings["poll"], errors=[])
+
+    def _already_booted(self, pending):
+        """Why the host needs no reboot any more (the running kernel's command line holds every pending argument:
+        another run rebooted it), or None. Read right before the drain."""
+        if not pending:
+            return None
+        root = self._vars.get("gpunode_tuning_root") or "/"
+        rc, stdout, _err = self._run_on_host(["cat", os.path.join(root, "proc/cmdline")], 20)
+        running = set(stdout.split()) if rc == 0 else set()
+        if running and all(arg in running for arg in pending):
+            return "already booted with %s (rebooted while this run waited for it): not rebooted again" % " ".join(
+                pending)
+        return None
+
+    def _gate_only(self, out, why, task_vars):
+        ok, failures, verification = self._gate(task_vars)
+        out.update(gate={"ok": ok, "failures": failures, "status": verification.get("status")},
+                   verification=verification)
+        if not ok:
+            return dict(out, failed=True, msg="%s: %s; its gate failed: %s" % (self._host, why, "; ".join(failures)))
+        return dict(out, msg="%s: %s; passed its gate" % (self._host, why))
 
     def _unreachable(self, task_vars):
         """``{host: why}``: the hosts of the run Ansible cannot reach now. Those it took out of the play
@@ -228,6 +337,21 @@ class ActionModule(ActionBase):
                 out.append(host)
         return out
 
+    def _renew(self):
+        """Renew this run's claim on the host: the backend's mark and (for the backends without one) its record."""
+        self._backend.renew(self._host)
+        if time.monotonic() - self._touched >= self._settings["claim_lease"] / 3.0:
+            record = self._records.read(self._host) or {}
+            if record.get("run") == self._records.run_id and record.get("state") in seq.IN_FLIGHT:
+                self._records.write(self._host, record["state"])
+            self._touched = time.monotonic()
+
+    def _released(self, out, exc):
+        """Our claim on the host ended (an operator resumed it, another run took it): left as it is, never
+        drained again, not rebooted; the run goes on."""
+        self._records.write(self._host, "released", reason=str(exc))
+        return dict(out, failed=True, released=True, msg="%s: %s" % (self._host, exc))
+
     def _fail_drained(self, out, why, stage):
         """The host stays drained, its reason saying why, and the run's later reboots stop."""
         text = " ".join(("%s %s" % (reboot.OUR_REASON_PREFIX, why)).split())[:reboot.MAX_REASON]
@@ -240,15 +364,43 @@ class ActionModule(ActionBase):
         return dict(out, failed=True, stays_drained=True, stage=stage, msg="%s stays drained: %s" % (self._host, why))
 
     def _drain_and_reboot(self, out, reason, task_vars):
+        try:
+            return self._after_drain(out, reason, task_vars)
+        except seq.ClaimLost as exc:
+            record = self._records.read(self._host) or {}
+            if exc.by_run and record.get("state") in ("draining", "drained"):
+                raise  # not rebooted yet: the other run's claim is waited for (_reboot)
+            return self._released(out, exc)
+        except seq.RunEnded:
+            raise
+        except seq.SequenceError as exc:  # the scheduler failed after the drain: the host stays out of service
+            return self._fail_drained(out, "a scheduler command failed after the drain: %s" % exc, "scheduler")
+
+    def _drained_check(self, errors):
+        """backend.drained, never believed on the first answer after the backend failed to answer."""
+        state = {"errors": 0}
+
+        def check():
+            ok = self._backend.drained(self._host)
+            if ok and len(errors) > state["errors"]:
+                state["errors"] = len(errors)
+                return False  # ask again: the scheduler has just come back
+            return ok
+
+        return check
+
+    def _after_drain(self, out, reason, task_vars):
         host, backend, records, settings = self._host, self._backend, self._records, self._settings
-        started = time.monotonic()
-        backend.drain(host, reason)
-        out["changed"] = True
-        if not seq.wait_until(lambda: backend.drained(host), settings["drain_timeout"], settings["poll"]):
+        started = self._drain_started or time.monotonic()  # drain_s: from the drain itself
+        errors = []
+        if not seq.wait_until(self._drained_check(errors), settings["drain_timeout"], settings["poll"],
+                              errors=errors, renew=self._renew):
             blocked = getattr(backend, "blocked", {}).get(host)  # the kubernetes backend: a PodDisruptionBudget
             blocked = "; " + blocked if blocked else ""
+            failed = "; the scheduler did not answer: %s" % errors[-1][:200] if errors else ""
             return self._fail_drained(out, "the drain did not finish within %d s (gpunode_tuning_drain_timeout): work "
-                                      "is still running on it%s" % (settings["drain_timeout"], blocked), "drain")
+                                      "is still running on it%s%s" % (settings["drain_timeout"], blocked, failed),
+                                      "drain")
         out["drain_s"] = round(time.monotonic() - started, 1)
         records.write(host, "drained", reason=reason)
         halted = records.halted()
@@ -258,6 +410,12 @@ class ActionModule(ActionBase):
             return dict(out, failed=True, msg="%s was drained, then returned to service without its reboot (still "
                         "pending): the run's reboots stopped (%s)" % (host, halted))
         out["boot_mark"] = backend.boot_mark(host)
+        # Right before the reboot: the node read again, rebooted only if our claim still holds, it is drained and
+        # no work is left on it.
+        backend.renew(host, force=True)
+        held = backend.holds(host)
+        if held:
+            raise seq.ClaimLost("not rebooted: %s" % held)
         records.write(host, "rebooting", reason=reason)
         started = time.monotonic()
         back, detail = self._reboot_host(task_vars)
@@ -292,7 +450,7 @@ class ActionModule(ActionBase):
             new["id"] = self._read_boot_id(root)
             return bool(new["id"]) and new["id"] != before
 
-        if seq.wait_until(changed, timeout, self._settings["poll"]):
+        if seq.wait_until(changed, timeout, self._settings["poll"], errors=[], renew=self._renew):
             return True, new["id"]
         return False, "did not come back within %d s of its reboot (gpunode_tuning_reboot_timeout): the boot id is " \
                       "still %s" % (timeout, before)
@@ -341,7 +499,9 @@ class ActionModule(ActionBase):
         """Verify the host with the full gate, then return it to service; or keep it drained and halt the run.
         With ``hold`` a host that passed stays drained ("gated") for the rollout's measure gate (phase return)."""
         host, records = self._host, self._records
+        self._backend.renew(host, force=True)  # the gate is a step without renewals: a full lease ahead of it
         ok, failures, verification = self._gate(task_vars)
+        self._backend.renew(host, force=True)
         out["gate"] = {"ok": ok, "failures": failures, "status": verification.get("status")}
         out["verification"] = verification
         if not ok:
@@ -367,7 +527,7 @@ class ActionModule(ActionBase):
     def _return_to_service(self, out, mark, after=""):
         host, backend, records, settings = self._host, self._backend, self._records, self._settings
         limit = min(settings["reboot_timeout"], BOOT_SETTLE)
-        if not seq.wait_until(lambda: backend.ready(host, mark), limit, settings["poll"]):
+        if not seq.wait_until(lambda: backend.ready(host, mark), limit, settings["poll"], errors=[], renew=self._renew):
             return self._fail_drained(out, "the scheduler did not see it register again (slurmd) within %d s"
                                       % limit, "return")
         backend.undrain(host)

@@ -12,22 +12,26 @@ description:
   - One phase of the fleet reboot sequence (docs/rebooting.md) per task, run on the controller.
   - V(survey), run once, names the hosts of the play out of service before the run and not by this collection
     (skipped, never drained, rebooted or resumed) and those drained by it in an earlier run (adopted).
-  - V(reboot) waits for a slot in C(gpunode_tuning_reboot_max_unavailable), counting every host of the play out of
-    service for any reason (polled from the backend, plus the hosts this run drains and the hosts Ansible cannot
-    reach), drains the host (C(gpunode_tuning_drain)), waits until it is drained or C(gpunode_tuning_drain_timeout),
-    reboots it (the simulated reboot on a simulated root), and waits for a new boot id
-    (C(gpunode_tuning_reboot_timeout)), the boot unit and the GPUs. Then it verifies the host with the full gate and
-    returns it to service, unless O(hold). A host that fails there stays drained with the reason, and no later
-    host of the run reboots.
+  - V(reboot) waits for a slot in C(gpunode_tuning_reboot_max_unavailable), counting every host of the play (with the
+    V(fleet) scope, every node of the fleet) out of service for any reason (polled from the backend, plus the hosts
+    this run drains and the hosts Ansible cannot reach), drains the host (C(gpunode_tuning_drain)), waits until it is
+    drained or C(gpunode_tuning_drain_timeout), reboots it (the simulated reboot on a simulated root), and waits for a
+    new boot id (C(gpunode_tuning_reboot_timeout)), the boot unit and the GPUs. Then it verifies the host with the
+    full gate and returns it to service, unless O(hold). A host that fails there stays drained with the reason, and no
+    later host of the run reboots.
   - V(return), for a host that V(reboot) held after its gate (O(hold), the rollout's measure gate), returns it to
     service when O(kept); otherwise it stays drained with the reason (it needs a reboot to restore the kernel
     command line), and no later host of the run reboots.
   - 'It reads these variables of the task: C(gpunode_tuning_reboot_ok), C(gpunode_tuning_drain),
     C(gpunode_tuning_reboot_max_unavailable), C(gpunode_tuning_reboot_timeout), C(gpunode_tuning_reboot_wait_timeout),
     C(gpunode_tuning_drain_timeout), C(gpunode_tuning_reboot_poll_interval),
+    C(gpunode_tuning_reboot_claim_lease), C(gpunode_tuning_reboot_budget_scope),
     C(gpunode_tuning_drain_slurm_delegate) (where sinfo and scontrol run), C(gpunode_tuning_drain_slurm_node) (of
-    every host of the play), the three command variables, C(gpunode_tuning_root), C(gpunode_tuning_report_dir) (the
-    records live in its C(reboots/) directory) and C(ansible_play_hosts_all).'
+    every host of the play), C(gpunode_tuning_drain_slurm_fleet_partitions),
+    C(gpunode_tuning_drain_kubernetes_fleet_selector), the four command variables, C(gpunode_tuning_root),
+    C(gpunode_tuning_report_dir) (the records live in its C(reboots/) directory) and C(ansible_play_hosts_all).'
+  - A drain is a claim (docs/rebooting.md) naming the run, its controller and start, and a lease the live run
+    renews; a node another live run claims counts against the budget and is waited for, never touched.
   - Meant for the role (C(roles/tuning/tasks/persistent_reboot.yml)) and the rollout.
 author:
   - gpunode.tuning contributors (@gpunode)
@@ -91,9 +95,15 @@ out_of_service:
   returned: survey
   type: dict
 ours:
-  description: With V(survey), the hosts this collection drained in an earlier run (adopted).
+  description: With V(survey), the hosts this collection drained in an earlier, interrupted run whose claim ran
+    out (adopted).
   returned: survey
   type: list
+claimed:
+  description: With V(survey), each host whose node another live run claims (its drain, within its lease), and
+    why; tuned, then waited for, never drained, rebooted, resumed or adopted while the claim holds.
+  returned: survey
+  type: dict
 rebooted:
   description: With V(reboot), whether the host rebooted and came back.
   returned: reboot
@@ -109,6 +119,16 @@ waited:
 stays_drained:
   description: The host failed after it was drained and stays out of service with the reason.
   returned: on such a failure
+  type: bool
+released:
+  description: Our claim on the node ended while the sequence held it (someone resumed it, or its reason is no
+    longer this run's); the node is left as it is, not rebooted, never drained again.
+  returned: on such an end
+  type: bool
+already_booted:
+  description: The node's running command line already holds every pending argument (another run rebooted it
+    while this one waited), so it is not rebooted again; its gate ran.
+  returned: reboot, in that case
   type: bool
 returned:
   description: The host is back in service.

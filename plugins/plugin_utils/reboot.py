@@ -27,10 +27,14 @@ from typing import Any
 DRAIN_BACKENDS = ("none", "slurm", "kubernetes", "command")
 # How a later run recognises the drains of this collection (Slurm's reason, the command backend's records).
 OUR_REASON_PREFIX = "gpunode.tuning:"
-DEFAULTS = {"max_unavailable": 1, "reboot_timeout": 1800, "wait_timeout": 3600, "drain_timeout": 3600}
+DEFAULTS = {"max_unavailable": 1, "reboot_timeout": 1800, "wait_timeout": 3600, "drain_timeout": 3600,
+            "claim_lease": 3600, "budget_scope": "fleet"}
 TIMEOUT_VARIABLES = {"reboot_timeout": "gpunode_tuning_reboot_timeout",
                      "wait_timeout": "gpunode_tuning_reboot_wait_timeout",
-                     "drain_timeout": "gpunode_tuning_drain_timeout"}
+                     "drain_timeout": "gpunode_tuning_drain_timeout",
+                     "claim_lease": "gpunode_tuning_reboot_claim_lease"}
+# gpunode_tuning_reboot_budget_scope: "run" counts the run's hosts, "fleet" every node of the backend's fleet.
+BUDGET_SCOPES = ("run", "fleet")
 # A timeout longer than this is a unit mistake (milliseconds), not a wait anyone means: 31 days.
 MAX_TIMEOUT = 31 * 86400
 MAX_UNAVAILABLE_ALLOWED = ("a host count of 1 or more, or a share of the play's hosts from 1% to 100% (\"10%\": "
@@ -123,11 +127,18 @@ def reboot_settings(raw: dict, hosts: int) -> tuple[dict, list[str]]:
         errors += [problem] if problem else []
     out["drain"], problem = drain_backend(raw.get("drain"), bool(out["reboot_ok"]))
     errors += [problem] if problem else []
+    scope = raw.get("budget_scope")
+    scope = DEFAULTS["budget_scope"] if scope is None else scope
+    if scope not in BUDGET_SCOPES:
+        errors.append("gpunode_tuning_reboot_budget_scope must be one of %s (got %s)" % (", ".join(BUDGET_SCOPES),
+                                                                                     _shown(scope)))
+    out["budget_scope"] = scope
     return out, errors
 
 
 COMMAND_VARIABLES = ("gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
-                     "gpunode_tuning_undrain_command")
+                     "gpunode_tuning_undrain_command", "gpunode_tuning_drain_fleet_command")
+FLEET_LIST_VARIABLES = ("gpunode_tuning_drain_slurm_fleet_partitions",)
 POLL_RANGE = (0.1, 300.0)
 # A Slurm node name reaches scontrol's argv: a hostname-like word, never an option.
 _SLURM_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -162,9 +173,20 @@ def role_problems(values: dict) -> list[str]:
     against the play's hosts.
     """
     raw = {"reboot_ok": values.get("gpunode_tuning_reboot_ok"), "drain": values.get("gpunode_tuning_drain"),
-           "max_unavailable": values.get("gpunode_tuning_reboot_max_unavailable")}
+           "max_unavailable": values.get("gpunode_tuning_reboot_max_unavailable"),
+           "budget_scope": values.get("gpunode_tuning_reboot_budget_scope")}
     raw.update({key: values.get(name) for key, name in TIMEOUT_VARIABLES.items()})
     got, errors = reboot_settings(raw, 1)
+    for name in FLEET_LIST_VARIABLES:
+        given = values.get(name)
+        if given is not None and not (isinstance(given, list) and given
+                                      and all(isinstance(p, str) and _SLURM_NODE.match(p) for p in given)):
+            errors.append("%s must be a non-empty list of Slurm partition names (letters, digits, '.', '_', '-') "
+                          "(got %s)" % (name, _shown(given)))
+    selector = values.get("gpunode_tuning_drain_kubernetes_fleet_selector")
+    if selector is not None and not (isinstance(selector, str) and selector.strip() and "\n" not in selector):
+        errors.append("gpunode_tuning_drain_kubernetes_fleet_selector must be a Kubernetes label selector, one line "
+                      "(\"gpunode.tuning/fleet=a100\") (got %s)" % _shown(selector))
     if got.get("reboot_ok") and got.get("drain") == "command":
         for name in ("gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
                      "gpunode_tuning_undrain_command"):
@@ -335,6 +357,98 @@ def drain_reason(pending: Iterable[str]) -> str:
     return " ".join(text.split())[:MAX_REASON]
 
 
+# --- the claim (issue 42) -----------------------------------------------------------------------------------
+
+# The claim at the end of our reasons: the run (ansible-playbook's pid and start), the controller, the run's start
+# (the controller's clock: shown, never compared) and the lease in seconds. Whether it is live is judged by the
+# scheduler's clock alone: the time slurmctld stamped on the reason (renewed by the live run) against its now.
+_CLAIM = re.compile(r"\s*\{claim run=([A-Za-z0-9._-]{1,40}) ctl=([A-Za-z0-9._-]{1,60}) start=([0-9]{1,12}) "
+                    r"lease=([0-9]{1,9})\}\s*$")
+_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def claim_of(run: str, controller: str, start: float, lease: int) -> dict:
+    """This run's claim: ``{"run", "ctl", "start", "lease"}`` (the names cut to what a reason carries)."""
+    return {"run": _NAME.sub("_", str(run))[:40], "ctl": _NAME.sub("_", str(controller))[:60] or "controller",
+            "start": int(start), "lease": int(lease)}
+
+
+def claim_mark(claim: dict) -> str:
+    return "{claim run=%s ctl=%s start=%d lease=%d}" % (claim["run"], claim["ctl"], claim["start"], claim["lease"])
+
+
+def claimed_reason(reason: str, claim: dict | None) -> str:
+    """``reason`` (cut to fit) with the claim's mark at its end; without a claim, ``reason`` as it is."""
+    if not claim:
+        return reason[:MAX_REASON]
+    mark = claim_mark(claim)
+    return "%s %s" % (strip_claim(reason)[:max(MAX_REASON - len(mark) - 1, 20)].rstrip(), mark)
+
+
+def parse_claim(reason: Any) -> dict | None:
+    """The claim at the end of one of our reasons, or None."""
+    if not is_our_reason(reason):
+        return None
+    match = _CLAIM.search(reason)
+    if not match:
+        return None
+    return {"run": match.group(1), "ctl": match.group(2), "start": int(match.group(3)), "lease": int(match.group(4))}
+
+
+def strip_claim(reason: str) -> str:
+    return _CLAIM.sub("", reason or "")
+
+
+def same_claim(a: dict | None, b: dict | None) -> bool:
+    return bool(a and b and a["run"] == b["run"] and a["ctl"] == b["ctl"])
+
+
+def claim_live(claim: dict, stamped: int | None, now: int | None) -> bool:
+    """Whether another run's claim still holds: the scheduler's now is within the claim's lease of the time the
+    scheduler stamped on the reason. Without either time it holds (never taken on a guess)."""
+    if stamped is None or now is None:
+        return True
+    return now - stamped <= claim["lease"]
+
+
+def claim_text(claim: dict, stamped: int | None, now: int | None) -> str:
+    age = "renewed %d s ago" % (now - stamped) if stamped is not None and now is not None else "renewal time unknown"
+    return "claimed by the live run %s on %s (%s, lease %d s)" % (claim["run"], claim["ctl"], age, claim["lease"])
+
+
+def parse_sinfo_stamped(text: str) -> dict:
+    """``{node: {..., "reason_time": epoch or None, "partitions": [names]}}`` from
+    ``SLURM_TIME_FORMAT=%s sinfo -N -h -o "%N|%T|%H|%P|%E"`` (a node listed once per partition; %H the time
+    slurmctld stamped on the reason, in seconds since the epoch; the default partition's ``*`` cut off)."""
+    out: dict = {}
+    for line in text.splitlines():
+        fields = line.split("|", 4)
+        if len(fields) < 5 or not fields[0].strip() or not fields[1].strip():
+            continue
+        name, reason = fields[0].strip(), fields[4].strip()
+        record = out.get(name)
+        if record is None:
+            record = _node_record(fields[1], "" if reason == "none" else reason)
+            stamp = fields[2].strip()
+            record["reason_time"] = int(stamp) if stamp.isdigit() else None
+            record["partitions"] = []
+            out[name] = record
+        part = fields[3].strip().rstrip("*")
+        if part and part not in record["partitions"]:
+            record["partitions"].append(part)
+    return out
+
+
+_SDIAG_AT = re.compile(r"^sdiag output at .*\(([0-9]+)\)\s*$", re.M)
+
+
+def parse_sdiag_time(text: str) -> int | None:
+    """slurmctld's clock from sdiag's first line (``sdiag output at <time> (<epoch>)``: the controller's answer
+    carries its own time), or None."""
+    match = _SDIAG_AT.search(text or "")
+    return int(match.group(1)) if match else None
+
+
 def slurm_hosts(nodes: dict, node_of: dict) -> dict:
     """Each host's Slurm node read: ``{"out_of_service": [hosts], "ours": [hosts], "missing": [hosts], "why": {host:
     "drained: reason"}}`` from parsed nodes and ``{host: Slurm node name}``. A host whose node Slurm does not list
@@ -358,8 +472,9 @@ def slurm_hosts(nodes: dict, node_of: dict) -> dict:
 # --- the budget ----------------------------------------------------------------------------------------------
 
 
-def reboot_plan(hosts: Iterable[str], out_of_service: Iterable[str], ours: Iterable[str], want: Iterable[str],
-                max_unavailable: int, halted: str | None = None) -> dict:
+def reboot_plan(hosts: Iterable[str], out_of_service: Iterable[str], ours: Iterable[str], want: Iterable[str],  # noqa: PLR0913
+                max_unavailable: int, halted: str | None = None, claimed: dict | None = None,
+                fleet_out: dict | None = None) -> dict:
     """Which hosts of the run may be drained and rebooted now, and why the others may not.
 
     ``hosts``: the run's hosts in rollout order (earlier hosts get the free slots first). ``out_of_service``: those
@@ -370,20 +485,27 @@ def reboot_plan(hosts: Iterable[str], out_of_service: Iterable[str], ours: Itera
 
     Returns ``start`` (drain and reboot now, within ``max_unavailable``), ``continue`` (drained by us already:
     their reboot goes on, in the slot they hold), ``wait`` (no free slot now, or halted), ``skip`` (out of
-    service by someone else: never drained, rebooted or resumed by us), ``resume`` (drained by us but needing
+    service by someone else: never drained, rebooted or resumed by us; a host ``claimed`` by another live run
+    ``{host: why}`` waits instead), ``fleet_out`` (``{node: why}``, the fleet scope: nodes out of service that are
+    not hosts of the run, each holding a slot), ``resume`` (drained by us but needing
     no reboot any more: returned to service after the gate), ``unavailable`` (every host of the run out of
     service), ``free`` (slots left) and ``why`` ({host: reason} for every host not started).
     """
     order = list(dict.fromkeys(hosts))
     members, unavailable = set(order), set(out_of_service)
     down = [h for h in order if h in unavailable]
-    mine, needs = set(ours) & set(down), set(want) & members
+    claimed = dict(claimed or {})
+    fleet_out = dict(fleet_out or {})
+    mine, needs = (set(ours) & set(down)) - set(claimed), set(want) & members
     plan: dict = {"start": [], "continue": [], "wait": [], "skip": [], "unavailable": down,
                   "resume": [h for h in order if h in mine and h not in needs], "why": {}}
-    free = max(int(max_unavailable) - len(down), 0)
+    free = max(int(max_unavailable) - len(down) - len(fleet_out), 0)
     for host in (h for h in order if h in needs):
         if host in mine:
             plan["continue"].append(host)
+        elif host in claimed:
+            plan["wait"].append(host)
+            plan["why"][host] = "waiting: %s" % claimed[host]
         elif host in down:
             plan["skip"].append(host)
             plan["why"][host] = "out of service before this run, not by gpunode.tuning: left as it is"
@@ -395,13 +517,19 @@ def reboot_plan(hosts: Iterable[str], out_of_service: Iterable[str], ours: Itera
             free -= 1
         else:
             plan["wait"].append(host)
-            plan["why"][host] = _budget_used(max_unavailable, down, plan["start"])
+            plan["why"][host] = _budget_used(max_unavailable, down, plan["start"], fleet_out)
     plan["free"] = free
     return plan
 
 
-def _budget_used(max_unavailable: int, down: list, starting: list) -> str:
+def _budget_used(max_unavailable: int, down: list, starting: list, fleet_out: dict) -> str:
     taken = down + starting
     shown = ", ".join(taken[:10]) + (", ..." if len(taken) > 10 else "")
-    return ("waiting for a slot: gpunode_tuning_reboot_max_unavailable is %d and %d host(s) of the run are out of "
+    text = ("waiting for a slot: gpunode_tuning_reboot_max_unavailable is %d and %d host(s) of the run are out of "
             "service or starting now (%s)" % (max_unavailable, len(taken), shown))
+    if fleet_out:
+        names = sorted(fleet_out)
+        text += "; the fleet's slots are also held by %d node(s) outside the run: %s" % (len(names), "; ".join(
+            "%s (%s)" % (n, " ".join(str(fleet_out[n]).split())[:120]) for n in names[:10])
+            + ("; ..." if len(names) > 10 else ""))
+    return text

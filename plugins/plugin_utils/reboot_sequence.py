@@ -27,17 +27,32 @@ from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
 
+# The backends live in plugin_utils/drain/ (one file each); their names stay importable from here.
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import (  # noqa: F401
+    COMMAND_TIMEOUT,
+    Backend,
+    ClaimLost,
+    SequenceError,
+)
+
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.command import CommandBackend  # noqa: F401
+
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.none import NoneBackend  # noqa: F401
+
+# pylint: disable-next=unused-import
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.slurm import SlurmBackend  # noqa: F401
+
+Runner = Callable[[list, float], tuple]
+
 RECORD_DIR = "reboots"
 HALT = "halt.json"
 # A record's states. In flight: the host is out of service because of this collection. "gated": rebooted and
 # through its gate, held drained until the rollout's measure gate has run (then "done", or "failed").
 IN_FLIGHT = ("draining", "drained", "rebooting", "back", "gated", "failed")
-COMMAND_TIMEOUT = 30
 _HOST_FILE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class SequenceError(Exception):
-    """A backend command failed: the message names the command and what it said."""
 
 
 class RunEnded(SequenceError):
@@ -135,171 +150,73 @@ def in_flight(records: dict, run_id: str | None = None) -> list:
     return [h for h, r in records.items() if r.get("state") in IN_FLIGHT and (run_id is None or r.get("run") == run_id)]
 
 
-# --- backends ---------------------------------------------------------------------------------------------------
-
-Runner = Callable[[list, float], tuple]
-
-
-class NoneBackend:
-    """No drain: hosts reboot with their work on them; out of service is what the records say."""
-
-    name = "none"
-
-    def states(self, hosts: list) -> dict:
-        return {"out_of_service": [], "ours": [], "why": {}}
-
-    def drain(self, host: str, reason: str) -> None:
-        return None
-
-    def drained(self, host: str) -> bool:
-        return True
-
-    def keep_drained(self, host: str, reason: str) -> None:
-        return None
-
-    def boot_mark(self, host: str) -> str | None:
-        return None
-
-    def ready(self, host: str, mark: str | None = None) -> bool:
-        return True
-
-    def undrain(self, host: str) -> None:
-        return None
-
-    def in_service(self, host: str) -> bool:
-        return True
-
-
-class SlurmBackend:
-    """Slurm through the cluster's own ``scontrol`` and ``sinfo`` (``run`` decides where they run)."""
-
-    name = "slurm"
-
-    def __init__(self, run: Runner, node_of: dict, timeout: float = COMMAND_TIMEOUT):
-        self.run, self.node_of, self.timeout = run, node_of, timeout
-
-    def _call(self, argv: list) -> str:
-        rc, out, err = self.run(argv, self.timeout)
-        if rc != 0:
-            raise SequenceError("%s exited %s: %s" % (" ".join(argv), rc, (err or out).strip()[-400:]))
-        return out
-
-    def nodes(self, names=None) -> dict:
-        argv = ["sinfo", "-N", "-h", "-o", "%N|%T|%E"] + (["-n", ",".join(names)] if names else [])
-        return reboot.parse_sinfo(self._call(argv))
-
-    def states(self, hosts: list) -> dict:
-        return reboot.slurm_hosts(self.nodes(), {h: self.node_of[h] for h in hosts})
-
-    def _node(self, host: str) -> dict:
-        return self.nodes([self.node_of[host]]).get(self.node_of[host]) or {}
-
-    def drain(self, host: str, reason: str) -> None:
-        self._call(["scontrol", "update", "NodeName=" + self.node_of[host], "State=DRAIN", "Reason=" + reason])
-
-    def drained(self, host: str) -> bool:
-        """No job left: sinfo says drained (not draining)."""
-        return self._node(host).get("state") in ("DRAINED", "DOWN")
-
-    def keep_drained(self, host: str, reason: str) -> None:
-        self.drain(host, reason)
-
-    def boot_mark(self, host: str) -> str | None:
-        """When the node's slurmd registered (scontrol's SlurmdStartTime): a reboot changes it."""
-        out = self._call(["scontrol", "show", "node", "-o", self.node_of[host]])
-        return (reboot.parse_scontrol_nodes(out).get(self.node_of[host]) or {}).get("slurmd_start_time")
-
-    def ready(self, host: str, mark: str | None = None) -> bool:
-        """slurmd registered again: a new SlurmdStartTime than ``mark`` (before the reboot), and it answers."""
-        out = self._call(["scontrol", "show", "node", "-o", self.node_of[host]])
-        node = reboot.parse_scontrol_nodes(out).get(self.node_of[host])
-        if not node or "NOT_RESPONDING" in node["flags"]:
-            return False
-        return mark is None or node.get("slurmd_start_time") not in (mark, None)
-
-    def undrain(self, host: str) -> None:
-        """RESUME the node. Slurm refuses to resume a node that is not drained ("Invalid node state
-        specified"): when someone resumed ours in between (an adopted node, an operator), it is back in
-        service, which is what this wanted, and that is no failure; any other refusal is."""
-        try:
-            self._call(["scontrol", "update", "NodeName=" + self.node_of[host], "State=RESUME"])
-        except SequenceError:
-            if not self.in_service(host):
-                raise
-
-    def in_service(self, host: str) -> bool:
-        node = self._node(host)
-        return bool(node) and not node["out_of_service"]
-
-
-class CommandBackend(NoneBackend):
-    """The user's own commands (a load balancer, an inference router), run on the controller with
-    ``GPUNODE_HOST`` (and ``GPUNODE_REASON`` for the drain) in their environment. Drains are ours by record.
-
-    What it has no command for (keeping a failed host drained, a boot mark, readiness after the boot) is
-    NoneBackend's: nothing to do, ready at once."""
-
-    name = "command"
-
-    def __init__(self, run: Callable[[list, float, dict], tuple], commands: dict, timeout: float = COMMAND_TIMEOUT):
-        self.run, self.commands, self.timeout = run, commands, timeout
-
-    def _call(self, which: str, host: str, reason: str = "") -> int:
-        argv = reboot.command_argv(self.commands[which])
-        rc, out, err = self.run(argv, self.timeout, {"GPUNODE_HOST": host, "GPUNODE_REASON": reason})
-        if which == "check" and rc in (0, 1):
-            return rc
-        if rc != 0:
-            raise SequenceError("%s command for %s (%s) exited %s: %s" % (
-                which, host, " ".join(argv), rc, (err or out).strip()[-400:]))
-        return rc
-
-    def states(self, hosts: list) -> dict:
-        """A host whose check fails (exit 2 and up, a timeout: it cannot be reached) counts as out of service,
-        ``unreachable``: nothing says it can take work."""
-        out: dict = {"out_of_service": [], "ours": [], "unreachable": [], "why": {}}
-        for host in hosts:
-            try:
-                drained = self._call("check", host) == 0
-            except SequenceError as exc:
-                out["out_of_service"].append(host)
-                out["unreachable"].append(host)
-                out["why"][host] = "unreachable: %s" % exc
-                continue
-            if drained:
-                out["out_of_service"].append(host)
-                out["why"][host] = "the drain check command says drained"
-        return out
-
-    def drain(self, host: str, reason: str) -> None:
-        self._call("drain", host, reason)
-
-    def drained(self, host: str) -> bool:
-        return self._call("check", host) == 0
-
-    def undrain(self, host: str) -> None:
-        self._call("undrain", host)
-
-    def in_service(self, host: str) -> bool:
-        return self._call("check", host) == 1
-
-
 # --- the survey and the slot -------------------------------------------------------------------------------------
 
 
-def survey(backend, hosts: list, records: Records) -> dict:
-    """Before the run: which hosts are out of service and not by this collection (skipped), and which are
-    ours (a Slurm reason of ours, or a record left in flight by an earlier run: adopted)."""
-    polled = backend.states(hosts)
-    recorded = in_flight(records.all(hosts))
-    ours = sorted(set(polled["ours"]) | (set(recorded) & set(polled["out_of_service"]))
-                  | (set(recorded) if backend.name == "none" else set()), key=hosts.index)
+def foreign(records: dict, run_id: str, lease: float, now: float | None = None) -> dict:
+    """``{host: why}``: hosts another run of this report directory holds in flight, its record written within the
+    lease (the records are this controller's: one clock). The backends without a claim of their own (none, command,
+    kubernetes) are claimed by these records."""
+    now = time.time() if now is None else now
+    return {h: "claimed by the live run %s (its record in this report directory, %s, written %d s ago; lease %d s)"
+            % (r.get("run"), r.get("state"), now - float(r.get("updated") or 0), lease)
+            for h, r in records.items() if r.get("state") in IN_FLIGHT and r.get("run") != run_id
+            and now - float(r.get("updated") or 0) <= lease}
+
+
+def claims(backend, polled: dict, records: Records, hosts: list, lease: float) -> dict:
+    """``{host: why}``: the hosts another live run holds (its claim on the node; for a backend without its own,
+    its record)."""
+    out = dict(polled.get("claimed") or {})
+    if backend.name != "slurm":
+        out.update({h: why for h, why in foreign(records.all(hosts), records.run_id, lease).items() if h not in out})
+    return out
+
+
+def _poll_settled(backend, hosts: list, wait: float, poll: float, sleep, clock) -> dict:
+    """The backend's states, asked again (within ``wait``) while a host is in a transient state (Slurm's UNKNOWN
+    right after a controller restart, a Kubernetes node briefly Unknown): never judged on one reading."""
+    end = clock() + wait
+    while True:
+        polled = backend.states(hosts)
+        if not polled.get("transient") or clock() >= end:
+            return polled
+        check_run()
+        sleep(poll)
+
+
+def survey(backend, hosts: list, records: Records, settings: dict | None = None, sleep=time.sleep,
+           clock=time.monotonic) -> dict:
+    """Before the run: which hosts are out of service and not by this collection (skipped), which another live
+    run claims (``claimed``: tuned, then waited for), and which are ours (a reason of ours whose claim ran out,
+    or a record left in flight by an earlier run: adopted)."""
+    settings = settings or {}
+    polled = _poll_settled(backend, hosts, min(float(settings.get("wait_timeout", 60)), 120.0),
+                           float(settings.get("poll", 1.0)), sleep, clock)
+    lease = float(settings.get("claim_lease", reboot.DEFAULTS["claim_lease"]))
+    claimed = claims(backend, polled, records, hosts, lease)
+    recorded = set(in_flight(records.all(hosts))) - set(claimed)
+    ours = sorted((set(polled["ours"]) | (recorded & set(polled["out_of_service"]))
+                   | (recorded if backend.name == "none" else set())) - set(claimed), key=hosts.index)
     others = {h: polled["why"].get(h, "out of service") for h in hosts
-              if h in polled["out_of_service"] and h not in ours}
-    return {"out_of_service": others, "ours": ours, "backend": backend.name, "hosts": list(hosts)}
+              if h in polled["out_of_service"] and h not in ours and h not in claimed}
+    return {"out_of_service": others, "ours": ours, "claimed": claimed, "backend": backend.name,
+            "hosts": list(hosts)}
 
 
-FINISHED = ("done", "failed", "not_rebooted", "returned")
+def fleet_budget(polled: dict, settings: dict) -> tuple:
+    """``(max_unavailable, {node: why} out of service outside the run)`` for the budget's scope: with ``fleet``, a
+    share is of the fleet's nodes and every node of the fleet out of service holds a slot."""
+    if settings.get("budget_scope", "run") != "fleet" or "fleet" not in polled:
+        return settings["max_unavailable"], {}
+    count = settings["max_unavailable"]
+    size = polled.get("fleet_size")
+    if size and settings.get("max_unavailable_given") is not None:
+        count = reboot.max_unavailable_count(settings["max_unavailable_given"], size)[0] or count
+    return count, dict(polled["fleet"])
+
+
+FINISHED = ("done", "failed", "not_rebooted", "returned", "released")
 
 
 def unreachable_note(unreachable: dict) -> str:
@@ -308,6 +225,20 @@ def unreachable_note(unreachable: dict) -> str:
         return ""
     return "; counted out of service as unreachable: " + "; ".join(
         "%s (%s)" % (h, " ".join(str(why).split())[:160]) for h, why in sorted(unreachable.items()))
+
+
+def _poll_within(backend, records: Records, host: str, hosts: list, over: bool):
+    """The backend's states, or (within the wait: ``over`` false) why it did not answer, to ask again."""
+    try:
+        return backend.states(hosts)
+    except RunEnded:
+        raise
+    except SequenceError as exc:
+        if over:
+            raise
+        why = "the backend did not answer: %s" % exc
+        records.write(host, "waiting", reason=why)
+        return why
 
 
 def take_slot(backend, records: Records, host: str, hosts: list, settings: dict, adopted: bool,  # noqa: PLR0913
@@ -323,22 +254,30 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
     """
     start = clock()
     waited_why = ""
+    lease = float(settings.get("claim_lease", reboot.DEFAULTS["claim_lease"]))
+    seen_claimed = bool(settings.get("seen_claimed"))
     while True:
         check_run()
         with records.lock():
             halted = records.halted()
-            polled = backend.states(hosts)
+            polled = _poll_within(backend, records, host, hosts, clock() - start >= settings["wait_timeout"])
+            if isinstance(polled, str):
+                waited_why = polled
+                sleep(settings["poll"])
+                continue
+            claimed = claims(backend, polled, records, hosts, lease)
+            budget, fleet_out = fleet_budget(polled, settings)
             gone = {h: why for h, why in (unreachable() if unreachable else {}).items() if h in hosts and h != host}
             gone.update({h: polled["why"].get(h, "unreachable") for h in polled.get("unreachable", ()) if h != host})
             mine = set(in_flight(records.all(hosts), records.run_id))
-            ours = set(polled["ours"]) | mine | ({host} if adopted else set())
-            down = set(polled["out_of_service"]) | set(gone) | mine | ({host} if adopted else set())
+            ours = (set(polled["ours"]) | mine | ({host} if adopted else set())) - set(claimed)
+            down = set(polled["out_of_service"]) | set(gone) | mine | set(claimed) | ({host} if adopted else set())
             run_records = {h: r for h, r in records.all(hosts).items() if r.get("run") == records.run_id}
             waiting = {h for h, r in run_records.items() if r.get("state") == "waiting"}
             finished = {h for h, r in run_records.items() if r.get("state") in FINISHED and h != host}
             wanted = (waiting | set(want or ()) | {host}) - finished
-            plan = reboot.reboot_plan(hosts, down, ours, wanted, settings["max_unavailable"],
-                                      halted=None if host in ours else halted)
+            plan = reboot.reboot_plan(hosts, down, ours, wanted, budget, halted=None if host in ours else halted,
+                                      claimed=claimed, fleet_out=fleet_out)
             if host in plan["start"] or host in plan["continue"]:
                 records.write(host, "draining", waited=round(clock() - start, 1), slot_at=time.time(),
                               counted_out=sorted(down | {host}), unreachable=gone)
@@ -346,7 +285,13 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
             why = plan["why"].get(host, "waiting for a slot")
             if host in plan["wait"] and not halted:
                 why += unreachable_note(gone)
-            if host in plan["skip"]:
+            seen_claimed = seen_claimed or host in claimed
+            if host in plan["skip"] and (seen_claimed or host in polled.get("transient", ())):
+                # another run held it a moment ago: what it shows now (down after that run's reboot, not yet
+                # responding) is that run's doing, waited for like its claim; a transient state (UNKNOWN right
+                # after a controller restart) is asked again within the wait
+                why = "waiting: out of service for now (%s)" % polled["why"].get(host, "")
+            elif host in plan["skip"]:
                 return {"taken": False, "skip": True, "why": polled["why"].get(host, why), "waited": 0}
             if halted and host not in ours:
                 records.write(host, "not_rebooted", reason=why)
@@ -357,17 +302,33 @@ def take_slot(backend, records: Records, host: str, hosts: list, settings: dict,
                 records.write(host, "not_rebooted", reason=why)
                 records.halt(host, why)
                 return {"taken": False, "why": why, "waited": round(clock() - start, 1), "timed_out": True}
-            records.write(host, "waiting", reason=why, unreachable=gone)
+            if host not in claimed or backend.name == "slurm":  # never over another live run's record
+                records.write(host, "waiting", reason=why, unreachable=gone)
             waited_why = why
         sleep(settings["poll"])
 
 
-def wait_until(check: Callable[[], bool], timeout: float, poll: float, sleep=time.sleep, clock=time.monotonic) -> bool:
-    """Whether ``check()`` turned true within ``timeout`` seconds (asked every ``poll`` seconds)."""
+def wait_until(check: Callable[[], bool], timeout: float, poll: float, sleep=time.sleep, clock=time.monotonic,  # noqa: PLR0913
+               errors: list | None = None, renew: Callable[[], None] | None = None) -> bool:
+    """Whether ``check()`` turned true within ``timeout`` seconds (asked every ``poll`` seconds).
+
+    ``errors``: a backend error (SequenceError, not ClaimLost or RunEnded) is appended there and asked again
+    within the wait instead of ending it. ``renew``: called at every poll (the run's claim)."""
     end = clock() + timeout
     while True:
         check_run()
-        if check():
+        try:
+            if renew is not None:
+                renew()
+            ok = check()
+        except (ClaimLost, RunEnded):
+            raise
+        except SequenceError as exc:
+            if errors is None:
+                raise
+            errors.append(str(exc))
+            ok = False
+        if ok:
             return True
         if clock() >= end:
             return False
@@ -377,7 +338,8 @@ def wait_until(check: Callable[[], bool], timeout: float, poll: float, sleep=tim
 def settings_of(values: dict, hosts: int) -> tuple[dict, list]:
     """The run's reboot settings from the role variables (prefixed names): reboot.reboot_settings plus the poll."""
     raw = {"reboot_ok": values.get("gpunode_tuning_reboot_ok"), "drain": values.get("gpunode_tuning_drain"),
-           "max_unavailable": values.get("gpunode_tuning_reboot_max_unavailable")}
+           "max_unavailable": values.get("gpunode_tuning_reboot_max_unavailable"),
+           "budget_scope": values.get("gpunode_tuning_reboot_budget_scope")}
     raw.update({key: values.get(name) for key, name in reboot.TIMEOUT_VARIABLES.items()})
     got, errors = reboot.reboot_settings(raw, hosts)
     poll: Any = values.get("gpunode_tuning_reboot_poll_interval")

@@ -295,7 +295,7 @@ def reboot_record(reboot: Any) -> dict | None:
     if not isinstance(reboot, dict) or reboot.get("skipped") or not reboot:
         return None
     keys = ("rebooted", "returned", "stays_drained", "stage", "waited", "drain_s", "reboot_s", "backend", "reason",
-            "would", "adopted", "held", "msg")
+            "would", "adopted", "held", "released", "already_booted", "msg")
     out = {k: reboot[k] for k in keys if k in reboot}
     out["failed"] = bool(reboot.get("failed"))
     return out
@@ -367,7 +367,9 @@ def reboot_lines(results: list) -> list:
         if rb.get("would"):
             lines.append("%s: would %s (%s)" % (r["host"], rb["would"], rb.get("reason", "")))
         elif rb.get("stays_drained"):
-            lines.append("%s: stays drained (%s): %s" % (r["host"], rb.get("stage"), rb.get("msg", "")))
+            lines.append("%s: stays drained (%s), out of service: %s" % (r["host"], rb.get("stage"), rb.get("msg", "")))
+        elif rb.get("released"):
+            lines.append("%s: our claim ended, left as it is: %s" % (r["host"], rb.get("msg", "")))
         elif rb.get("returned"):
             lines.append("%s: %s%s" % (r["host"], rb.get("msg", ""),
                                        " after waiting %s s for a slot" % rb["waited"] if rb.get("waited") else ""))

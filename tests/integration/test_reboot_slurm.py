@@ -32,6 +32,9 @@ NEEDS_REBOOT = "audited-epyc-8gpu"
 # Already on amd-pstate-epp: nothing pending, never drained.
 NO_REBOOT = "epyc-pstate-epp"
 DRIVER = "sys/devices/system/cpu/cpufreq/policy0/scaling_driver"
+# The claim lease of this file's runs: short enough for a killed run's claim to run out within a test, long
+# enough to cover a gate on a loaded machine (the live run renews it at every wait, and before and after the gate).
+LEASE = 30
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +81,75 @@ class JobEnder(Background):
             time.sleep(0.2)
 
 
-def build_fleet(tmp_path, presets, **common):
+class CancelWhen(Background):
+    """Cancels ``job`` once ``ready()`` says so."""
+
+    def __init__(self, cluster, job, ready):
+        super().__init__()
+        self.cluster, self.job, self.ready = cluster, job, ready
+
+    def _run(self):
+        while not self._stop.is_set():
+            if self.ready():
+                self.cluster.run(["scancel", self.job])
+                return
+            time.sleep(0.2)
+
+
+def build_fleet(tmp_path, presets, hosts=HOSTS, **common):
     roots = {}
-    for host in HOSTS:
+    for host in hosts:
         roots[host] = str(tmp_path / host)
         simnode.build(roots[host], presets.get(host, NEEDS_REBOOT), cpus=2, gpus=1)
     reports = tmp_path / "reports"
+    common.setdefault("gpunode_tuning_reboot_claim_lease", LEASE)
     inventory = write_inventory(
         tmp_path / "hosts.yml", roots, report_dir=reports, gpunode_tuning_reboot_ok=True,
         gpunode_tuning_drain="slurm", gpunode_tuning_reboot_poll_interval=0.3, **common)
     return roots, inventory, reports
+
+
+def second_inventory(tmp_path, roots, name, **common):
+    """Another run's inventory over ``roots`` (the same simulated hosts), with its own report directory (as two AWX
+    jobs in their own containers have them)."""
+    reports = tmp_path / ("reports-" + name)
+    common.setdefault("gpunode_tuning_reboot_claim_lease", LEASE)
+    inventory = write_inventory(
+        tmp_path / ("hosts-%s.yml" % name), roots, report_dir=reports, gpunode_tuning_reboot_ok=True,
+        gpunode_tuning_drain="slurm", gpunode_tuning_reboot_poll_interval=0.3, **common)
+    return inventory, reports
+
+
+class StateAtBoot(BootWatcher):
+    """A BootWatcher that also records each node's sinfo (state, reason) at the moment its root rebooted."""
+
+    def __init__(self, cluster, roots):
+        self.states: dict = {}
+
+        def on_boot(host):
+            self.states.setdefault(host, []).append(cluster.sinfo()[host])
+            cluster.reboot_node(host, down_seconds=1.0)
+
+        super().__init__(roots, on_boot)
+
+
+def start_rollout(cluster, inventory, *extra):
+    return subprocess.Popen(rollout_command(inventory, *extra), cwd=REPO, env=ansible_env(SLURM_CONF=cluster.conf),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def summary_of(reports):
+    with open(os.path.join(reports, "rollout-summary.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def assert_each_rebooted_once_and_drained(watcher, hosts):
+    assert watcher.errors == [], watcher.errors
+    assert sorted(watcher.rebooted) == sorted(hosts), watcher.rebooted  # no double reboot
+    for host, states in watcher.states.items():
+        for state, reason in states:  # never rebooted in service: drained, with a claim of ours
+            assert state == "drained" and reason.startswith("gpunode.tuning: reboot for"), (host, states)
+            assert "{claim run=" in reason, reason
 
 
 def rollout_command(inventory, *extra):
@@ -307,7 +369,8 @@ def test_an_interrupted_rollout_is_adopted_by_the_next_run(fresh, tmp_path):
     if it still needs it, within the budget, then gated) and resumes it; the others get their reboot one at a
     time; at the end every host is back in service, each rebooted once."""
     cluster = fresh
-    roots, inventory, reports = build_fleet(tmp_path, {"n5": NO_REBOOT, "n6": NO_REBOOT})
+    roots, inventory, reports = build_fleet(tmp_path, {"n5": NO_REBOOT, "n6": NO_REBOOT},
+                                            gpunode_tuning_reboot_claim_lease=6)
     with reboot_watcher(cluster, roots) as watcher:
         first = subprocess.Popen(rollout_command(inventory), cwd=REPO, env=ansible_env(SLURM_CONF=cluster.conf),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -370,3 +433,90 @@ def test_resuming_a_node_an_operator_already_resumed_is_no_failure(fresh):
     assert again.returncode != 0 and "Invalid node state" in again.stdout + again.stderr, again
     backend.undrain(node)
     assert backend.in_service(node) and fresh.sinfo()[node] == ("idle", "none")
+
+
+def test_two_rollouts_at_once_over_the_same_hosts_reboot_each_node_once_and_never_in_service(fresh, tmp_path):
+    """Issue 42: two rollouts over the same hosts (an AWX schedule and a manual run), budget 1, the second started once
+    Slurm shows a node drained by the first, each with its own report directory. The scheduler holds each drain as a
+    run's claim: the other run waits for it and never drains again, reboots, resumes or adopts it; a host the first
+    run rebooted is not rebooted again (its command line already holds the argument). Never two nodes out, each node
+    rebooted once, each reboot of a drained node, all back in service.
+    """
+    cluster = fresh
+    hosts = ["n1", "n2", "n3"]
+    roots, inventory_a, reports_a = build_fleet(tmp_path, {"n3": NO_REBOOT}, hosts=hosts)
+    inventory_b, reports_b = second_inventory(tmp_path, roots, "b")
+    # A job on n2 keeps the first run's drain of n2 waiting until the second run's sequence for n2 has started: both
+    # runs then meet on the same drained node.
+    job = cluster.submit("n2", 300)
+    cluster.wait_for("the job on n2 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
+    ender = CancelWhen(cluster, job, lambda: os.path.exists(os.path.join(reports_b, "reboots", "n2.json")))
+    with cluster.monitor() as seen, StateAtBoot(cluster, roots) as watcher, ender:
+        first = start_rollout(cluster, inventory_a)
+        cluster.wait_for("a node drained by the first run", lambda: first.poll() is not None or any(
+            state in ("draining", "drained") for state, _reason in cluster.sinfo().values()), timeout=300,
+            interval=0.1)
+        second = start_rollout(cluster, inventory_b)
+        out_a = first.communicate(timeout=400)[0]
+        out_b = second.communicate(timeout=400)[0]
+    assert seen.errors == [] and seen.max_out_of_service == 1, seen.peak
+    assert_each_rebooted_once_and_drained(watcher, ["n1", "n2"])
+    assert set(cluster.sinfo().values()) == {("idle", "none")}, cluster.sinfo()
+    for host in ("n1", "n2"):
+        assert driver(roots[host]) == "amd-pstate-epp", host
+    assert first.returncode == 0, out_a[-5000:]
+    assert second.returncode == 0, out_b[-5000:]
+    results = by_host(summary_of(reports_b))
+    assert all(results[h]["status"] == "done" for h in hosts), results
+
+
+def test_two_rollouts_over_disjoint_hosts_of_one_partition_share_the_fleet_budget(fresh, tmp_path):
+    """Issue 42: budget 1 with the fleet scope (the default): run A over n1, n2 and run B over n3, at once, each
+    with its own report directory; the budget counts every node of the partition, so never two out."""
+    cluster = fresh
+    hosts = ["n1", "n2", "n3"]
+    roots, _inventory, _reports = build_fleet(tmp_path, {}, hosts=hosts)
+    inventory_a, reports_a = second_inventory(tmp_path, {h: roots[h] for h in ("n1", "n2")}, "a")
+    inventory_b, reports_b = second_inventory(tmp_path, {"n3": roots["n3"]}, "b")
+    with cluster.monitor() as seen, StateAtBoot(cluster, roots) as watcher:
+        first = start_rollout(cluster, inventory_a)
+        second = start_rollout(cluster, inventory_b)
+        out_a = first.communicate(timeout=400)[0]
+        out_b = second.communicate(timeout=400)[0]
+    assert seen.errors == [] and seen.max_out_of_service == 1, seen.peak
+    assert_each_rebooted_once_and_drained(watcher, hosts)
+    assert first.returncode == 0, out_a[-5000:]
+    assert second.returncode == 0, out_b[-5000:]
+    assert set(cluster.sinfo().values()) == {("idle", "none")}, cluster.sinfo()
+    for reports in (reports_a, reports_b):
+        assert all(r["status"] == "done" for r in summary_of(reports)["results"])
+
+
+def test_a_controller_restart_while_a_node_with_a_job_drains_never_reboots_it_before_the_job_ends(fresh, tmp_path):
+    """Issue 42: slurmctld stopped for 5 s while n1 (a job running on it) drains, then started: the scheduler's
+    errors are asked again within the drain wait, and right after the restart sinfo shows n1 "drained" before
+    slurmd has re-registered its job; the job is still listed by squeue, so n1 is rebooted only after it ended
+    (3 s after the restart)."""
+    cluster = fresh
+    roots, inventory, reports = build_fleet(tmp_path, {"n2": NO_REBOOT}, hosts=["n1", "n2"])
+    job = cluster.submit("n1", 120)
+    cluster.wait_for("the job on n1 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
+    with StateAtBoot(cluster, roots) as watcher:
+        proc = start_rollout(cluster, inventory)
+        try:
+            cluster.wait_for("n1 draining", lambda: cluster.state("n1") == "draining" or proc.poll() is not None,
+                             timeout=200, interval=0.2)
+            cluster.stop_controller()
+            time.sleep(5)
+        finally:
+            cluster.start_controller()
+        time.sleep(3)
+        cluster.run(["scancel", job])
+        ended_at = time.monotonic()
+        output = proc.communicate(timeout=400)[0]
+    assert proc.returncode == 0, output[-6000:]
+    assert watcher.rebooted == ["n1"] and watcher.errors == [], (watcher.rebooted, watcher.errors)
+    assert watcher.when["n1"] > ended_at, watcher.when["n1"] - ended_at  # not before the job ended
+    results = by_host(summary_of(reports))
+    assert results["n1"]["status"] == "done" and results["n1"]["reboot"]["returned"], results["n1"]
+    assert cluster.sinfo()["n1"] == ("idle", "none")

@@ -525,6 +525,15 @@ class SlurmCluster:
             self.wait_for("slurmctld to see %s's new boot (BootTime was %s)" % (node, before),
                           lambda: self.show_node(node).get("BootTime") not in (before, None), timeout)
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld (it saves its state, as a controller restart does); ``start_controller`` brings it back."""
+        self._stop_pid_file(self.pid_file("slurmctld"), "slurmctld")
+
+    def start_controller(self) -> None:
+        self._start_daemon("slurmctld", ["slurmctld", "-D", "-f", self.conf], self.pid_file("slurmctld"))
+        self.wait_for("slurmctld to answer", lambda: "UP" in self.run(["scontrol", "ping"], check=False).stdout,
+                      timeout=START_TIMEOUT)
+
     def start(self) -> SlurmCluster:
         """Start munged, slurmctld and every slurmd; return once every node is idle."""
         missing = missing_tools()
@@ -536,9 +545,7 @@ class SlurmCluster:
         try:
             self._write_files()
             self._start_munged()
-            self._start_daemon("slurmctld", ["slurmctld", "-D", "-f", self.conf], self.pid_file("slurmctld"))
-            self.wait_for("slurmctld to answer", lambda: "UP" in self.run(["scontrol", "ping"], check=False).stdout,
-                          timeout=START_TIMEOUT)
+            self.start_controller()
             for node in self.nodes:
                 self.start_node(node)
             self.wait_for("every node idle", lambda: all(s == "idle" for s, _r in self.sinfo().values())

@@ -26,7 +26,11 @@ class FakeApi:
         self.pdb = set(pdb)
         self.calls = []
 
-    def list_node(self, _request_timeout=None):
+    def list_node(self, _request_timeout=None, label_selector=None):
+        if label_selector:  # "key=value"
+            key, value = label_selector.split("=", 1)
+            return NS(items=[n for n in self.nodes.values() if (getattr(n.metadata, "labels", None) or {}).get(key)
+                             == value])
         return NS(items=list(self.nodes.values()))
 
     def read_node(self, name, _request_timeout=None):
@@ -72,6 +76,23 @@ def test_states_count_cordoned_and_not_ready_and_know_our_annotation():
     assert got["out_of_service"] == ["a", "b", "c"]
     assert got["ours"] == ["c"]
     assert "cordoned" in got["why"]["a"] and "not Ready" in got["why"]["b"]
+
+
+def test_a_node_briefly_unknown_is_transient_and_the_fleet_is_the_selectors_nodes():
+    """Issue 42: Ready ``Unknown`` (the node controller has not heard from the kubelet lately) is asked again
+    before the run, not judged on one reading; the fleet scope counts the selector's nodes out of service."""
+    unknown = node("b")
+    unknown.status.conditions = [NS(type="Ready", status="Unknown")]
+    other = node("gpu-9", unschedulable=True)
+    other.metadata.labels = {"fleet": "a100"}
+    peer = node("a")
+    peer.metadata.labels = {"fleet": "a100"}
+    api = FakeApi([peer, unknown, node("node-c"), other])
+    got = dk.KubernetesBackend({"a": "a", "b": "b", "c": "node-c"}, api=api, error=RuntimeError,
+                               fleet_selector="fleet=a100").states(["a", "b", "c"])
+    assert got["transient"] == ["b"] and got["out_of_service"] == ["b"]
+    assert got["fleet"] == {"gpu-9": "cordoned (spec.unschedulable)"} and got["fleet_size"] == 4
+    assert backend(api).states(["a", "b", "c"])["fleet"] == {}  # no selector: the run's nodes
 
 
 def test_drain_evicts_all_but_daemonsets_and_undrain_removes_our_mark():

@@ -16,7 +16,8 @@ def test_defaults_reboot_one_host_at_a_time_with_the_issue_timeouts():
     got, errors = reboot.reboot_settings({}, hosts=40)
     assert errors == []
     assert got == {"reboot_ok": False, "max_unavailable": 1, "max_unavailable_given": 1, "reboot_timeout": 1800,
-                   "wait_timeout": 3600, "drain_timeout": 3600, "drain": None}
+                   "wait_timeout": 3600, "drain_timeout": 3600, "drain": None,
+                   "claim_lease": 3600, "budget_scope": "fleet"}
 
 
 @pytest.mark.parametrize("value, hosts, count", [
@@ -160,6 +161,8 @@ CAPTURES = (
     "slurm-sinfo-D-T-E-reasons-prometheus-slurm-exporter-33.txt",
     "slurm-sinfo-N-states-captured-here.txt",
     "slurm-sinfo-R-captured-here.txt",
+    "slurm-sinfo-N-stamped-captured-here.txt",
+    "slurm-sdiag-captured-here.txt",
     "slurm-sinfo-n-T-700-nodes-prometheus-slurm-exporter.txt",
     "slurm-sinfo-partitions-drng-maint-fail-arjunausers-69.txt",
 )
@@ -393,3 +396,34 @@ def test_the_budget_is_never_exceeded_whatever_is_out_already(budget):
                 assert len(plan["start"]) + len(down) <= max(budget, len(down))
                 assert not set(plan["start"]) & set(down)
                 assert sorted(plan["start"] + plan["wait"] + plan["skip"] + plan["continue"]) == sorted(HOSTS)
+
+
+def test_the_stamped_node_list_and_slurmctlds_clock_as_slurm_prints_them(real):
+    """Captured on the test cluster (Slurm 22.05): ``SLURM_TIME_FORMAT=%s sinfo -N -h -o "%N|%T|%H|%P|%E"`` gives
+    the time slurmctld stamped on each reason in seconds since the epoch ("Unknown" without a reason), the
+    partition with the default's ``*``; sdiag's first line carries slurmctld's own time (sdiag.c prints the
+    answer's req_time)."""
+    nodes = reboot.parse_sinfo_stamped(real("slurm-sinfo-N-stamped-captured-here.txt").text)
+    assert nodes["n1"]["reason_time"] == nodes["n3"]["reason_time"] == 1796549824
+    assert nodes["n4"]["reason_time"] is None and nodes["n4"]["partitions"] == ["gpunodes"]
+    assert nodes["n2"]["state"] == "DRAINING" and nodes["n2"]["ours"]
+    assert reboot.parse_claim(nodes["n2"]["reason"]) == {"run": "2211-5", "ctl": "awx-7", "start": 1796549000,
+                                                          "lease": 3600}
+    assert reboot.parse_claim(nodes["n3"]["reason"]) is None and not nodes["n3"]["ours"]
+    now = reboot.parse_sdiag_time(real("slurm-sdiag-captured-here.txt").text)
+    assert now == 1796549824
+    claim = reboot.parse_claim(nodes["n1"]["reason"])
+    assert reboot.claim_live(claim, nodes["n1"]["reason_time"], now)
+    assert not reboot.claim_live(claim, nodes["n1"]["reason_time"], now + 31)
+    assert reboot.parse_sdiag_time("sdiag: error: Unable to contact slurm controller") is None
+
+
+def test_a_claimed_reason_keeps_its_claim_whole_within_the_reason_limit():
+    claim = reboot.claim_of("123456-999999", "controller.example.org", 1796549521.7, 3600)
+    assert claim["ctl"] == "controller.example.org" and claim["start"] == 1796549521
+    text = reboot.claimed_reason(reboot.drain_reason(["pci=disable_acs_redir=" + "0000:00:01.0;" * 30]), claim)
+    assert len(text) <= reboot.MAX_REASON and reboot.parse_claim(text) == claim
+    again = reboot.claimed_reason(text, claim)  # a reason renewed or re-set never grows a second claim
+    assert again == text and again.count("{claim") == 1
+    hostile = reboot.claim_of("a b{c}", "x\ny", 0, 1)
+    assert reboot.parse_claim(reboot.claimed_reason("gpunode.tuning: x", hostile)) == hostile

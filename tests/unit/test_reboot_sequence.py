@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -31,6 +32,8 @@ class FakeSlurm:
             names = argv[argv.index("-n") + 1].split(",") if "-n" in argv else list(self.nodes)
             return 0, "".join("%s|%s|%s\n" % (n, self.nodes[n]["state"], self.nodes[n]["reason"] or "none")
                               for n in names), ""
+        if argv[0] == "squeue":  # squeue -h -w N -t RUNNING,COMPLETING -o %i
+            return 0, "".join("%s\n" % j for j in self.nodes[argv[argv.index("-w") + 1]].get("jobs", ())), ""
         if argv[:3] == ["scontrol", "show", "node"]:
             n = argv[-1]
             node = self.nodes[n]
@@ -89,7 +92,7 @@ def test_slurm_backend_drains_with_our_reason_and_resumes_only_after_slurmd_regi
     assert fake.calls[-1] == ["scontrol", "update", "NodeName=n1", "State=DRAIN",
                               "Reason=gpunode.tuning: reboot for amd_pstate=active"]
     assert backend.drained("n1") and backend.states(HOSTS) == {
-        "out_of_service": ["n1"], "ours": ["n1"], "missing": [], "why": {
+        "out_of_service": ["n1"], "ours": ["n1"], "missing": [], "claimed": {}, "transient": [], "why": {
             "n1": "drained: gpunode.tuning: reboot for amd_pstate=active"}}
     mark = backend.boot_mark("n1")
     assert mark == "2026-12-02T10:00:00"
@@ -132,7 +135,8 @@ def test_the_survey_skips_other_drains_and_adopts_ours(tmp_path):
     fake.nodes["n2"].update(state="drained", reason="bad DIMM")
     fake.nodes["n3"].update(state="drained", reason="gpunode.tuning: reboot for iommu=pt")
     got = seq.survey(seq.SlurmBackend(fake, {h: h for h in HOSTS}), HOSTS, seq.Records(str(tmp_path), "r"))
-    assert got == {"out_of_service": {"n2": "drained: bad DIMM"}, "ours": ["n3"], "backend": "slurm", "hosts": HOSTS}
+    assert got == {"out_of_service": {"n2": "drained: bad DIMM"}, "ours": ["n3"], "claimed": {}, "backend": "slurm",
+                   "hosts": HOSTS}
 
 
 def test_a_slot_counts_a_node_drained_by_someone_else_and_times_out_halting_the_run(tmp_path):
@@ -230,12 +234,17 @@ def test_the_precheck_accepts_a_complete_reboot_setting():
 
 
 def test_an_interrupted_run_is_adopted_from_its_records(tmp_path):
-    """The controller was killed with n2 rebooting: the next run (another run id) adopts it, and its slot
-    goes on (``continue``) whatever the budget's other holders, while n1 still waits."""
-    seq.Records(str(tmp_path), "killed-run").write("n2", "rebooting", reason="gpunode.tuning: reboot for x")
+    """The controller was killed with n2 rebooting: the next run (another run id) adopts it once the killed run's
+    record is older than the lease, and its slot goes on (``continue``) whatever the budget's other holders,
+    while n1 still waits. Within the lease the record is a live run's claim: waited for, not adopted."""
+    killed = seq.Records(str(tmp_path), "killed-run")
+    killed.write("n2", "rebooting", reason="gpunode.tuning: reboot for x")
     records = seq.Records(str(tmp_path), "next-run")
-    got = seq.survey(seq.NoneBackend(), HOSTS, records)
-    assert got["ours"] == ["n2"] and got["out_of_service"] == {}
+    got = seq.survey(seq.NoneBackend(), HOSTS, records, {"claim_lease": 60})
+    assert got["ours"] == [] and "claimed by the live run killed-run" in got["claimed"]["n2"]
+    killed.write("n2", "rebooting", updated=time.time() - 61)
+    got = seq.survey(seq.NoneBackend(), HOSTS, records, {"claim_lease": 60})
+    assert got["ours"] == ["n2"] and got["out_of_service"] == {} and got["claimed"] == {}
     fake = FakeSlurm()
     fake.nodes["n2"].update(state="drained", reason="gpunode.tuning: reboot for x")
     backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
@@ -321,3 +330,310 @@ def test_a_gated_host_held_for_the_measure_gate_is_in_flight(tmp_path):
     got = seq.take_slot(seq.NoneBackend(), records, "n2", HOSTS, settings(wait_timeout=1), False, sleep=clock.sleep,
                         clock=clock)
     assert not got["taken"] and "(n1)" in got["why"]  # its slot is held until the measure gate returns it
+
+
+# --- issue 42: the claim, "drained" proven by the jobs, the fleet's budget, every way out said -----------------
+
+CLAIM = reboot.claim_of("4242-77", "ctl-a", 1796500000, 60)
+OTHER = reboot.claim_of("5151-88", "ctl-b", 1796500003, 60)
+
+
+class ClaimSlurm(FakeSlurm):
+    """FakeSlurm with what the claim reads: ``env SLURM_TIME_FORMAT=%s sinfo -o %N|%T|%H|%P|%E`` (the reason's
+    time as slurmctld stamped it, the partition), ``sdiag`` (slurmctld's now) and a Reason-only update."""
+
+    def __init__(self, nodes=None, partition="gpu"):
+        super().__init__(nodes)
+        self.now = 1796550000
+        for node in self.nodes.values():
+            node.update(stamp=None, partition=partition, jobs=[])
+        self.broken = None
+
+    def __call__(self, argv, timeout):
+        if argv[0] == "env":
+            argv = [a for a in argv[1:] if "=" not in a or a.startswith("-")]
+        if self.broken and argv[0] in ("sinfo", "scontrol", "squeue", "sdiag"):
+            self.calls.append(list(argv))
+            return 1, "", self.broken
+        if argv[0] == "sdiag":
+            return 0, "*******\nsdiag output at Sun Dec 06 10:00:00 2026 (%d)\nData since ...\n" % self.now, ""
+        if argv[0] == "sinfo" and argv[argv.index("-o") + 1] == "%N|%T|%H|%P|%E":
+            self.calls.append(list(argv))
+            names = argv[argv.index("-n") + 1].split(",") if "-n" in argv else list(self.nodes)
+            return 0, "".join("%s|%s|%s|%s*|%s\n" % (n, self.nodes[n]["state"], self.nodes[n]["stamp"] or "Unknown",
+                                                     self.nodes[n]["partition"], self.nodes[n]["reason"] or "none")
+                              for n in names), ""
+        if argv[:2] == ["scontrol", "update"]:
+            fields = dict(a.split("=", 1) for a in argv[3:])
+            node = self.nodes[argv[2].split("=", 1)[1]]
+            if "Reason" in fields and node["state"] in ("drained", "draining", "down") or fields.get("State"):
+                node["stamp"] = self.now
+            if "State" not in fields:
+                self.calls.append(list(argv))
+                if node["state"] in ("drained", "draining", "down"):
+                    node["reason"] = fields["Reason"]
+                return 0, "", ""
+        return super().__call__(argv, timeout)
+
+
+def test_a_drain_carries_the_runs_claim_and_another_live_runs_claim_is_waited_for_never_adopted(tmp_path):
+    fake = ClaimSlurm()
+    mine = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    theirs = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=OTHER)
+    theirs.drain("n2", "gpunode.tuning: reboot for amd_pstate=active")
+    reason = fake.nodes["n2"]["reason"]
+    assert reason == "gpunode.tuning: reboot for amd_pstate=active {claim run=5151-88 ctl=ctl-b start=1796500003 " \
+                     "lease=60}"
+    assert reboot.parse_claim(reason) == OTHER and len(reason) <= reboot.MAX_REASON
+    fake.nodes["n3"].update(state="drained", reason="bad DIMM")
+    records = seq.Records(str(tmp_path), CLAIM["run"])
+    got = seq.survey(mine, HOSTS, records, {"claim_lease": 60})
+    assert got["claimed"] == {"n2": "claimed by the live run 5151-88 on ctl-b (renewed 0 s ago, lease 60 s)"}
+    assert got["ours"] == [] and got["out_of_service"] == {"n3": "drained: bad DIMM"}
+    # within the lease by slurmctld's clock (sdiag), however long ago the other controller started
+    fake.now += 60
+    assert "n2" in mine.states(HOSTS)["claimed"]
+    # the live run renews its claim without draining again: slurmctld stamps the reason anew
+    theirs.renew("n2", force=True)
+    assert fake.calls[-1] == ["scontrol", "update", "NodeName=n2", "Reason=" + reason]
+    fake.now += 60
+    assert "n2" in mine.states(HOSTS)["claimed"]
+    # not renewed for longer than its lease: an interrupted run's, adopted
+    fake.now += 61
+    polled = mine.states(HOSTS)
+    assert polled["claimed"] == {} and polled["ours"] == ["n2"]
+    assert seq.survey(mine, HOSTS, records, {"claim_lease": 60})["ours"] == ["n2"]
+
+
+def test_the_slot_waits_for_a_node_another_live_run_holds_and_counts_it(tmp_path):
+    fake = ClaimSlurm()
+    seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=OTHER).drain("n1", "gpunode.tuning: reboot for x")
+    mine = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    records, clock = seq.Records(str(tmp_path), CLAIM["run"]), Clock()
+    got = seq.take_slot(mine, records, "n1", HOSTS, settings(wait_timeout=1, max_unavailable=2), False,
+                        sleep=clock.sleep, clock=clock)
+    assert not got["taken"] and not got.get("skip") and "claimed by the live run 5151-88 on ctl-b" in got["why"]
+    assert ["scontrol", "update", "NodeName=n1", "State=DRAIN"] not in [c[:4] for c in fake.calls[1:]]
+    # n2's slot: n1 (the other run's) holds one of the two
+    clock2 = Clock()
+    assert seq.take_slot(mine, seq.Records(str(tmp_path / "2"), CLAIM["run"]), "n2", HOSTS,
+                         settings(max_unavailable=2), False, sleep=clock2.sleep, clock=clock2)["taken"]
+    assert not seq.take_slot(mine, seq.Records(str(tmp_path / "3"), CLAIM["run"]), "n2", HOSTS,
+                             settings(wait_timeout=1), False, sleep=clock2.sleep, clock=clock2)["taken"]
+
+
+def test_drained_means_no_running_or_completing_job_and_an_operators_resume_ends_the_claim():
+    fake = ClaimSlurm()
+    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    backend.drain("n1", "gpunode.tuning: reboot for x")
+    # slurmctld just restarted: sinfo says drained, squeue still lists the job slurmd has not re-registered
+    fake.nodes["n1"]["jobs"] = ["17"]
+    assert not backend.drained("n1")
+    assert backend.holds("n1") == "Slurm still lists job(s) 17 running or completing on n1"
+    assert ["squeue", "-h", "-w", "n1", "-t", "RUNNING,COMPLETING", "-o", "%i"] in fake.calls
+    fake.nodes["n1"]["jobs"] = []
+    assert backend.drained("n1") and backend.holds("n1") is None
+    fake.nodes["n1"].update(state="idle", reason="")  # an operator resumed it
+    drains = len([c for c in fake.calls if "State=DRAIN" in c])
+    with pytest.raises(seq.ClaimLost, match="someone resumed n1 .*our claim on it ended") as lost:
+        backend.drained("n1")
+    assert not lost.value.by_run
+    with pytest.raises(seq.ClaimLost):
+        backend.holds("n1")
+    assert len([c for c in fake.calls if "State=DRAIN" in c]) == drains  # never drained again
+    # another run's claim on it now (two runs drained it at once): by_run, waited for
+    fake.nodes["n1"].update(state="drained", reason=reboot.claimed_reason("gpunode.tuning: reboot for x", OTHER))
+    with pytest.raises(seq.ClaimLost) as lost:
+        backend.drained("n1")
+    assert lost.value.by_run
+    with pytest.raises(seq.ClaimLost, match="not resumed by this run"):
+        backend.undrain("n1")
+    assert not any("State=RESUME" in c for c in fake.calls)
+
+
+def test_a_transient_unknown_state_is_asked_again_not_judged_on_one_reading(tmp_path):
+    fake = ClaimSlurm()
+    fake.nodes["n2"].update(state="unknown")  # right after a controller restart
+    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    clock = Clock()
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        fake.nodes["n2"].update(state="idle")  # slurmd registered again
+
+    got = seq.survey(backend, HOSTS, seq.Records(str(tmp_path), "r"), {"wait_timeout": 30, "poll": 1},
+                     sleep=sleep, clock=clock)
+    assert got["out_of_service"] == {} and clock.now == 1
+    # the same within the slot's wait: asked again, not skipped as out of service
+    fake.nodes["n1"].update(state="unknown")
+    clock2 = Clock()
+
+    def sleep2(seconds):
+        clock2.sleep(seconds)
+        fake.nodes["n1"].update(state="idle")
+
+    got = seq.take_slot(backend, seq.Records(str(tmp_path / "slot"), "r"), "n1", HOSTS, settings(wait_timeout=30),
+                        False, sleep=sleep2, clock=clock2)
+    assert got["taken"] and not got.get("skip"), got
+    # one that stays unknown for the whole wait is out of service, as before
+    fake.nodes["n3"].update(state="unknown")
+    got = seq.survey(backend, HOSTS, seq.Records(str(tmp_path), "r"), {"wait_timeout": 3, "poll": 1},
+                     sleep=clock.sleep, clock=clock)
+    assert got["out_of_service"] == {"n3": "unknown"}
+
+
+def test_the_fleet_budget_counts_every_node_of_the_partitions_whoever_took_it_out(tmp_path):
+    nodes = ["n1", "n2", "n3", "n4", "x1", "x2"]
+    fake = ClaimSlurm(nodes)
+    fake.nodes["x1"]["partition"] = fake.nodes["x2"]["partition"] = "other"
+    fake.nodes["n4"].update(state="drained", reason="bad DIMM")  # not a host of the run, in its partition
+    fake.nodes["x1"].update(state="drained", reason="another partition")
+    backend = seq.SlurmBackend(fake, {h: h for h in ("n1", "n2")}, claim=CLAIM)
+    polled = backend.states(["n1", "n2"])
+    assert polled["fleet"] == {"n4": "drained: bad DIMM"} and polled["fleet_size"] == 4
+    fleet = settings(budget_scope="fleet", wait_timeout=1)
+    clock = Clock()
+    got = seq.take_slot(backend, seq.Records(str(tmp_path), CLAIM["run"]), "n1", ["n1", "n2"], fleet, False,
+                        sleep=clock.sleep, clock=clock)
+    assert not got["taken"] and "the fleet's slots are also held by 1 node(s) outside the run: n4 (drained: " \
+                                "bad DIMM)" in got["why"], got
+    run_scope = settings(budget_scope="run")
+    assert seq.take_slot(backend, seq.Records(str(tmp_path / "r"), CLAIM["run"]), "n1", ["n1", "n2"], run_scope,
+                         False, sleep=clock.sleep, clock=clock)["taken"]
+    # a share is of the fleet's nodes: 50% of 4 is 2, n4 holds one
+    share = settings(budget_scope="fleet", max_unavailable=1, max_unavailable_given="50%")
+    assert seq.fleet_budget(polled, share) == (2, {"n4": "drained: bad DIMM"})
+    # the partitions named instead
+    named = seq.SlurmBackend(fake, {h: h for h in ("n1", "n2")}, claim=CLAIM, fleet_partitions=["other"])
+    assert named.states(["n1", "n2"])["fleet"] == {"x1": "drained: another partition"}
+
+
+def test_the_command_backends_fleet_is_what_its_fleet_command_lists():
+    def run(argv, timeout, env):
+        if argv == ["fleet-out"]:
+            return 0, "gpu-7\tmaintenance\ngpu-8\n\n", ""
+        return 1, "", ""
+
+    backend = seq.CommandBackend(run, {"check": ["check"], "fleet": "fleet-out"})
+    got = backend.states(["a", "gpu-8"])
+    assert got["fleet"] == {"gpu-7": "maintenance"}
+    assert seq.CommandBackend(run, {"check": ["check"]}).states(["a"]).get("fleet") is None
+
+
+@pytest.mark.parametrize("name,value,allowed", [
+    ("gpunode_tuning_reboot_budget_scope", "fleet", True), ("gpunode_tuning_reboot_budget_scope", "run", True),
+    ("gpunode_tuning_reboot_budget_scope", "cluster", False),
+    ("gpunode_tuning_reboot_claim_lease", 600, True), ("gpunode_tuning_reboot_claim_lease", 0, False),
+    ("gpunode_tuning_drain_slurm_fleet_partitions", ["gpu", "gpu-a100"], True),
+    ("gpunode_tuning_drain_slurm_fleet_partitions", "gpu", False),
+    ("gpunode_tuning_drain_slurm_fleet_partitions", ["-p"], False),
+    ("gpunode_tuning_drain_kubernetes_fleet_selector", "gpunode.tuning/fleet=a100", True),
+    ("gpunode_tuning_drain_kubernetes_fleet_selector", "", False),
+    ("gpunode_tuning_drain_fleet_command", ["lb", "list-out"], True),
+    ("gpunode_tuning_drain_fleet_command", [], False),
+])
+def test_the_precheck_names_what_the_new_reboot_variables_allow(name, value, allowed):
+    problems = reboot.role_problems({name: value})
+    assert (problems == []) is allowed, problems
+    if not allowed:
+        assert problems[0].startswith(name + " must be"), problems
+
+
+def sequence_action(tmp_path, fake, host="n1", **more):
+    """The tuning_reboot action's sequence for ``host`` with the Slurm backend on ``fake`` (its run() skipped: the
+    attributes it sets are set here), the reboot itself and the gate replaced by what the test says."""
+    from ansible_collections.gpunode.tuning.plugins.action.tuning_reboot import ActionModule  # noqa: PLC0415
+
+    action = object.__new__(ActionModule)
+    action._host, action._hosts = host, list(HOSTS)
+    action._settings = settings(**dict({"claim_lease": 60, "drain_timeout": 0.3}, **more))
+    action._records = seq.Records(str(tmp_path), CLAIM["run"])
+    action._backend = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    action._touched, action._hold, action._vars, action._drain_started = 0.0, False, {}, None
+    action.rebooted = []
+
+    def reboot_host(_task_vars):
+        action.rebooted.append(host)
+        return True, "new-boot"
+
+    action._reboot_host = reboot_host
+    action._gate = lambda _task_vars: (True, [], {"gate": {"ok": True}, "status": "pass"})
+    return action
+
+
+def test_a_scheduler_error_after_the_drain_leaves_the_host_in_stays_drained_with_its_reason(tmp_path):
+    """sinfo answering "Unable to contact slurm controller" for the whole drain wait: asked again within it, then
+    the host stays drained (its first reason: the controller cannot be told), listed with stays_drained."""
+    fake = ClaimSlurm()
+    fake.nodes["n1"]["jobs"] = ["9"]
+    action = sequence_action(tmp_path, fake)
+    action._backend.drain("n1", "gpunode.tuning: reboot for x")
+    fake.broken = "slurm_load_partitions: Unable to contact slurm controller (connect failure)"
+    got = action._drain_and_reboot({"changed": True}, "gpunode.tuning: reboot for x", {})
+    assert got["failed"] and got["stays_drained"] and got["stage"] == "drain", got
+    assert "the scheduler did not answer: " in got["msg"] and "Unable to contact slurm controller" in got["msg"]
+    assert "its drain reason could not be updated" in got["msg"] and action.rebooted == []
+    assert len([c for c in fake.calls if c[0] == "sinfo"]) > 2  # asked again, not judged on one error
+    assert action._records.read("n1")["state"] == "failed" and action._records.halted()
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import rollout  # noqa: PLC0415
+
+    lines = rollout.reboot_lines([{"host": "n1", "reboot": rollout.reboot_record(got)}])
+    assert lines[0].startswith("n1: stays drained (drain), out of service: "), lines
+
+
+def test_an_operators_resume_while_we_drain_ends_our_claim_said_and_never_drained_again(tmp_path):
+    fake = ClaimSlurm()
+    fake.nodes["n1"]["jobs"] = ["9"]
+    action = sequence_action(tmp_path, fake, drain_timeout=5)
+    action._backend.drain("n1", "gpunode.tuning: reboot for x")
+    polls = {"n": 0}
+    real = fake.__call__
+
+    def operator(argv, timeout):
+        polls["n"] += 1
+        if polls["n"] == 4:
+            fake.nodes["n1"].update(state="idle", reason="")  # scontrol update NodeName=n1 State=RESUME
+        return real(argv, timeout)
+
+    action._backend.run = operator
+    got = action._drain_and_reboot({"changed": True}, "gpunode.tuning: reboot for x", {})
+    assert got["failed"] and got["released"] and not got.get("stays_drained"), got
+    assert "someone resumed n1" in got["msg"] and "not drained again" in got["msg"]
+    assert action.rebooted == [] and fake.nodes["n1"]["state"] == "idle" and fake.nodes["n1"]["reason"] == ""
+    assert len([c for c in fake.calls if "State=DRAIN" in c]) == 1
+    assert action._records.read("n1")["state"] == "released" and not action._records.halted()
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import rollout  # noqa: PLC0415
+
+    lines = rollout.reboot_lines([{"host": "n1", "reboot": rollout.reboot_record(got)}])
+    assert lines == ["n1: our claim ended, left as it is: " + got["msg"][len("n1: "):]], lines
+
+
+def test_right_before_the_reboot_the_node_is_read_again(tmp_path):
+    """Drained and idle, then (between the drain wait and the reboot) another run's claim replaced ours: the node
+    is not rebooted; the action hands it back to its slot's wait (ClaimLost by_run)."""
+    fake = ClaimSlurm()
+    action = sequence_action(tmp_path, fake)
+    action._backend.drain("n1", "gpunode.tuning: reboot for x")
+    real = action._backend.boot_mark
+
+    def boot_mark(host):
+        fake.nodes["n1"]["reason"] = reboot.claimed_reason("gpunode.tuning: reboot for x", OTHER)
+        return real(host)
+
+    action._backend.boot_mark = boot_mark
+    with pytest.raises(seq.ClaimLost) as lost:
+        action._drain_and_reboot({"changed": True}, "gpunode.tuning: reboot for x", {})
+    assert lost.value.by_run and action.rebooted == []
+
+
+def test_the_command_backend_reads_the_host_again_right_before_the_reboot():
+    answers = {"check": 0}
+
+    def run(argv, timeout, env):
+        return answers["check"], "", ""
+
+    backend = seq.CommandBackend(run, {"check": ["lb-check"]})
+    assert backend.holds("a") is None
+    answers["check"] = 1  # someone put it back into the load balancer
+    with pytest.raises(seq.ClaimLost, match="back in service: our claim on it ended"):
+        backend.holds("a")
