@@ -53,6 +53,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     nvidia_smi,
     pci,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import SERIOUS_XIDS
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
@@ -88,6 +89,15 @@ contains:
     type: str
     returned: always
     sample: 570.124.06
+  nvidia_driver:
+    description:
+      - The loaded NVIDIA driver without nvidia-smi (module_utils/core/platform.py) - C(version)
+        (C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version)), C(flavor) (C(open) for "NVIDIA
+        UNIX Open Kernel Module", C(proprietary) for "NVIDIA UNIX x86_64 Kernel Module"; null when unknown),
+        C(source) (the file read; null when the driver is not loaded).
+    type: dict
+    returned: always
+    sample: {"version": "580.65.06", "flavor": "open", "source": "/sys/module/nvidia/version"}
 """
 # The fields each health row judges; a row none of whose fields the driver knows is left out.
 ROW_FIELDS = {
@@ -128,7 +138,7 @@ def vendors_of(gpus: list) -> str | None:
 
 
 # The rows about every vendor's GPUs (config space, the count); every other row is about one vendor's.
-_ANY_VENDOR = ("link_width", "link_speed", "responding", "gpu_count")
+_ANY_VENDOR = ("link_width", "link_speed", "responding", "gpu_count", "kernel_floor")
 
 
 def _speed(text: Any) -> float | None:
@@ -525,9 +535,10 @@ def desired_problems(want: Any) -> list:
         return []
     if not isinstance(want, dict):
         return [("", "gpu_health must be a mapping with the keys gpu_count, dcgm_diag, got %r" % (want,))]
-    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag"}, key=str)
-    out = [("", "gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag" % ", ".join(map(str, unknown)))
-           ] if unknown else []
+    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag", "floors"}, key=str)
+    out = [("", "gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag, floors"
+            % ", ".join(map(str, unknown)))] if unknown else []
+    out += [("floors" + ("." + k if k else ""), m) for k, m in fit.floors_problems(want.get("floors"))]
     count = want.get("gpu_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         out.append(("gpu_count", "gpu_health.gpu_count must be an integer >= 1 or null, got %r" % (count,)))
@@ -542,7 +553,36 @@ def validate(want: Any) -> dict:
     if problems:
         raise family.EvaluationError(family.problems_text(problems))
     want = want or {}
-    return {"gpu_count": want.get("gpu_count"), "dcgm_diag": bool(want.get("dcgm_diag"))}
+    return {"gpu_count": want.get("gpu_count"), "dcgm_diag": bool(want.get("dcgm_diag")),
+            "floors": want.get("floors") or {}}
+
+
+def fitness_rows(facts: dict, floors: dict) -> list:
+    """Fit before tuned: ``driver_fitness`` (each NVIDIA GPU's generation against the loaded driver's flavour and
+    version, and ``floors``: drifted naming the GPU, the driver and the floor), ``kernel_floor`` when a kernel
+    floor is set. A driver branch past its end of life is a warning (``fitness_warnings``), never a row."""
+    out = []
+    driver = (facts.get(NAME) or {}).get("nvidia_driver") or {}
+    gpus = _gpus(facts, "nvidia")
+    if gpus and driver.get("version"):
+        judged = fit.driver_fitness(gpus, driver, floors)
+        want = "generation needs (%s)" % ", ".join(sorted(set(judged["generations"].values())))
+        running = "%s %s" % (driver.get("flavor") or "unknown flavour", driver["version"])
+        if judged["failures"]:
+            out.append(_row("driver_fitness", want, running, "drifted", "; ".join(judged["failures"])))
+        else:
+            out.append(_row("driver_fitness", want, running, "applied", ""))
+    below = fit.kernel_below(facts.get("platform"), floors)
+    if floors.get("kernel"):
+        release = ((facts.get("platform") or {}).get("kernel") or {}).get("release")
+        out.append(_row("kernel_floor", floors["kernel"], release, "drifted" if below else "applied", below or ""))
+    return out
+
+
+def fitness_warnings(facts: dict) -> list:
+    """The loaded NVIDIA driver's branch past its end of life (a warning of the run and the fleet summary)."""
+    driver = (facts.get(NAME) or {}).get("nvidia_driver") or {}
+    return fit.driver_fitness([], driver)["warnings"] if driver.get("version") else []
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
@@ -569,7 +609,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
                      "the GPUs could not be listed (see nvidia_smi): %s" % driver["reason"])]
     busy = {g["bdf"]: _number(g.get("utilization.gpu")) for g in smi or []
             if _number(g.get("utilization.gpu")) is not None}
-    out = link_rows(facts, busy) + [responding_row(facts)]
+    out = link_rows(facts, busy) + [responding_row(facts)] + fitness_rows(facts, want["floors"])
     count = count_row(facts, want["gpu_count"], smi)
     out += [count] if count else []
     out += rows + [xid_row(facts)]
@@ -612,6 +652,7 @@ def read(node: Node, selector: Any = None, query: Any = None) -> dict:
     return {
         "persistenced": {"running": bool(pids), "pids": sorted(pids)},
         "driver_version": read_small(node.path("sys/module/nvidia/version")),
+        "nvidia_driver": fit.nvidia_driver(node),
     }
 
 
@@ -642,7 +683,8 @@ def report(facts: dict, desired: dict, ctx: Any = None) -> str:
 def from_role(v: dict, shared: dict) -> dict:
     count = v.get("gpunode_tuning_gpu_health_count")
     return {NAME: {"gpu_count": None if count is None else int(count),
-                   "dcgm_diag": bool(v.get("gpunode_tuning_gpu_health_dcgm_diag", False))}}
+                   "dcgm_diag": bool(v.get("gpunode_tuning_gpu_health_dcgm_diag", False)),
+                   "floors": v.get("gpunode_tuning_floors") or {}}}
 
 
 DEFINITION = family.Family(
