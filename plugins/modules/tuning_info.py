@@ -680,13 +680,19 @@ tuning_facts:
           when neither file exists), C(config_source), C(amd_pstate_driver) C(builtin), C(module) or C(absent)
           from C(modules.builtin) and the module tree, null when unknown); C(cpu) (C(vendor), C(family),
           C(model), C(model_name), C(cppc_flag)); C(acpi_cppc) (the firmware exposes ACPI CPPC:
-          C(/sys/devices/system/cpu/cpu0/acpi_cppc/) exists).
+          C(/sys/devices/system/cpu/cpu0/acpi_cppc/) exists); C(nvidia_driver) without nvidia-smi (C(version)
+          from C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version); C(flavor) C(open) for
+          "NVIDIA UNIX Open Kernel Module", C(proprietary) for "NVIDIA UNIX x86_64 Kernel Module", null when
+          unknown; C(source) the file read); C(amd_driver) (C(version) from C(/sys/module/amdgpu/version), set
+          by ROCm's amdgpu-dkms; null for the in-tree driver).
       type: dict
       returned: always
       sample: {"kernel": {"release": "5.15.0-91-generic", "version": [5, 15, 0], "config": null,
                "config_source": null, "amd_pstate_driver": null},
                "cpu": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "model_name": "AMD EPYC 9654",
-                       "cppc_flag": true}, "acpi_cppc": false}
+                       "cppc_flag": true}, "acpi_cppc": false,
+               "nvidia_driver": {"version": "580.65.06", "flavor": "open", "source": "/sys/module/nvidia/version"},
+               "amd_driver": {"version": null, "source": null}}
     # tools/generate.py writes the families' sections (Family.facts_doc): BEGIN GENERATED tuning_info.facts
     pcie_acs:
       description:
@@ -968,15 +974,6 @@ tuning_facts:
           type: str
           returned: always
           sample: 570.124.06
-        nvidia_driver:
-          description:
-            - The loaded NVIDIA driver without nvidia-smi (module_utils/core/platform.py) - C(version)
-              (C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version)), C(flavor) (C(open) for "NVIDIA
-              UNIX Open Kernel Module", C(proprietary) for "NVIDIA UNIX x86_64 Kernel Module"; null when unknown),
-              C(source) (the file read; null when the driver is not loaded).
-          type: dict
-          returned: always
-          sample: {"version": "580.65.06", "flavor": "open", "source": "/sys/module/nvidia/version"}
     gpu_p2p:
       description:
         - What stops peer-to-peer traffic of the selected GPUs that config space shows.

@@ -284,8 +284,8 @@ def test_tiny_vm_has_nothing_to_tune(build_node, run_module):
     assert f["cpufreq"]["supported"] is False and f["cpufreq"]["driver"] is None
     assert f["cpufreq"]["governor"] == {"value": None, "cpus_differing": 0, "cpulists": {}}
     assert f["pci"]["devices"] == [] and f["pci"]["count"] == 0
-    assert f["gpu_health"] == {"persistenced": {"running": False, "pids": []}, "driver_version": None,
-                               "nvidia_driver": {"version": None, "flavor": None, "source": None}}
+    assert f["gpu_health"] == {"persistenced": {"running": False, "pids": []}, "driver_version": None}
+    assert f["platform"]["nvidia_driver"] == {"version": None, "flavor": None, "source": None}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -215,7 +215,7 @@ def nvidia_driver(node: Node) -> dict:
 
 def read(node: Node) -> dict:
     """``tuning_facts.platform``: kernel (release, numbers, config options and their source, amd-pstate's
-    presence), CPU (vendor, family, model, cppc flag), ACPI CPPC."""
+    presence), CPU (vendor, family, model, cppc flag), ACPI CPPC, the NVIDIA and AMD drivers' versions."""
     release = (read_small(node.path("proc/sys/kernel/osrelease")) or "").strip() or None
     config, config_source = read_kernel_config(node, release)
     try:
@@ -225,13 +225,29 @@ def read(node: Node) -> dict:
         cpu = parse_cpuinfo("")
     flags = cpu.pop("flags")
     cpu["cppc_flag"] = None if flags is None else "cppc" in flags
+    amdgpu = (read_small(node.path("sys/module/amdgpu/version")) or "").strip() or None
     return {
         "kernel": {"release": release, "version": list(parse_release(release) or []) or None,
                    "config": config, "config_source": config_source,
                    "amd_pstate_driver": driver_presence(node, release, "amd-pstate")},
         "cpu": cpu,
         "acpi_cppc": acpi_cppc(node),
+        "nvidia_driver": nvidia_driver(node),
+        "amd_driver": {"version": amdgpu, "source": "/sys/module/amdgpu/version" if amdgpu else None},
     }
+
+
+def versions(platform: dict | None) -> dict:
+    """The fleet summary's versions of one host: kernel release, NVIDIA and AMD driver versions and flavour."""
+    platform = platform or {}
+    nvidia = platform.get("nvidia_driver") or {}
+    return {"kernel": (platform.get("kernel") or {}).get("release"), "nvidia_driver": nvidia.get("version"),
+            "nvidia_flavor": nvidia.get("flavor"), "amd_driver": (platform.get("amd_driver") or {}).get("version")}
+
+
+def eol_warnings(platform: dict | None) -> list:
+    """The loaded NVIDIA driver's branch past its end of life: a warning, never a failure."""
+    return driver_fitness([], (platform or {}).get("nvidia_driver") or {})["warnings"]
 
 
 # --- judgements ---

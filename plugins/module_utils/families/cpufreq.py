@@ -1350,9 +1350,11 @@ def _unfit_row(row, family, mode, vendor, running_driver, ctx, facts):
         return None
     args = driver_kernel_args(family, mode, vendor, running_driver).needed
     if args and all(ctx.arg(a)["running"] for a in args):
-        return setting_row(FAMILY, "driver", *row, "drifted", "%s is on the running command line but %s serves the "
-                           "CPUs: %s" % (" ".join(args), running_driver, feasible["reason"]), None)
-    return setting_row(FAMILY, "driver", *row, "unsupported", feasible["reason"], None)
+        out = setting_row(FAMILY, "driver", *row, "drifted", "%s is on the running command line but %s serves the "
+                          "CPUs: %s" % (" ".join(args), running_driver, feasible["reason"]), None)
+    else:
+        out = setting_row(FAMILY, "driver", *row, "unsupported", feasible["reason"], None)
+    return dict(out, fit=True)
 
 
 def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):

@@ -89,15 +89,6 @@ contains:
     type: str
     returned: always
     sample: 570.124.06
-  nvidia_driver:
-    description:
-      - The loaded NVIDIA driver without nvidia-smi (module_utils/core/platform.py) - C(version)
-        (C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version)), C(flavor) (C(open) for "NVIDIA
-        UNIX Open Kernel Module", C(proprietary) for "NVIDIA UNIX x86_64 Kernel Module"; null when unknown),
-        C(source) (the file read; null when the driver is not loaded).
-    type: dict
-    returned: always
-    sample: {"version": "580.65.06", "flavor": "open", "source": "/sys/module/nvidia/version"}
 """
 # The fields each health row judges; a row none of whose fields the driver knows is left out.
 ROW_FIELDS = {
@@ -562,27 +553,23 @@ def fitness_rows(facts: dict, floors: dict) -> list:
     version, and ``floors``: drifted naming the GPU, the driver and the floor), ``kernel_floor`` when a kernel
     floor is set. A driver branch past its end of life is a warning (``fitness_warnings``), never a row."""
     out = []
-    driver = (facts.get(NAME) or {}).get("nvidia_driver") or {}
+    driver = (facts.get("platform") or {}).get("nvidia_driver") or {}
     gpus = _gpus(facts, "nvidia")
     if gpus and driver.get("version"):
         judged = fit.driver_fitness(gpus, driver, floors)
         want = "generation needs (%s)" % ", ".join(sorted(set(judged["generations"].values())))
         running = "%s %s" % (driver.get("flavor") or "unknown flavour", driver["version"])
         if judged["failures"]:
-            out.append(_row("driver_fitness", want, running, "drifted", "; ".join(judged["failures"])))
+            out.append(dict(_row("driver_fitness", want, running, "drifted", "; ".join(judged["failures"])),
+                            fit=True))
         else:
             out.append(_row("driver_fitness", want, running, "applied", ""))
     below = fit.kernel_below(facts.get("platform"), floors)
     if floors.get("kernel"):
         release = ((facts.get("platform") or {}).get("kernel") or {}).get("release")
-        out.append(_row("kernel_floor", floors["kernel"], release, "drifted" if below else "applied", below or ""))
+        row = _row("kernel_floor", floors["kernel"], release, "drifted" if below else "applied", below or "")
+        out.append(dict(row, fit=True) if below else row)
     return out
-
-
-def fitness_warnings(facts: dict) -> list:
-    """The loaded NVIDIA driver's branch past its end of life (a warning of the run and the fleet summary)."""
-    driver = (facts.get(NAME) or {}).get("nvidia_driver") or {}
-    return fit.driver_fitness([], driver)["warnings"] if driver.get("version") else []
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
@@ -652,7 +639,6 @@ def read(node: Node, selector: Any = None, query: Any = None) -> dict:
     return {
         "persistenced": {"running": bool(pids), "pids": sorted(pids)},
         "driver_version": read_small(node.path("sys/module/nvidia/version")),
-        "nvidia_driver": fit.nvidia_driver(node),
     }
 
 
