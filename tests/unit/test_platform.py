@@ -177,7 +177,8 @@ def test_blackwell_driver_fitness_fails_naming_each_gpu_the_driver_and_the_floor
         assert "GPU %s (0x2bb5, blackwell)" % bdf in row["reason"]
     # Verification fails (verify exits non-zero); the rollout's health gate and the post-reboot gate read the rows.
     result = v.evaluate_host(facts, {"gpu_health": {"floors": floors or {}}}, {"root": root})
-    assert not result["ok"] and any("driver_fitness" in f and words[0] in f for f in result["failures"])
+    assert not result["ok"] and any("driver_fitness" in f for f in result["failures"]), result["failures"]
+    assert {s["id"]: s for s in result["settings"]}["gpu_health.driver_fitness"]["reason"] == row["reason"]
     findings = gpu_health.health_findings(result)
     assert any(f.startswith("gpu_health.driver_fitness") for f in findings)
 
