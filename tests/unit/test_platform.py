@@ -43,6 +43,7 @@ def _facts(kernel=None, family=0x19, cppc=True, config="y", presence="builtin"):
     (_facts("6.8.0-79-generic", config="n"), "active", False, False, ["CONFIG_X86_AMD_PSTATE not set"]),
     (_facts("6.8.0-79-generic", config=None, presence="absent"), "active", False, False,
      ["neither built in nor in /lib/modules/6.8.0-79-generic"]),
+    (_facts("6.8.0-79-generic", config="y", presence="absent"), "active", True, False, []),  # config first
     (_facts("6.8.0-79-generic", cppc=False), "active", False, False, ["ACPI CPPC is off", "firmware"]),
     # Zen 5 on 6.13+: the kernel's default, no argument; older Zen or kernel: an argument.
     (_facts("6.14.0-29-generic", family=0x1A), "active", True, True, ["0x1A", "6.13", "did not register"]),

@@ -288,11 +288,10 @@ def amd_pstate_feasibility(platform: dict | None, mode: str | None, cmdline: Ite
     option, presence = _option_on(platform, floor["option"]), kernel.get("amd_pstate_driver")
     needs = "amd-pstate %s mode needs Linux %d.%d or newer with %s" % (mode, need[0], need[1], floor["option"])
     where = "this node runs %s" % (release or "an unknown kernel release")
-    if option is False or presence == "absent":
-        how = ("its configuration (%s) has %s %s" % (kernel.get("config_source"), floor["option"],
-                                                    "not set" if option is False else "")).rstrip()
-        if presence == "absent":
-            how = "the driver is neither built in nor in /lib/modules/%s" % release
+    # The configuration first; the driver's presence where the configuration does not say.
+    if option is False or (option is None and presence == "absent"):
+        how = "its configuration (%s) has %s not set" % (kernel.get("config_source"), floor["option"]) \
+            if option is False else "the driver is neither built in nor in /lib/modules/%s" % release
         return {"ok": False, "default": False,
                 "reason": "%s; %s and %s: boot a kernel that has it" % (needs, where, how)}
     if option is None and presence is None and version and version[:2] < need:
@@ -306,11 +305,10 @@ def amd_pstate_feasibility(platform: dict | None, mode: str | None, cmdline: Ite
         disabled = [a for a in cmdline if a == "amd_pstate=disable"]
         cause = ("%s is on the command line" % disabled[0]) if disabled else \
             "the driver did not register (dmesg | grep amd_pstate tells why)"
+        since, family = floor["default_since"], (platform.get("cpu") or {}).get("family") or 0
         return {"ok": True, "default": True,
                 "reason": "amd-pstate is Linux %d.%d's default on CPU family 0x%X (%s), so no argument and no "
-                          "reboot are needed, yet it does not run: %s"
-                          % (floor["default_since"] + ((platform.get("cpu") or {}).get("family") or 0, release,
-                                                       cause))}
+                          "reboot are needed, yet it does not run: %s" % (since[0], since[1], family, release, cause)}
     return {"ok": True, "reason": "", "default": False}
 
 
