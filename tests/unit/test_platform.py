@@ -226,3 +226,18 @@ def test_the_fleet_summary_lists_versions_and_what_hosts_cannot_take(build_node)
     unfit = {u["host"]: u["why"] for u in fleet["unfit"]}
     assert sorted(unfit) == ["old"] and any(w.startswith("cpufreq.driver: amd-pstate active mode needs Linux 6.3")
                                             for w in unfit["old"])
+
+
+def test_a_whole_distribution_sized_config_and_modules_builtin_are_read(build_node):
+    # A real config is ~250 KB and modules.builtin tens of KB: the options past 64 KB are read too.
+    root = build_node("audited-epyc-8gpu", cpus=1, gpus=0)
+    release = "6.1.0-28-amd64"
+    filler = "".join("CONFIG_FILLER_%06d=y\n" % i for i in range(12000))
+    with open(os.path.join(root, "boot", "config-" + release), "w", encoding="utf-8") as fh:
+        fh.write(filler + "# CONFIG_X86_AMD_PSTATE is not set\n")
+    with open(os.path.join(root, "lib/modules", release, "modules.builtin"), "w", encoding="utf-8") as fh:
+        fh.write("".join("kernel/drivers/x/m%05d.ko\n" % i for i in range(4000))
+                 + "kernel/drivers/cpufreq/amd-pstate.ko\n")
+    facts = platform.read(Node(root))
+    assert facts["kernel"]["config"]["CONFIG_X86_AMD_PSTATE"] == "n"
+    assert facts["kernel"]["amd_pstate_driver"] == "builtin"

@@ -119,10 +119,19 @@ def parse_kernel_config(text: str, options: Iterable[str] = KERNEL_OPTIONS) -> d
     return out
 
 
+def _read_text(path: str, limit: int = _CONFIG_GZ_LIMIT) -> str | None:
+    """A whole text file up to ``limit`` bytes (a kernel config is ~250 KB: more than ``read_small`` reads)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
 def read_kernel_config(node: Node, release: str | None) -> tuple:
     """``(options or None, source)``: ``boot/config-<release>``, else ``proc/config.gz``; None when neither."""
     if release:
-        text = read_small(node.path("boot", "config-%s" % release))
+        text = _read_text(node.path("boot", "config-%s" % release))
         if text is not None:
             return parse_kernel_config(text), "/boot/config-%s" % release
     try:
@@ -138,7 +147,7 @@ def driver_presence(node: Node, release: str | None, driver: str) -> str | None:
     if not release:
         return None
     base = node.path("lib/modules", release)
-    builtin = read_small(os.path.join(base, "modules.builtin"))
+    builtin = _read_text(os.path.join(base, "modules.builtin"))
     if builtin is None:
         return None
     name = DRIVER_MODULES[driver]
