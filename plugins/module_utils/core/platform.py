@@ -74,7 +74,7 @@ FLOORS = {
 # driver README, Appendix A "Supported NVIDIA GPU Products"). Only listed ids are known; any other
 # reads "unknown" and is never guessed from a neighbouring id.
 GPU_GENERATIONS = {
-    "blackwell": ("0x2901", "0x2941", "0x2b85", "0x2bb1", "0x2bb4", "0x2bb5", "0x2c02"),
+    "blackwell": ("0x2901", "0x2941", "0x29bc", "0x2b85", "0x2bb1", "0x2bb5", "0x2c02"),
     "hopper": ("0x2321", "0x2330", "0x2331", "0x2335", "0x2342"),
     "ada": ("0x26b5", "0x26b9", "0x27b8"),
     "ampere": ("0x20b0", "0x20b2", "0x20b5", "0x20b7", "0x20f1", "0x2236"),
