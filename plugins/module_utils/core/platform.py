@@ -14,7 +14,8 @@ Judgements, pure functions over those facts: ``amd_pstate_feasibility`` (can thi
 amd-pstate in a mode, and does it need an argument for it), ``gpu_generation`` (a table by PCI device
 id; an unknown id says so) and ``driver_fitness`` (the GPUs' needs against the running driver and the
 user's floors). ``FLOORS`` is the one table of what each setting and each GPU generation needs, each
-entry with its source; ``merge_floors`` lays the role's ``gpunode_tuning_floors`` over it.
+entry with its source; the role's ``gpunode_tuning_floors`` is laid over it per GPU (``_need``): its
+``nvidia_flavor`` replaces the table's (``any`` lifts it), of two driver minimums the higher applies.
 
 A named core piece: cpu_freq (before it plans a kernel argument), verification's cpufreq and GPU
 health rows and the fleet summary share it. Plain Python (3.8+), no Ansible import.
