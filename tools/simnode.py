@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -221,7 +222,7 @@ PRESETS = {
             (5, "amd_pstate: driver load is disabled, boot with specific mode to enable this"),
             (4, "ACPI: _OSC: platform retains control of PCIe features (AE_NOT_FOUND)"),
             (6, "nvidia: loading out-of-tree module taints kernel."),
-            (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.124.06"),
+            (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.65.06"),
             (4, "vxlan: non-ECT from 10.224.3.17 with TOS=0x2"),
             (4, "vxlan: non-ECT from 10.224.7.201 with TOS=0x2"),
         ],
@@ -440,7 +441,7 @@ PRESETS = {
             (6, "psci: PSCIv1.1 detected in firmware."),
             (6, "cpuidle: using governor menu"),
             (6, "nvidia: loading out-of-tree module taints kernel."),
-            (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for aarch64  570.124.06"),
+            (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for aarch64  580.65.06"),
         ],
         extra_devices=("nic", "nvme"),
         arch="arm64",
@@ -488,7 +489,7 @@ PRESETS["xeon-2s-8gpu-switches"] = dict(
     kmsg=[
         (6, "Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) #1 SMP Debian 6.1.119-1"),
         (6, "intel_idle: MWAIT substates: 0x2020"),
-        (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.124.06"),
+        (6, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.65.06"),
     ],
     extra_devices=("nic", "nvme"),
     msi=True,
@@ -501,6 +502,18 @@ PRESETS["xeon-2s-8gpu-switches-nonuma"] = dict(
     description="xeon-2s-8gpu-switches whose firmware publishes numa_node -1 for socket 1's host bridges "
     "(GPUs 4-7, the nested-switch NVMe drive and the ConnectX-6 Dx).",
     numa_unknown_nodes=(1,),
+)
+# Zen 5 (family 0x1A) on a kernel where amd-pstate is the servers' default (Linux 6.13, active mode): it runs
+# amd-pstate-epp with no amd_pstate= argument (issue 43).
+PRESETS["epyc-zen5-default"] = dict(
+    PRESETS["epyc-pstate-epp"],
+    description="AMD EPYC family 1Ah (Zen 5) on Linux 6.14, amd-pstate-epp active by the kernel's default "
+    "(no amd_pstate= argument), 4 RTX PRO 6000 Blackwell behind root ports.",
+    cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.0-29-generic root=UUID=77aa01c2 ro quiet",
+    kmsg=[(6, "Linux version 6.14.0-29-generic (buildd@lcy02-amd64-031) #29-Ubuntu SMP PREEMPT_DYNAMIC"),
+          (6, "amd_pstate: The CPPC feature is supported")],
+    os_id="ubuntu",
+    os_version="25.04",
 )
 
 
@@ -982,7 +995,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
           kmsg_records: int = 0, nvidia_smi: bool = False, gpu_faults: dict | None = None,
           iommu: str | None = None, vfio: list | None = None, benchmark: str | None = None,
           smi_driver: str = "current", smi_mode: str = "answer", smi_ansi: bool = False,
-          amd_smi: bool = False, amd_faults: dict | None = None, amd_smi_mode: str = "answer") -> dict:
+          amd_smi: bool = False, amd_faults: dict | None = None, amd_smi_mode: str = "answer",
+          kernel: str | None = None, cppc: bool = True, nvidia_driver: str | None = None) -> dict:
     """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
 
     ``nvidia_smi``: ship a node-local nvidia-smi stand-in (``usr/bin``) answering from its own
@@ -996,6 +1010,11 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     nvidia-smi stand-in and imply ``nvidia_smi``; a ``dead`` GPU fault reads all 0xff from config space.
     ``amd_smi``: ship a node-local amd-smi stand-in (AMD presets); ``amd_faults`` (``AMD_FAULTS``, GPU indices in
     bus order) and ``amd_smi_mode`` (``AMD_SMI_MODES``) shape it and imply ``amd_smi``.
+    ``kernel``: the running kernel's release instead of the preset's (its config and modules.builtin have
+    amd-pstate from 5.17 on); ``cppc``: False for a firmware with CPPC off (no ``cpuN/acpi_cppc/``); where the
+    kernel cannot run the preset's amd-pstate (``kernel_runs_amd_pstate``) the node runs acpi-cpufreq.
+    ``nvidia_driver``: ``FLAVOR:VERSION`` (``open:580.65.06``, ``proprietary:570.86.15``) writes
+    ``proc/driver/nvidia/version`` and ``sys/module/nvidia/version`` as that driver does.
     Returns a short description: preset name, cpus, gpus, and the GPU BDFs.
     """
     if preset not in PRESETS:
@@ -1011,6 +1030,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
         raise ValueError("cpus must be >= 1")
     if os.path.exists(root) and os.listdir(root):
         raise ValueError(f"{root} is not empty")
+    _fit_platform(p, kernel, cppc, nvidia_driver)
     funcs = build_pci_topology(p)
     faults = {k: list(v) for k, v in (gpu_faults or {}).items()}
     missing = apply_gpu_faults(p, funcs, faults)  # before the first write: a bad fault writes nothing
@@ -1039,10 +1059,82 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
         write_amd_smi(t, p, funcs, amd_faults, amd_smi_mode)
     write_iommu_vfio(t, p, funcs, iommu, vfio)
     write_locality(t, p, funcs)
+    _write_platform(t, p)
     if benchmark is not None:
         write_benchmark(root, benchmark)
     gpu_bdfs = [f.bdf for f in funcs if is_gpu(f)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
+
+
+# The kernel release from which the simulated kernel has amd-pstate (5.17; its config then has
+# CONFIG_X86_AMD_PSTATE=y): like a distribution kernel with the driver backported, it then takes every
+# amd_pstate= mode, as core/platform.py judges a kernel whose configuration has the option.
+AMD_PSTATE_SINCE = (5, 17)
+NVIDIA_FLAVORS = ("open", "proprietary")
+
+
+def _release_of(p: Preset) -> str:
+    return next((m.split()[2] for _level, m in p.kmsg if m.startswith("Linux version")), "6.1.0-28-amd64")
+
+
+def _release_numbers(release: str) -> tuple:
+    m = re.match(r"(\d+)\.(\d+)", release or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _fit_platform(p: Preset, kernel: str | None, cppc: bool, nvidia_driver: str | None) -> None:
+    """Apply the platform options to the preset (before anything is written: a bad option writes nothing)."""
+    if nvidia_driver is not None:
+        flavor, _sep, version = nvidia_driver.partition(":")
+        if flavor not in NVIDIA_FLAVORS or not re.match(r"^\d+(\.\d+)+$", version):
+            raise ValueError(f"nvidia_driver {nvidia_driver!r} must be FLAVOR:VERSION with FLAVOR one of "
+                             f"{', '.join(NVIDIA_FLAVORS)} (e.g. open:580.65.06)")
+    if kernel is not None:
+        if not re.match(r"^\d+\.\d+", kernel):
+            raise ValueError(f"kernel {kernel!r} is not a release such as 5.15.0-91-generic")
+        old = _release_of(p)
+        p.kmsg = [(lvl, m.replace(old, kernel)) for lvl, m in p.kmsg]
+        if not any(m.startswith("Linux version") for _lvl, m in p.kmsg):
+            p.kmsg = [(6, f"Linux version {kernel} (simulated)")] + list(p.kmsg)
+        p.cmdline = p.cmdline.replace(old, kernel)
+    p.cppc = cppc and p.cpu_vendor == "AuthenticAMD"
+    p.nvidia_driver = nvidia_driver
+    if p.freq_driver and p.freq_driver.startswith("amd-pstate"):
+        mode = p.amd_pstate_status or "active"
+        if not kernel_runs_amd_pstate(_release_of(p), p.cppc, mode):
+            p.freq_driver, p.governors, p.governor, p.epp, p.amd_pstate_status = (
+                "acpi-cpufreq", ACPI_GOVERNORS, "schedutil", None, None)
+
+
+def kernel_runs_amd_pstate(release: str, cppc: bool, mode: str | None) -> bool:
+    """Whether the simulated kernel ``release`` on a CPU with (``cppc``) firmware CPPC can run amd-pstate in
+    ``mode`` (None: any)."""
+    return bool(cppc) and _release_numbers(release) >= AMD_PSTATE_SINCE
+
+
+def _write_platform(t: _Tree, p: Preset) -> None:
+    """The kernel's configuration and modules.builtin, ACPI CPPC, the NVIDIA driver's version files."""
+    release = _release_of(p)
+    has = _release_numbers(release) >= AMD_PSTATE_SINCE
+    config = ["CONFIG_X86_ACPI_CPUFREQ=m"] + (["CONFIG_X86_AMD_PSTATE=y", "CONFIG_X86_AMD_PSTATE_DEFAULT_MODE=3"]
+                                              if has else [])
+    if p.arch == "x86_64":
+        t.write(f"boot/config-{release}", "\n".join(["#", f"# Linux/x86 {release} Kernel Configuration", "#"]
+                                                   + config) + "\n")
+    builtin = ["kernel/drivers/cpufreq/amd-pstate.ko"] if has and p.arch == "x86_64" else []
+    t.write(f"lib/modules/{release}/modules.builtin", "\n".join(builtin + ["kernel/drivers/pci/pcie/aspm.ko"]))
+    if getattr(p, "cppc", False):
+        for cpu in range(p.cpus):
+            for name in ("highest_perf", "nominal_perf", "lowest_perf"):
+                t.write(f"{CPU_BASE}/cpu{cpu}/acpi_cppc/{name}", {"highest_perf": 196}.get(name, 100))
+    driver = getattr(p, "nvidia_driver", None)
+    if driver:
+        flavor, _sep, version = driver.partition(":")
+        banner = ("NVIDIA UNIX Open Kernel Module for x86_64" if flavor == "open"
+                  else "NVIDIA UNIX x86_64 Kernel Module")
+        t.write("proc/driver/nvidia/version", f"NVRM version: {banner}  {version}  Release Build  (simulated)\n"
+                "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+        t.write("sys/module/nvidia/version", version)
 
 
 def _write_identity(t: _Tree, p: Preset) -> None:
@@ -1050,7 +1142,7 @@ def _write_identity(t: _Tree, p: Preset) -> None:
     t.write("etc/os-release", f'ID={p.os_id}\nVERSION_ID="{p.os_version}"\nPRETTY_NAME="{p.os_id} {p.os_version}"')
     t.write("etc/hostname", "gpunode")
     t.write("proc/cmdline", p.cmdline)
-    release = next((m.split()[2] for _level, m in p.kmsg if m.startswith("Linux version")), "6.1.0-28-amd64")
+    release = _release_of(p)
     sysctls = dict(DEFAULT_SYSCTLS)
     sysctls["kernel/numa_balancing"] = p.numa_balancing
     sysctls["kernel/osrelease"] = release
@@ -1586,7 +1678,7 @@ def _driver_version(p: Preset) -> str:
     for _level, msg in p.kmsg:
         if msg.startswith("NVRM: loading NVIDIA"):
             return msg.split()[-1]
-    return "570.124.06"
+    return "580.65.06"
 
 
 def gpu_table_entry(index: int, bdf: str, p: Preset) -> dict:
@@ -2308,9 +2400,13 @@ def _last_value(args: list, key: str) -> str | None:
     return values[-1] if values else None
 
 
-def cpufreq_after_boot(args: list, cpu_vendor: str | None, default: tuple) -> tuple:
-    """``(scaling driver, pstate mode)`` a kernel with ``args`` loads on this CPU; ``default`` without a choice."""
+def cpufreq_after_boot(args: list, cpu_vendor: str | None, default: tuple, release: str = "6.8",
+                       cppc: bool = True) -> tuple:
+    """``(scaling driver, pstate mode)`` a kernel ``release`` with ``args`` loads on this CPU (``cppc``: the
+    firmware's ACPI CPPC is on); ``default`` without a choice, or with one the kernel cannot honour."""
     amd, intel = _last_value(args, "amd_pstate"), _last_value(args, "intel_pstate")
+    if amd in ("active", "passive", "guided") and not kernel_runs_amd_pstate(release, cppc, amd):
+        return default  # an argument this kernel or firmware cannot honour stays without effect
     if cpu_vendor == "AuthenticAMD" and amd in ("disable", "active", "passive", "guided"):
         return {"disable": ("acpi-cpufreq", None), "active": ("amd-pstate-epp", "active")}.get(amd, ("amd-pstate", amd))
     if cpu_vendor == "GenuineIntel" and intel in ("disable", "active", "passive"):
@@ -2406,7 +2502,9 @@ def _next_boot(t: _Tree, record: dict, dropin: str) -> dict:
     running = _running_cpufreq(t)
     wanted = None
     if running is not None and record.get("cpufreq"):
-        wanted = tuple(cpufreq_after_boot(args, _cpu_vendor(t), tuple(record["cpufreq"])))
+        release = (_read(t, "proc/sys/kernel/osrelease") or "").strip()
+        cppc = os.path.isdir(t.path(f"{CPU_BASE}/cpu0/acpi_cppc"))
+        wanted = tuple(cpufreq_after_boot(args, _cpu_vendor(t), tuple(record["cpufreq"]), release, cppc))
     return {"args": args, "running": running, "wanted": wanted}
 
 
@@ -2757,6 +2855,9 @@ def main(argv=None) -> int:
     b.add_argument("--aer", action="append", default=[], metavar="BDF:SEVERITY:NAME=N",
                    help="an AER count of a GPU or bridge (severity correctable, nonfatal, fatal; "
                    "0000:40:01.1:fatal:DLP=1)")
+    b.add_argument("--kernel", metavar="RELEASE", help="the running kernel's release (e.g. 5.15.0-91-generic)")
+    b.add_argument("--cppc-off", action="store_true", help="firmware with ACPI CPPC off (no cpuN/acpi_cppc/)")
+    b.add_argument("--nvidia-driver", metavar="FLAVOR:VERSION", help="open:580.65.06 or proprietary:570.86.15")
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     r = sub.add_parser("reboot", help="reboot the simulated node at DIR (prints what the boot did, as JSON)")
@@ -2778,7 +2879,8 @@ def main(argv=None) -> int:
                      nvidia_smi=args.nvidia_smi, gpu_faults=faults, iommu=args.iommu, vfio=args.vfio,
                      benchmark=args.benchmark, smi_driver=args.smi_driver, smi_mode=args.smi_mode,
                      smi_ansi=args.smi_ansi, amd_smi=args.amd_smi, amd_faults=amd_faults,
-                     amd_smi_mode=args.amd_smi_mode)
+                     amd_smi_mode=args.amd_smi_mode, kernel=args.kernel, cppc=not args.cppc_off,
+                     nvidia_driver=args.nvidia_driver)
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2

@@ -176,6 +176,17 @@ kernel_args:
   type: list
   elements: str
   sample: [amd_pstate=active]
+unsupported:
+  description:
+    - What this node cannot take, by setting (V(driver), V(amd_pstate_mode), V(epp)), with the cause - a kernel
+      without amd-pstate (its release, configuration or module tree), ACPI CPPC off in the firmware, or a kernel
+      that loads amd-pstate by itself (Zen 5 on Linux 6.13 or newer). Nothing is written for it, no kernel
+      argument is asked for and no reboot is needed for it (module_utils/core/platform.py).
+  returned: when the desired driver is amd-pstate and the node cannot take it, or needs no argument for it
+  type: dict
+  sample: {driver: "amd-pstate active mode needs Linux 6.3 or newer with CONFIG_X86_AMD_PSTATE; this node runs
+                    5.15.0-91-generic and the driver is neither built in nor in /lib/modules/5.15.0-91-generic:
+                    boot a kernel that has it"}
 settings:
   description:
     - One entry per requested setting (V(governor), V(epp), V(boost), V(amd_pstate_mode), V(intel_pstate_status),

@@ -670,6 +670,28 @@ tuning_facts:
           type: dict
           returned: always
           sample: {Correctable: 3}
+    platform:
+      description:
+        - >-
+          What the node can take (module_utils/core/platform.py), read from files only: C(kernel) (C(release),
+          C(version) the release's numbers, C(config) the options a setting needs from C(/boot/config-<release>)
+          or C(/proc/config.gz) (C(y), C(m), a value, C(n) for "is not set", null when absent; null as a whole
+          when neither file exists), C(config_source), C(amd_pstate_driver) C(builtin), C(module) or C(absent)
+          from C(modules.builtin) and the module tree, null when unknown); C(cpu) (C(vendor), C(family),
+          C(model), C(model_name), C(cppc_flag)); C(acpi_cppc) (the firmware exposes ACPI CPPC:
+          C(/sys/devices/system/cpu/cpu0/acpi_cppc/) exists); C(nvidia_driver) without nvidia-smi (C(version)
+          from C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version); C(flavor) C(open) for
+          "NVIDIA UNIX Open Kernel Module", C(proprietary) for "NVIDIA UNIX x86_64 Kernel Module", null when
+          unknown; C(source) the file read); C(amd_driver) (C(version) from C(/sys/module/amdgpu/version), set
+          by ROCm's amdgpu-dkms; null for the in-tree driver).
+      type: dict
+      returned: always
+      sample: {"kernel": {"release": "5.15.0-91-generic", "version": [5, 15, 0], "config": null,
+               "config_source": null, "amd_pstate_driver": null},
+               "cpu": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "model_name": "AMD EPYC 9654",
+                       "cppc_flag": true}, "acpi_cppc": false,
+               "nvidia_driver": {"version": "580.65.06", "flavor": "open", "source": "/sys/module/nvidia/version"},
+               "amd_driver": {"version": null, "source": null}}
     # tools/generate.py writes the families' sections (Family.facts_doc): BEGIN GENERATED tuning_info.facts
     pcie_acs:
       description:

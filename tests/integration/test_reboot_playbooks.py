@@ -16,6 +16,7 @@ from support.trees import snapshot, tree_changes
 
 DRIVER = "sys/devices/system/cpu/cpufreq/policy0/scaling_driver"
 BOOT_ID = "proc/sys/kernel/random/boot_id"
+DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
 
 
 def read(root, rel):
@@ -24,10 +25,13 @@ def read(root, rel):
 
 
 def fleet(tmp_path, **common):
-    roots = {"a1": str(tmp_path / "a1"), "a2": str(tmp_path / "a2"), "ok": str(tmp_path / "ok")}
+    roots = {"a1": str(tmp_path / "a1"), "a2": str(tmp_path / "a2"), "ok": str(tmp_path / "ok"),
+             "old": str(tmp_path / "old")}
     simnode.build(roots["a1"], "audited-epyc-8gpu", cpus=2, gpus=1)
     simnode.build(roots["a2"], "audited-epyc-8gpu", cpus=2, gpus=1)
     simnode.build(roots["ok"], "epyc-pstate-epp", cpus=2, gpus=1)  # nothing pending: never rebooted
+    # Ubuntu 22.04's GA kernel: no amd-pstate, so no argument and no reboot for it (issue 43).
+    simnode.build(roots["old"], "audited-epyc-8gpu", cpus=2, gpus=1, kernel="5.15.0-91-generic")
     reports = tmp_path / "reports"
     inventory = write_inventory(tmp_path / "hosts.yml", roots, report_dir=reports, gpunode_tuning_reboot_ok=True,
                                 gpunode_tuning_reboot_poll_interval=0.2, **common)
@@ -54,6 +58,7 @@ def test_check_mode_names_who_would_be_rebooted_and_writes_nothing(tmp_path):
     for host in ("a1", "a2"):
         assert "would reboot without a drain %s: gpunode.tuning: reboot for amd_pstate=active" % host in proc.stdout
     assert "would reboot without a drain ok" not in proc.stdout
+    assert "would reboot without a drain old" not in proc.stdout
     for host, root in roots.items():
         assert tree_changes(before[host], snapshot(root)) == [], host
     assert not os.path.exists(reports / "reboots" / "a1.json")
@@ -69,15 +74,23 @@ def test_the_hosts_that_need_it_reboot_once_within_the_budget_and_a_rerun_change
         assert read(roots[host], DRIVER) == "amd-pstate-epp", host
         with open(reports / "reboots" / ("%s.json" % host), encoding="utf-8") as fh:
             assert json.load(fh)["state"] == "done"
-    assert read(roots["ok"], BOOT_ID) == boot_ids["ok"]  # needed nothing: not rebooted
-    assert not os.path.exists(reports / "reboots" / "ok.json")
+    for host in ("ok", "old"):  # needed nothing, or could not take what it would need: not rebooted
+        assert read(roots[host], BOOT_ID) == boot_ids[host], host
+        assert not os.path.exists(reports / "reboots" / ("%s.json" % host)), host
+    # The old kernel: every other family applied, no amd_pstate argument, the driver unsupported with the cause.
+    assert read(roots["old"], DRIVER) == "acpi-cpufreq"
+    assert not os.path.exists(os.path.join(roots["old"], DROPIN))  # no argument at all: no drop-in
+    assert os.path.exists(os.path.join(roots["old"], "etc/sysctl.d/90-gpunode-tuning.conf"))  # the others are
+    # The flow says so (check mode says the same: the cpu_freq plan runs in check mode either way).
+    warning = [line for line in (proc.stdout + proc.stderr).splitlines() if "amd-pstate is unsupported" in line]
+    assert warning and "5.15.0-91-generic" in warning[0] and "Linux 6.3" in warning[0], warning
     # Budget 1: the two reboots did not overlap (each took its slot after the other's return).
     records = [json.load(open(reports / "reboots" / ("%s.json" % h), encoding="utf-8")) for h in ("a1", "a2")]
     first, second = sorted(records, key=lambda r: r["slot_at"])
     assert second["slot_at"] >= first["updated"] - 0.01, records
     again = run_playbook("tune.yml", inventory, "--tags", "persistent")
     assert again.returncode == 0 and all(r["changed"] == 0 for r in again.recap.values()), again.stdout[-3000:]
-    assert {h: read(r, BOOT_ID) for h, r in roots.items() if h != "ok"} == {
+    assert {h: read(r, BOOT_ID) for h, r in roots.items() if h in ("a1", "a2")} == {
         h: read(roots[h], BOOT_ID) for h in ("a1", "a2")}
 
 

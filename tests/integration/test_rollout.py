@@ -129,13 +129,24 @@ def test_unreachable_host_is_reported_once(tmp_path, health_gate):
     assert "| sim-0003 | 2 | **unreachable** |" in markdown
 
 
-def test_unhealthy_canary_is_not_tuned_and_stops_the_rollout(tmp_path):
-    # The canary's only GPU trained at x8 of x16: a finding of the health gate before tuning.
+# The canary's only GPU trained at x8 of x16; or its Blackwell GPU on the proprietary kernel modules, which it
+# cannot run on (issue 43, fit before tuned): a finding of the health gate before tuning.
+UNHEALTHY = {
+    "x8": ({"gpu_faults": {"x8": [0]}}, "gpu_health.link_width: ", "%s link x8 of x16", "x8"),
+    "proprietary-blackwell": ({"nvidia_driver": "proprietary:580.65.06"}, "gpu_health.driver_fitness: ",
+                              "GPU %s (0x2bb5, blackwell) needs the open kernel modules; the driver 580.65.06 runs "
+                              "the proprietary ones", "open kernel modules"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNHEALTHY))
+def test_unhealthy_canary_is_not_tuned_and_stops_the_rollout(tmp_path, kind):
+    build, prefix, finding, reason = UNHEALTHY[kind]
     simfleet.build_fleet(str(tmp_path), 3, python=os.path.join(VENV_BIN, "python"))
     nodes = os.path.join(str(tmp_path), "nodes")
     canary_root = os.path.join(nodes, "sim-0001")
     shutil.rmtree(canary_root)
-    info = simnode.build(canary_root, "audited-epyc-8gpu", cpus=4, gpus=1, gpu_faults={"x8": [0]})
+    info = simnode.build(canary_root, "audited-epyc-8gpu", cpus=4, gpus=1, **build)
     before = {h: tree_digest(os.path.join(nodes, h)) for h in ("sim-0001", "sim-0002", "sim-0003")}
     proc, summary, reports = rollout(str(tmp_path), "-e", "gpunode_tuning_rollout_batch=2")
     assert proc.returncode != 0
@@ -147,9 +158,8 @@ def test_unhealthy_canary_is_not_tuned_and_stops_the_rollout(tmp_path):
     assert canary["status"] == "unhealthy" and canary["health"] == "unhealthy"
     assert canary["verification"] == "not run"
     bdf = info["gpu_bdfs"][0]
-    assert any(f.startswith("gpu_health.link_width: ") and "%s link x8 of x16" % bdf in f
-               for f in canary["findings"]), canary["findings"]
-    assert "x8" in canary["reason"]
+    assert any(f.startswith(prefix) and finding % bdf in f for f in canary["findings"]), canary["findings"]
+    assert reason in canary["reason"]
     # Not tuned (its MRRS and every other file as before, no journal) and not verified; the later
     # batches were not touched at all.
     for host, digest in before.items():
@@ -160,4 +170,4 @@ def test_unhealthy_canary_is_not_tuned_and_stops_the_rollout(tmp_path):
     assert "3 host(s): 0 done, 0 failed, 1 unhealthy, 0 unreachable, 2 skipped." in markdown
     assert "## Unhealthy hosts (not tuned, not verified)" in markdown
     assert "| sim-0001 | 1 (canary) | **unhealthy** | not run |" in markdown
-    assert "%s link x8 of x16" % bdf in markdown
+    assert finding % bdf in markdown

@@ -261,6 +261,10 @@ def test_fleet_summary_lists_failing_and_missing_hosts_first(fleet):
         assert "| %s |" % host in table
     assert "| unreachable | **missing** |" in table
     assert "Waiting for a reboot: pending" in text
+    # The kernel releases with their hosts (issue 43).
+    kernels = [line for line in text.split("## Versions")[1].splitlines() if line.startswith("| Kernel | ")]
+    old = [line for line in kernels if line.startswith("| Kernel | 6.1.0-28-amd64 | – | ")]
+    assert len(old) == 1 and "pending" in old[0] and "untuned" in old[0] and "applied" not in old[0], kernels
 
 
 def test_exit_status_zero_when_only_pending(fleet):

@@ -68,6 +68,7 @@ def _cpus(root):
         _write(root, base + "topology/physical_package_id", "0\n")
         _write(root, base + "topology/core_id", "%d\n" % i)
     for i in online:
+        _write(root, cpu + "cpu%d/acpi_cppc/highest_perf" % i, "196\n")  # the firmware's CPPC is on (_CPC)
         for n, (name, desc, latency, residency) in enumerate(_STATES):
             state = cpu + "cpu%d/cpuidle/state%d/" % (i, n)
             for key, value in (("name", name), ("desc", desc), ("latency", latency), ("residency", residency),

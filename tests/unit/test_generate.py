@@ -22,7 +22,7 @@ def test_every_generated_part_is_current():
 
 def test_the_parts_are_the_registrys():
     returned = yaml.safe_load(tuning_info.RETURN)["tuning_facts"]["contains"]
-    core = ["os", "kernel", "cpu", "pci", "kernel_log"]
+    core = ["os", "kernel", "cpu", "pci", "kernel_log", "platform"]
     assert list(returned) == core + [f.name for f in registry.FAMILIES if f.read is not None]
     for fam in registry.FAMILIES:
         if fam.read is not None:

@@ -50,10 +50,10 @@ def test_healthy_node_has_no_finding(build_node):
     assert {n: r["state"] for n, r in rows.items()} == dict.fromkeys(
         ["link_width", "link_speed", "responding", "gpu_count", "ecc_mode", "ecc_uncorrected", "memory_remap",
          "power_limit", "clocks_event", "driver_version", "xid", "aer_fatal", "aer_nonfatal", "aer_correctable",
-         "driver_count"], "applied")
+         "driver_count", "driver_fitness"], "applied")
     assert rows["driver_count"]["reason"] == "8 GPUs visible to the driver"  # verification's former gpu.count
     assert rows["gpu_count"]["running"] == "8 on the PCI bus, 8 listed by nvidia-smi"
-    assert rows["driver_version"]["running"] == "570.124.06"
+    assert rows["driver_version"]["running"] == "580.65.06"
     assert rows["clocks_event"]["reason"] == "reported: GPU idle on all 8 GPUs"
 
 
@@ -111,7 +111,7 @@ def test_nvidia_smi_fields_and_their_severities(build_node):
     assert "0000:41:00.0 450.00 W of default 600.00 W" in rows["power_limit"]["reason"]
     assert rows["clocks_event"]["state"] == "drifted"
     assert "0000:41:00.0 HW slowdown, HW thermal slowdown" in rows["clocks_event"]["reason"]
-    assert rows["driver_version"]["state"] == "drifted" and "kernel module 570.124.06" in \
+    assert rows["driver_version"]["state"] == "drifted" and "kernel module 580.65.06" in \
         rows["driver_version"]["reason"]
 
 

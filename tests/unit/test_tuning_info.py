@@ -20,7 +20,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import No
 # The node's own sections and one per family that reads facts, under the family's name (memory and sysctl are
 # tunables', modules kmod's, nvidia gpu_health's since 0.4; iommu and gpu_p2p read their own).
 SECTIONS = ["cpu", "cpufreq", "cpuidle", "gpu_health", "gpu_locality", "gpu_p2p", "iommu", "kernel", "kernel_log",
-            "kmod", "os", "pci", "pcie_acs", "tunables"]
+            "kmod", "os", "pci", "pcie_acs", "platform", "tunables"]
 CPU = "sys/devices/system/cpu"
 
 
@@ -285,6 +285,7 @@ def test_tiny_vm_has_nothing_to_tune(build_node, run_module):
     assert f["cpufreq"]["governor"] == {"value": None, "cpus_differing": 0, "cpulists": {}}
     assert f["pci"]["devices"] == [] and f["pci"]["count"] == 0
     assert f["gpu_health"] == {"persistenced": {"running": False, "pids": []}, "driver_version": None, "aer": None}
+    assert f["platform"]["nvidia_driver"] == {"version": None, "flavor": None, "source": None}
 
 
 # ---------------------------------------------------------------------------------------------

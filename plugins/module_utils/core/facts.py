@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     SYSFS_CPU,
@@ -294,4 +295,5 @@ def gather(node: Node, pci_selector: dict | None = None, kmsg_since: float = 0.0
         "cpu": cpu_facts(node, cpus),
         "pci": pci_facts(node, selector, devices),
         "kernel_log": kernel_log.kernel_log_facts(node, kmsg_levels, kmsg_since, kmsg_ignore),
+        "platform": platform.read(node),
     }

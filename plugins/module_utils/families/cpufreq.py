@@ -18,6 +18,7 @@ import os
 from typing import Any, Iterable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import (  # noqa: F401 (cpu_vendor: re-exported)
     ARM64_VENDOR,
     cpu_vendor,
@@ -574,7 +575,7 @@ def boost_value(boost_file: str, boost: bool) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def validate(params: dict, freq: NodeFreq, vendor: str | None) -> dict:
+def validate(params: dict, freq: NodeFreq, vendor: str | None, node: Node | None = None) -> dict:
     """Check every desired value against the node; return the plan or raise PlanError.
 
     The plan is a dict: ``driver_wanted`` (family, None to keep the running one),
@@ -590,6 +591,9 @@ def validate(params: dict, freq: NodeFreq, vendor: str | None) -> dict:
     plan["driver_wanted"] = wanted
     amd_mode = None if "amd_pstate_mode" in plan["skip"] else params["amd_pstate_mode"]
     plan["reboot_required"], plan["kernel_args"] = driver_change(freq.driver, wanted, vendor, amd_mode)
+    plan["unsupported"] = {}
+    if plan["reboot_required"] and wanted == "amd-pstate" and node is not None:
+        amd_mode = _fit_amd_pstate(plan, node, amd_mode)
     _plan_mode(plan, freq, "amd_pstate_mode", amd_mode)
     if "intel_pstate_status" not in plan["skip"]:
         _plan_mode(plan, freq, "intel_pstate_status", params["intel_pstate_status"])
@@ -598,6 +602,20 @@ def validate(params: dict, freq: NodeFreq, vendor: str | None) -> dict:
     if params["epp"] is not None and "epp" not in plan["skip"]:
         _check_epp(plan, freq, params["governor"], params["epp"])
     return plan
+
+
+def _fit_amd_pstate(plan, node, amd_mode):
+    """Fit before tuned: a node that cannot boot into amd-pstate (kernel, option, CPPC), or loads it by itself,
+    gets no argument and no reboot; the driver (and its mode and EPP) are unsupported with the cause."""
+    feasible = fit.amd_pstate_feasibility(fit.read(node), amd_mode, node.read("proc/cmdline", default="").split())
+    if feasible["ok"] and not feasible["default"]:
+        return amd_mode
+    plan["reboot_required"], plan["kernel_args"] = False, []
+    for key in ("driver", "amd_pstate_mode", "epp"):
+        plan["skip"][key] = plan["unsupported"][key] = feasible["reason"]
+    plan["warnings"].append("cpufreq driver amd-pstate is unsupported on this node, no kernel argument is "
+                            "written and no reboot is needed for it: %s" % feasible["reason"])
+    return None
 
 
 def _plan_mode(plan, freq, key, mode):
@@ -832,13 +850,15 @@ def run(call: contract.Call) -> dict:
         return _finish(call, result, outcome, changed, restore=True)
 
     try:
-        plan = validate(params, freq, cpu_vendor(node))
+        plan = validate(params, freq, cpu_vendor(node), node)
     except PlanError as exc:
         raise CpufreqError(str(exc), result) from None
     for warning in plan["warnings"] + _cmdline_warnings(node, plan, freq):
         call.warn(warning)
     contract.warn_not_applicable(call, plan["not_applicable"])
     result["reboot_required"], result["kernel_args"] = plan["reboot_required"], plan["kernel_args"]
+    if plan["unsupported"]:
+        result["unsupported"] = plan["unsupported"]
     before = _state(freq)
     outcome = Outcome()
     after, changed = _run_writes(call, node, journal, freq, plan, outcome)
@@ -860,7 +880,7 @@ def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
     freq = NodeFreq(node)
     if not freq.policies:
         return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ}
-    plan = validate(params, freq, cpu_vendor(node))
+    plan = validate(params, freq, cpu_vendor(node), node)
     outcome = Outcome()
     _after, changed = _run_writes(Call(params), node, None, freq, plan, outcome)
     return changed, outcome.message() or None, plan["skip"]
@@ -1280,7 +1300,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     elif family:
         mode_key = {"amd-pstate": "amd_pstate_mode", "intel_pstate": "intel_pstate_status"}.get(family)
         mode = desired.get(mode_key) if mode_key and mode_key not in reasons else None
-        out.append(_cpufreq_driver(cf, family, mode, vendor, ctx))
+        out.append(_cpufreq_driver(cf, family, mode, vendor, ctx, facts))
         driver_state = out[-1]["state"]
     for key, want in wanted:
         if key in reasons:
@@ -1292,7 +1312,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     return out
 
 
-def _cpufreq_driver(cf, family, mode, vendor, ctx):
+def _cpufreq_driver(cf, family, mode, vendor, ctx, facts=None):
     """The driver row: the wanted family (and pstate mode) against the running driver and the boot configuration."""
     running_driver = cf.get("driver")
     want_text = "%s (%s)" % (family, mode) if mode else family
@@ -1315,7 +1335,26 @@ def _cpufreq_driver(cf, family, mode, vendor, ctx):
         return setting_row(NAME, "driver", *row, "drifted",
                            "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
                            % (family, running_mode), persisted)
-    return _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
+    unfit = _unfit_row(row, family, mode, vendor, running_driver, ctx, facts or {})
+    return unfit or _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
+
+
+def _unfit_row(row, family, mode, vendor, running_driver, ctx, facts):
+    """The driver row of a node that cannot boot into amd-pstate, or loads it by itself (``platform``): unsupported
+    with the cause; drifted when the argument is on the running command line (a reboot that did not bring it)."""
+    if family != "amd-pstate":
+        return None
+    cmdline = (facts.get("kernel") or {}).get("cmdline_args") or []
+    feasible = fit.amd_pstate_feasibility(facts.get("platform"), mode, cmdline)
+    if feasible["ok"] and not feasible["default"]:
+        return None
+    args = driver_kernel_args(family, mode, vendor, running_driver).needed
+    if args and all(ctx.arg(a)["running"] for a in args):
+        out = setting_row(NAME, "driver", *row, "drifted", "%s is on the running command line but %s serves the "
+                          "CPUs: %s" % (" ".join(args), running_driver, feasible["reason"]), None)
+    else:
+        out = setting_row(NAME, "driver", *row, "unsupported", feasible["reason"], None)
+    return dict(out, fit=True)
 
 
 def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):

@@ -58,6 +58,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     nvidia_smi,
     pci,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import SERIOUS_XIDS
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
@@ -145,7 +146,7 @@ def vendors_of(gpus: list) -> str | None:
 
 
 # The rows about every vendor's GPUs (config space, the count); every other row is about one vendor's.
-_ANY_VENDOR = ("link_width", "link_speed", "responding", "gpu_count") + tuple(n for _s, n in aer.ROWS)
+_ANY_VENDOR = ("link_width", "link_speed", "responding", "gpu_count", "kernel_floor") + tuple(n for _s, n in aer.ROWS)
 
 
 def _speed(text: Any) -> float | None:
@@ -542,13 +543,14 @@ def desired_problems(want: Any) -> list:
         return []
     if not isinstance(want, dict):
         return [("", "gpu_health must be a mapping with the keys gpu_count, dcgm_diag, got %r" % (want,))]
-    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag", AER_RATE}, key=str)
-    out = [("", "gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag, %s"
+    unknown = sorted(set(want) - {"gpu_count", "dcgm_diag", "floors", AER_RATE}, key=str)
+    out = [("", "gpu_health: unknown key(s) %s; allowed: gpu_count, dcgm_diag, floors, %s"
             % (", ".join(map(str, unknown)), AER_RATE))] if unknown else []
     rate = want.get(AER_RATE)
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1e308):
         out.append((AER_RATE, "gpu_health.%s must be a number >= 0 (correctable AER errors per hour) or null, "
                               "got %r" % (AER_RATE, rate)))
+    out += [("floors" + ("." + k if k else ""), m) for k, m in fit.floors_problems(want.get("floors"))]
     count = want.get("gpu_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         out.append(("gpu_count", "gpu_health.gpu_count must be an integer >= 1 or null, got %r" % (count,)))
@@ -564,7 +566,31 @@ def validate(want: Any) -> dict:
         raise family.EvaluationError(family.problems_text(problems))
     want = want or {}
     return {"gpu_count": want.get("gpu_count"), "dcgm_diag": bool(want.get("dcgm_diag")),
-            AER_RATE: want.get(AER_RATE)}
+            "floors": want.get("floors") or {}, AER_RATE: want.get(AER_RATE)}
+
+
+def fitness_rows(facts: dict, floors: dict) -> list:
+    """Fit before tuned: ``driver_fitness`` (each NVIDIA GPU's generation against the loaded driver's flavour and
+    version, and ``floors``: drifted naming the GPU, the driver and the floor), ``kernel_floor`` when a kernel
+    floor is set. A driver branch past its end of life is a warning (``fitness_warnings``), never a row."""
+    out = []
+    driver = (facts.get("platform") or {}).get("nvidia_driver") or {}
+    gpus = _gpus(facts, "nvidia")
+    if gpus and driver.get("version"):
+        judged = fit.driver_fitness(gpus, driver, floors)
+        want = "generation needs (%s)" % ", ".join(sorted(set(judged["generations"].values())))
+        running = "%s %s" % (driver.get("flavor") or "unknown flavour", driver["version"])
+        if judged["failures"]:
+            out.append(dict(_row("driver_fitness", want, running, "drifted", "; ".join(judged["failures"])),
+                            fit=True))
+        else:
+            out.append(_row("driver_fitness", want, running, "applied", ""))
+    below = fit.kernel_below(facts.get("platform"), floors)
+    if floors.get("kernel"):
+        release = ((facts.get("platform") or {}).get("kernel") or {}).get("release")
+        row = _row("kernel_floor", floors["kernel"], release, "drifted" if below else "applied", below or "")
+        out.append(dict(row, fit=True) if below else row)
+    return out
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
@@ -591,7 +617,7 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
                      "the GPUs could not be listed (see nvidia_smi): %s" % driver["reason"])]
     busy = {g["bdf"]: _number(g.get("utilization.gpu")) for g in smi or []
             if _number(g.get("utilization.gpu")) is not None}
-    out = link_rows(facts, busy) + [responding_row(facts)]
+    out = link_rows(facts, busy) + [responding_row(facts)] + fitness_rows(facts, want["floors"])
     count = count_row(facts, want["gpu_count"], smi)
     out += [count] if count else []
     out += rows + [xid_row(facts)] + aer.rows((facts.get(NAME) or {}).get("aer"), want[AER_RATE], _row)
@@ -669,6 +695,7 @@ def from_role(v: dict, shared: dict) -> dict:
     rate = v.get("gpunode_tuning_gpu_health_aer_correctable_per_hour")
     return {NAME: {"gpu_count": None if count is None else int(count),
                    "dcgm_diag": bool(v.get("gpunode_tuning_gpu_health_dcgm_diag", False)),
+                   "floors": v.get("gpunode_tuning_floors") or {},
                    AER_RATE: None if rate is None else float(rate)}}
 
 

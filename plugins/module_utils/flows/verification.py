@@ -27,6 +27,7 @@ import json
 from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import parse_dropin, parse_grubby_info
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     STATES,
@@ -286,6 +287,8 @@ def _node_section(facts: dict, ctx: Context) -> dict:
         "pci_selected": (facts.get("pci") or {}).get("count"),
         "boot_unit": ctx.boot_unit,
         "boot_unit_state": ctx.boot_unit_state,
+        "versions": platform.versions(facts.get("platform")),
+        "warnings": platform.eol_warnings(facts.get("platform")),
     }
 
 
@@ -594,6 +597,9 @@ def fleet_summary(results: dict, hosts: list[str] | None = None, generated_at: s
             "failures": res.get("failures") or [],
             "kmsg_new_errors": (res.get("kernel_log") or {}).get("new_errors", 0),
             "reboot_required": bool(res.get("reboot_required")),
+            "versions": (res.get("node") or {}).get("versions") or {},
+            "warnings": (res.get("node") or {}).get("warnings") or [],
+            "unfit": ["%s: %s" % (x["id"], x.get("reason")) for x in res.get("settings") or [] if x.get("fit")],
         })
     order = {"error": 0, "missing": 0, "fail": 1, "pass": 2}
     failing = sorted((r for r in rows if not r["ok"]),
@@ -604,6 +610,9 @@ def fleet_summary(results: dict, hosts: list[str] | None = None, generated_at: s
     for r in rows:
         cells[r["host"]] = {f: _cell(r["families"].get(f)) for f in families}
     return {
+        "versions": fleet_versions(rows),
+        "unfit": [{"host": r["host"], "why": r["unfit"]} for r in rows if r.get("unfit")],
+        "warnings": [{"host": r["host"], "why": r["warnings"]} for r in rows if r.get("warnings")],
         "generated_at": generated_at,
         "hosts": len(rows),
         "passed": sum(1 for r in rows if r["ok"]),
@@ -616,6 +625,27 @@ def fleet_summary(results: dict, hosts: list[str] | None = None, generated_at: s
         "cells": cells,
         "failing": failing,
     }
+
+
+VERSION_KINDS = (("kernel", "Kernel"), ("nvidia_driver", "NVIDIA driver"), ("amd_driver", "AMD driver"))
+
+
+def fleet_versions(rows: list) -> list:
+    """The fleet's versions: ``[{what, version, flavor, hosts, unfit}]`` per kernel release and driver version
+    (NVIDIA with its flavour), ``unfit`` the hosts of that version below a floor or unable to take a setting."""
+    groups = {}
+    for r in rows:
+        v = r.get("versions") or {}
+        for key, title in VERSION_KINDS:
+            if not v.get(key):
+                continue
+            flavor = v.get("nvidia_flavor") if key == "nvidia_driver" else None
+            entry = groups.setdefault((title, v[key], flavor), {"what": title, "version": v[key], "flavor": flavor,
+                                                                 "hosts": [], "unfit": []})
+            entry["hosts"].append(r["host"])
+            if r.get("unfit"):
+                entry["unfit"].append(r["host"])
+    return [groups[k] for k in sorted(groups, key=lambda k: (k[0], str(k[1]), str(k[2])))]
 
 
 def _cell(counts):

@@ -1,0 +1,419 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the node can take (issue 43, "fit before tuned"): read-only platform facts and the floors.
+
+Readers, from files only (a node built by anyone can be read; no command runs): the kernel release
+parsed into numbers (``proc/sys/kernel/osrelease``), the running kernel's configuration for the options
+a setting needs (``boot/config-<release>``, else ``proc/config.gz``), whether a driver is built in or in
+the module tree (``lib/modules/<release>/modules.builtin``, the tree itself), the CPU's vendor, family,
+model and ``cppc`` flag (``proc/cpuinfo``), ACPI CPPC (``sys/devices/system/cpu/cpuN/acpi_cppc/``, there
+only when the firmware has ``_CPC`` objects) and the NVIDIA driver's version and flavour
+(``proc/driver/nvidia/version``, ``sys/module/nvidia/version``; no nvidia-smi).
+
+Judgements, pure functions over those facts: ``amd_pstate_feasibility`` (can this node boot into
+amd-pstate in a mode, and does it need an argument for it), ``gpu_generation`` (a table by PCI device
+id; an unknown id says so) and ``driver_fitness`` (the GPUs' needs against the running driver and the
+user's floors). ``FLOORS`` is the one table of what each setting and each GPU generation needs, each
+entry with its source; the role's ``gpunode_tuning_floors`` is laid over it per GPU (``_need``): its
+``nvidia_flavor`` replaces the table's (``any`` lifts it), of two driver minimums the higher applies.
+
+A named core piece: cpu_freq (before it plans a kernel argument), verification's cpufreq and GPU
+health rows and the fleet summary share it. Plain Python (3.8+), no Ansible import.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from typing import Any, Iterable
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import SYSFS_CPU, Node, read_small
+
+# Kernel options a setting needs (read from the running kernel's configuration).
+KERNEL_OPTIONS = ("CONFIG_X86_AMD_PSTATE", "CONFIG_X86_AMD_PSTATE_DEFAULT_MODE")
+# The kernel module files of a driver, as modules.builtin and the module tree name them.
+DRIVER_MODULES = {"amd-pstate": "kernel/drivers/cpufreq/amd-pstate.ko"}
+_MODULE_SUFFIXES = ("", ".zst", ".xz", ".gz")
+_CONFIG_GZ_LIMIT = 4 << 20  # bytes of proc/config.gz read, uncompressed (a config is ~250 KB)
+
+# --- the floors: what each setting and each GPU generation needs, with its source ---
+
+AMD_PSTATE_DOC = "https://docs.kernel.org/admin-guide/pm/amd-pstate.html"
+FLOORS = {
+    "amd_pstate": {
+        # The amd_pstate=<mode> argument: passive from 6.1 (5.17 had only a loadable module with
+        # shared_mem), active (EPP) from 6.3, guided from 6.4.
+        "modes": {"passive": (6, 1), "active": (6, 3), "guided": (6, 4)},
+        "option": "CONFIG_X86_AMD_PSTATE",
+        "firmware": "ACPI CPPC (_CPC objects)",
+        "source": AMD_PSTATE_DOC,
+        # amd-pstate is the default cpufreq driver, in active mode, on server CPUs of family 0x1A and
+        # later from Linux 6.13 (commit ddf7f2529b91 "amd-pstate: Switch to amd-pstate by default on
+        # some Server platforms", merged with pm-6.13-rc1).
+        "default_family": 0x1A,
+        "default_since": (6, 13),
+        "default_source": "https://git.kernel.org/torvalds/c/ddf7f2529b91",
+    },
+    "gpu": {
+        # NVIDIA: "For cutting-edge platforms such as NVIDIA Grace Hopper or NVIDIA Blackwell, you must use
+        # the open-source GPU kernel modules."
+        "blackwell": {"flavor": "open", "nvidia_driver": None,
+                      "source": "https://developer.nvidia.com/blog/"
+                                "nvidia-transitions-fully-towards-open-source-gpu-kernel-modules/"},
+    },
+    # Device ids with a driver minimum of their own (NVIDIA's cluster recipes).
+    "gpu_devices": {
+        "0x2bb5": {"nvidia_driver": "575.57.08", "source": "https://github.com/NVIDIA/aicr/pull/2446"},
+    },
+    # Driver branches past their end of life: a warning, never a failure.
+    "nvidia_eol_branch_max": 535,
+    "nvidia_eol_source": "https://github.com/NVIDIA/gpu-operator/issues/2613",
+}
+
+# NVIDIA GPU generations by PCI device id (pci.ids, https://pci-ids.ucw.cz/read/PC/10de, and NVIDIA's
+# driver README, Appendix A "Supported NVIDIA GPU Products"). Only listed ids are known; any other
+# reads "unknown" and is never guessed from a neighbouring id.
+GPU_GENERATIONS = {
+    "blackwell": ("0x2901", "0x2941", "0x29bc", "0x2b85", "0x2bb1", "0x2bb5", "0x2c02"),
+    "hopper": ("0x2321", "0x2330", "0x2331", "0x2335", "0x2342"),
+    "ada": ("0x26b5", "0x26b9", "0x27b8"),
+    "ampere": ("0x20b0", "0x20b2", "0x20b5", "0x20b7", "0x20f1", "0x2236"),
+    "turing": ("0x1eb8",),
+    "volta": ("0x1db1", "0x1db4"),
+}
+GPU_GENERATION_SOURCE = "https://pci-ids.ucw.cz/read/PC/10de"
+_GENERATION_OF = {dev: gen for gen, devs in GPU_GENERATIONS.items() for dev in devs}
+
+FLOOR_KEYS = ("nvidia_driver", "nvidia_flavor", "kernel")
+FLAVORS = ("open", "proprietary", "any")
+
+
+# --- readers ---
+
+
+def parse_release(text: str | None) -> tuple | None:
+    """``(major, minor, patch)`` of a kernel release such as ``5.15.0-91-generic``; None when it has none."""
+    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def release_text(release: tuple | None) -> str:
+    return "%d.%d" % release[:2] if release else "unknown"
+
+
+def parse_kernel_config(text: str, options: Iterable[str] = KERNEL_OPTIONS) -> dict:
+    """``{option: value}`` of a kernel .config: ``y``/``m``/a value, ``n`` for "is not set", None when absent."""
+    wanted = set(options)
+    out = dict.fromkeys(wanted)
+    for line in text.splitlines():
+        line = line.strip()
+        m = re.match(r"^# (CONFIG_\w+) is not set$", line)
+        if m and m.group(1) in wanted:
+            out[m.group(1)] = "n"
+            continue
+        key, sep, value = line.partition("=")
+        if sep and key in wanted:
+            out[key] = value.strip().strip('"')
+    return out
+
+
+def _read_text(path: str, limit: int = _CONFIG_GZ_LIMIT) -> str | None:
+    """A whole text file up to ``limit`` bytes (a kernel config is ~250 KB: more than ``read_small`` reads)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
+def read_kernel_config(node: Node, release: str | None) -> tuple:
+    """``(options or None, source)``: ``boot/config-<release>``, else ``proc/config.gz``; None when neither."""
+    if release:
+        text = _read_text(node.path("boot", "config-%s" % release))
+        if text is not None:
+            return parse_kernel_config(text), "/boot/config-%s" % release
+    try:
+        with gzip.open(node.path("proc/config.gz"), "rt", encoding="utf-8", errors="replace") as fh:
+            return parse_kernel_config(fh.read(_CONFIG_GZ_LIMIT)), "/proc/config.gz"
+    except (OSError, EOFError):
+        return None, None
+
+
+def driver_presence(node: Node, release: str | None, driver: str) -> str | None:
+    """``builtin``, ``module`` or ``absent`` for a driver of ``DRIVER_MODULES``; None when the node does not say
+    (no ``modules.builtin`` for this release)."""
+    if not release:
+        return None
+    base = node.path("lib/modules", release)
+    builtin = _read_text(os.path.join(base, "modules.builtin"))
+    if builtin is None:
+        return None
+    name = DRIVER_MODULES[driver]
+    if name in builtin.split():
+        return "builtin"
+    if any(os.path.exists(os.path.join(base, name + s)) for s in _MODULE_SUFFIXES):
+        return "module"
+    return "absent"
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """Vendor, family, model, model name and flags of the first CPU of ``/proc/cpuinfo`` (or ``lscpu``'s keys)."""
+    out = {"vendor": None, "family": None, "model": None, "model_name": None, "flags": None}
+    keys = {"vendor_id": "vendor", "vendor id": "vendor", "cpu family": "family", "model": "model",
+            "model name": "model_name", "flags": "flags"}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if out["vendor"] and not line.strip():
+                break  # the end of the first CPU's block
+            continue
+        field = keys.get(key.strip().lower())
+        if field and out[field] is None:
+            value = value.strip()
+            if field in ("family", "model"):
+                out[field] = int(value) if value.isdigit() else None
+            elif field == "flags":
+                out[field] = value.split()
+            else:
+                out[field] = value
+    return out
+
+
+def acpi_cppc(node: Node) -> bool | None:
+    """Whether the firmware exposes ACPI CPPC (``cpuN/acpi_cppc/`` of the first CPU); None without a cpu0."""
+    if not node.isdir(SYSFS_CPU, "cpu0"):
+        return None
+    return node.isdir(SYSFS_CPU, "cpu0", "acpi_cppc")
+
+
+def parse_nvidia_version(text: str | None) -> dict:
+    """``/proc/driver/nvidia/version``'s first line: ``{version, flavor, arch}`` (``open`` or ``proprietary``)."""
+    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    m = re.search(r"NVIDIA UNIX Open Kernel Module for (\S+)\s+(\d[\w.]*)", first)
+    if m:
+        return {"version": m.group(2), "flavor": "open", "arch": m.group(1)}
+    m = re.search(r"NVIDIA UNIX (\S+) Kernel Module\s+(\d[\w.]*)", first)
+    if m:
+        return {"version": m.group(2), "flavor": "proprietary", "arch": m.group(1)}
+    return {"version": None, "flavor": None, "arch": None}
+
+
+def parse_modinfo(text: str | None) -> dict:
+    """``modinfo nvidia``: ``{version, license, flavor}`` (license ``Dual MIT/GPL``: open; ``NVIDIA``: proprietary)."""
+    fields = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("version", "license") and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    lic = fields.get("license")
+    flavor = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}.get(lic) if lic else None
+    return {"version": fields.get("version"), "license": lic, "flavor": flavor}
+
+
+def nvidia_driver(node: Node) -> dict:
+    """The loaded NVIDIA driver: ``{version, flavor, source}`` from the two files (flavour: the proc file only)."""
+    parsed = parse_nvidia_version(read_small(node.path("proc/driver/nvidia/version")))
+    version = read_small(node.path("sys/module/nvidia/version"))
+    source = "/proc/driver/nvidia/version" if parsed["version"] else None
+    if version:
+        source = "/sys/module/nvidia/version"
+    return {"version": (version or "").strip() or parsed["version"], "flavor": parsed["flavor"], "source": source}
+
+
+def read(node: Node) -> dict:
+    """``tuning_facts.platform``: kernel (release, numbers, config options and their source, amd-pstate's
+    presence), CPU (vendor, family, model, cppc flag), ACPI CPPC, the NVIDIA and AMD drivers' versions."""
+    release = (read_small(node.path("proc/sys/kernel/osrelease")) or "").strip() or None
+    config, config_source = read_kernel_config(node, release)
+    try:
+        with open(node.path("proc/cpuinfo"), encoding="utf-8", errors="replace") as fh:
+            cpu = parse_cpuinfo(fh.read(65536))
+    except OSError:
+        cpu = parse_cpuinfo("")
+    flags = cpu.pop("flags")
+    cpu["cppc_flag"] = None if flags is None else "cppc" in flags
+    amdgpu = (read_small(node.path("sys/module/amdgpu/version")) or "").strip() or None
+    return {
+        "kernel": {"release": release, "version": list(parse_release(release) or []) or None,
+                   "config": config, "config_source": config_source,
+                   "amd_pstate_driver": driver_presence(node, release, "amd-pstate")},
+        "cpu": cpu,
+        "acpi_cppc": acpi_cppc(node),
+        "nvidia_driver": nvidia_driver(node),
+        "amd_driver": {"version": amdgpu, "source": "/sys/module/amdgpu/version" if amdgpu else None},
+    }
+
+
+def versions(platform: dict | None) -> dict:
+    """The fleet summary's versions of one host: kernel release, NVIDIA and AMD driver versions and flavour."""
+    platform = platform or {}
+    nvidia = platform.get("nvidia_driver") or {}
+    return {"kernel": (platform.get("kernel") or {}).get("release"), "nvidia_driver": nvidia.get("version"),
+            "nvidia_flavor": nvidia.get("flavor"), "amd_driver": (platform.get("amd_driver") or {}).get("version")}
+
+
+def eol_warnings(platform: dict | None) -> list:
+    """The loaded NVIDIA driver's branch past its end of life: a warning, never a failure."""
+    return driver_fitness([], (platform or {}).get("nvidia_driver") or {})["warnings"]
+
+
+# --- judgements ---
+
+
+def _option_on(platform: dict, option: str) -> bool | None:
+    config = (platform.get("kernel") or {}).get("config")
+    if config is None:
+        return None
+    return config.get(option) in ("y", "m")
+
+
+def amd_pstate_default(platform: dict) -> bool:
+    """Whether this kernel makes amd-pstate the default on this CPU (family 0x1A servers, Linux 6.13+)."""
+    version = tuple((platform.get("kernel") or {}).get("version") or ())
+    family = (platform.get("cpu") or {}).get("family")
+    floor = FLOORS["amd_pstate"]
+    return bool(version) and family is not None and family >= floor["default_family"] \
+        and version[:2] >= floor["default_since"]
+
+
+def amd_pstate_feasibility(platform: dict | None, mode: str | None, cmdline: Iterable[str] = ()) -> dict:
+    """Can this node boot into amd-pstate ``mode`` (None: active)? ``{ok, reason, default}``.
+
+    Decided from the kernel's configuration and the driver's presence first (distribution kernels
+    backport the driver: RHEL 9 runs 5.14), from the release only where neither is known. ACPI CPPC
+    must be on in the firmware. ``default``: no argument is needed (the kernel loads it by itself),
+    so none is written and no reboot is asked for; ``reason`` then names why it does not run.
+    Unknown facts (no platform section) never refuse.
+    """
+    if not platform:
+        return {"ok": True, "reason": "", "default": False}
+    floor = FLOORS["amd_pstate"]
+    mode = mode or "active"
+    kernel = platform.get("kernel") or {}
+    release, version = kernel.get("release"), tuple(kernel.get("version") or ())
+    need = floor["modes"].get(mode, floor["modes"]["active"])
+    option, presence = _option_on(platform, floor["option"]), kernel.get("amd_pstate_driver")
+    needs = "amd-pstate %s mode needs Linux %d.%d or newer with %s" % (mode, need[0], need[1], floor["option"])
+    where = "this node runs %s" % (release or "an unknown kernel release")
+    # The configuration first; the driver's presence where the configuration does not say.
+    if option is False or (option is None and presence == "absent"):
+        how = "its configuration (%s) has %s not set" % (kernel.get("config_source"), floor["option"]) \
+            if option is False else "the driver is neither built in nor in /lib/modules/%s" % release
+        return {"ok": False, "default": False,
+                "reason": "%s; %s and %s: boot a kernel that has it" % (needs, where, how)}
+    if option is None and presence is None and version and version[:2] < need:
+        return {"ok": False, "default": False,
+                "reason": "%s; %s: upgrade the kernel (e.g. the distribution's HWE kernel)" % (needs, where)}
+    if platform.get("acpi_cppc") is False:
+        return {"ok": False, "default": False,
+                "reason": "ACPI CPPC is off (no /sys/devices/system/cpu/cpu0/acpi_cppc): enable CPPC in the "
+                          "firmware (BIOS) setup; amd-pstate cannot load without it"}
+    if amd_pstate_default(platform):
+        disabled = [a for a in cmdline if a == "amd_pstate=disable"]
+        cause = ("%s is on the command line" % disabled[0]) if disabled else \
+            "the driver did not register (dmesg | grep amd_pstate tells why)"
+        since, family = floor["default_since"], (platform.get("cpu") or {}).get("family") or 0
+        return {"ok": True, "default": True,
+                "reason": "amd-pstate is Linux %d.%d's default on CPU family 0x%X (%s), so no argument and no "
+                          "reboot are needed, yet it does not run: %s" % (since[0], since[1], family, release, cause)}
+    return {"ok": True, "reason": "", "default": False}
+
+
+def version_tuple(text: Any) -> tuple | None:
+    """``580.65.06`` -> (580, 65, 6); None for anything else."""
+    parts = str(text or "").strip().split(".")
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def floors_problems(floors: Any) -> list:
+    """``(key, message)`` for each bad entry of ``gpunode_tuning_floors`` (the precheck and the module)."""
+    if floors is None:
+        return []
+    if not isinstance(floors, dict):
+        return [("", "gpunode_tuning_floors must be a mapping with the keys %s, got %r"
+                 % (", ".join(FLOOR_KEYS), floors))]
+    out = [(str(k), "gpunode_tuning_floors: unknown key %r; allowed: %s" % (k, ", ".join(FLOOR_KEYS)))
+           for k in sorted(set(floors) - set(FLOOR_KEYS), key=str)]
+    driver = floors.get("nvidia_driver")
+    if driver is not None and version_tuple(driver) is None:
+        out.append(("nvidia_driver", "gpunode_tuning_floors.nvidia_driver must be a version such as "
+                                     "\"580.65.06\", got %r" % (driver,)))
+    flavor = floors.get("nvidia_flavor")
+    if flavor is not None and flavor not in FLAVORS:
+        out.append(("nvidia_flavor", "gpunode_tuning_floors.nvidia_flavor must be one of %s, got %r"
+                    % (", ".join(FLAVORS), flavor)))
+    kernel = floors.get("kernel")
+    if kernel is not None and (not isinstance(kernel, str) or parse_release(kernel) is None):
+        out.append(("kernel", "gpunode_tuning_floors.kernel must be a release such as \"6.8\", got %r" % (kernel,)))
+    return out
+
+
+def gpu_generation(device: Any) -> str:
+    """The NVIDIA generation of a PCI device id (``0x2bb5``), or ``unknown``."""
+    try:
+        key = "0x%04x" % (int(device, 16) if isinstance(device, str) else int(device))
+    except (TypeError, ValueError):
+        return "unknown"
+    return _GENERATION_OF.get(key, "unknown")
+
+
+def _need(device: str, floors: dict) -> list:
+    """What one GPU needs: ``[(what, wanted, source)]`` with what ``flavor`` or ``driver``."""
+    gen = gpu_generation(device)
+    table = FLOORS["gpu"].get(gen) or {}
+    out = []
+    flavor = floors.get("nvidia_flavor") or table.get("flavor")
+    if flavor and flavor != "any":
+        src = "gpunode_tuning_floors" if floors.get("nvidia_flavor") else table.get("source")
+        out.append(("flavor", flavor, src))
+    own = FLOORS["gpu_devices"].get("0x%04x" % int(device, 16)) if gen != "unknown" else None
+    minimum, src = floors.get("nvidia_driver"), "gpunode_tuning_floors"
+    shipped = (own or {}).get("nvidia_driver") or table.get("nvidia_driver")
+    if shipped and (minimum is None or version_tuple(shipped) > version_tuple(minimum)):
+        minimum, src = shipped, (own or table).get("source")
+    if minimum:
+        out.append(("driver", minimum, src))
+    return out
+
+
+def driver_fitness(gpus: list, driver: dict, floors: dict | None = None) -> dict:
+    """The NVIDIA GPUs' needs against the running driver: ``{failures, warnings, generations}``.
+
+    ``gpus``: ``[{bdf, device}]``; ``driver``: ``nvidia_driver()``'s answer; ``floors``: the role's
+    ``gpunode_tuning_floors``. A failure names the GPU, its generation, the driver and the floor with
+    its source; a driver whose version or flavour is unknown is judged only where it is known.
+    """
+    floors = floors or {}
+    failures, generations = [], {}
+    version, flavor = driver.get("version"), driver.get("flavor")
+    for g in gpus:
+        gen = gpu_generation(g.get("device"))
+        generations[g["bdf"]] = gen
+        for what, wanted, source in _need(str(g.get("device")), floors):
+            if what == "flavor" and flavor and flavor != wanted:
+                failures.append("GPU %s (%s, %s) needs the %s kernel modules; the driver %s runs the %s ones "
+                                "(floor: %s)" % (g["bdf"], g.get("device"), gen, wanted, version, flavor, source))
+            if what == "driver" and version_tuple(version) and version_tuple(version) < version_tuple(wanted):
+                failures.append("GPU %s (%s, %s) needs NVIDIA driver %s or newer; the node runs %s (floor: %s)"
+                                % (g["bdf"], g.get("device"), gen, wanted, version, source))
+    warnings = []
+    branch = version_tuple(version)
+    if branch and branch[0] <= FLOORS["nvidia_eol_branch_max"]:
+        warnings.append("NVIDIA driver %s: branch R%d is past its end of life (%s)"
+                        % (version, branch[0], FLOORS["nvidia_eol_source"]))
+    return {"failures": failures, "warnings": warnings, "generations": generations}
+
+
+def kernel_below(platform: dict | None, floors: dict | None) -> str | None:
+    """Why the running kernel is below ``floors["kernel"]``, or None."""
+    want = parse_release((floors or {}).get("kernel"))
+    have = tuple(((platform or {}).get("kernel") or {}).get("version") or ())
+    if not want or not have or have >= want:
+        return None
+    return "the kernel %s is below the floor %s (gpunode_tuning_floors.kernel)" % (
+        (platform.get("kernel") or {}).get("release"), floors["kernel"])
