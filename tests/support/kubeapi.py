@@ -1,7 +1,7 @@
 """A stand-in for the Kubernetes API server over HTTP, on loopback, for the ``kubernetes`` drain backend's tests.
 
 No API server can be installed on the test machines, so this one serves just what a drain of Nodes needs: the
-calls the backend (plugins/plugin_utils/drain_kubernetes.py, through the Python ``kubernetes`` client) and
+calls the backend (plugins/plugin_utils/drain/kubernetes.py, through the Python ``kubernetes`` client) and
 kubernetes.core's ``k8s_drain`` and ``k8s_info`` (kind Node) make, API discovery included:
 
 - discovery: ``GET /version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/policy``, ``/apis/policy/v1`` (the

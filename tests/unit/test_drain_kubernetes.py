@@ -4,7 +4,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import drain_kubernetes as dk
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import kubernetes as dk
 
 
 class ApiError(Exception):

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
 import pytest
+from support.p2p import Ctx
+from support.p2p import rows as _rows
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
 needs_setpci = pytest.mark.skipif(shutil.which("setpci") is None, reason="setpci (pciutils) is not installed")
 
@@ -34,35 +33,6 @@ memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)
 
 SUM device_to_device_memcpy_read_ce 102.40
 """
-
-
-class Ctx:
-    def __init__(self, gpu):
-        self.gpu = gpu
-
-
-def _tools(root, calls=None):
-    """verify.Tools as tuning_info builds them for a simulated node: only commands the node ships."""
-    def find(name, _package):
-        path = os.path.join(root, "usr/bin", name)
-        return path if os.access(path, os.X_OK) else None
-
-    def run(argv):
-        if calls is not None:
-            calls.append(argv)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        return proc.returncode, proc.stdout, proc.stderr
-
-    return verify.Tools(find, run)
-
-
-def _rows(root, desired=None, calls=None, bars=False):
-    """gather (ACS facts included) + gpu_probe + the family's evaluate: {row name: row}; the BAR rows
-    (test_pci_bar.py) only with ``bars``."""
-    desired = {"gpu_p2p": {}} if desired is None else desired
-    facts = gather(Node(root))
-    probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), _tools(root, calls), desired)
-    return {r["name"]: r for r in p2p.evaluate(facts, desired, Ctx(probe)) if bars or not r["name"].startswith("bar")}
 
 
 def _nvbandwidth(root, slow="51.10", rc=0):

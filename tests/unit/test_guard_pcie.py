@@ -8,7 +8,7 @@ sysfs counters tools/simnode.py sets between the runs.
 from __future__ import annotations
 
 import simnode
-from test_guard import install, metrics, run_guard, series, status
+from support.guard import install, metrics, run_guard, series, status
 
 GPU, BRIDGE = "0000:41:00.0", "0000:40:01.1"
 

@@ -15,7 +15,7 @@ from kubernetes.client import models
 from pydantic import ValidationError
 from support.kubeapi import KubeApiStandIn
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain_kubernetes import _status_text
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.kubernetes import status_text
 
 REAL_429 = "k8s-eviction-429-pdb-status-dojo6-intro-chaos-engineering.txt"
 
@@ -102,8 +102,8 @@ def test_the_stand_ins_429_is_shaped_like_a_real_one_and_the_backend_names_the_b
     for key in ("kind", "apiVersion", "status", "reason", "message"):
         assert ours[key] == capture[key], key
     assert ours["details"]["causes"][0]["reason"] == capture["details"]["causes"][0]["reason"] == "DisruptionBudget"
-    assert _status_text(real(REAL_429).text.strip()) == (
+    assert status_text(real(REAL_429).text.strip()) == (
         "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget my-super-app-pdb "
         "needs 6 healthy pods and has 6 currently")
-    assert _status_text("upstream connect error") == "upstream connect error"  # not a Status: the raw text
+    assert status_text("upstream connect error") == "upstream connect error"  # not a Status: the raw text
     assert api.pods_on("k1") == ["agent-1", "db-1", "web-1"]  # a refused eviction leaves the pod

@@ -9,6 +9,7 @@ import struct
 
 import simnode
 from support.captures import REAL_CAPTURES, Capture, config_bytes
+from support.p2p import rows as _rows
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci, pci_bar
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
@@ -128,8 +129,6 @@ def test_one_gpu_is_not_applicable_and_json_keys_are_read(build_node):
 
 
 def test_verification_with_the_p2p_check_running_fails_the_small_bar1(build_node):
-    from test_gpu_p2p import _rows  # gather + the GPU probe (the node's nvidia-smi stand-in) + evaluate
-
     root = build_node(cpus=4, nvidia_smi=True)
     assert _rows(root, bars=True)["bar1"]["state"] == "applied"
     simnode.set_gpu_bar(root, "0000:81:00.0", 1, 256 * MIB)

@@ -20,7 +20,7 @@ MISSING = ("gpunode_tuning_drain: kubernetes needs the Python 'kubernetes' clien
            "(pip install kubernetes; it is in requirements.txt): %s")
 
 
-def _status_text(body) -> str:
+def status_text(body) -> str:
     """What a metav1 Status answer says (its message and its causes' messages), or the raw body, cut short."""
     try:
         answer = json.loads(body) if isinstance(body, (str, bytes)) else body
@@ -147,7 +147,7 @@ class KubernetesBackend(Backend):
                 status = getattr(exc, "status", None)
                 if status == 429:
                     self.blocked[host] = "eviction of %s/%s blocked by a PodDisruptionBudget (429): %s" % (
-                        pod.metadata.namespace, pod.metadata.name, _status_text(getattr(exc, "body", "")))
+                        pod.metadata.namespace, pod.metadata.name, status_text(getattr(exc, "body", "")))
                 elif status != 404:
                     raise self.error("kubernetes evict %s/%s: %s %s" % (
                         pod.metadata.namespace, pod.metadata.name, status, getattr(exc, "reason", exc))) from exc
