@@ -40,6 +40,7 @@ ARGUMENT_SPEC = {
     "reboot": {"type": "bool", "default": True},
     "survey": {"type": "dict"},
     "hold": {"type": "bool", "default": False},
+    "hold_for": {"type": "float", "default": 0.0},
     "kept": {"type": "bool", "default": False},
     "why": {"type": "str", "default": ""},
 }
@@ -51,6 +52,8 @@ BOOT_ID = "proc/sys/kernel/random/boot_id"
 BOOT_UNIT = "gpunode-tuning-boot.service"
 # How long the boot unit and the GPUs may take after the host answers again (bounded by the reboot timeout).
 BOOT_SETTLE = 600
+# What the claim's lease adds to the measure gate's runs (hold_for): the reading and tasks around them.
+HOLD_SLACK = 600
 VARS = ("gpunode_tuning_reboot_ok", "gpunode_tuning_drain", "gpunode_tuning_reboot_max_unavailable",
         "gpunode_tuning_reboot_timeout", "gpunode_tuning_reboot_wait_timeout", "gpunode_tuning_drain_timeout",
         "gpunode_tuning_reboot_poll_interval", "gpunode_tuning_drain_command", "gpunode_tuning_drain_check_command",
@@ -103,6 +106,9 @@ class ActionModule(ActionBase):
                                              (task_vars.get("groups") or {}).get("all"))
         if errors:
             return {"failed": True, "changed": False, "msg": "; ".join(errors)}
+        self._hold = args["hold"] and not self._task.check_mode
+        if self._hold:  # no renewal while the measure gate runs: the claim outlasts its runs
+            settings["claim_lease"] = max(settings["claim_lease"], args["hold_for"] + HOLD_SLACK)
         self._settings = settings
         report_dir = self._templar.template(task_vars.get("gpunode_tuning_report_dir", "reports/"))
         self._records = seq.Records(os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(report_dir))),
@@ -112,7 +118,6 @@ class ActionModule(ActionBase):
         self._touched, self._drain_started = 0.0, None
         self._delegate = None
         seq.guard_run(os.getppid())
-        self._hold = args["hold"] and not self._task.check_mode
         try:
             self._backend = self._make_backend(settings["drain"], task_vars)
             if args["phase"] == "survey":

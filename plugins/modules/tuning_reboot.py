@@ -59,6 +59,11 @@ options:
       a V(return) task; the rollout sets it when its measure gate runs. Ignored in check mode.
     type: bool
     default: false
+  hold_for:
+    description: With O(hold), how long (seconds) the measure gate may hold the host after its gate; the claim's
+      lease is at least that plus 600 s, since the run does not renew it while the benchmark runs.
+    type: float
+    default: 0
   kept:
     description: With V(return), whether the measure gate kept the host's tuning (back to service) or not (it
       stays drained).

@@ -328,3 +328,33 @@ def test_the_reboot_action_reads_its_numbers_as_the_precheck_accepted_them(tmp_p
     result = action.run(task_vars=task_vars)
     assert result["failed"] and "stopped by the test" in result["msg"]
     assert (seen["poll"], seen["drain_timeout"], seen["reboot_timeout"], seen["backend"]) == (1.0, 60, 900, "none")
+
+
+@pytest.mark.parametrize("hold, hold_for, lease", [(False, 5430.0, 3600), (True, 5430.0, 6030), (True, 60.0, 3600)])
+def test_the_claim_outlasts_the_measure_gates_runs(tmp_path, monkeypatch, hold, hold_for, lease):
+    """The run does not renew its claim while the measure gate's benchmark runs: a held host's claim lasts the
+    gate's runs (hold_for) and 600 s more, never less than gpunode_tuning_reboot_claim_lease."""
+    from types import SimpleNamespace
+
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    from ansible_collections.gpunode.tuning.plugins.action import tuning_reboot
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence
+
+    seen = {}
+
+    def stop(self, name, _task_vars):
+        seen.update(self._settings, claim=self._claim)
+        raise reboot_sequence.SequenceError("stopped by the test")
+    monkeypatch.setattr(tuning_reboot.ActionModule, "_make_backend", stop)
+    task = SimpleNamespace(args={"phase": "survey", "hold": hold, "hold_for": hold_for}, check_mode=False,
+                           async_val=0, action="gpunode.tuning.tuning_reboot")
+    loader = DataLoader()
+    action = tuning_reboot.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, loader,
+                                        Templar(loader=loader), None)
+    action._load_name = "gpunode.tuning.tuning_reboot"
+    task_vars = {"inventory_hostname": "n1", "ansible_play_hosts_all": ["n1"], "gpunode_tuning_reboot_ok": True,
+                 "gpunode_tuning_drain": "none", "gpunode_tuning_report_dir": str(tmp_path)}
+    action.run(task_vars=task_vars)
+    assert (seen["claim_lease"], seen["claim"]["lease"]) == (lease, lease)
