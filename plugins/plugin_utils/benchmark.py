@@ -65,7 +65,8 @@ ALLOWED_WORDS = {
 }
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as the user wrote it: text as is, anything else as JSON would show it."""
     if isinstance(value, str):
         return value
     try:
@@ -118,7 +119,7 @@ def _count(value: Any, default: int, least: int) -> tuple[int | None, bool]:
 def _metric(fmt: str, where: str, item: Any) -> tuple[dict | None, list]:
     """One item of gpunode_tuning_rollout_benchmark_metrics with its defaults, and what is wrong with it."""
     if not isinstance(item, dict):
-        return None, ["%s must be a mapping {name, better, tolerance, primary} (got %s)" % (where, _shown(item))]
+        return None, ["%s must be a mapping {name, better, tolerance, primary} (got %s)" % (where, shown(item))]
     errors = []
     unknown = sorted(set(item) - {"name", "better", "tolerance", "primary"})
     if unknown:
@@ -127,17 +128,17 @@ def _metric(fmt: str, where: str, item: Any) -> tuple[dict | None, list]:
     name = item.get("name")
     if not isinstance(name, str) or not name_allowed(fmt, name):
         errors.append("%s.name %s is not a metric of the %s format; allowed: %s"
-                      % (where, _shown(name), fmt, ALLOWED_WORDS[fmt]))
+                      % (where, shown(name), fmt, ALLOWED_WORDS[fmt]))
     better = item.get("better", "higher")
     if better not in ("higher", "lower"):
-        errors.append("%s.better must be higher or lower (got %s)" % (where, _shown(better)))
+        errors.append("%s.better must be higher or lower (got %s)" % (where, shown(better)))
     primary = item.get("primary", False)
     if not isinstance(primary, bool):
-        errors.append("%s.primary must be true or false (got %s)" % (where, _shown(primary)))
+        errors.append("%s.primary must be true or false (got %s)" % (where, shown(primary)))
     tolerance = _finite(item.get("tolerance", 0.0 if primary is True else DEFAULT_GUARD_TOLERANCE))
     if tolerance is None or tolerance < 0:
         errors.append("%s.tolerance must be a percentage of 0 or more (how much worse the metric may get), "
-                      "e.g. 5 (got %s)" % (where, _shown(item.get("tolerance"))))
+                      "e.g. 5 (got %s)" % (where, shown(item.get("tolerance"))))
     return {"name": name, "better": better, "tolerance": tolerance, "primary": primary is True}, errors
 
 
@@ -151,7 +152,7 @@ def _metric_errors(fmt: str, metrics: Any) -> tuple[list, list]:
         return [dict(m) for m in DEFAULT_METRICS[fmt]], []
     if not isinstance(metrics, (list, tuple)) or not metrics:
         return [], ["%s must be a non-empty list of {name, better: higher|lower, tolerance: percent, primary: "
-                    "true|false} (got %s)" % (var, _shown(metrics))]
+                    "true|false} (got %s)" % (var, shown(metrics))]
     out, errors = [], []
     for i, item in enumerate(metrics):
         metric, problems = _metric(fmt, "%s[%d]" % (var, i), item)
@@ -178,29 +179,29 @@ def check_settings(raw: dict) -> tuple[dict, list]:
     fmt = "number" if fmt is None else fmt
     if fmt not in FORMATS:
         errors.append("gpunode_tuning_rollout_benchmark_format must be one of: %s (got %s)"
-                      % (", ".join(FORMATS), _shown(fmt)))
+                      % (", ".join(FORMATS), shown(fmt)))
         fmt = None
     got["benchmark_format"] = fmt
     path = raw.get("benchmark_result_file")
     if path is not None and (not isinstance(path, str) or not path.startswith("/") or "\0" in path):
         errors.append("gpunode_tuning_rollout_benchmark_result_file must be null (the result is read from the "
-                      "command's output) or an absolute path on the node (got %s)" % _shown(path))
+                      "command's output) or an absolute path on the node (got %s)" % shown(path))
     got["benchmark_result_file"] = path
     repeats, ok = _count(raw.get("benchmark_repeats"), 1 if fmt == "number" else 3, 1)
     if not ok:
         errors.append("gpunode_tuning_rollout_benchmark_repeats must be a run count of 1 or more (got %s)"
-                      % _shown(raw.get("benchmark_repeats")))
+                      % shown(raw.get("benchmark_repeats")))
     got["benchmark_repeats"] = repeats
     warmup, ok = _count(raw.get("benchmark_warmup"), 0, 0)
     if not ok:
         errors.append("gpunode_tuning_rollout_benchmark_warmup must be a run count of 0 or more, the runs before "
-                      "the measured ones that are not counted (got %s)" % _shown(raw.get("benchmark_warmup")))
+                      "the measured ones that are not counted (got %s)" % shown(raw.get("benchmark_warmup")))
     got["benchmark_warmup"] = warmup
     unchanged = raw.get("benchmark_unchanged")
     unchanged = "keep" if unchanged is None else unchanged
     if unchanged not in UNCHANGED:
         errors.append("gpunode_tuning_rollout_benchmark_unchanged must be keep or rollback, what the gate does when "
-                      "the primary metric changed within the noise (got %s)" % _shown(unchanged))
+                      "the primary metric changed within the noise (got %s)" % shown(unchanged))
     got["benchmark_unchanged"] = unchanged
     if fmt is not None:
         got["benchmark_metrics"], problems = _metric_errors(fmt, raw.get("benchmark_metrics"))

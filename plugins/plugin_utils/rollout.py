@@ -10,7 +10,6 @@ Plain Python, no Ansible import.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import re
 from typing import Any
@@ -33,19 +32,9 @@ BATCH_ALLOWED = ("a host count of 1 or more, a share of the remaining hosts from
                  "list of those (Ansible's serial)")
 
 
-def _shown(value: Any) -> str:
-    """A value as the user wrote it: text as is, anything else as JSON would show it."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 def _batch_item(value: Any) -> tuple[Any, str | None]:
     if isinstance(value, bool):
-        return None, "got %s" % _shown(value)
+        return None, "got %s" % benchmark.shown(value)
     if isinstance(value, int):
         return (value, None) if value >= 1 else (None, "got %d" % value)
     if isinstance(value, str):
@@ -55,7 +44,7 @@ def _batch_item(value: Any) -> tuple[Any, str | None]:
         match = _PERCENT.match(text)
         if match and 0 < float(match.group(1)) <= 100:
             return text, None
-    return None, "got %s" % _shown(value)
+    return None, "got %s" % benchmark.shown(value)
 
 
 def parse_batch(value: Any) -> tuple[list, list]:
@@ -93,7 +82,7 @@ def _command_problem(command: Any) -> str | None:
         return None if command.strip() and "\0" not in command else "an empty string"
     if isinstance(command, (list, tuple)) and command and all(isinstance(a, str) and a for a in command):
         return None
-    return _shown(command)
+    return benchmark.shown(command)
 
 
 def settings(raw: dict) -> tuple[dict, list]:
@@ -107,11 +96,11 @@ def settings(raw: dict) -> tuple[dict, list]:
     errors = []
     if got["flow"] not in FLOWS:
         errors.append("gpunode_tuning_rollout_flow must be one of: %s (got %s)"
-                      % (", ".join(FLOWS), _shown(got["flow"])))
+                      % (", ".join(FLOWS), benchmark.shown(got["flow"])))
     canary = got["canary"]
     if isinstance(canary, bool) or not _INTEGER.match(str(canary).strip()):
         errors.append("gpunode_tuning_rollout_canary must be a host count of 0 or more (0: no canary) (got %s)"
-                      % _shown(canary))
+                      % benchmark.shown(canary))
     else:
         got["canary"] = int(str(canary).strip())
     batch, problems = parse_batch(got["batch"])
@@ -120,12 +109,13 @@ def settings(raw: dict) -> tuple[dict, list]:
     pct = _number(got["max_fail_percentage"])
     if pct is None or not 0 <= pct <= 100:
         errors.append("gpunode_tuning_rollout_max_fail_percentage must be a number from 0 to 100 (got %s)"
-                      % _shown(got["max_fail_percentage"]))
+                      % benchmark.shown(got["max_fail_percentage"]))
     got["max_fail_percentage"] = pct
     gate = _BOOLS.get(str(got["health_gate"]).strip().lower()) if not isinstance(got["health_gate"], bool) \
         else got["health_gate"]
     if gate is None:
-        errors.append("gpunode_tuning_rollout_health_gate must be true or false (got %s)" % _shown(got["health_gate"]))
+        errors.append("gpunode_tuning_rollout_health_gate must be true or false (got %s)"
+                      % benchmark.shown(got["health_gate"]))
     got["health_gate"] = gate
     problem = _command_problem(got["benchmark_command"])
     if problem:
@@ -134,7 +124,7 @@ def settings(raw: dict) -> tuple[dict, list]:
     gain = _number(got["benchmark_min_gain"])
     if gain is None or gain <= -1:
         errors.append("gpunode_tuning_rollout_benchmark_min_gain must be a fraction above -1 (a finite number), e.g. "
-                      "0.0 (must not get worse) or 0.05 (got %s)" % _shown(got["benchmark_min_gain"]))
+                      "0.0 (must not get worse) or 0.05 (got %s)" % benchmark.shown(got["benchmark_min_gain"]))
     got["benchmark_min_gain"] = gain
     measure, problems = benchmark.check_settings({k: raw.get(k) for k in BENCHMARK_KEYS})
     got.update(measure)
