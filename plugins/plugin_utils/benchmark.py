@@ -361,7 +361,8 @@ def read(fmt: str, text: str, metrics: list) -> tuple[dict | None, str]:
         found = serving_text(text)
         if not found:
             data = _json_object(text)
-            found = _flat(data) if isinstance(data, dict) else {}
+            # vLLM's benchmark_serving.py wrote its goodput as "request_goodput:" (the colon in the key).
+            found = {k.rstrip(":"): v for k, v in _flat(data).items()} if isinstance(data, dict) else {}
     elif fmt == "genai-perf":
         data = _json_object(text) if text.lstrip().startswith("{") else None
         found = _flat(data) if isinstance(data, dict) else _genai_console(text)
@@ -374,8 +375,10 @@ def read(fmt: str, text: str, metrics: list) -> tuple[dict | None, str]:
         return None, "the %s format expects %s; none was found in %r" % (fmt, _WHAT[fmt], text.strip()[-300:])
     missing = [m["name"] for m in metrics if m["name"] not in found]
     if missing:
-        return None, "the %s result has no %s (it has: %s)" % (fmt, ", ".join(missing),
-                                                                 ", ".join(sorted(found)[:40]))
+        # What it has that the format can judge (a genai-perf export's input_config numbers are settings).
+        has = [k for k in sorted(found) if fmt == "json" or name_allowed(fmt, k)] or sorted(found)
+        return None, "the %s result has no %s (it has: %s%s)" % (fmt, ", ".join(missing), ", ".join(has[:60]),
+                                                                   ", ..." if len(has) > 60 else "")
     return {m["name"]: found[m["name"]] for m in metrics}, ""
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
 
 import pytest
@@ -15,6 +16,17 @@ SERVING = benchmark.DEFAULT_METRICS["sglang"]
 
 def _m(name, better="higher", tolerance=0.0, primary=False):
     return {"name": name, "better": better, "tolerance": tolerance, "primary": primary}
+
+
+def test_every_benchmark_capture_is_read_here_and_named_in_the_readme():
+    real = os.path.join(os.path.dirname(__file__), os.pardir, "data", "real")
+    on_disk = sorted(n for n in os.listdir(real) if n.startswith("bench-"))
+    with open(__file__, encoding="utf-8") as fh:
+        here = fh.read()
+    with open(os.path.join(real, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    assert len(on_disk) == 11
+    assert [n for n in on_disk if '"%s"' % n not in here or "| %s |" % n not in readme] == []
 
 
 def test_sglang_result_block_is_read_as_the_json_keys(real):
@@ -53,6 +65,48 @@ def test_vllm_bench_serve_block(real):
     assert problem == ""
     assert values == {"output_throughput": 6582.87, "p99_ttft_ms": 12666.73, "p99_itl_ms": 214.35,
                       "p99_tpot_ms": 211.21, "total_token_throughput": 14029.44}
+
+
+def test_vllm_save_result_file_is_read_with_the_default_metrics(real):
+    text = real("bench-vllm-save-result-json-l40s-vllm-bench-automation.txt").text
+    values, problem = benchmark.read("vllm", text, SERVING + [_m("median_tpot_ms", "lower", 10), _m("completed")])
+    assert problem == ""
+    assert values == {"output_throughput": 2258.212337970085, "p99_ttft_ms": 98.69780922984769,
+                      "p99_itl_ms": 34.48662216016601, "median_tpot_ms": 13.686303201518745, "completed": 300.0}
+    # This vLLM writes its goodput as "request_goodput:" (the colon in the key), null without --goodput: no number.
+    goodput = [_m("request_goodput", primary=True)]
+    values, problem = benchmark.read("vllm", text, goodput)
+    assert values is None and problem.startswith("the vllm result has no request_goodput (it has: completed, ")
+    # With --goodput the number is under that same key, and is read as request_goodput.
+    assert benchmark.read("vllm", text.replace('"request_goodput:": null', '"request_goodput:": 7.5'), goodput) == \
+        ({"request_goodput": 7.5}, "")
+
+
+def test_a_current_sglang_output_file_line_is_read_with_the_default_metrics(real):
+    line = real("bench-sglang-output-file-line-pd-sglang-12389.txt").text.strip()
+    values, problem = benchmark.read("sglang", benchmark.last_line(line), SERVING + [_m("p99_e2e_latency_ms", "lower")])
+    assert problem == ""
+    # The run's TTFT and ITL are 0.0 as it wrote them (its issue), read as such; its request_rate Infinity is no metric.
+    assert values == {"output_throughput": 3267.0925907959777, "p99_ttft_ms": 0.0, "p99_itl_ms": 0.0,
+                      "p99_e2e_latency_ms": 5812.809163999625}
+    assert benchmark.read("sglang", line, [_m("request_rate", primary=True)])[0] is None
+
+
+def test_genai_perf_profile_export_is_read_with_the_default_metrics(real):
+    text = real("bench-genai-perf-profile-export-json-streaming-perf-analyzer-298.txt").text
+    values, problem = benchmark.read("genai-perf", text, benchmark.DEFAULT_METRICS["genai-perf"]
+                                     + [_m("request_latency.p90", "lower", 10)])
+    assert problem == ""
+    assert values == {"output_token_throughput.avg": 44190.56002502682, "time_to_first_token.p99": 425.02943662,
+                      "inter_token_latency.p99": 2.2631232999999997, "request_latency.p90": 5882.4496025}
+
+
+def test_genai_perf_without_streaming_has_no_inter_token_latency_and_says_so(real):
+    text = real("bench-genai-perf-profile-export-json-no-streaming-perf-analyzer-298.txt").text
+    values, problem = benchmark.read("genai-perf", text, benchmark.DEFAULT_METRICS["genai-perf"])
+    assert values is None
+    assert problem.startswith("the genai-perf result has no inter_token_latency.p99 (it has: ")
+    assert "output_token_throughput.avg" in problem and "time_to_first_token.p99" in problem
 
 
 def test_genai_perf_console_table(real):
