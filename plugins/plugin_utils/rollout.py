@@ -196,10 +196,37 @@ def _run_text(run: dict, settings: dict) -> tuple[str | None, str]:
     return content.decode("utf-8", "replace"), ""
 
 
+def _run_problems(runs: list, what: str, host: str, phase: str, fmt: str, metrics: list, settings: dict,
+                  limit: Any) -> tuple[list, list]:
+    """``(readings, problems)`` of runs read in ``fmt``: each failed or unreadable run named "WHAT k of N ..."."""
+    readings, problems = [], []
+    for number, run in enumerate(runs, 1):
+        if run.get("rc") != 0:
+            problem = benchmark_reading(run, host, phase, limit)[1].split("; it ", 1)[-1]
+            problems.append("%s %d of %d %s" % (what, number, len(runs), problem))
+            continue
+        text, problem = _run_text(run, settings)
+        values, problem = (None, problem) if text is None else benchmark.read(fmt, text, metrics)
+        if values is None:
+            problems.append("%s %d of %d: %s" % (what, number, len(runs), problem))
+        else:
+            readings.append(values)
+    return readings, problems
+
+
+def _warmup_words(before: list, after: list) -> str:
+    """The failed or unreadable warm-up runs of both sides, said as not counted ("" without any)."""
+    sides = [("%s tuning: %s" % (side, "; ".join(notes))) for side, notes in (("before", before), ("after", after))
+             if notes]
+    return ("warm-up runs not counted (failed or unreadable): %s" % " | ".join(sides))[:1000] if sides else ""
+
+
 def benchmark_runs(runs: list, host: str, phase: str, bench: dict, settings: dict, limit: Any = None) -> dict:
     """The measure gate's side ``phase`` from its runs (the command results, warm-up runs first): the counted
     runs read in the benchmark's format, and after tuning the verdict. ``{bench, problem}``.
 
+    A warm-up run is read too but never counted: one that fails or cannot be read is named in
+    ``PHASE_warmup_problems`` and in the message (the reason after tuning, the problem before it).
     The number format with one run, no warm-up and no result file is today's gate, unchanged.
     """
     fmt = settings.get("benchmark_format") or "number"
@@ -209,31 +236,25 @@ def benchmark_runs(runs: list, host: str, phase: str, bench: dict, settings: dic
         value, problem = benchmark_reading(runs[0], host, phase, limit)
         out[phase] = value
         return {"bench": benchmark_verdict(out, problem) if phase == "after" else out, "problem": problem}
-    counted = runs[warmup:]
     metrics = settings.get("benchmark_metrics") or benchmark.DEFAULT_METRICS["number"]
-    readings, problems = [], []
-    for number, run in enumerate(counted, 1):
-        if run.get("rc") != 0:
-            problem = benchmark_reading(run, host, phase, limit)[1].split("; it ", 1)[-1]
-            problems.append("run %d of %d %s" % (number, len(counted), problem))
-            continue
-        text, problem = _run_text(run, settings)
-        values, problem = (None, problem) if text is None else benchmark.read(fmt, text, metrics)
-        if values is None:
-            problems.append("run %d of %d: %s" % (number, len(counted), problem))
-        else:
-            readings.append(values)
+    if warmup:
+        out[phase + "_warmup_problems"] = _run_problems(runs[:warmup], "warm-up run", host, phase, fmt, metrics,
+                                                        settings, limit)[1]
+    counted = runs[warmup:]
+    readings, problems = _run_problems(counted, "run", host, phase, fmt, metrics, settings, limit)
     problem = ""
     if problems:
         problem = ("the benchmark on %s (%s tuning) is a failed measurement (a run that fails or cannot be read "
                    "counts as failed, never as zero): %s" % (host, phase, "; ".join(problems)))[:2000]
+    warm = _warmup_words(out.get("before_warmup_problems") or [],
+                         out.get("after_warmup_problems") or [] if phase == "after" else [])
     primary = next(m["name"] for m in metrics if m["primary"])
     out["format"], out[phase + "_runs"] = fmt, readings
     out[phase] = None if problem else round(benchmark.median([r[primary] for r in readings]), 6)
     if phase != "after":
-        return {"bench": out, "problem": problem}
+        return {"bench": out, "problem": "; ".join(p for p in (problem, warm) if p) if problem else ""}
     if problem:
-        out.update(gain=None, kept=False, reason="measure gate: " + problem)
+        out.update(gain=None, kept=False, reason="; ".join(p for p in ("measure gate: " + problem, warm) if p))
         return {"bench": out, "problem": problem}
     judged = benchmark.verdict(metrics, out["before_runs"], readings, settings.get("benchmark_unchanged") or "keep")
     out.update(metrics=judged["metrics"], primary=judged["primary"], primary_verdict=judged["primary_verdict"])
@@ -242,6 +263,7 @@ def benchmark_runs(runs: list, host: str, phase: str, bench: dict, settings: dic
         out["primary_verdict"] = judged["primary_verdict"]
     else:
         out.update(gain=round(judged["gain"], 4), kept=judged["kept"], reason=judged["reason"])
+    out["reason"] = "; ".join(p for p in (out["reason"], warm) if p)
     return {"bench": out, "problem": ""}
 
 

@@ -222,15 +222,45 @@ def _run(stdout="", rc=0, **extra):
 def test_the_gate_over_runs_names_a_failed_run_and_never_counts_it_as_zero(real):
     text = real("bench-vllm-bench-serve-text-sharegpt-vllm-18566.txt").text
     settings = rollout.settings({"benchmark_command": "b", "benchmark_format": "vllm", "benchmark_warmup": 1})[0]
-    runs = [_run("warm-up output, not read")] + [_run(text)] * 3
+    runs = [_run(text)] + [_run(text)] * 3
     before = rollout.benchmark_runs(runs, "h1", "before", {}, settings)
     assert before["problem"] == "" and before["bench"]["before"] == 6582.87
+    assert before["bench"]["before_warmup_problems"] == [] and len(before["bench"]["before_runs"]) == 3
     after = rollout.benchmark_runs([_run(text), _run(text), _run("", rc=3), _run("no result here")], "h1", "after",
                                    before["bench"], settings)
     bench = after["bench"]
     assert bench["kept"] is False and bench["after"] is None and "metrics" not in bench
     assert "run 2 of 3 exited with 3" in after["problem"]
     assert re.search(r"run 3 of 3: the vllm format expects a 'Serving Benchmark Result' block", after["problem"])
+
+
+def test_a_failed_or_unreadable_warm_up_run_is_named_but_never_counted(real):
+    text = real("bench-vllm-bench-serve-text-sharegpt-vllm-18566.txt").text
+    settings = rollout.settings({"benchmark_command": "b", "benchmark_format": "vllm", "benchmark_warmup": 1})[0]
+    before = rollout.benchmark_runs([_run("", rc=3)] + [_run(text)] * 3, "h1", "before", {}, settings)
+    assert before["problem"] == "" and before["bench"]["before_warmup_problems"] == [
+        "warm-up run 1 of 1 exited with 3: no output (bench)"]
+    assert len(before["bench"]["before_runs"]) == 3 and before["bench"]["before"] == 6582.87
+    after = rollout.benchmark_runs([_run("Traceback: CUDA error")] + [_run(text)] * 3, "h1", "after",
+                                   before["bench"], settings)
+    bench = after["bench"]
+    assert after["problem"] == "" and bench["kept"] is True and len(bench["after_runs"]) == 3
+    assert bench["after_warmup_problems"] == ["warm-up run 1 of 1: the vllm format expects a 'Serving Benchmark "
+                                              "Result' block or the --save-result JSON; none was found in "
+                                              "'Traceback: CUDA error'"]
+    # The verdict is the one of the counted runs alone; the message names both warm-up runs.
+    assert bench["metrics"] == benchmark.verdict(SERVING, bench["before_runs"], bench["after_runs"], "keep")["metrics"]
+    assert bench["reason"] == ("warm-up runs not counted (failed or unreadable): before tuning: warm-up run 1 of 1 "
+                               "exited with 3: no output (bench) | after tuning: " + bench["after_warmup_problems"][0])
+    state = {"host": "h1", "batch": 1, "measure": True, "benchmark": bench, "cleared": True}
+    assert rollout.host_result(state)["status"] == "done"
+    assert rollout.host_result(state)["reason"] == bench["reason"]
+    # Before tuning, a failed counted run fails the host: the message names the warm-up run as well.
+    failed = rollout.benchmark_runs([_run("", rc=3), _run(text), _run("", rc=1), _run(text)], "h1", "before", {},
+                                    settings)
+    assert "run 2 of 3 exited with 1" in failed["problem"]
+    assert failed["problem"].endswith("; warm-up runs not counted (failed or unreadable): before tuning: warm-up run "
+                                      "1 of 1 exited with 3: no output (bench)")
 
 
 def test_the_sglang_result_file_is_read_from_where_this_run_appended(real):
