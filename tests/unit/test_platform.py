@@ -105,6 +105,23 @@ def test_persistent_kernel_cmdline_leaves_amd_pstate_out_on_an_old_kernel(build_
             text = fh.read()
         assert all(a in text for a in wanted) and ("amd_pstate" in text) == ("amd_pstate=active" in wanted), text
         assert result["concerns"]["kernel_cmdline"]["reboot_required"] is True  # iommu=pt still needs one
+        # The flow's report names what it did not reboot for, and why (none on the modern node).
+        unfit = result["not_rebooted_for"]
+        assert sorted(unfit) == (["cpufreq.driver"] if root == old else []), unfit
+        if root == old:
+            assert "5.15.0-91-generic" in unfit["cpufreq.driver"] and "Linux 6.3" in unfit["cpufreq.driver"]
+            assert "not rebooted for cpufreq.driver (the node cannot take it): amd-pstate active mode needs " \
+                   "Linux 6.3" in result["summary"]["kernel_cmdline"]
+    # Only the driver switch asked for a reboot: --check --diff says the same, and nothing is required.
+    desired = {"cpufreq": CPUFREQ}
+    for check in (True, False):
+        result, failed = run_module("tuning_persist", {"concerns": ["kernel_cmdline"], "desired": desired,
+                                                       "settings": PERSIST_SETTINGS, "root": old},
+                                    check=check, diff=check)
+        assert not failed and result["reboot_required"] is False and result["pending_kernel_args"] == []
+        assert "5.15.0-91-generic" in result["not_rebooted_for"]["cpufreq.driver"]
+        assert result["summary"]["kernel_cmdline"].startswith("skipped: no kernel argument to configure; not "
+                                                              "rebooted for cpufreq.driver"), result["summary"]
 
 
 def _verify(root, desired, **ctx):
