@@ -215,6 +215,21 @@ def test_a_fit_driver_passes_and_an_old_branch_is_a_warning(build_node):
         "(https://github.com/NVIDIA/gpu-operator/issues/2613)"]
 
 
+def test_an_old_branch_is_a_warning_of_the_verification_run(build_node, run_module, monkeypatch):
+    from ansible.module_utils import basic
+
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
+    old = build_node("xeon-4gpu-switch", cpus=2, gpus=1, nvidia_driver="proprietary:535.183.06")
+    result, failed = run_module("tuning_info", {"root": old, "desired": {"gpu_health": {}}})
+    assert not failed and result["verification"]["node"]["warnings"] == warned, warned
+    assert len(warned) == 1 and "branch R535 is past its end of life" in warned[0]
+    fit = build_node("xeon-4gpu-switch", cpus=2, gpus=1, nvidia_driver="open:580.65.06")
+    del warned[:]
+    result, failed = run_module("tuning_info", {"root": fit, "desired": {"gpu_health": {}}})
+    assert not failed and warned == [] and result["verification"]["node"]["warnings"] == []
+
+
 @pytest.mark.parametrize("floors, key", [
     ({"nvidia_driver": "latest"}, "floors.nvidia_driver"),
     ({"nvidia_flavor": "closed"}, "floors.nvidia_flavor"),
