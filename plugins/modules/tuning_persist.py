@@ -102,6 +102,15 @@ pending_kernel_args:
   type: list
   elements: str
   sample: ["amd_pstate=active", "iommu=pt"]
+not_rebooted_for:
+  description:
+    - The settings that would need a kernel argument and a reboot but that this node cannot take (fit before
+      tuned), each with the cause (the unsupported setting's reason); no argument is written and no reboot is
+      required for them, in check mode as in a real run.
+  returned: always
+  type: dict
+  sample: {"cpufreq.driver": "amd-pstate active mode needs Linux 6.3 or newer with CONFIG_X86_AMD_PSTATE; this
+    node runs 5.15.0-91-generic"}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -164,7 +173,9 @@ def main():
                failed_concerns=flow.failures(results), summary={n: r["summary"] for n, r in results.items()},
                reboot_required=any(bool(r.get("reboot_required")) for r in results.values()),
                pending_kernel_args=[arg for r in results.values() for arg, state in (r.get("arguments") or {}).items()
-                                    if isinstance(state, dict) and state.get("pending_reboot")])
+                                    if isinstance(state, dict) and state.get("pending_reboot")],
+               not_rebooted_for={k: why for r in results.values() for k, why in
+                                 (r.get("not_rebooted_for") or {}).items()})
     if module._diff:
         out["diff"] = flow.diffs(results)
     if out["failed_concerns"] and module.params["fail_on_error"]:

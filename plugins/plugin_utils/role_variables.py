@@ -121,6 +121,8 @@ PRIVATE_INTERFACE = {
     "__gpunode_tuning_rollout_health": ("role", "rollout_health's registered result, read by the playbooks"),
     "__gpunode_tuning_rollout_benchmark": ("role", "rollout_benchmark's reading, read by rollout_steps.yml"),
     "__gpunode_tuning_reboot": ("role", "the reboot sequence's registered result, read by rollout_steps.yml"),
+    "__gpunode_tuning_persistent": ("role", "the persistent flow's registered result (not_rebooted_for), read by "
+                                            "rollout_steps.yml"),
 }
 TYPE_TEXT = {
     "str": "a string",

@@ -327,6 +327,7 @@ def host_result(state: dict) -> dict:
             "status": status, "reason": _reason(state, status),
             "verification": (gate.get("status") or verification.get("status") or "not run") if judged else "not run",
             "reboot_required": bool(state.get("reboot_required")),
+            "not_rebooted_for": dict(state.get("not_rebooted_for") or {}),
             "needs_reboot": list(verification.get("needs_reboot") or []) if judged else [],
             "health": health, "findings": list(state.get("findings") or []),
             "benchmark": state.get("benchmark") if state.get("measure") else None,
@@ -360,8 +361,16 @@ def summary(hosts: list, results: list, stopped: dict | None, config: dict, gene
     return {"generated_at": generated_at, "settings": config, "stopped": stopped, "hosts": len(hosts),
             "counts": counts, "results": results, "skipped": skipped,
             "needs_reboot_hosts": [r["host"] for r in results if r.get("needs_reboot")], "skipped_reason": why,
+            "not_rebooted": not_rebooted(results),
             "complete": stopped is None and counts["done"] == len(hosts),
             "benchmark_fleet": benchmark.fleet_changes(results)}
+
+
+def not_rebooted(results: list) -> list:
+    """The settings no host was rebooted for because it cannot take them (fit before tuned): ``[{host, setting,
+    reason}]``, from the persistent flow's ``not_rebooted_for``."""
+    return [{"host": r["host"], "setting": setting, "reason": why} for r in results
+            for setting, why in sorted((r.get("not_rebooted_for") or {}).items())]
 
 
 def reboot_lines(results: list) -> list:
@@ -401,6 +410,8 @@ def summary_lines(summ: dict) -> list:
         summ["hosts"], c["done"], c["failed"], c["unhealthy"], c["unreachable"], oos, c["skipped"])]
     lines += ["%s: %s: %s" % (r["host"], r["status"], r["reason"]) for r in summ["results"] if r["status"] != "done"]
     lines += reboot_lines(summ["results"])
+    lines += ["%s: not rebooted for %s (the node cannot take it): %s" % (n["host"], n["setting"], n["reason"])
+              for n in summ.get("not_rebooted") or []]
     if summ["skipped"]:
         lines.append("skipped (%s): %s" % (summ["skipped_reason"], ", ".join(summ["skipped"])))
     reboot = [r["host"] for r in summ["results"] if r.get("reboot_required")]

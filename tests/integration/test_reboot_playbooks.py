@@ -38,6 +38,13 @@ def fleet(tmp_path, **common):
     return roots, inventory, reports
 
 
+def assert_not_rebooted_for_the_old_kernel(proc):
+    """The persistent flow's report (its summary per concern) names the one host not rebooted, and why."""
+    said = [line for line in proc.stdout.splitlines() if "not rebooted for cpufreq.driver" in line]
+    assert len(said) == 1 and "(the node cannot take it): amd-pstate active mode needs Linux 6.3" in said[0] \
+        and "5.15.0-91-generic" in said[0], said
+
+
 def test_reboot_ok_without_a_drain_backend_fails_the_precheck_naming_the_choices(tmp_path):
     roots, inventory, _reports = fleet(tmp_path)
     before = {h: snapshot(r) for h, r in roots.items()}
@@ -59,6 +66,7 @@ def test_check_mode_names_who_would_be_rebooted_and_writes_nothing(tmp_path):
         assert "would reboot without a drain %s: gpunode.tuning: reboot for amd_pstate=active" % host in proc.stdout
     assert "would reboot without a drain ok" not in proc.stdout
     assert "would reboot without a drain old" not in proc.stdout
+    assert_not_rebooted_for_the_old_kernel(proc)
     for host, root in roots.items():
         assert tree_changes(before[host], snapshot(root)) == [], host
     assert not os.path.exists(reports / "reboots" / "a1.json")
@@ -84,6 +92,7 @@ def test_the_hosts_that_need_it_reboot_once_within_the_budget_and_a_rerun_change
     # The flow says so (check mode says the same: the cpu_freq plan runs in check mode either way).
     warning = [line for line in (proc.stdout + proc.stderr).splitlines() if "amd-pstate is unsupported" in line]
     assert warning and "5.15.0-91-generic" in warning[0] and "Linux 6.3" in warning[0], warning
+    assert_not_rebooted_for_the_old_kernel(proc)
     # Budget 1: the two reboots did not overlap (each took its slot after the other's return).
     records = [json.load(open(reports / "reboots" / ("%s.json" % h), encoding="utf-8")) for h in ("a1", "a2")]
     first, second = sorted(records, key=lambda r: r["slot_at"])
@@ -107,9 +116,10 @@ def test_an_unreachable_host_of_the_run_holds_the_budget_and_the_run_says_why(tm
     """Budget 1 and a host of the run that Ansible cannot reach: it counts as out of service, so neither host
     that needs a reboot is rebooted, in the rollout (whose first run keeps it in the play, as unreachable) and
     in tune.yml (where Ansible takes it out of the play); each says that it waited for the unreachable host."""
-    roots = {"a1": str(tmp_path / "a1"), "a2": str(tmp_path / "a2")}
-    for root in roots.values():
-        simnode.build(root, "audited-epyc-8gpu", cpus=2, gpus=1)
+    roots = {"a1": str(tmp_path / "a1"), "a2": str(tmp_path / "a2"), "old": str(tmp_path / "old")}
+    for host, root in roots.items():
+        simnode.build(root, "audited-epyc-8gpu", cpus=2, gpus=1, **({"kernel": "5.15.0-91-generic"}
+                                                                    if host == "old" else {}))
     reports = tmp_path / "reports"
     write_inventory(tmp_path / "hosts.yml", roots, report_dir=reports, gpunode_tuning_reboot_ok=True,
                     gpunode_tuning_drain="none", gpunode_tuning_reboot_poll_interval=0.2,
@@ -128,6 +138,13 @@ def test_an_unreachable_host_of_the_run_holds_the_budget_and_the_run_says_why(tm
     assert first["failed"] and "waited 3 s for a slot" in first["msg"], first
     assert "counted out of service as unreachable: gone (unreachable:" in first["msg"], first
     assert "not rebooted" in results["a2"]["reboot"]["msg"], results["a2"]
+    # The old kernel needs no reboot (it cannot take amd-pstate): the summary says so, with the cause.
+    assert [(n["host"], n["setting"]) for n in summary["not_rebooted"]] == [("old", "cpufreq.driver")], summary
+    assert "5.15.0-91-generic" in summary["not_rebooted"][0]["reason"] and results["old"]["reboot"] is None
+    with open(reports / "rollout-summary.md", encoding="utf-8") as fh:
+        text = fh.read()
+    assert "## Not rebooted for what the node cannot take" in text and \
+        "| old | cpufreq.driver | amd-pstate active mode needs Linux 6.3" in text, text
     with open(reports / "reboots" / "a1.json", encoding="utf-8") as fh:
         record = json.load(fh)
     assert record["state"] == "not_rebooted" and "gone" in record["unreachable"], record

@@ -105,6 +105,23 @@ def test_persistent_kernel_cmdline_leaves_amd_pstate_out_on_an_old_kernel(build_
             text = fh.read()
         assert all(a in text for a in wanted) and ("amd_pstate" in text) == ("amd_pstate=active" in wanted), text
         assert result["concerns"]["kernel_cmdline"]["reboot_required"] is True  # iommu=pt still needs one
+        # The flow's report names what it did not reboot for, and why (none on the modern node).
+        unfit = result["not_rebooted_for"]
+        assert sorted(unfit) == (["cpufreq.driver"] if root == old else []), unfit
+        if root == old:
+            assert "5.15.0-91-generic" in unfit["cpufreq.driver"] and "Linux 6.3" in unfit["cpufreq.driver"]
+            assert "not rebooted for cpufreq.driver (the node cannot take it): amd-pstate active mode needs " \
+                   "Linux 6.3" in result["summary"]["kernel_cmdline"]
+    # Only the driver switch asked for a reboot: --check --diff says the same, and nothing is required.
+    desired = {"cpufreq": CPUFREQ}
+    for check in (True, False):
+        result, failed = run_module("tuning_persist", {"concerns": ["kernel_cmdline"], "desired": desired,
+                                                       "settings": PERSIST_SETTINGS, "root": old},
+                                    check=check, diff=check)
+        assert not failed and result["reboot_required"] is False and result["pending_kernel_args"] == []
+        assert "5.15.0-91-generic" in result["not_rebooted_for"]["cpufreq.driver"]
+        assert result["summary"]["kernel_cmdline"].startswith("skipped: no kernel argument to configure; not "
+                                                              "rebooted for cpufreq.driver"), result["summary"]
 
 
 def _verify(root, desired, **ctx):
@@ -196,6 +213,21 @@ def test_a_fit_driver_passes_and_an_old_branch_is_a_warning(build_node):
     assert platform.eol_warnings(verify.gather(Node(old))["platform"]) == [
         "NVIDIA driver 535.183.06: branch R535 is past its end of life "
         "(https://github.com/NVIDIA/gpu-operator/issues/2613)"]
+
+
+def test_an_old_branch_is_a_warning_of_the_verification_run(build_node, run_module, monkeypatch):
+    from ansible.module_utils import basic
+
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
+    old = build_node("xeon-4gpu-switch", cpus=2, gpus=1, nvidia_driver="proprietary:535.183.06")
+    result, failed = run_module("tuning_info", {"root": old, "desired": {"gpu_health": {}}})
+    assert not failed and result["verification"]["node"]["warnings"] == warned, warned
+    assert len(warned) == 1 and "branch R535 is past its end of life" in warned[0]
+    fit = build_node("xeon-4gpu-switch", cpus=2, gpus=1, nvidia_driver="open:580.65.06")
+    del warned[:]
+    result, failed = run_module("tuning_info", {"root": fit, "desired": {"gpu_health": {}}})
+    assert not failed and warned == [] and result["verification"]["node"]["warnings"] == []
 
 
 @pytest.mark.parametrize("floors, key", [

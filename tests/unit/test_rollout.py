@@ -161,3 +161,14 @@ def test_a_held_reboot_is_in_the_summary_with_what_its_return_said():
     assert "verification" not in got["reboot"]  # the gate's full result stays out of the summary
     assert rollout.reboot_lines([got]) == ["h1: drained, rebooted, passed its gate and the measure gate and is back "
                                            "in service"]
+
+
+def test_the_summary_says_who_was_not_rebooted_for_what_it_cannot_take():
+    why = "amd-pstate active mode needs Linux 6.3 or newer with CONFIG_X86_AMD_PSTATE; this node runs 5.15.0-91"
+    old = rollout.host_result(_state(host="old", not_rebooted_for={"cpufreq.driver": why}))
+    modern = rollout.host_result(_state(host="new", reboot_required=True))
+    assert old["not_rebooted_for"] == {"cpufreq.driver": why} and modern["not_rebooted_for"] == {}
+    summ = rollout_filter.rollout_summary([old, modern], ["old", "new"], None, {"flow": "persistent"}, "T")
+    assert summ["not_rebooted"] == [{"host": "old", "setting": "cpufreq.driver", "reason": why}]
+    assert "old: not rebooted for cpufreq.driver (the node cannot take it): " + why in summ["lines"]
+    assert not any(line.startswith("new: not rebooted") for line in summ["lines"])

@@ -55,6 +55,9 @@ class PersistCall(NamedTuple):
     run_family: Callable[..., dict] | None = None
     # (remove=False) -> the kernel arguments every family asks for, or may have added (the flow binds it).
     family_kernel_args: Callable[..., list] | None = None
+    # {setting id: reason}: what a family's kernel_args left out because the node cannot take it (fit before
+    # tuned), so no reboot for it; the flow makes it fresh per concern and the kernel command line reports it.
+    unfit: dict | None = None
 
 
 class NodeFiles:

@@ -1479,7 +1479,11 @@ def kernel_args(pc, remove: bool = False) -> list:
     if not want:
         return []
     options = {k: want.get(k) for k in ("driver", "amd_pstate_mode", "intel_pstate_status") if want.get(k)}
-    return list(pc.run_family(NAME, options, check_mode=True).get("kernel_args") or [])
+    result = pc.run_family(NAME, options, check_mode=True)
+    why = (result.get("unsupported") or {}).get("driver")
+    if why and pc.unfit is not None:  # no argument for a driver the node cannot take, and no reboot for it
+        pc.unfit["%s.driver" % NAME] = why
+    return list(result.get("kernel_args") or [])
 
 
 def _driver_switch(row: dict, cf: dict) -> bool:

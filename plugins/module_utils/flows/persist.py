@@ -37,7 +37,7 @@ def persist_call(node, call, desired: dict, settings: dict, make_call: Callable[
 
     pc = PersistCall(node=node, call=call, desired=desired, settings=settings,
                      files=NodeFiles(node, call.check_mode, call.diff), make_call=make_call,
-                     run_family=run, family_kernel_args=kernel_args)
+                     run_family=run, family_kernel_args=kernel_args, unfit={})
     return pc
 
 
@@ -71,6 +71,11 @@ def concern_line(result: dict) -> str:
     return ", ".join("%s %s" % (path, what) for path, what in files.items()) or "unchanged"
 
 
+def unfit_line(unfit: dict) -> str:
+    """What the kernel command line left out because the node cannot take it (``PersistCall.unfit``)."""
+    return "; ".join("not rebooted for %s (the node cannot take it): %s" % kv for kv in sorted(unfit.items()))
+
+
 def run_concerns(concerns: list, make_pc: Callable[[], PersistCall], remove: bool = False) -> dict:
     """``{concern name: result}``: each concern persisted (or removed), each isolated from the others."""
     results = {}
@@ -86,6 +91,9 @@ def run_concerns(concerns: list, make_pc: Callable[[], PersistCall], remove: boo
                       "msg": "%s: %s (a bug: please report it)" % (type(exc).__name__, exc)}
         result["files"] = dict(pc.files.changes)
         result.setdefault("summary", concern_line(result))
+        if pc.unfit:
+            result["not_rebooted_for"] = dict(pc.unfit)
+            result["summary"] += "; " + unfit_line(pc.unfit)
         if pc.files.diffs:
             result["diff"] = list(pc.files.diffs)
         results[concern.name] = result

@@ -432,8 +432,8 @@ def module_tools(module, node: Node) -> Tools:
 
 def run(module) -> dict[str, Any]:
     """tuning_info's work on ``module.params`` (ARGUMENT_SPEC's): ``{"tuning_facts"}``, with ``desired`` also
-    ``{"verification"}``. ``module`` only needs ``params`` and ``get_bin_path``. Raises FactsError, NodeError,
-    VerificationError or command.TimeoutsError.
+    ``{"verification"}``. ``module`` only needs ``params`` and ``get_bin_path``; its ``warn``, when it has one, gets
+    the node's warnings. Raises FactsError, NodeError, VerificationError or command.TimeoutsError.
     """
     p = module.params
     node = Node.open(p["root"])
@@ -443,4 +443,7 @@ def run(module) -> dict[str, Any]:
     if p["desired"] is None:
         return {"tuning_facts": gather(node, kmsg_since=p["kmsg_since"], **options)}
     facts, result = verify(node, p["desired"], p["verify"], run_tools, options)
+    warn = getattr(module, "warn", None)
+    for line in ((result.get("node") or {}).get("warnings") or []) if callable(warn) else []:
+        warn(line)  # the node's own (a driver branch past its end of life): the run's warnings, never a failure
     return {"tuning_facts": facts, "verification": result}
