@@ -156,7 +156,7 @@ def test_the_amd_power_cap_applies_through_amd_smi_reruns_unchanged_and_rolls_ba
     inventory = write_inventory(str(tmp_path / "hosts.yml"), {"mi300x": root},
                                 report_dir=str(tmp_path / "reports"))
     before = snapshot(root)
-    cap = ("-e", "gpunode_tuning_gpu_power_limit=600")
+    cap = ("-e", "gpunode_tuning_gpu_settings_power_limit=600")
     check = run_playbook("tune.yml", inventory, "--tags", "runtime", "--check", *cap)
     assert_ok(check)
     assert set(_amd_caps(root).values()) == {750}  # check mode wrote nothing
