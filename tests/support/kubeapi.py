@@ -383,7 +383,7 @@ class KubeApiStandIn:
             if entry["content_type"] not in MERGE_PATCHES or not isinstance(entry["body"], dict):
                 return 415, status(415, "UnsupportedMediaType", "the stand-in serves strategic merge and JSON merge "
                                    "patches of an object, got %s" % entry["content_type"])
-            self._patch_node(node, entry["body"], (entry["query"].get("fieldManager") or ["unknown"])[0])
+            self._patch_node(node, entry["body"], ((entry.get("query") or {}).get("fieldManager") or ["unknown"])[0])
         elif method != "GET" or len(rest) != 1:
             return 405, status(405, "MethodNotAllowed", "the stand-in serves GET and PATCH of a node")
         return 200, dict(copy.deepcopy(node), kind="Node", apiVersion="v1")
