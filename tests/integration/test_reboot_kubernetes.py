@@ -140,6 +140,10 @@ def test_a_rollout_cordons_evicts_reboots_and_uncordons_through_the_api(api, tmp
         assert [p[1] for p in patches] == [True, False], patches
         (cordoned_at, _on, reason), (uncordoned_at, _off, cleared) = patches
         assert reason.startswith("gpunode.tuning: reboot for amd_pstate=active"), reason
+        assert "{claim run=" in reason and " lease=" in reason, reason  # issue 42: the annotation is a claim
+        renewals = [r for r in api.requests("PATCH", "/api/v1/nodes/" + node) if "spec" not in r["body"]]
+        assert renewals and all(list(r["body"]["metadata"]["annotations"]) == ["gpunode.tuning/renewed"]
+                                and r["query"]["fieldManager"] == ["gpunode.tuning"] for r in renewals), renewals
         assert cleared is None and ANNOTATION in api.requests("PATCH", "/api/v1/nodes/" + node)[-1]["body"][
             "metadata"]["annotations"]  # the uncordon removes our annotation (a null in the merge patch)
         evicted = evictions(api, "web-" + node)
