@@ -286,3 +286,34 @@ def test_another_runs_claim_is_never_uncordoned_ours_is():
 def test_the_date_header_is_read_in_any_case_and_timezone():
     assert dk.http_date({"date": "Sun, 09 Sep 2001 01:46:40 GMT"}) == 1_000_000_000
     assert dk.http_date({"Content-Type": "application/json"}) is None
+
+
+def test_the_sequence_waits_for_another_live_runs_node_counts_it_and_adopts_it_once_expired(tmp_path):
+    """Through the sequence (survey, take_slot): another live run's node is claimed, never cordoned by this run, and
+    holds a slot of the budget; once its lease ran out by the API server's clock, it is ours (adopted)."""
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self):
+            return self.now
+
+        def sleep(self, seconds):
+            self.now += seconds
+
+    api = FakeApi([node("a"), node("b")])
+    claimed_node(api, "a")
+    mine, records = claiming(api), seq.Records(str(tmp_path), OURS["run"])
+    assert "a" in seq.survey(mine, ["a", "b"], records, {"claim_lease": 600})["claimed"]
+    base = {"max_unavailable": 1, "wait_timeout": 1, "drain_timeout": 5, "reboot_timeout": 5, "poll": 0.01}
+    clock = Clock()
+    got = seq.take_slot(mine, records, "b", ["a", "b"], base, False, sleep=clock.sleep, clock=clock)
+    assert not got["taken"] and "out of service or starting now (a)" in got["why"], got["why"]  # a holds the slot
+    clock = Clock()
+    got = seq.take_slot(mine, records, "a", ["a", "b"], dict(base, max_unavailable=2), False, sleep=clock.sleep,
+                        clock=clock)
+    assert not got["taken"] and "claimed by the live run run-b on ctl-b" in got["why"]
+    assert not api.calls  # never cordoned, patched or uncordoned
+    api.now += 601
+    assert seq.survey(mine, ["a", "b"], records, {"claim_lease": 600})["ours"] == ["a"]
