@@ -155,7 +155,7 @@ class ActionModule(ActionBase):
             node_of = {h: self._templar.template(v) or h for h, v in given.items()}
             kubeconfig = self._templar.template(task_vars.get("gpunode_tuning_drain_kubeconfig"))
             context = self._templar.template(task_vars.get("gpunode_tuning_drain_kubernetes_context"))
-            return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError,
+            return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError, claim=self._claim,
                                      fleet_selector=self._vars["gpunode_tuning_drain_kubernetes_fleet_selector"])
         return seq.NoneBackend()
 

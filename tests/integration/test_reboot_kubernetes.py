@@ -35,8 +35,9 @@ def boot_watcher(api, roots):
 
 
 @pytest.fixture
-def api(tmp_path):
-    with KubeApiStandIn(HOSTS, tmp_path) as standin:
+def api(tmp_path, request):
+    """The stand-in; ``@pytest.mark.parametrize("api", [skew], indirect=True)`` sets its clock apart."""
+    with KubeApiStandIn(HOSTS, tmp_path, skew=getattr(request, "param", 0.0)) as standin:
         yield standin
 
 
@@ -67,10 +68,13 @@ def rollout(inventory, reports):
 
 
 def cordons(api, node):
-    """``[(when, unschedulable, annotation)]`` of every PATCH of ``node`` the stand-in received."""
+    """``[(when, unschedulable, annotation)]`` of every cordon and uncordon (a PATCH of spec) of ``node`` the stand-in
+    received (not the claim's renewals, which PATCH one annotation only)."""
     out = []
     for request in api.requests("PATCH", "/api/v1/nodes/" + node):
         body = request["body"]
+        if "spec" not in body:
+            continue
         out.append((request["at"], body["spec"].get("unschedulable"),
                     (body.get("metadata") or {}).get("annotations", {}).get(ANNOTATION)))
     return out
@@ -136,6 +140,10 @@ def test_a_rollout_cordons_evicts_reboots_and_uncordons_through_the_api(api, tmp
         assert [p[1] for p in patches] == [True, False], patches
         (cordoned_at, _on, reason), (uncordoned_at, _off, cleared) = patches
         assert reason.startswith("gpunode.tuning: reboot for amd_pstate=active"), reason
+        assert "{claim run=" in reason and " lease=" in reason, reason  # issue 42: the annotation is a claim
+        renewals = [r for r in api.requests("PATCH", "/api/v1/nodes/" + node) if "spec" not in r["body"]]
+        assert renewals and all(list(r["body"]["metadata"]["annotations"]) == ["gpunode.tuning/renewed"]
+                                and r["query"]["fieldManager"] == ["gpunode.tuning"] for r in renewals), renewals
         assert cleared is None and ANNOTATION in api.requests("PATCH", "/api/v1/nodes/" + node)[-1]["body"][
             "metadata"]["annotations"]  # the uncordon removes our annotation (a null in the merge patch)
         evicted = evictions(api, "web-" + node)
@@ -201,3 +209,27 @@ def test_a_node_cordoned_by_someone_else_is_out_of_service_and_never_uncordoned(
     for node in ("k1", "k2"):
         assert results[node]["status"] == "done", results[node]
         assert "unschedulable" not in api.node(node)["spec"]
+
+
+@pytest.mark.parametrize("api", [-7200.0], indirect=True)
+def test_a_node_another_live_run_claims_is_never_touched_and_holds_the_budget(api, tmp_path):
+    """Issue 42: k1 is cordoned by another run on another controller (its claim in our annotation, lease 600 s,
+    stamped by the API server just now); the API server's clock is two hours behind this machine's, so a lease judged
+    by the controller's clock would look long expired. Budget 1: k1 holds the slot, so k2 (needing a reboot too)
+    waits and is never cordoned; k1 is never patched, rebooted or uncordoned by this run, and says whose it is."""
+    roots, inventory, reports = build_fleet(tmp_path, api, {"k1": NEEDS_REBOOT, "k2": NEEDS_REBOOT},
+                                            gpunode_tuning_reboot_wait_timeout=3)
+    other = ("gpunode.tuning: reboot for amd_pstate=active "
+             "{claim run=run-b ctl=other-controller start=1700000000 lease=600}")
+    api.cordon("k1", {ANNOTATION: other}, manager="gpunode.tuning")
+    with boot_watcher(api, roots) as watcher:
+        proc, results, _summary = rollout(inventory, reports)
+    assert proc.returncode != 0
+    assert watcher.rebooted == []
+    assert api.requests("PATCH", "/api/v1/nodes/k1") == []  # never cordoned again, renewed or uncordoned
+    k1 = api.node("k1")
+    assert k1["spec"]["unschedulable"] is True and k1["metadata"]["annotations"][ANNOTATION] == other
+    assert "claimed by the live run run-b on other-controller" in results["k1"]["reboot"]["msg"], results["k1"]
+    assert results["k1"]["status"] == "failed" and not results["k1"]["reboot"].get("rebooted")
+    assert cordons(api, "k2") == [] and "unschedulable" not in api.node("k2")["spec"]  # k1 held the only slot
+    assert "waited" in results["k2"]["reboot"]["msg"] and "k1" in results["k2"]["reboot"]["msg"], results["k2"]

@@ -21,6 +21,11 @@ docs/rebooting.md, "Tests"); every request needs the kubeconfig's bearer token (
 kubeconfig loading is exercised). ``reboot(node)`` is what a node's reboot looks like from the API: the Ready
 condition goes Unknown ("Kubelet stopped posting node status."), then True again with a new
 ``status.nodeInfo.bootID``. ``log`` keeps every request (method, path, body, time) for the tests' assertions.
+
+The server has its own clock (``skew`` seconds from the machine's), as a real API server's is not the
+controller's: it answers every request with a ``Date`` header from it, and a PATCH that changes a value stamps
+the request's ``fieldManager`` entry in ``metadata.managedFields`` (operation Update, ``time`` from it), as the
+API server's field management does (a PATCH that changes nothing leaves the entry's time as it was).
 """
 
 from __future__ import annotations
@@ -102,8 +107,8 @@ def _merge(target: dict, patch: dict) -> None:
 class KubeApiStandIn:
     """Nodes and pods behind a loopback HTTP server; ``start()`` it, point ``kubeconfig`` at it, ``stop()`` it."""
 
-    def __init__(self, nodes, directory, grace: float = 0.5):
-        self.directory, self.grace = str(directory), grace
+    def __init__(self, nodes, directory, grace: float = 0.5, skew: float = 0.0):
+        self.directory, self.grace, self.skew = str(directory), grace, skew
         self.lock = threading.RLock()
         self.log: list[dict] = []
         self.nodes = {name: self._node(name) for name in nodes}
@@ -115,6 +120,22 @@ class KubeApiStandIn:
         self.kubeconfig = None
 
     # --- objects -----------------------------------------------------------------------------------------
+
+    def clock(self) -> float:
+        """The server's now, in seconds since the epoch."""
+        return time.time() + self.skew
+
+    def _stamp(self, node: dict, manager: str, patch: dict) -> None:
+        """``manager``'s Update entry in managedFields, its time the server's now (its fields: the patch's)."""
+        def fields(value):
+            return {"f:" + k: fields(v) if isinstance(v, dict) else {} for k, v in value.items() if v is not None}
+
+        meta = node["metadata"]
+        entries = [e for e in meta.get("managedFields", []) if (e["manager"], e["operation"]) != (manager, "Update")]
+        entries.append({"manager": manager, "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+                        "fieldsV1": fields(patch),
+                        "time": datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        meta["managedFields"] = entries
 
     def _rv(self) -> str:
         self._version += 1
@@ -170,11 +191,12 @@ class KubeApiStandIn:
             if protected:
                 self.protected.add((namespace, name))
 
-    def cordon(self, node: str, annotations: dict | None = None) -> None:
-        """Cordon ``node`` as someone else would (kubectl cordon: no annotation of ours)."""
+    def cordon(self, node: str, annotations: dict | None = None, manager: str = "kubectl-cordon") -> None:
+        """Cordon ``node`` as someone else would (kubectl cordon: no annotation of ours; or another run of ours,
+        its ``annotations`` and its field ``manager``)."""
         with self.lock:
             self._patch_node(self.nodes[node], {"spec": {"unschedulable": True},
-                                                "metadata": {"annotations": annotations or {}}})
+                                                "metadata": {"annotations": annotations or {}}}, manager)
 
     def reboot(self, node: str, down_seconds: float = 1.0) -> None:
         """The node reboots: Ready goes Unknown (the kubelet stopped posting), then True with a new bootID."""
@@ -198,7 +220,8 @@ class KubeApiStandIn:
                                  lastHeartbeatTime=_now())
         node["metadata"]["resourceVersion"] = self._rv()
 
-    def _patch_node(self, node: dict, patch: dict) -> None:
+    def _patch_node(self, node: dict, patch: dict, manager: str | None = None) -> None:
+        before = copy.deepcopy({"spec": node.get("spec"), "metadata": node["metadata"].get("annotations")})
         _merge(node, patch)
         spec = node.setdefault("spec", {})
         taints = [t for t in spec.get("taints", []) if t.get("key") != UNSCHEDULABLE_TAINT]
@@ -210,6 +233,11 @@ class KubeApiStandIn:
             spec["taints"] = taints
         else:
             spec.pop("taints", None)
+        changed = {k: v for k, v in spec.items() if k != "taints"} != {
+            k: v for k, v in (before["spec"] or {}).items() if k != "taints"} or (
+            node["metadata"].get("annotations") != before["metadata"])
+        if manager and changed:
+            self._stamp(node, manager, patch)
         node["metadata"]["resourceVersion"] = self._rv()
 
     def _delete_pod(self, key) -> None:
@@ -252,6 +280,9 @@ class KubeApiStandIn:
 
             def log_message(self, *args):  # the tests read ``log``, not stderr
                 return
+
+            def date_time_string(self, timestamp=None):  # the Date header: the server's clock
+                return super().date_time_string(standin.clock() if timestamp is None else timestamp)
 
             def _answer(self):
                 url = urlsplit(self.path)
@@ -352,7 +383,7 @@ class KubeApiStandIn:
             if entry["content_type"] not in MERGE_PATCHES or not isinstance(entry["body"], dict):
                 return 415, status(415, "UnsupportedMediaType", "the stand-in serves strategic merge and JSON merge "
                                    "patches of an object, got %s" % entry["content_type"])
-            self._patch_node(node, entry["body"])
+            self._patch_node(node, entry["body"], ((entry.get("query") or {}).get("fieldManager") or ["unknown"])[0])
         elif method != "GET" or len(rest) != 1:
             return 405, status(405, "MethodNotAllowed", "the stand-in serves GET and PATCH of a node")
         return 200, dict(copy.deepcopy(node), kind="Node", apiVersion="v1")

@@ -107,3 +107,29 @@ def test_the_stand_ins_429_is_shaped_like_a_real_one_and_the_backend_names_the_b
         "needs 6 healthy pods and has 6 currently")
     assert status_text("upstream connect error") == "upstream connect error"  # not a Status: the raw text
     assert api.pods_on("k1") == ["agent-1", "db-1", "web-1"]  # a refused eviction leaves the pod
+
+
+def test_the_server_clock_stamps_our_field_managers_entry_and_the_date_header_through_the_client(tmp_path):
+    """Issue 42's claim, end to end over HTTP with the real client: a PATCH by field manager gpunode.tuning that
+    changes a value stamps that entry's time with the server's clock (two hours behind this machine's here), one that
+    changes nothing leaves it; ``list_node_with_http_info`` hands the backend the server's Date header."""
+    import time
+
+    from kubernetes import client, config
+
+    from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import kubernetes as dk
+
+    with KubeApiStandIn(["k1"], tmp_path, skew=-7200.0) as standin:
+        api = client.CoreV1Api(config.new_client_from_config(config_file=standin.kubeconfig))
+        body = {"spec": {"unschedulable": True}, "metadata": {"annotations": {dk.ANNOTATION: "gpunode.tuning: x"}}}
+        api.patch_node("k1", body, field_manager=dk.FIELD_MANAGER)
+        listed, _status, headers = api.list_node_with_http_info(_return_http_data_only=False)
+        server_now, stamp = dk.http_date(headers), dk.stamped(listed.items[0])
+        assert abs(server_now - (time.time() - 7200)) < 5 and abs(stamp - server_now) < 5
+        entries = standin.node("k1")["metadata"]["managedFields"]
+        assert [(e["manager"], e["operation"]) for e in entries] == [("gpunode.tuning", "Update")]
+        standin.skew += 60
+        api.patch_node("k1", body, field_manager=dk.FIELD_MANAGER)  # no value changed: the time stays
+        assert dk.stamped(api.read_node("k1")) == stamp
+        api.patch_node("k1", {"metadata": {"annotations": {dk.RENEWED: "1"}}}, field_manager=dk.FIELD_MANAGER)
+        assert dk.stamped(api.read_node("k1")) >= stamp + 59
