@@ -148,7 +148,7 @@ class ActionModule(ActionBase):
                         "check": self._vars["gpunode_tuning_drain_check_command"],
                         "undrain": self._vars["gpunode_tuning_undrain_command"],
                         "fleet": self._vars["gpunode_tuning_drain_fleet_command"]}
-            return seq.CommandBackend(self._run_on_controller, commands)
+            return seq.CommandBackend(self._run_on_controller, commands, claim=self._claim)
         if name == "kubernetes":
             hostvars = task_vars.get("hostvars") or {}
             given = {h: (hostvars.get(h) or {}).get("gpunode_tuning_drain_kubernetes_node") for h in self._hosts}

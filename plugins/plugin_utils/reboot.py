@@ -395,6 +395,28 @@ def parse_claim(reason: Any) -> dict | None:
     return {"run": match.group(1), "ctl": match.group(2), "start": int(match.group(3)), "lease": int(match.group(4))}
 
 
+_CLAIM_LINE = re.compile(r"^claim:\s*(\{claim [^{}]*\})(?:\s+age=(-?[0-9]{1,12}))?\s*$")
+
+
+def parse_claim_line(text: Any) -> tuple:
+    """``(claim, age)`` from the command backend's check output: its last line ``claim: {claim run=... ctl=...
+    start=... lease=...} age=<s>`` (the age since the user's scheduler stamped the drain or its renewal; None when
+    left out). ``(None, None)`` without such a line; ValueError for a ``claim:`` line that is not one."""
+    found = None
+    for line in str(text or "").splitlines():
+        if line.strip().startswith("claim:"):
+            found = line.strip()
+    if found is None:
+        return None, None
+    match = _CLAIM_LINE.match(found)
+    claim = _CLAIM.fullmatch(match.group(1)) if match else None
+    if claim is None or (match.group(2) is not None and int(match.group(2)) < 0):
+        raise ValueError("the check command printed %r; a claim line is "
+                         "'claim: {claim run=<run> ctl=<controller> start=<epoch> lease=<s>} age=<s>'" % found[:200])
+    return ({"run": claim.group(1), "ctl": claim.group(2), "start": int(claim.group(3)), "lease": int(claim.group(4))},
+            None if match.group(2) is None else int(match.group(2)))
+
+
 def strip_claim(reason: str) -> str:
     return _CLAIM.sub("", reason or "")
 
