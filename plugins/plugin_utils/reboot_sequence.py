@@ -155,8 +155,9 @@ def in_flight(records: dict, run_id: str | None = None) -> list:
 
 def foreign(records: dict, run_id: str, lease: float, now: float | None = None) -> dict:
     """``{host: why}``: hosts another run of this report directory holds in flight, its record written within the
-    lease (the records are this controller's: one clock). The backends without a claim of their own (none, command)
-    are claimed by these records; kubernetes by its annotation's claim and these records too."""
+    lease (the records are this controller's: one clock). The none backend is claimed by these records alone;
+    kubernetes by its annotation's claim and these records too; command by its check's claim line, where it prints
+    one, and these records too."""
     now = time.time() if now is None else now
     return {h: "claimed by the live run %s (its record in this report directory, %s, written %d s ago; lease %d s)"
             % (r.get("run"), r.get("state"), now - float(r.get("updated") or 0), lease)
