@@ -95,7 +95,7 @@ def write(root: str, fmt: str = "sglang", tuned: dict | None = None, noise: floa
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("root")
     parser.add_argument("format", choices=sorted(CAPTURES))
     parser.add_argument("--tuned", nargs="*", default=[], metavar="METRIC=FACTOR")

@@ -1120,7 +1120,7 @@ def _write_platform(t: _Tree, p: Preset) -> None:
                                               if has else [])
     if p.arch == "x86_64":
         t.write(f"boot/config-{release}", "\n".join(["#", f"# Linux/x86 {release} Kernel Configuration", "#"]
-                                                   + config) + "\n")
+                                                    + config) + "\n")
     builtin = ["kernel/drivers/cpufreq/amd-pstate.ko"] if has and p.arch == "x86_64" else []
     t.write(f"lib/modules/{release}/modules.builtin", "\n".join(builtin + ["kernel/drivers/pci/pcie/aspm.ko"]))
     if getattr(p, "cppc", False):

@@ -378,7 +378,7 @@ def read(fmt: str, text: str, metrics: list) -> tuple[dict | None, str]:
         # What it has that the format can judge (a genai-perf export's input_config numbers are settings).
         has = [k for k in sorted(found) if fmt == "json" or name_allowed(fmt, k)] or sorted(found)
         return None, "the %s result has no %s (it has: %s%s)" % (fmt, ", ".join(missing), ", ".join(has[:60]),
-                                                                   ", ..." if len(has) > 60 else "")
+                                                                 ", ..." if len(has) > 60 else "")
     return {m["name"]: found[m["name"]] for m in metrics}, ""
 
 

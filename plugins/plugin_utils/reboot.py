@@ -131,7 +131,7 @@ def reboot_settings(raw: dict, hosts: int) -> tuple[dict, list[str]]:
     scope = DEFAULTS["budget_scope"] if scope is None else scope
     if scope not in BUDGET_SCOPES:
         errors.append("gpunode_tuning_reboot_budget_scope must be one of %s (got %s)" % (", ".join(BUDGET_SCOPES),
-                                                                                     _shown(scope)))
+                                                                                         _shown(scope)))
     out["budget_scope"] = scope
     return out, errors
 

@@ -115,4 +115,3 @@ def inherited_tags(flow: str, task_tags: Iterable[str], by_family: bool) -> set:
     """The tags a flow's task inherits: its own minus the ones it carries itself."""
     own = set(flow_task_tags(flow)) if by_family else {flow}
     return set(task_tags) - own - {"always"}
-

@@ -96,9 +96,9 @@ class CancelWhen(Background):
             time.sleep(0.2)
 
 
-def build_fleet(tmp_path, presets, hosts=HOSTS, **common):
+def build_fleet(tmp_path, presets, hosts=None, **common):
     roots = {}
-    for host in hosts:
+    for host in HOSTS if hosts is None else hosts:
         roots[host] = str(tmp_path / host)
         simnode.build(roots[host], presets.get(host, NEEDS_REBOOT), cpus=2, gpus=1)
     reports = tmp_path / "reports"
@@ -451,7 +451,7 @@ def test_two_rollouts_at_once_over_the_same_hosts_reboot_each_node_once_and_neve
     job = cluster.submit("n2", 300)
     cluster.wait_for("the job on n2 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
     ender = CancelWhen(cluster, job, lambda: os.path.exists(os.path.join(reports_b, "reboots", "n2.json")))
-    with cluster.monitor() as seen, StateAtBoot(cluster, roots) as watcher, ender:
+    with cluster.monitor() as seen, StateAtBoot(cluster, roots) as watcher, ender as _ender:
         first = start_rollout(cluster, inventory_a)
         cluster.wait_for("a node drained by the first run", lambda: first.poll() is not None or any(
             state in ("draining", "drained") for state, _reason in cluster.sinfo().values()), timeout=300,

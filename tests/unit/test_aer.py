@@ -33,8 +33,8 @@ def test_kernel_abi_sample_names_with_spaces():
 
 
 def test_umockdev_record_of_a_real_machine():
-    lines = {k: v for k, v in (line[3:].split("=", 1) for line in _real(
-        "sysfs-aer-resource-umockdev-amd-psp-fwupd.txt").splitlines() if line.startswith("A: aer_dev_"))}
+    lines = dict(line[3:].split("=", 1) for line in _real(
+        "sysfs-aer-resource-umockdev-amd-psp-fwupd.txt").splitlines() if line.startswith("A: aer_dev_"))
     assert sorted(lines) == ["aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal"]
     for name, flat in lines.items():
         text = re.sub(r"(?<=\d)(?=[A-Z])", "\n", flat)  # umockdev dropped the newlines

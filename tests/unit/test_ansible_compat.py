@@ -44,7 +44,6 @@ def templar(**variables):
     return Templar(loader=DataLoader(), variables=variables)
 
 
-
 def unsafe(text):
     """``text`` as Ansible holds a value it must never render (a fact, a registered result)."""
     if ansible_compat.DATA_TAGGING:

@@ -55,7 +55,7 @@ def test_decoder_gives_back_lspcis_lines_of_real_gpus():
         with open(os.path.join(REAL_CAPTURES, name), encoding="utf-8") as fh:
             want = [m.group(0) for m in map(LSPCI_LINE.search, fh.read().splitlines()) if m]
         got = ["BAR %d: current size: %s, supported: %s" % (i, pci_bar.lspci_size(d["current"]),
-                                                             " ".join(pci_bar.lspci_size(s) for s in d["supported"]))
+                                                            " ".join(pci_bar.lspci_size(s) for s in d["supported"]))
                for i, d in sorted(decoded.items())]
         assert got == want, name
     rtx3090 = pci_bar.decode_rebar(_config(_lspci_entries(REBAR_CAPTURES[0])))

@@ -74,7 +74,7 @@ def _cpufreq(run_module, root, check, **options):
     ({"cppc": False}, ["ACPI CPPC is off", "enable CPPC in the firmware"]),
 ])
 def test_cpu_freq_writes_no_argument_and_asks_no_reboot_where_amd_pstate_cannot_run(build_node, run_module,
-                                                                                      digest, kwargs, words):
+                                                                                    digest, kwargs, words):
     root = build_node("audited-epyc-8gpu", cpus=2, gpus=0, **kwargs)
     check = _cpufreq(run_module, root, True)
     real = _cpufreq(run_module, root, False)
@@ -253,7 +253,7 @@ def test_the_fleet_summary_lists_versions_and_what_hosts_cannot_take(build_node)
     fleet = v.fleet_summary(results)
     by = {(x["what"], x["version"], x["flavor"]): x for x in fleet["versions"]}
     assert by[("Kernel", "5.15.0-91-generic", None)] == {"what": "Kernel", "version": "5.15.0-91-generic",
-                                                        "flavor": None, "hosts": ["old"], "unfit": ["old"]}
+                                                         "flavor": None, "hosts": ["old"], "unfit": ["old"]}
     assert by[("Kernel", "6.1.0-28-amd64", None)]["hosts"] == ["modern"]
     assert by[("NVIDIA driver", "580.65.06", "proprietary")]["unfit"] == ["old"]
     assert by[("NVIDIA driver", "580.65.06", "open")]["unfit"] == []

@@ -125,7 +125,7 @@ def test_genai_perf_table_without_throughput_fails_naming_what_is_missing(real):
     assert problem.startswith("the genai-perf result has no output_token_throughput.avg, time_to_first_token.p99, "
                               "inter_token_latency.p99")
     # Early versions printed latencies in ns: read in ms, like the JSON export.
-    found, _ = benchmark.read("genai-perf", text, [_m("request_latency.p99", "lower", 10, True)])
+    found, _problem = benchmark.read("genai-perf", text, [_m("request_latency.p99", "lower", 10, True)])
     assert found == {"request_latency.p99": pytest.approx(5217.352175)}
 
 
@@ -291,7 +291,7 @@ def test_the_number_format_with_one_run_is_todays_gate():
     ({"benchmark_format": "vllm", "benchmark_metrics": [{"name": "p99_ttft_ms", "better": "up", "primary": True}]},
      "gpunode_tuning_rollout_benchmark_metrics[0].better must be higher or lower (got up)"),
     ({"benchmark_format": "nccl-tests", "benchmark_metrics": [{"name": "avg_busbw", "tolerance": "x",
-                                                                "primary": True}]},
+                                                               "primary": True}]},
      "gpunode_tuning_rollout_benchmark_metrics[0].tolerance must be a percentage of 0 or more"),
     ({"benchmark_format": "genai-perf", "benchmark_metrics": [{"name": "time_to_first_token.p99"}]},
      "gpunode_tuning_rollout_benchmark_metrics must mark exactly one metric primary: true (got 0)"),

@@ -408,7 +408,7 @@ def test_the_stamped_node_list_and_slurmctlds_clock_as_slurm_prints_them(real):
     assert nodes["n4"]["reason_time"] is None and nodes["n4"]["partitions"] == ["gpunodes"]
     assert nodes["n2"]["state"] == "DRAINING" and nodes["n2"]["ours"]
     assert reboot.parse_claim(nodes["n2"]["reason"]) == {"run": "2211-5", "ctl": "awx-7", "start": 1796549000,
-                                                          "lease": 3600}
+                                                         "lease": 3600}
     assert reboot.parse_claim(nodes["n3"]["reason"]) is None and not nodes["n3"]["ours"]
     now = reboot.parse_sdiag_time(real("slurm-sdiag-captured-here.txt").text)
     assert now == 1796549824

@@ -180,7 +180,8 @@ def test_a_name_from_before_1_0_gets_the_unknown_warning_naming_its_current_name
     resolved, errors = role_variables.resolve(real_templar(with_former), with_former)
     assert errors == [] and resolved["gpunode_tuning_mrrs"] == 2048
     assert resolved["gpunode_tuning_pcie_mrrs"] == plain_values["gpunode_tuning_pcie_mrrs"] == 4096
-    assert resolved["gpunode_tuning_cpuidle_enabled"] == plain_values["gpunode_tuning_cpuidle_enabled"] is not False
+    assert resolved["gpunode_tuning_cpuidle_enabled"] == plain_values["gpunode_tuning_cpuidle_enabled"]
+    assert resolved["gpunode_tuning_cpuidle_enabled"] is not False
 
 
 def test_every_name_from_before_1_0_names_a_current_option_and_is_none():
@@ -228,7 +229,6 @@ def test_the_inputs_digest_ends_on_a_cycle_and_refuses_what_is_not_plain_data():
     cycle = {"gpunode_tuning_a": "{{ b }}", "b": "{{ gpunode_tuning_a }}"}
     assert role_variables.inputs_digest(cycle) == role_variables.inputs_digest(dict(cycle))
     assert role_variables.inputs_digest({"gpunode_tuning_a": object()}) is None
-
 
 
 def real_templar(task_vars):
@@ -287,7 +287,8 @@ def test_every_numeric_variable_given_as_text_is_read_as_the_number_the_precheck
         validated, errors, _warnings = role_variables.check({"gpunode_tuning_root": "/", name: text}, [entry])
         assert errors == [], (name, errors)
         accepted = validated[name]
-        assert type(accepted) is {"int": int, "float": float}[kind] and accepted == number, (name, accepted)
+        assert isinstance(accepted, {"int": int, "float": float}[kind]), (name, accepted)
+        assert not isinstance(accepted, bool) and accepted == number, (name, accepted)
         given = {name: text, "gpunode_tuning_drain_command": "true 1"}
         assert role_variables.typed_values(given) == {name: accepted, "gpunode_tuning_drain_command": "true 1"}
 

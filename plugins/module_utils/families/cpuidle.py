@@ -682,7 +682,7 @@ def from_role(v: dict, shared: dict) -> dict:
     names = v["gpunode_tuning_cpuidle_disable"] or []
     latency = v["gpunode_tuning_cpuidle_max_latency_us"]
     return {NAME: {"disable": names, "max_latency_us": None if names or latency is None else int(latency),
-                     "cpus": v["gpunode_tuning_cpuidle_cpus"] or None}}
+                   "cpus": v["gpunode_tuning_cpuidle_cpus"] or None}}
 
 
 def runtime_options(desired: dict, v: dict) -> dict | None:

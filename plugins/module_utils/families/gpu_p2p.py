@@ -298,8 +298,7 @@ def bar_rows(facts: dict) -> list:
     bars = (facts.get(NAME) or {}).get("bars")
     if bars is None:
         return []  # facts read before the BAR check
-    return pci_bar.peer_bar_rows(bars, "nvidia", lambda name, running, state, reason, want:
-                                 _row(name, running, state, reason, want))
+    return pci_bar.peer_bar_rows(bars, "nvidia", _row)
 
 
 def gpu_commands(desired: dict) -> tuple:

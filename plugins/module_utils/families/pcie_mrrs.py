@@ -466,7 +466,7 @@ def from_role(v: dict, shared: dict) -> dict:
     if not v["gpunode_tuning_pcie_mrrs_enabled"]:
         return {NAME: None}
     return {NAME: dict(mrrs=v["gpunode_tuning_pcie_mrrs"], allow_empty=bool(v["gpunode_tuning_gpu_allow_empty"]),
-                         **shared["selector"])}
+                       **shared["selector"])}
 
 
 def runtime_options(desired: dict, v: dict) -> dict | None:

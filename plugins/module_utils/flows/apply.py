@@ -34,6 +34,7 @@ ARGUMENT_SPEC = dict(
     **command.ARGUMENT_SPEC,
 )
 
+
 def run_families(requests: list, make_call: Callable[[Any, dict], Call]) -> dict:
     """``{family name: result}`` of each ``{"name", "options"}`` request, in the order given.
 

@@ -641,7 +641,7 @@ def fleet_versions(rows: list) -> list:
                 continue
             flavor = v.get("nvidia_flavor") if key == "nvidia_driver" else None
             entry = groups.setdefault((title, v[key], flavor), {"what": title, "version": v[key], "flavor": flavor,
-                                                                 "hosts": [], "unfit": []})
+                                                                "hosts": [], "unfit": []})
             entry["hosts"].append(r["host"])
             if r.get("unfit"):
                 entry["unfit"].append(r["host"])

@@ -175,7 +175,7 @@ class SlurmBackend(Backend):
         if self.claim is not None:
             node = self._node(host)
             if node and "DRAIN" in node["flags"] and not reboot.same_claim(reboot.parse_claim(node.get("reason")),
-                                                                            self.claim):
+                                                                           self.claim):
                 raise ClaimLost("%s's drain reason is no longer this run's (%r): not resumed by this run"
                                 % (self.node_of[host], node.get("reason")))
         try:
