@@ -50,8 +50,9 @@ class Scheduler:
         return [env for name, env in self.calls if name == command]
 
 
-def backend(sched, claim=OURS):
-    return CommandBackend(sched, COMMANDS, claim=claim)
+def backend(sched, claim="ours"):
+    """The backend with this run's claim (``"ours"``), another claim, or none (None)."""
+    return CommandBackend(sched, COMMANDS, claim=OURS if claim == "ours" else claim)
 
 
 def test_every_command_gets_the_runs_claim_and_only_a_renewal_says_renew():

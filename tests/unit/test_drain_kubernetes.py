@@ -174,14 +174,16 @@ OURS = reboot.claim_of("run-a", "ctl-a", 1_000_000, 600)
 OTHER = reboot.claim_of("run-b", "ctl-b", 1_000_000, 600)
 
 
-def claiming(api, claim=OURS):
-    return dk.KubernetesBackend({"a": "a", "b": "b", "c": "node-c"}, api=api, error=RuntimeError, claim=claim)
+def claiming(api, claim=None):
+    return dk.KubernetesBackend({"a": "a", "b": "b", "c": "node-c"}, api=api, error=RuntimeError,
+                                claim=OURS if claim is None else claim)
 
 
-def claimed_node(api, name, claim=OTHER, age=0):
+def claimed_node(api, name, claim=None, age=0):
     """``name`` cordoned by another run's claim, the server's stamp ``age`` seconds before its now."""
     api.nodes[name].spec.unschedulable = True
-    api.nodes[name].metadata.annotations = {dk.ANNOTATION: reboot.claimed_reason("gpunode.tuning: reboot", claim)}
+    api.nodes[name].metadata.annotations = {dk.ANNOTATION: reboot.claimed_reason("gpunode.tuning: reboot",
+                                                                                OTHER if claim is None else claim)}
     api.now -= age
     api.stamp(name)
     api.now += age
