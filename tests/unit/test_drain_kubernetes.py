@@ -182,8 +182,8 @@ def claiming(api, claim=None):
 def claimed_node(api, name, claim=None, age=0):
     """``name`` cordoned by another run's claim, the server's stamp ``age`` seconds before its now."""
     api.nodes[name].spec.unschedulable = True
-    api.nodes[name].metadata.annotations = {dk.ANNOTATION: reboot.claimed_reason("gpunode.tuning: reboot",
-                                                                                OTHER if claim is None else claim)}
+    reason = reboot.claimed_reason("gpunode.tuning: reboot", OTHER if claim is None else claim)
+    api.nodes[name].metadata.annotations = {dk.ANNOTATION: reason}
     api.now -= age
     api.stamp(name)
     api.now += age
