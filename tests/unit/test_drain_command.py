@@ -5,6 +5,7 @@ scheduler of the user's would; the check prints ``claim: {claim ...} age=<s>`` f
 from __future__ import annotations
 
 import pytest
+from support.clock import Clock
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
@@ -181,15 +182,6 @@ def test_the_sequence_waits_for_another_live_runs_host_counts_it_and_adopts_it_o
     """Through the sequence (survey, take_slot) from two report directories: another live run's host is claimed,
     never drained by this run, and holds a slot of the budget; once its lease ran out by the scheduler's age, it is
     ours (adopted)."""
-
-    class Clock:
-        now = 0.0
-
-        def __call__(self):
-            return self.now
-
-        def sleep(self, seconds):
-            self.now += seconds
 
     sched = Scheduler()
     sched.drained_by("a", OTHER, 100)

@@ -5,6 +5,7 @@ from email.utils import formatdate
 from types import SimpleNamespace as NS
 
 import pytest
+from support.clock import Clock
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import kubernetes as dk
 
@@ -294,15 +295,6 @@ def test_the_sequence_waits_for_another_live_runs_node_counts_it_and_adopts_it_o
     """Through the sequence (survey, take_slot): another live run's node is claimed, never cordoned by this run, and
     holds a slot of the budget; once its lease ran out by the API server's clock, it is ours (adopted)."""
     from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
-
-    class Clock:
-        now = 0.0
-
-        def __call__(self):
-            return self.now
-
-        def sleep(self, seconds):
-            self.now += seconds
 
     api = FakeApi([node("a"), node("b")])
     claimed_node(api, "a")
