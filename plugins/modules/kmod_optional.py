@@ -19,7 +19,10 @@ description:
     peer-memory symbols are absent; on a node without RDMA that is expected and harmless.
   - A module that is already loaded is never reloaded. When its parameters in
     C(/sys/module/NAME/parameters) differ from O(params), the difference is reported as
-    RV(modules[].param_drift).
+    RV(modules[].param_drift): the role's persistent flow writes the options line and the module takes it at the
+    next boot (verification says V(pending_reboot) until then). Values are compared as the kernel shows them (a
+    bool parameter reads V(Y) or V(N)); a parameter the module does not show there is listed in
+    RV(modules[].param_unsupported), not compared.
   - On a simulated node (O(root) other than V(/)) only the node's own C(<root>/usr/sbin/modprobe)
     is run, never the controller's.
   - With O(journal), each module this task loads is recorded; O(restore=true) unloads those.
@@ -174,9 +177,16 @@ modules:
     param_drift:
       description:
         - "Requested parameters whose loaded value differs: parameter name -> dict with C(requested) and C(current)."
-        - C(current) is null when C(/sys/module/NAME/parameters) does not show the parameter.
+        - Compared as the kernel shows them (C(1), C(on), C(true) are a bool parameter's C(Y)).
       type: dict
-      sample: {"NVreg_EnableGpuFirmware": {"requested": "0", "current": "1"}}
+      sample: {"uvm_disable_hmm": {"requested": "1", "current": "N"}}
+    param_unsupported:
+      description:
+        - Requested parameters that C(/sys/module/NAME/parameters) does not show (declared with mode 0, such as the
+          NVIDIA driver's C(NVreg_*), or not readable): they cannot be compared.
+      type: list
+      elements: str
+      sample: []
     persist_ok:
       description: True only when the module is loaded; the persistent role persists only those.
       type: bool
@@ -238,6 +248,12 @@ param_drift:
   returned: when O(name) is given
   type: dict
   sample: {}
+param_unsupported:
+  description: With O(name), requested parameters the module does not show in sysfs.
+  returned: when O(name) is given
+  type: list
+  elements: str
+  sample: []
 persist_ok:
   description: With O(name), true only when it is loaded.
   returned: when O(name) is given

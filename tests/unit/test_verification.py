@@ -216,7 +216,11 @@ def test_kmod_states(build_node):
             {"name": "nouveau", "state": "absent"}]
     facts = gather(root, modules=["nvidia", "nvme", "msr", "nouveau"])
     s = by_id(v.evaluate_host(facts, {"kmod": {"modules": mods}}, {"root": root, "modules_persisted": ["nvme"]}))
-    assert s["kmod.nvidia"]["state"] == "drifted" and "NVreg_EnableGpuFirmware" in s["kmod.nvidia"]["reason"]
+    # The module row says loaded; each parameter has its own row (no options line of ours: drifted).
+    param = s["kmod.nvidia.NVreg_EnableGpuFirmware"]
+    assert s["kmod.nvidia"]["state"] == "applied" and param["state"] == "drifted"
+    assert (param["desired"], param["running"], param["persisted"]) == ("0", "1", None)
+    assert "persistent flow writes the options line" in param["reason"]
     assert (s["kmod.nvme"]["state"], s["kmod.nvme"]["persisted"]) == ("applied", "loaded at boot")
     assert s["kmod.msr"]["state"] == "drifted"
     assert s["kmod.nouveau"]["state"] == "applied"

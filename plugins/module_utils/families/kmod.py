@@ -1,6 +1,9 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Optional kernel modules: validate, plan, load or unload with modprobe, classify failures.
+"""Optional kernel modules: validate, plan, load or unload with modprobe, classify failures (core/modprobe_log.py).
+
+A loaded module is never unloaded to change its parameters: they go to modprobe.d and wait for the next boot,
+which verification checks per parameter (core/module_params.py).
 
 A module that does not load is reported with a reason class rather than failing the task
 (unless the caller marks it required). The class comes from modprobe's own output and the
@@ -18,21 +21,26 @@ caller found for that node.
 
 from __future__ import annotations
 
-import errno
 import os
-import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, module_params, persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError, read_all
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, normalize_value, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
     open_node,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import parse_kmsg
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.modprobe_log import (  # noqa: F401 (re-exported)
+    PEERMEM_MESSAGE,
+    PEERMEM_NAMES,
+    KmsgCursor,
+    classify_failure,
+    classify_unload_failure,
+    relevant_log_lines,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     Node,
@@ -59,13 +67,6 @@ STATES = ("present", "absent")
 # run(argv) -> (rc, stdout, stderr): the module's run_command in the C locale.
 Runner = Callable[[list], tuple]
 
-PEERMEM_NAMES = ("nvidia_peermem", "nv_peer_mem")
-PEERMEM_MESSAGE = (
-    "%s did not load (Invalid argument): it needs the MOFED/ib_core peer-memory support used by "
-    "GPUDirect RDMA. This is expected and harmless on a node without RDMA; GPU-to-GPU P2P does not use it."
-)
-_TRUE = ("1", "y", "yes", "true", "on")
-_FALSE = ("0", "n", "no", "false", "off")
 # tuning_info's RETURN of tuning_facts.kmod (tools/generate.py writes it there).
 FACTS_DOC = r"""
 description: Kernel modules.
@@ -78,15 +79,23 @@ contains:
     elements: str
     returned: always
     sample: [mlx5_core, nvidia, nvidia_modeset, nvidia_uvm, nvme]
+  boot_id:
+    description: The running boot's id (C(/proc/sys/kernel/random/boot_id)), null when unreadable.
+    type: str
+    returned: always
+    sample: 5f0c7a1e-3b2d-4c8e-9a61-0d2b7e4f9c13
   by_name:
     description:
       - Each name of O(modules) -> C(loaded) (bool, C(/sys/module/NAME) exists), C(builtin) (bool, built
-        into the kernel) and C(parameters) (dict, parameter name -> current value from
-        C(/sys/module/NAME/parameters), null when unreadable).
+        into the kernel), C(parameters) (dict, parameter name -> current value from
+        C(/sys/module/NAME/parameters), null when unreadable) and C(options) (the modprobe.d file of this
+        collection for the module: C(params), parameter name -> value, and C(boot_id), the boot it was written
+        in; null without such a file).
     type: dict
     returned: always
-    sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}},
-             nvidia: {loaded: true, builtin: false, parameters: {NVreg_EnableGpuFirmware: "1"}}}
+    sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}, options: null},
+             nvidia_uvm: {loaded: true, builtin: false, parameters: {uvm_disable_hmm: "N"},
+                          options: {params: {uvm_disable_hmm: "1"}, boot_id: 5f0c7a1e-3b2d-4c8e-9a61-0d2b7e4f9c13}}}
 """
 
 
@@ -186,155 +195,19 @@ def is_builtin_listed(node: Node, name: str) -> bool:
     return False
 
 
-def current_params(node: Node, name: str, wanted: dict) -> dict:
-    """Current values of the parameters in ``wanted`` (None where sysfs does not show one)."""
-    out = {}
-    for pname in wanted:
-        out[pname] = node.read("sys/module", sysfs_name(name), "parameters", pname, default="") or None
-    return out
-
-
 def same_param_value(requested: Any, current: str | None) -> bool:
-    """Compare a requested and a sysfs parameter value; booleans show as Y/N in sysfs."""
-    if current is None:
-        return False
-    a, b = requested.strip().lower(), current.strip().lower()
-    if a == b:
-        return True
-    return (a in _TRUE and b in _TRUE) or (a in _FALSE and b in _FALSE)
+    """Whether a requested and a sysfs parameter value agree (core/module_params.py: bools show as Y/N)."""
+    return module_params.compare(requested, current) == module_params.SAME
 
 
-def param_drift(node: Node, name: str, params: dict) -> dict:
-    """Parameters whose loaded value differs from the requested one: ``{param: {requested, current}}``.
-
-    ``current`` is None when /sys/module does not expose the parameter (it cannot be compared).
-    """
+def param_drift(node: Node, name: str, params: dict) -> tuple[dict, list]:
+    """``(drift, unsupported)``: the parameters whose loaded value differs, ``{param: {requested, current}}``, and
+    those the module does not show in /sys/module (they cannot be compared, and are never a reason to reboot)."""
     wanted = {k: param_string(v) for k, v in (params or {}).items()}
-    current = current_params(node, name, wanted)
-    return {k: {"requested": v, "current": current[k]} for k, v in sorted(wanted.items())
-            if not same_param_value(v, current[k])}
-
-
-# --- kernel log ---------------------------------------------------------------------------------
-
-
-class KmsgCursor:
-    """Kernel log records written after the cursor was opened.
-
-    Opens ``<root>/dev/kmsg`` non-blocking and seeks to its end before the attempt, then reads
-    only what came after. On a live node that is the kernel's record interface (one record per
-    read, EAGAIN at the end); on a simulated node it is a plain file in the same format. When
-    the log cannot be opened, ``available`` is False and the caller may fall back to dmesg.
-    """
-
-    def __init__(self, node):
-        self.fd = None
-        try:
-            self.fd = os.open(node.path("dev/kmsg"), os.O_RDONLY | os.O_NONBLOCK)
-            os.lseek(self.fd, 0, os.SEEK_END)
-        except OSError:
-            self.close()
-
-    @property
-    def available(self) -> bool:
-        return self.fd is not None
-
-    def read_new(self, limit: int = 512) -> list[str]:
-        """Messages appended since the cursor was opened (at most ``limit`` records)."""
-        if self.fd is None:
-            return []
-        chunks = []
-        while len(chunks) < limit:
-            try:
-                data = os.read(self.fd, 8192)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:  # records were overwritten while we read: go on
-                    continue
-                break
-            if not data:
-                break
-            chunks.append(data)
-        records, _stats = parse_kmsg(b"".join(chunks))
-        return [message for _level, _usec, _seq, message in records]
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def relevant_log_lines(lines: list[str], name: str, limit: int = 20) -> list[str]:
-    """Kernel log lines that concern a module load (its name, symbols, lockdown, signatures)."""
-    keys = (name.lower(), sysfs_name(name).lower(), name.replace("_", "-").lower(),
-            "unknown symbol", "disagrees about version", "lockdown", "signature", "key was rejected")
-    hits = [line for line in lines if any(k in line.lower() for k in keys)]
-    return hits[-limit:]
-
-
-# --- classification ------------------------------------------------------------------------------
-
-
-def classify_failure(name: str, output: str, log_lines: Iterable[str] = ()) -> tuple[str, str]:
-    """Classify a failed modprobe from its output and the kernel log lines of the attempt.
-
-    Returns ``(reason_class, message)``. The order matters: a symbol version mismatch makes
-    modprobe say "Invalid argument" too, and an unknown symbol is reported by modprobe as
-    "Unknown symbol in module, or unknown parameter".
-    """
-    out = (output or "").strip()
-    log = "\n".join(log_lines or ())
-    both = out + "\n" + log
-    low = both.lower()
-    short = sysfs_name(name)
-    first = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
-
-    m = re.search(r"disagrees about version of symbol (\S+)", both)
-    if m:
-        msg = "%s was built against other symbol versions (%s): rebuild it for the running kernel" % (name, m.group(1))
-        if short in PEERMEM_NAMES:
-            msg += " and the installed MOFED (ib_core)"
-        return "symbol_mismatch", msg
-    m = re.search(r"Unknown symbol (\S+)", both)
-    if m and m.group(1) != "in":
-        return "dependency_missing", "%s needs symbol %s that no loaded module provides (a dependency is missing)" % (
-            name, m.group(1))
-    if "unknown symbol in module" in low:
-        return "dependency_missing", "%s: %s (a dependency or a parameter is unknown; see the kernel log)" % (
-            name, first)
-    for m in re.finditer(r"Module (\S+) not found", both):
-        if sysfs_name(m.group(1)) != short:
-            return "dependency_missing", "%s needs module %s, which is not installed" % (name, m.group(1))
-    if "could not find module by name" in low and "'%s'" % name not in both:
-        return "dependency_missing", "%s: %s" % (name, first)
-    denied = ("operation not permitted", "key was rejected by service", "required key not available",
-              "lockdown", "signature", "permission denied", "error running install command")
-    if any(d in low for d in denied):
-        return "denied", "%s may not be loaded here (%s)" % (
-            name, first or next((ln for ln in log_lines if any(d in ln.lower() for d in denied)), ""))
-    if "not found" in low or "no such file or directory" in low:
-        return "not_found", "%s is not installed for the running kernel (%s)" % (name, first)
-    if "invalid argument" in low:
-        if short in PEERMEM_NAMES:
-            return "invalid_argument", PEERMEM_MESSAGE % name
-        return "invalid_argument", "%s refused to initialise (Invalid argument): %s" % (
-            name, "; ".join(log_lines[-3:]) if log_lines else first)
-    return "unknown", "%s did not load: %s" % (name, first or "modprobe gave no message")
-
-
-def classify_unload_failure(name: str, output: str) -> tuple[str, str]:
-    """Classify a failed ``modprobe -r``. Returns ``(reason_class, message)``."""
-    out = (output or "").strip()
-    low = out.lower()
-    first = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
-    if "is builtin" in low:
-        return "builtin", "%s is built into the kernel and cannot be unloaded" % name
-    if "in use" in low or "resource temporarily unavailable" in low:
-        return "in_use", "%s is in use and was not unloaded (%s)" % (name, first)
-    if "operation not permitted" in low:
-        return "denied", "%s may not be unloaded here (%s)" % (name, first)
-    return "unknown", "%s was not unloaded: %s" % (name, first or "modprobe gave no message")
+    found = module_params.states(node, name, wanted)
+    drift = {k: {"requested": v["requested"], "current": v["current"]} for k, v in found.items()
+             if v["state"] == module_params.DIFFERS}
+    return drift, sorted(k for k, v in found.items() if v["state"] == module_params.UNSUPPORTED)
 
 
 # --- plan and apply --------------------------------------------------------------------------------
@@ -352,6 +225,7 @@ def new_result(req: dict) -> dict:
         "reason_class": None,
         "message": "",
         "param_drift": {},
+        "param_unsupported": [],
         "persist_ok": False,
         "modprobe_options": modprobe_options(req),
         "log": [],
@@ -368,11 +242,12 @@ def plan(node: Node, req: dict) -> tuple[dict, str | None]:
     action = None
     if req["state"] == "present":
         if loaded:
-            res["param_drift"] = param_drift(node, req["name"], req.get("params"))
+            res["param_drift"], res["param_unsupported"] = param_drift(node, req["name"], req.get("params"))
             res["message"] = "already loaded"
             if res["param_drift"]:
-                res["message"] = ("already loaded with other parameters (%s); not reloaded: unload it or "
-                                  "reboot to apply them" % ", ".join(sorted(res["param_drift"])))
+                res["message"] = ("already loaded with other parameters (%s); not reloaded: the options line in "
+                                  "modprobe.d (persistent flow) applies them at the next boot, or unload it"
+                                  % ", ".join(sorted(res["param_drift"])))
         else:
             action = "load"
             res["message"] = "would load"
@@ -430,7 +305,8 @@ def load(node: Node, req: dict, res: dict, run: Runner, modprobe: str,
             if builtin:
                 res["already_loaded"] = True
                 res["message"] = "built into the kernel"
-            res["param_drift"] = param_drift(node, req["name"], req.get("params")) if not builtin else {}
+            if not builtin:
+                res["param_drift"], res["param_unsupported"] = param_drift(node, req["name"], req.get("params"))
             if res["param_drift"]:
                 res["message"] = "loaded; parameters not shown as requested: %s" % ", ".join(sorted(res["param_drift"]))
             return res
@@ -663,8 +539,8 @@ def facts_names(names: list[str] | None) -> list[str]:
 
 
 def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = None) -> dict:
-    """The family's facts (``facts["kmod"]``): loaded module names (/proc/modules) and, for each name of the
-    ``modules`` option, its state and parameters."""
+    """The family's facts (``facts["kmod"]``): loaded module names (/proc/modules), the boot id and, for each name of
+    the ``modules`` option, its state, parameters and the options file of ours (what it sets, which boot wrote it)."""
     names = ((query.options if query else None) or {}).get("modules") or []
     loaded = []
     for line in (read_all(node.path("proc/modules")) or "").splitlines():
@@ -680,8 +556,11 @@ def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = N
         params = {}
         for p in node.listdir("sys/module", key, "parameters"):
             params[p] = read_small(os.path.join(base, "parameters", p))
-        by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params}
-    return {"loaded": sorted(loaded), "by_name": by_name}
+        text = read_all(node.path(options_file(name))) if os.path.isfile(node.path(options_file(name))) else None
+        by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params,
+                         "options": module_params.parse_options(text) if text is not None else None}
+    return {"loaded": sorted(loaded), "boot_id": node.read(module_params.BOOT_ID, default="") or None,
+            "by_name": by_name}
 
 
 def facts_options(desired: dict) -> dict:
@@ -693,7 +572,8 @@ def facts_options(desired: dict) -> dict:
 
 
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
-    """One setting per module of ``desired['kmod']['modules']``: loaded (with its parameters) or, for absent, not."""
+    """One setting per module of ``desired['kmod']['modules']`` (loaded or, for absent, not), and one per parameter
+    of a loaded one (``kmod.<module>.<param>``: core/module_params.py's ``judge``)."""
     desired = desired.get(NAME) or {}
     mods = facts.get(NAME) or {}
     by_name = mods.get("by_name") or {}
@@ -705,28 +585,18 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
         info = by_name.get(name) or by_name.get(key) or {}
         loaded = bool(info.get("loaded"))
         present = req.get("state", "present") != "absent"
-        params = {k: normalize_value(v) for k, v in (req.get("params") or {}).items()}
-        want = ("loaded" + (" %s" % " ".join("%s=%s" % kv for kv in sorted(params.items())) if params else "")) \
-            if present else "not loaded"
+        want = "loaded" if present else "not loaded"
         running = "loaded" if loaded else "not loaded"
         persisted = ("loaded at boot" if key in ctx.modules_persisted else None) if present else None
         if not present:
             out.append(setting(NAME, name, want, running, "drifted" if loaded else "applied", "", persisted))
-            continue
-        if loaded:
-            current = info.get("parameters") or {}
-            drift = sorted(k for k, v in params.items() if normalize_value(current.get(k)) != v)
-            if drift:
-                out.append(setting(NAME, name, want, running + " " + " ".join(
-                    "%s=%s" % (k, current.get(k)) for k in drift), "drifted",
-                    "loaded with other parameters (%s): a reload applies them" % ", ".join(drift), persisted))
-            else:
-                out.append(setting(NAME, name, want, running, "applied", "", persisted))
-            continue
-        need = MODULE_NEEDS.get(key)
-        if req.get("required"):
+        elif loaded:
+            out.append(setting(NAME, name, want, running, "applied", "", persisted))
+            out += param_rows(name, req.get("params") or {}, info, mods.get("boot_id"))
+        elif req.get("required"):
             out.append(setting(NAME, name, want, running, "drifted", "required module is not loaded", persisted))
-        elif need and need[0] not in loaded_names:
+        elif MODULE_NEEDS.get(key) and MODULE_NEEDS[key][0] not in loaded_names:
+            need = MODULE_NEEDS[key]
             out.append(setting(NAME, name, want, running, "not_applicable",
                                "needs %s, which this node does not have (%s not loaded); loading fails with "
                                "'Invalid argument', which is harmless here" % (need[1], need[0]), persisted))
@@ -735,6 +605,28 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
                                "optional module that did not load on this node (kmod_optional reports why)",
                                persisted))
     return out
+
+
+def param_rows(name: str, params: dict, info: dict, boot_id: str | None) -> list:
+    """The rows of a loaded module's requested parameters: applied, pending_reboot (the options line of this boot
+    waits for the next), drifted (no such line, or a boot since did not apply it), unsupported (not in sysfs)."""
+    current = info.get("parameters") or {}
+    options = info.get("options") or {}
+    written = options.get("params") or {}
+    out = []
+    for param in sorted(params):
+        requested = param_string(params[param])
+        shown = current.get(param)
+        state, why = module_params.judge(name, param, requested, shown, written.get(param),
+                                         options.get("boot_id"), boot_id)
+        out.append(setting(NAME, "%s.%s" % (name, param), module_params.kernel_form(requested, shown), shown,
+                           state, why, written.get(param)))
+    return out
+
+
+def runtime_row(row: dict, facts: dict, rows: list) -> bool:
+    """Runtime tuning brings a module, never a parameter of a loaded one (only the next boot does)."""
+    return "." not in row["name"]
 
 
 # The options of its module (kmod_optional): the flow module completes each family's options with it too.
@@ -773,16 +665,23 @@ LOAD_DIR = "/etc/modules-load.d"
 OPTIONS_DIR = "/etc/modprobe.d"
 
 
+def options_file(name: str) -> str:
+    """The modprobe.d file of ours for a module's options."""
+    return "%s/%s%s.conf" % (OPTIONS_DIR, persistence.FILE_PREFIX, name)
+
+
 def persist_modules(pc) -> dict:
     """modules-load.d (and modprobe.d for options) for each module that loads; no file for one that does not.
 
     kmod_optional loads them first (journaling, as at runtime) and says per module whether it can be
-    persisted; a module that left the list or stopped loading loses its files.
+    persisted; a module that left the list or stopped loading loses its files. A loaded module whose parameters
+    differ keeps running as it is: its options line waits for the next boot (``reboot_required``).
     """
     want = pc.desired.get(NAME)
     if not want or not want.get("modules"):
         return {"changed": False, "skipped": True, "reason": "no kernel module to persist"}
     results = pc.run_family(NAME, {"modules": want["modules"]})["modules"]
+    boot_id = pc.node.read(module_params.BOOT_ID, default="")
     keep = set()
     for res in results:
         if not res.get("persist_ok"):
@@ -791,15 +690,22 @@ def persist_modules(pc) -> dict:
         keep.add("%s/%s%s.conf" % (LOAD_DIR, persistence.FILE_PREFIX, name))
         pc.files.write("%s/%s%s.conf" % (LOAD_DIR, persistence.FILE_PREFIX, name), persistence.HEADER + name + "\n")
         if res.get("modprobe_options"):
-            keep.add("%s/%s%s.conf" % (OPTIONS_DIR, persistence.FILE_PREFIX, name))
-            pc.files.write("%s/%s%s.conf" % (OPTIONS_DIR, persistence.FILE_PREFIX, name),
-                           persistence.HEADER + res["modprobe_options"] + "\n")
+            keep.add(options_file(name))
+            pc.files.write(options_file(name), module_params.options_text(
+                persistence.HEADER, res["modprobe_options"], boot_id, pc.files.read(options_file(name))))
     for path in pc.files.ours(LOAD_DIR) + pc.files.ours(OPTIONS_DIR):
         if path not in keep:
             pc.files.remove(path)
     lines = [_persist_message(r, pc.call) for r in results]
-    return {"modules": [dict(name=r["name"], persisted=bool(r.get("persist_ok")), message=line)
-                        for r, line in zip(results, lines)], "summary": "; ".join(lines)}
+    pending = {"%s.%s" % (r["name"], p): "%s=%s (running %s)" % (p, d["requested"], d["current"])
+               for r in results if r.get("persist_ok") for p, d in sorted((r.get("param_drift") or {}).items())}
+    out = {"modules": [dict(name=r["name"], persisted=bool(r.get("persist_ok")), message=line)
+                       for r, line in zip(results, lines)], "summary": "; ".join(lines)}
+    if pending:
+        out.update(reboot_required=True, pending_reboot=pending)
+        out["summary"] += "; a reboot applies %s (a loaded module is never unloaded)" % ", ".join(
+            "%s %s" % kv for kv in sorted(pending.items()))
+    return out
 
 
 def _persist_message(res: dict, call) -> str:
@@ -814,9 +720,25 @@ def _persist_message(res: dict, call) -> str:
 
 
 def remove_modules(pc) -> dict:
+    """Remove our files. A loaded module keeps the values our options line gave it until it is loaded again (the
+    next boot; rollback never reboots): the summary names them."""
+    running = []
+    for path in pc.files.ours(OPTIONS_DIR):
+        name = os.path.basename(path)[len(persistence.FILE_PREFIX):-len(".conf")]
+        for param, value in sorted(module_params.parse_options(pc.files.read(path))["params"].items()):
+            current = module_params.read_value(pc.node, name, param) if module_state(pc.node, name)[0] else None
+            if module_params.compare(value, current) == module_params.SAME:
+                running.append("%s %s=%s" % (name, param, current))
     for path in pc.files.ours(LOAD_DIR) + pc.files.ours(OPTIONS_DIR):
         pc.files.remove(path)
-    return {}
+    if not running:
+        return {}
+    return {"still_running": running, "summary": "%s; still running until the module is loaded again (the next "
+                                                 "boot): %s" % (_files_line(pc), ", ".join(running))}
+
+
+def _files_line(pc) -> str:
+    return ", ".join("%s %s" % kv for kv in pc.files.changes.items()) or "unchanged"
 
 
 PERSIST = persistence.Concern(NAME, (NAME,), persist_modules, remove_modules,
@@ -837,6 +759,7 @@ DEFINITION = Family(
     facts_doc=FACTS_DOC,
     run=run,
     evaluate=evaluate,
+    runtime=runtime_row,
     from_role=from_role,
     runtime_options=runtime_options,
     restore_options=restore_options,

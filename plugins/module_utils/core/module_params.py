@@ -1,0 +1,155 @@
+# Copyright: (c) 2026, gpunode.tuning contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kernel module parameters: read them as the kernel shows them, compare, judge one that waits for a boot.
+
+A loaded module shows each parameter it exports in ``/sys/module/<module>/parameters/<name>``, formatted
+by the parameter's type: a ``bool`` (or ``invbool``) reads ``Y`` or ``N`` whatever was written (``1``,
+``y``, ``on``, ``true``), an integer in decimal, a string as given, an array comma-separated. A parameter
+declared with mode 0 has no file at all (the NVIDIA driver's ``NVreg_*``: ``module_param(x, int, 0)``;
+``/proc/driver/nvidia/params`` shows those), and a write-only one cannot be read: neither can be compared,
+so such a parameter is ``unsupported``, never a reason to reboot.
+
+A loaded module takes new options only when it is loaded again. This collection never unloads a loaded
+module for that (a GPU module in use cannot be, and unloading one drops the node's work); the options
+line goes to modprobe.d and the module takes it at the next boot. The line's file records the boot it was
+written in (its ``boot_id`` comment, ``stamp_line``): while the running boot is that one the value is
+``pending_reboot``; once the node booted since, a value that still differs is a failure (``drifted``): the
+boot did not apply it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import sysfs_name
+
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+TRUE_WORDS = ("1", "y", "yes", "true", "on")
+FALSE_WORDS = ("0", "n", "no", "false", "off")
+BOOL_SHOWN = ("Y", "N")
+# The comment of a modprobe.d file of ours that names the boot its options line was written in.
+STAMP_RE = re.compile(r"^# boot_id (\S+)")
+SAME, DIFFERS, UNSUPPORTED = "same", "differs", "unsupported"
+
+
+def read_value(node: Node, module: str, param: str) -> str | None:
+    """The parameter's value as the kernel shows it; None when the module does not export it (no file, or
+    the file cannot be read: a write-only parameter)."""
+    try:
+        text = node.read("sys/module", sysfs_name(module), "parameters", param)
+    except NodeError:
+        return None
+    return text
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        return None
+
+
+def kernel_form(requested: str, current: str | None) -> str:
+    """``requested`` as the kernel would show it, given how it shows the current value: ``Y``/``N`` for a
+    bool parameter (``1``, ``true``, ``on`` ... as ``Y``), the text otherwise."""
+    text = str(requested).strip()
+    if current in BOOL_SHOWN:
+        if text.lower() in TRUE_WORDS:
+            return "Y"
+        if text.lower() in FALSE_WORDS:
+            return "N"
+    return text
+
+
+def compare(requested: Any, current: str | None) -> str:
+    """``same``, ``differs`` or ``unsupported`` (not readable in sysfs) for a requested and a shown value.
+
+    Bools as ``Y``/``N``; integers by value (``0x10`` is ``16``), arrays element by element; a bool word
+    against an integer parameter by truth (``on`` and ``1``); any other text exactly.
+    """
+    if current is None:
+        return UNSUPPORTED
+    want, shown = kernel_form(str(requested), current), current.strip()
+    if want == shown:
+        return SAME
+    a, b = want.split(","), shown.split(",")
+    if len(a) == len(b) and all(_int(x) is not None and _int(x) == _int(y) for x, y in zip(a, b)):
+        return SAME
+    lw, ls = want.lower(), shown.lower()
+    if (lw in TRUE_WORDS and ls in TRUE_WORDS) or (lw in FALSE_WORDS and ls in FALSE_WORDS):
+        return SAME
+    return DIFFERS
+
+
+def states(node: Node, module: str, params: dict) -> dict:
+    """``{param: {requested, current, state}}`` for each requested parameter (``params``: rendered values)."""
+    out = {}
+    for name in sorted(params):
+        current = read_value(node, module, name)
+        out[name] = {"requested": params[name], "current": current, "state": compare(params[name], current)}
+    return out
+
+
+# --- the options file of ours: which boot wrote it --------------------------------------------------------
+
+
+def stamp_line(boot_id: str) -> str:
+    """The comment that names the boot an options line was written in."""
+    return "# boot_id %s (the boot this options line was written in: a module loaded then takes it at the " \
+           "next boot)\n" % (boot_id or "unknown")
+
+
+def options_text(header: str, line: str, boot_id: str, existing: str | None) -> str:
+    """The whole options file: ``existing`` unchanged when it holds the same line and a stamp (an unchanged line
+    keeps the boot it was written in, and the file its bytes), else a new file stamped with ``boot_id``."""
+    if existing is not None:
+        parsed = parse_options(existing)
+        lines = [x.strip() for x in existing.splitlines() if x.strip() and not x.lstrip().startswith("#")]
+        if parsed["boot_id"] and lines == [line]:
+            return existing
+    return header + stamp_line(boot_id) + line + "\n"
+
+
+def parse_options(text: str | None) -> dict:
+    """``{params: {name: value}, boot_id}`` of an options file (every ``options`` line; the stamp or None)."""
+    params: dict = {}
+    boot_id = None
+    for raw in (text or "").splitlines():
+        m = STAMP_RE.match(raw.strip())
+        if m and boot_id is None:
+            boot_id = None if m.group(1) == "unknown" else m.group(1)
+            continue
+        words = raw.split()
+        if len(words) > 2 and words[0] == "options":
+            for word in words[2:]:
+                key, sep, value = word.partition("=")
+                params[key] = value if sep else "1"
+    return {"params": params, "boot_id": boot_id}
+
+
+def judge(module: str, param: str, requested: str, current: str | None, persisted: str | None,
+          written_in: str | None, boot_id: str | None) -> tuple[str, str]:
+    """``(state, reason)`` of one parameter of a loaded module.
+
+    ``persisted``: the value our options file gives it (None: no line of ours); ``written_in``: the boot id
+    that file was written in; ``boot_id``: the running boot's.
+    """
+    verdict = compare(requested, current)
+    if verdict == UNSUPPORTED:
+        return "unsupported", ("%s does not export %s in /sys/module/%s/parameters (no file, or not readable): "
+                               "its value cannot be verified, and it is never a reason to reboot"
+                               % (module, param, sysfs_name(module)))
+    if verdict == SAME:
+        return "applied", ""
+    if persisted is None or compare(requested, kernel_form(persisted, current)) != SAME:
+        return "drifted", ("%s runs with %s=%s; the persistent flow writes the options line and a reboot applies "
+                           "it (a loaded module is never unloaded)" % (module, param, current))
+    if not boot_id or not written_in or written_in == boot_id:
+        return "pending_reboot", ("options line written in this boot; the loaded module takes %s=%s at the next "
+                                  "boot (it is never unloaded)" % (param, requested))
+    return "drifted", ("%s=%s still after a reboot since the options line was written: the module may load "
+                       "from the initramfs (rebuild it: update-initramfs -u, dracut -f), or another modprobe.d "
+                       "file or %s.%s= on the kernel command line sets it" % (param, current, sysfs_name(module),
+                                                                              param))
