@@ -35,6 +35,8 @@ import sys
 import tempfile
 import uuid
 
+import simnode_modparams  # noqa: E402 (tools/ is on sys.path: tests, and this file run as a script)
+
 # ---------------------------------------------------------------------------------------------
 # Machine descriptions
 # ---------------------------------------------------------------------------------------------
@@ -1340,6 +1342,7 @@ def _write_modules(t: _Tree, p: Preset) -> None:
             t.write(f"sys/module/{name}/parameters/{k}", v)
         lines.append(f"{name} 65536 0 - Live 0x0000000000000000")
     t.write("proc/modules", "\n".join(lines) if lines else b"")
+    simnode_modparams.write_params(t.root, p.modules)  # what the drivers export (tools/simnode_modparams.py)
     # processor (ACPI processor driver, where acpi_idle's max_cstate lives) is x86's.
     for builtin in ("pcie_aspm", "processor") if p.arch == "x86_64" else ("pcie_aspm",):
         t.mkdir(f"sys/module/{builtin}/parameters")
@@ -2685,6 +2688,7 @@ def reboot(root: str, dropin: str = GRUB_DROPIN, journal: str = JOURNAL, collect
     t.write("proc/uptime", "21.37 40.11")
     t.write("dev/kmsg", b"")
     out["gpu_faults"] = apply_boot_faults(root)
+    out["module_params"] = simnode_modparams.reload_with_options(root)  # modules load again with their options
     out["sysctl"] = apply_sysctl_files(root)
     out["modules"] = load_boot_modules(root)
     out["boot_unit"] = run_boot_unit(root)
