@@ -938,15 +938,23 @@ tuning_facts:
           elements: str
           returned: always
           sample: [mlx5_core, nvidia, nvidia_modeset, nvidia_uvm, nvme]
+        boot_id:
+          description: The running boot's id (C(/proc/sys/kernel/random/boot_id)), null when unreadable.
+          type: str
+          returned: always
+          sample: 5f0c7a1e-3b2d-4c8e-9a61-0d2b7e4f9c13
         by_name:
           description:
             - Each name of O(modules) -> C(loaded) (bool, C(/sys/module/NAME) exists), C(builtin) (bool, built
-              into the kernel) and C(parameters) (dict, parameter name -> current value from
-              C(/sys/module/NAME/parameters), null when unreadable).
+              into the kernel), C(parameters) (dict, parameter name -> current value from
+              C(/sys/module/NAME/parameters), null when unreadable) and C(options) (the modprobe.d file of this
+              collection for the module: C(params), parameter name -> value, and C(boot_id), the boot it was written
+              in; null without such a file).
           type: dict
           returned: always
-          sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}},
-                   nvidia: {loaded: true, builtin: false, parameters: {NVreg_EnableGpuFirmware: "1"}}}
+          sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}, options: null},
+                   nvidia_uvm: {loaded: true, builtin: false, parameters: {uvm_disable_hmm: "N"},
+                                options: {params: {uvm_disable_hmm: "1"}, boot_id: 5f0c7a1e-3b2d-4c8e-9a61-0d2b7e4f9c13}}}
     gpu_health:
       description: NVIDIA driver user-space state.
       returned: always

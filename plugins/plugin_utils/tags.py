@@ -97,6 +97,7 @@ def flow_task_tags(flow: str) -> list:
                                                     for t in registry.selecting_tags(fam)] + concern_tags)
     if flow == "reboot":
         return _unique(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
+                       or fam.persist_reboots
                        for t in registry.selecting_tags(fam))
     raise KeyError("no family task for flow %r; known: %s, reboot" % (flow, ", ".join(TAGGED_FLOWS)))
 

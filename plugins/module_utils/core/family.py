@@ -142,6 +142,9 @@ class Family(NamedTuple):
     boot: Callable[..., tuple] | None = None
     # Report families that only the persistent flow and a reboot bring (never "applied" at runtime).
     reboot_only: tuple = ()
+    # Whether its persistent concern may leave a reboot to do besides kernel arguments (kmod: new parameters of a
+    # loaded module): its tags then select the persistent flow's reboot (plugin_utils/tags.py).
+    persist_reboots: bool = False
     # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
     boot_key: str | None = None
     # (want) -> the PCI vendor ids ([] any vendor) of the hot-added PCI functions whose settings ``boot``

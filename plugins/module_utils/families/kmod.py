@@ -697,14 +697,14 @@ def persist_modules(pc) -> dict:
         if path not in keep:
             pc.files.remove(path)
     lines = [_persist_message(r, pc.call) for r in results]
-    pending = {"%s.%s" % (r["name"], p): "%s=%s (running %s)" % (p, d["requested"], d["current"])
+    pending = {"%s.%s" % (r["name"], p): "%s (running %s)" % (d["requested"], d["current"])
                for r in results if r.get("persist_ok") for p, d in sorted((r.get("param_drift") or {}).items())}
     out = {"modules": [dict(name=r["name"], persisted=bool(r.get("persist_ok")), message=line)
                        for r, line in zip(results, lines)], "summary": "; ".join(lines)}
     if pending:
         out.update(reboot_required=True, pending_reboot=pending)
         out["summary"] += "; a reboot applies %s (a loaded module is never unloaded)" % ", ".join(
-            "%s %s" % kv for kv in sorted(pending.items()))
+            "%s=%s" % kv for kv in sorted(pending.items()))
     return out
 
 
@@ -765,6 +765,7 @@ DEFINITION = Family(
     restore_options=restore_options,
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
+    persist_reboots=True,
     summary=summary,
     items="modules",
     validate={NAME: desired_problems},
