@@ -11,6 +11,7 @@ import time
 
 import pytest
 import simnode
+import simnode_modparams
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
@@ -118,8 +119,10 @@ def test_every_preset_reads_back_what_simnode_wrote(build_node, run_module, dige
     mods = f["kmod"]
     assert mods["loaded"] == sorted(spec["modules"])
     for name, params in spec["modules"].items():
-        assert mods["by_name"][name] == {"loaded": True, "builtin": False, "parameters": params}
-    assert mods["by_name"]["nvidia_peermem"] == {"loaded": False, "builtin": False, "parameters": {}}
+        exported = dict(simnode_modparams.EXPORTED.get(name, {}), **params)  # what the driver exports (issue 44)
+        assert mods["by_name"][name] == {"loaded": True, "builtin": False, "parameters": exported, "options": None}
+    assert mods["by_name"]["nvidia_peermem"] == {"loaded": False, "builtin": False, "parameters": {},
+                                                 "options": None}
 
     assert f["gpu_health"]["persistenced"] == {"running": spec.get("persistenced", True),
                                                "pids": [2187] if spec.get("persistenced", True) else []}
@@ -164,7 +167,7 @@ def test_audited_node_values(build_node, run_module):
     assert f["cpufreq"]["available_governors"][-1] == "schedutil"
     assert f["tunables"]["numa_balancing"] == 1
     assert f["kmod"]["by_name"]["nvidia"]["parameters"] == {"NVreg_EnableGpuFirmware": "1"}
-    assert f["kmod"]["by_name"]["pcie_aspm"] == {"loaded": True, "builtin": True, "parameters": {}}
+    assert f["kmod"]["by_name"]["pcie_aspm"] == {"loaded": True, "builtin": True, "parameters": {}, "options": None}
     log = f["kernel_log"]
     assert log["counts"] == {"aer": 0, "xid": 0, "fallen_off_bus": 0, "lockdown": 0, "module_failure": 0,
                              "noise": 2, "other": 1}
@@ -344,8 +347,8 @@ def test_sysctls_whitespace_and_missing(build_node, run_module):
 def test_builtin_and_absent_modules(build_node, run_module):
     root = build_node("tiny-vm")
     f = facts_of(run_module, root, modules=["processor", "nvidia", "virtio-net"])["kmod"]
-    assert f["by_name"]["processor"] == {"loaded": True, "builtin": True, "parameters": {}}
-    assert f["by_name"]["nvidia"] == {"loaded": False, "builtin": False, "parameters": {}}
+    assert f["by_name"]["processor"] == {"loaded": True, "builtin": True, "parameters": {}, "options": None}
+    assert f["by_name"]["nvidia"] == {"loaded": False, "builtin": False, "parameters": {}, "options": None}
     assert f["by_name"]["virtio-net"]["loaded"] is True  # '-' and '_' are the same module
     assert f["loaded"] == ["virtio_net"]
 
