@@ -4,6 +4,7 @@ on real captures and on a simulated node whose nvidia_uvm runs with HMM on (uvm_
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 import simnode
@@ -11,7 +12,8 @@ import simnode_modparams
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_params as mp
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import HEADER
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import HEADER, NodeFiles
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
@@ -114,6 +116,11 @@ def test_simulated_node_pending_then_applied_by_a_boot_then_failed_when_a_boot_d
     assert done["module_params"]["ignored"] == ["nvidia_uvm: unknown parameter 'NVreg_Nope' ignored"]
     rows, result = _rows(root)
     assert rows["kmod.nvidia_uvm.uvm_disable_hmm"]["state"] == "applied" and not result["reboot_required"]
+
+    # Rollback (here in check mode: nothing removed) says the module keeps the value until it is loaded again.
+    out = kmod.remove_modules(SimpleNamespace(node=node, files=NodeFiles(node, check_mode=True)))
+    assert out["still_running"] == ["nvidia_uvm uvm_disable_hmm=Y"] and "/" + UVM_FILE in out["summary"]
+    assert os.path.exists(os.path.join(root, UVM_FILE))
 
     # The module loaded from an initramfs without the options: the boot did not apply it, and that fails.
     with open(os.path.join(root, "sys/module/nvidia_uvm/parameters/uvm_disable_hmm"), "w") as fh:
