@@ -954,7 +954,7 @@ tuning_facts:
           returned: always
           sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}, options: null},
                    nvidia_uvm: {loaded: true, builtin: false, parameters: {uvm_disable_hmm: "N"},
-                                options: {params: {uvm_disable_hmm: "1"}, boot_id: 5f0c7a1e-3b2d-4c8e-9a61-0d2b7e4f9c13}}}
+                                options: {params: {uvm_disable_hmm: "1"}, boot_id: 5f0c7a1e-3b2d-4c8e}}}
     gpu_health:
       description: NVIDIA driver user-space state.
       returned: always
