@@ -129,3 +129,43 @@ def test_simulated_node_pending_then_applied_by_a_boot_then_failed_when_a_boot_d
     assert rows["kmod.nvidia_uvm.uvm_disable_hmm"]["state"] == "drifted" and not result["ok"]
     assert "initramfs" in rows["kmod.nvidia_uvm.uvm_disable_hmm"]["reason"]
     assert rows["kmod.nvidia_uvm.NVreg_Nope"]["state"] == "unsupported"
+
+
+def test_a_later_options_line_or_the_command_line_wins_and_is_no_reason_to_reboot(build_node):
+    """modprobe passes the .conf files' options by file name, then the command line's; the kernel keeps the last."""
+    root = build_node("audited-epyc-8gpu", cpus=4, gpus=1)
+    node = Node(root)
+    own = "/" + UVM_FILE
+    for rel, text in (("etc/modprobe.d/aa-uvm.conf", "options nvidia_uvm uvm_disable_hmm=0\n"),  # before ours
+                      ("lib/modprobe.d/zz-uvm.conf", "options nvidia_uvm uvm_disable_hmm=0\n"),  # hidden by /etc's
+                      ("etc/modprobe.d/zz-uvm.conf", "options nvidia-uvm uvm_perf_prefetch_enable=0\n")):
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        with open(os.path.join(root, rel), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    assert mp.overriding(node, "nvidia_uvm", own) == {
+        "uvm_perf_prefetch_enable": {"value": "0", "source": "/etc/modprobe.d/zz-uvm.conf"}}
+    with open(os.path.join(root, "etc/modprobe.d/zz-uvm.conf"), "a", encoding="utf-8") as fh:
+        fh.write("options nvidia_uvm uvm_disable_hmm=0\n")
+    assert mp.overriding(node, "nvidia_uvm", own)["uvm_disable_hmm"]["source"] == "/etc/modprobe.d/zz-uvm.conf"
+
+    # The persistent flow asks no reboot for it (fit before tuned) and says why; verification fails it, not pending.
+    pc = SimpleNamespace(node=node, unfit={})
+    drift = {"uvm_disable_hmm": {"requested": "1", "current": "N"}}
+    assert kmod.pending_params(pc, [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
+    assert "/etc/modprobe.d/zz-uvm.conf sets uvm_disable_hmm=0" in pc.unfit["kmod.nvidia_uvm.uvm_disable_hmm"]
+    with open(os.path.join(root, UVM_FILE), "w", encoding="utf-8") as fh:
+        fh.write(mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", node.read(mp.BOOT_ID), None))
+    rows, result = _rows(root)
+    assert rows["kmod.nvidia_uvm.uvm_disable_hmm"]["state"] == "drifted" and not result["reboot_required"]
+    assert "zz-uvm.conf sets uvm_disable_hmm=0" in rows["kmod.nvidia_uvm.uvm_disable_hmm"]["reason"]
+
+    os.remove(os.path.join(root, "etc/modprobe.d/zz-uvm.conf"))  # the command line comes after every file
+    with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
+        fh.write(" nvidia_uvm.uvm_disable_hmm=N")
+    assert mp.overriding(node, "nvidia_uvm", own) == {"uvm_disable_hmm": {"value": "N", "source": mp.CMDLINE}}
+    assert kmod.pending_params(SimpleNamespace(node=node, unfit={}),
+                               [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
+    with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
+        fh.write(" nvidia_uvm.uvm_disable_hmm=on")  # the last one wins, and it is the wanted value
+    assert kmod.pending_params(SimpleNamespace(node=node, unfit={}), [{"name": "nvidia_uvm", "param_drift": drift}]) \
+        == {"nvidia_uvm.uvm_disable_hmm": "1 (running N)"}

@@ -129,12 +129,52 @@ def parse_options(text: str | None) -> dict:
     return {"params": params, "boot_id": boot_id}
 
 
+# --- what a boot gives a module: every options line, in modprobe's order, then the command line -------------
+
+MODPROBE_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "usr/lib/modprobe.d",
+                 "lib/modprobe.d")
+CMDLINE = "the kernel command line"
+
+
+def overriding(node: Node, module: str, own: str) -> dict:
+    """``{param: {value, source}}``: what a boot sets after our options file ``own`` (its node path), so that it
+    wins over our line. modprobe reads the .conf files of MODPROBE_DIRS by name (an earlier directory hides the
+    same name in a later one) and passes every ``options`` line in that order, then the command line's
+    ``module.param=``; the kernel takes the last value of a parameter."""
+    files: dict = {}
+    for directory in MODPROBE_DIRS:
+        for name in node.listdir(directory):
+            if name.endswith(".conf") and name not in files:
+                files[name] = "/%s/%s" % (directory, name)
+    mine, out = own.rsplit("/", 1)[-1], {}
+    for name in sorted(n for n in files if n > mine):
+        text = node.read(files[name].lstrip("/"), default="")
+        for words in (line.split() for line in text.splitlines()):
+            if len(words) > 2 and words[0] == "options" and sysfs_name(words[1]) == sysfs_name(module):
+                for word in words[2:]:
+                    key, sep, value = word.partition("=")
+                    out[key] = {"value": value if sep else "1", "source": files[name]}
+    for word in node.read("proc/cmdline", default="").split():
+        key, sep, value = word.partition("=")
+        name, dot, param = key.partition(".")
+        if sep and dot and sysfs_name(name) == sysfs_name(module):
+            out[param] = {"value": value, "source": CMDLINE}
+    return out
+
+
+def override_reason(param: str, at_boot: dict) -> str:
+    """Why a boot would not apply our line: what sets the parameter after it."""
+    return "%s sets %s=%s after this collection's options line, so a boot does not apply it: remove it there" % (
+        at_boot["source"], param, at_boot["value"])
+
+
 def judge(module: str, param: str, requested: str, current: str | None, persisted: str | None,
-          written_in: str | None, boot_id: str | None) -> tuple[str, str]:
+          written_in: str | None, boot_id: str | None, at_boot: dict | None = None) -> tuple[str, str]:
     """``(state, reason)`` of one parameter of a loaded module.
 
     ``persisted``: the value our options file gives it (None: no line of ours); ``written_in``: the boot id
-    that file was written in; ``boot_id``: the running boot's.
+    that file was written in; ``boot_id``: the running boot's; ``at_boot``: what sets it after our line
+    (``overriding``), None when nothing does.
     """
     verdict = compare(requested, current)
     if verdict == UNSUPPORTED:
@@ -146,6 +186,8 @@ def judge(module: str, param: str, requested: str, current: str | None, persiste
     if persisted is None or compare(requested, kernel_form(persisted, current)) != SAME:
         return "drifted", ("%s runs with %s=%s; the persistent flow writes the options line and a reboot applies "
                            "it (a loaded module is never unloaded)" % (module, param, current))
+    if at_boot and compare(requested, kernel_form(at_boot["value"], current)) != SAME:
+        return "drifted", override_reason(param, at_boot)
     if not boot_id or not written_in or written_in == boot_id:
         return "pending_reboot", ("options line written in this boot; the loaded module takes %s=%s at the next "
                                   "boot (it is never unloaded)" % (param, requested))

@@ -89,8 +89,9 @@ contains:
       - Each name of O(modules) -> C(loaded) (bool, C(/sys/module/NAME) exists), C(builtin) (bool, built
         into the kernel), C(parameters) (dict, parameter name -> current value from
         C(/sys/module/NAME/parameters), null when unreadable) and C(options) (the modprobe.d file of this
-        collection for the module: C(params), parameter name -> value, and C(boot_id), the boot it was written
-        in; null without such a file).
+        collection for the module: C(params), parameter name -> value, C(boot_id), the boot it was written
+        in, and C(overridden), parameter name -> C(value) and C(source) of what a boot sets after it, another
+        modprobe.d file or the kernel command line; null without such a file).
     type: dict
     returned: always
     sample: {nvidia_peermem: {loaded: false, builtin: false, parameters: {}, options: null},
@@ -557,8 +558,10 @@ def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = N
         for p in node.listdir("sys/module", key, "parameters"):
             params[p] = read_small(os.path.join(base, "parameters", p))
         text = read_all(node.path(options_file(name))) if os.path.isfile(node.path(options_file(name))) else None
-        by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params,
-                         "options": module_params.parse_options(text) if text is not None else None}
+        options = module_params.parse_options(text) if text is not None else None
+        if options is not None:
+            options["overridden"] = module_params.overriding(node, name, options_file(name))
+        by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params, "options": options}
     return {"loaded": sorted(loaded), "boot_id": node.read(module_params.BOOT_ID, default="") or None,
             "by_name": by_name}
 
@@ -618,7 +621,7 @@ def param_rows(name: str, params: dict, info: dict, boot_id: str | None) -> list
         requested = param_string(params[param])
         shown = current.get(param)
         state, why = module_params.judge(name, param, requested, shown, written.get(param),
-                                         options.get("boot_id"), boot_id)
+                                         options.get("boot_id"), boot_id, (options.get("overridden") or {}).get(param))
         out.append(setting(NAME, "%s.%s" % (name, param), module_params.kernel_form(requested, shown), shown,
                            state, why, written.get(param)))
     return out
@@ -697,14 +700,29 @@ def persist_modules(pc) -> dict:
         if path not in keep:
             pc.files.remove(path)
     lines = [_persist_message(r, pc.call) for r in results]
-    pending = {"%s.%s" % (r["name"], p): "%s (running %s)" % (d["requested"], d["current"])
-               for r in results if r.get("persist_ok") for p, d in sorted((r.get("param_drift") or {}).items())}
+    pending = pending_params(pc, [r for r in results if r.get("persist_ok")])
     out = {"modules": [dict(name=r["name"], persisted=bool(r.get("persist_ok")), message=line)
                        for r, line in zip(results, lines)], "summary": "; ".join(lines)}
     if pending:
         out.update(reboot_required=True, pending_reboot=pending)
         out["summary"] += "; a reboot applies %s (a loaded module is never unloaded)" % ", ".join(
             "%s=%s" % kv for kv in sorted(pending.items()))
+    return out
+
+
+def pending_params(pc, loaded: list) -> dict:
+    """``{module.param: "value (running X)"}`` of the parameters a reboot applies; one that another file or the command
+    line sets after our line is no reason to reboot (fit before tuned): ``pc.unfit`` names it."""
+    out = {}
+    for res in loaded:
+        later = module_params.overriding(pc.node, res["name"], options_file(res["name"])) if res["param_drift"] else {}
+        for param, drift in sorted(res["param_drift"].items()):
+            at_boot = later.get(param)
+            if at_boot and module_params.compare(drift["requested"], module_params.kernel_form(
+                    at_boot["value"], drift["current"])) != module_params.SAME:
+                pc.unfit["%s.%s.%s" % (NAME, res["name"], param)] = module_params.override_reason(param, at_boot)
+                continue
+            out["%s.%s" % (res["name"], param)] = "%s (running %s)" % (drift["requested"], drift["current"])
     return out
 
 
