@@ -46,7 +46,8 @@ NOT_PEER = (HOST_MEMORY, "NET")
 _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
-_RANK = re.compile(r"^#\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$")
+_RANK = re.compile(r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)"
+                   r"\s+\[([^\]]*)\]\s*(.*)$")
 _VIA = re.compile(r"(?:Channel|Ring)\s+(\d+)(?:/(\d+))?\s*:\s*(\d+)(?:\[([0-9a-fA-Fx]+)\])?\s*->\s*(\d+)"
                   r"(?:\[([0-9a-fA-Fx]+)\])?\s*(?:\[(send|receive)\]\s*)?via\s+(.+?)\s*(?:comm 0x\w+.*)?$")
 _FLOAT = re.compile(r"^-?\d+(\.\d+)?([eE][+-]?\d+)?$")

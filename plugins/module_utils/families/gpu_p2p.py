@@ -310,11 +310,12 @@ def amd_rows(devices: list, want: dict, answers: dict, facts: dict | None = None
 def amd_bar_rows(facts: dict, answers: dict) -> list:
     """AMD GPUs' BAR0 (the VRAM aperture a PCIe peer maps: amdgpu lets a peer reach a GPU over PCIe only when BAR0
     shows all of its VRAM, "large BAR", amdgpu_device_is_peer_accessible): judged as NVIDIA's BAR1 where the GPUs
-    are not all linked by XGMI; not_applicable where they are (peers reach each other's memory over XGMI)."""
+    are not all linked by XGMI; not_applicable where they are (peers reach each other's memory over XGMI). None
+    without amd-smi's topology (the link type unknown: the pairs row already says why)."""
     bars = (facts.get(NAME) or {}).get("bars")
-    if bars is None:
-        return []  # facts read before the BAR check
     link_map = amd_p2p.topology_links(answers)
+    if bars is None or not link_map:
+        return []  # facts read before the BAR check, or no topology
     kinds = {(link.get("link_type") or "").upper() for link in ((link_map or {}).get("pairs") or {}).values()}
     if kinds == {"XGMI"}:
         return [_amd_row("bar0", None, "not_applicable", "the GPUs are linked by XGMI (amd-smi topology): peers reach "
@@ -369,8 +370,8 @@ def gpu_commands(desired: dict) -> tuple:
     floor = want.get("min_gbps") is not None
     nccl = (nccl_tests.command(want["nccl_tests"]),) if want.get("nccl_tests") else ()
     return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY, nvidia_smi.P2P_READ, nvidia_smi.P2P_WRITE, nvidia_smi.P2P_NVLINK) \
-        + ((nvidia_smi.NVBANDWIDTH,) if floor else ()) + amd_p2p.LINK_COMMANDS + ((amd_p2p.BANDWIDTH,) if floor else ()) \
-        + nccl
+        + ((nvidia_smi.NVBANDWIDTH,) if floor else ()) + amd_p2p.LINK_COMMANDS \
+        + ((amd_p2p.BANDWIDTH,) if floor else ()) + nccl
 
 
 def _status_line(title: str, matrix: dict) -> str:
