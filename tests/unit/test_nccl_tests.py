@@ -179,3 +179,56 @@ def test_the_probe_runs_the_stand_in_with_nccl_debug_on_every_gpu_and_judges_it(
     pair = p2p_rows(shm, {"gpu_p2p": {"nccl_tests": PATH}})["nccl.GPU0-GPU4"]
     # the stand-in's two GPUs are not OK for nvidia-smi either (ACS redirect on this preset): said beside NCCL's
     assert pair["state"] == "drifted" and "SHM/direct/direct" in pair["reason"]
+
+
+def test_tuning_info_runs_it_through_the_bounded_runner_with_nccl_debug(build_node, run_module):
+    """The module's own path: verify_probed counts the GPUs, command.runner sets NCCL_DEBUG=INFO for this one
+    command (the stand-in prints NCCL's INFO lines only then) and bounds it by the nccl_tests timeout."""
+    root = build_node("xeon-4gpu-switch", cpus=2, gpus=2, nvidia_smi=True)
+    simnode_nccl.write(root, "shm")
+    desired = {"gpu_p2p": {"nccl_tests": PATH}}
+    result, failed = run_module("tuning_info", {"root": root, "desired": desired})
+    assert not failed, result
+    rows = {s["id"]: s for s in result["verification"]["settings"]}
+    assert rows["gpu_p2p.nccl.GPU0-GPU4"]["state"] == "drifted"
+    assert simnode_nccl.calls(root) == ["NCCL_DEBUG=INFO -b 8 -e 1G -f 2 -g 2"]
+    simnode_nccl.write(root, "p2p", sleep=5)
+    result, failed = run_module("tuning_info", {"root": root, "desired": desired,
+                                                "command_timeouts": {"nccl_tests": 1}})
+    hung = {s["id"]: s for s in result["verification"]["settings"]}["gpu_p2p.nccl"]
+    assert hung["state"] == "drifted" and "all_reduce_perf did not answer within 1 s" in hung["reason"]
+
+
+def test_smi_says_what_nvidia_smi_thinks_of_a_pair_nccl_sent_through_host_memory():
+    matrix = "\tGPU0\tGPU1\nGPU0\tX\tOK\nGPU1\tOK\tX\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+    smi = {"p2p_read": {"rc": 0, "stdout": matrix}}
+    assert gpu_p2p.smi_says(smi, 1, 0).startswith("nvidia-smi topo -p2p r says OK for the pair: NCCL's own test "
+                                                  "refused it")
+    one_way = {"p2p_read": {"stdout": matrix.replace("GPU1\tOK", "GPU1\tCNS")}}
+    assert gpu_p2p.smi_says(one_way, 0, 1) == gpu_p2p.smi_says(one_way, 1, 0) == (
+        "nvidia-smi topo -p2p r says GPU1->GPU0 CNS (chipset not supported) for the pair too")
+    assert gpu_p2p.smi_says(smi, 0, 4) is None
+
+
+def test_amd_bar0_is_judged_where_the_gpus_talk_over_pcie(monkeypatch):
+    gib, mib = 1 << 30, 1 << 20
+    small = {"vendor": "amd", "device": "0x744c", "bars": {"0": 256 * mib, "2": 2 * mib}, "memory": 24 * gib,
+             "rebar": {"0": {"current": 256 * mib, "supported": [256 * mib, 32 * gib]}}}
+    full = dict(small, bars={"0": 32 * gib}, rebar={"0": {"current": 32 * gib, "supported": [32 * gib]}})
+    facts = {"gpu_p2p": {"bars": {"0000:03:00.0": small, "0000:83:00.0": full}}}
+    for kind, expect in (("PCIE", ["amd.bar0.0000:03:00.0"]), ("XGMI", ["amd.bar0"])):
+        link = {"link_type": kind}
+        monkeypatch.setattr(gpu_p2p.amd_p2p, "topology_links", lambda _a, link=link: {"pairs": {(0, 1): link}})
+        rows = gpu_p2p.amd_bar_rows(facts, {})
+        assert [r["name"] for r in rows] == expect
+    monkeypatch.setattr(gpu_p2p.amd_p2p, "topology_links", lambda _a: {"pairs": {(0, 1): {"link_type": "PCIE"}}})
+    (bad,) = gpu_p2p.amd_bar_rows(facts, {})
+    assert (bad["state"], bad["vendor"], bad["running"]) == ("drifted", "amd", "256 MiB")
+    assert "GPU 0000:03:00.0 BAR0: 256 MiB, smaller than the GPU's 24 GiB of memory" in bad["reason"]
+    by_design = dict(small, rebar=None)
+    facts["gpu_p2p"]["bars"]["0000:03:00.0"] = by_design
+    (ok,) = gpu_p2p.amd_bar_rows(facts, {})
+    assert ok["state"] == "applied" and "amdgpu gives PCIe peers access only to a GPU whose BAR0 shows all" \
+        in ok["reason"]
+    monkeypatch.setattr(gpu_p2p.amd_p2p, "topology_links", lambda _a: None)
+    assert gpu_p2p.amd_bar_rows(facts, {}) == []

@@ -344,14 +344,16 @@ def nvidia_rows(facts: dict, want: dict, smi: dict) -> list:
 
 def smi_says(smi: dict, a: int, b: int) -> str | None:
     """What ``nvidia-smi topo -p2p r`` says of the pair GPU<a>-GPU<b>, for a pair NCCL did not connect directly."""
-    cells = {(p["a"], p["b"]): p for p in parse_p2p((smi.get("p2p_read") or {}).get("stdout"))["pairs"]}
-    cell = cells.get(("GPU%d" % a, "GPU%d" % b)) or cells.get(("GPU%d" % b, "GPU%d" % a))
-    if cell is None:
+    names = {"GPU%d" % a, "GPU%d" % b}
+    cells = [p for p in parse_p2p((smi.get("p2p_read") or {}).get("stdout"))["pairs"] if {p["a"], p["b"]} == names]
+    if not cells:
         return None
-    if cell["status"] == ALL_OK:
+    bad = [p for p in cells if p["status"] != ALL_OK]
+    if not bad:
         return ("nvidia-smi topo -p2p r says OK for the pair: NCCL's own test refused it (an IOMMU translating peer "
                 "traffic, ACS redirect, NCCL_P2P_DISABLE or NCCL_P2P_LEVEL; NCCL's troubleshooting guide)")
-    return "nvidia-smi topo -p2p r says %s (%s) for the pair too" % (cell["status"], cell["meaning"])
+    return "nvidia-smi topo -p2p r says %s for the pair too" % ", ".join(
+        "%s->%s %s (%s)" % (p["a"], p["b"], p["status"], p["meaning"]) for p in bad)
 
 
 def bar_rows(facts: dict) -> list:
