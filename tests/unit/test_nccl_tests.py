@@ -23,6 +23,7 @@ CAPTURES = (
     "nccl-tests-all-reduce-tail-2node-nccl-tests-252.txt",
     "rccl-tests-all-reduce-8xmi300x-cut-hpc-ai-envs-30.txt",
     "rccl-tests-all-reduce-tail-ainic-rccl-2078.txt",
+    "rccl-tests-info-2x4-mi250x-cut-rccl-1026.txt",
 )
 PATH = "/opt/nccl-tests/build/all_reduce_perf"
 
@@ -112,6 +113,20 @@ def test_rccl_tests_outputs_read_the_same(real):
     assert tail["avg_busbw"] == 142.652 and nccl_tests.largest(tail)["oop"]["busbw"] == 360.98
     a3mega = nccl_tests.parse(real("bench-nccl-tests-all-reduce-16xh100-a3mega.txt").text)
     assert len(a3mega["rows"]) == 31 and len({r["host"] for r in a3mega["ranks"].values()}) == 2
+
+
+def test_rccls_own_info_lines_p2p_ipc_between_gpus_and_net_between_nodes(real):
+    parsed = nccl_tests.parse(real(CAPTURES[6]).text)
+    assert len(parsed["links"]) == 9  # "Connected all rings ... busId" and the cut last line are not connections
+    first = parsed["links"][0]
+    assert (first["src"], first["src_id"], first["dst"], first["direction"], first["via"]) == (
+        1, "c6000", 4, "receive", "NET/Socket/1")  # "comm 0x95cdeb0 nRanks 08" is not part of the transport
+    assert nccl_tests.transports(parsed) == ["NET/Socket/1", "NET/Socket/2", "P2P/IPC"]
+    assert nccl_tests.not_peer_pairs(parsed) == {}  # NET to the other node is no finding: the hosts are unknown
+    one_host = "#  Rank  1 Group  0 Pid 1 on g1064 device  1 [0000:c6:00] MI250X\n" \
+               "#  Rank  4 Group  0 Pid 1 on g1064 device  4 [0000:c1:00] MI250X\n"
+    both = nccl_tests.parse(one_host + real(CAPTURES[6]).text)
+    assert nccl_tests.not_peer_pairs(both) == {(1, 4): {"transports": ["NET/Socket/1"], "channels": ["02"]}}
 
 
 def test_row_forms_of_other_releases():

@@ -149,19 +149,20 @@ def gpu_label(parsed: dict, rank: int) -> str:
 
 
 def same_host(parsed: dict, a: int, b: int) -> bool:
-    """Whether two ranks run on one node (unknown ranks count as one node: the check runs on one)."""
+    """Whether two ranks run on one node, as nccl-tests' ``# Using devices`` lines say (unknown: False)."""
     ranks = parsed.get("ranks") or {}
-    return a not in ranks or b not in ranks or ranks[a]["host"] == ranks[b]["host"]
+    return a in ranks and b in ranks and ranks[a]["host"] == ranks[b]["host"]
 
 
 def not_peer_pairs(parsed: dict) -> dict:
     """``{(rank, rank): {"transports": [via, ...], "channels": [..]}}`` (the lower rank first) of the connections
-    between two GPUs of one node that do not go GPU to GPU: host memory (SHM), or a network card (NET)."""
+    between two GPUs of one node that do not go GPU to GPU: host memory (SHM, always within a node), or a network
+    card (NET) between two ranks that ``# Using devices`` puts on one host (else NET is the way to another node)."""
     out: dict = {}
     for link in parsed.get("links") or []:
         if link["transport"] not in NOT_PEER or link["src"] == link["dst"]:
             continue
-        if not same_host(parsed, link["src"], link["dst"]):
+        if link["transport"] != HOST_MEMORY and not same_host(parsed, link["src"], link["dst"]):
             continue
         pair = out.setdefault(tuple(sorted((link["src"], link["dst"]))), {"transports": [], "channels": []})
         for key, value in (("transports", link["via"]), ("channels", link["channel"])):
