@@ -36,6 +36,7 @@ import tempfile
 import uuid
 
 import simnode_modparams  # noqa: E402 (tools/ is on sys.path: tests, and this file run as a script)
+import simnode_nccl  # the all_reduce_perf stand-in (issue 44)
 
 # ---------------------------------------------------------------------------------------------
 # Machine descriptions
@@ -2815,6 +2816,8 @@ def _bars_and_aer(args) -> bool:
             bdf_sev, _c, name = where.rpartition(":")
             bdf, _c, severity = bdf_sev.rpartition(":")
             set_aer(args.dir, bdf, severity, {name: int(count)})
+        if args.nccl_tests:
+            simnode_nccl.write(args.dir, args.nccl_tests)
     except (ValueError, OSError) as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return False
@@ -2862,6 +2865,8 @@ def main(argv=None) -> int:
     b.add_argument("--kernel", metavar="RELEASE", help="the running kernel's release (e.g. 5.15.0-91-generic)")
     b.add_argument("--cppc-off", action="store_true", help="firmware with ACPI CPPC off (no cpuN/acpi_cppc/)")
     b.add_argument("--nvidia-driver", metavar="FLAVOR:VERSION", help="open:580.65.06 or proprietary:570.86.15")
+    b.add_argument("--nccl-tests", choices=sorted(simnode_nccl.CAPTURES),
+                   help="ship an all_reduce_perf stand-in answering from this real capture (tools/simnode_nccl.py)")
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     r = sub.add_parser("reboot", help="reboot the simulated node at DIR (prints what the boot did, as JSON)")

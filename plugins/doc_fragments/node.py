@@ -69,8 +69,9 @@ options:
         and the command is reported as not answering (for example C(nvidia-smi did not answer within 30 s),
         named as a wedged GPU or driver). A mapping of kinds to seconds; a kind not given keeps its default.
       - Kinds and defaults - C(nvidia_smi) 30, C(amd_smi) 30, C(dcgmi) 600, C(nvbandwidth) 600, C(rocm_bandwidth)
-        (TransferBench, rocm-bandwidth-test) 600, C(pciutils) (setpci, lspci) 30, C(modprobe) 120,
-        C(systemctl) 120, C(bootloader) (update-grub, grubby) 300, C(udevadm) 60, C(benchmark) 1800, C(other) 120.
+        (TransferBench, rocm-bandwidth-test) 600, C(nccl_tests) (all_reduce_perf) 600, C(pciutils) (setpci, lspci) 30,
+        C(modprobe) 120, C(systemctl) 120, C(bootloader) (update-grub, grubby) 300, C(udevadm) 60, C(benchmark) 1800,
+        C(other) 120.
       - An unknown kind or a value that is not a number > 0 fails the module before anything is run.
     type: dict
 """

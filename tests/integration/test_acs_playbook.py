@@ -9,6 +9,7 @@ import json
 import os
 import struct
 
+import simnode_nccl
 from support.inventory import REPORT_DIR, write_inventory
 from support.nodes import build_node
 from support.playbooks import assert_ok, run_playbook
@@ -68,3 +69,14 @@ def test_runtime_disables_redirect_on_gpu_paths_and_rollback_restores(tmp_path):
     rollback = run_playbook("rollback.yml", inventory)
     assert_ok(rollback)
     assert tree_changes(before, snapshot(root)) == []
+
+    # Issue 44: NCCL's verdict through the role's variables, on the same node (the stand-in prints a real run of
+    # 8 L20s connected through host memory): each pair NCCL sent via SHM fails, the bus bandwidth floor named.
+    path = "/" + simnode_nccl.write(root, "shm").lstrip("/")
+    run_playbook("verify.yml", inventory, "-e", "gpunode_tuning_gpu_p2p_nccl_tests=%s" % path,
+                 "-e", "gpunode_tuning_gpu_p2p_min_busbw_gbps=20")
+    with open(os.path.join(REPORT_DIR, "sim-acs.json"), encoding="utf-8") as fh:
+        nccl = {s["name"]: s for s in json.load(fh)["settings"] if s["name"].startswith("nccl")}
+    assert nccl["nccl.GPU0-GPU4"]["state"] == "drifted" and "SHM/direct/direct" in nccl["nccl.GPU0-GPU4"]["reason"]
+    assert nccl["nccl"]["state"] == "drifted" and "printed no result table" in nccl["nccl"]["reason"]
+    assert simnode_nccl.calls(root) == ["NCCL_DEBUG=INFO -b 8 -e 1G -f 2 -g 2"]

@@ -23,10 +23,11 @@ def tools(root, calls=None):
         path = os.path.join(root, "usr/bin", name)
         return path if os.access(path, os.X_OK) else None
 
-    def run(argv):
+    def run(argv, env=None):
         if calls is not None:
             calls.append(argv)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60,
+                              env=dict(os.environ, **env) if env else None)
         return proc.returncode, proc.stdout, proc.stderr
 
     return verify.Tools(find, run)
@@ -37,5 +38,6 @@ def rows(root, desired=None, calls=None, bars=False):
     ``bars``."""
     desired = {"gpu_p2p": {}} if desired is None else desired
     facts = gather(Node(root))
-    probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), tools(root, calls), desired)
+    probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), tools(root, calls), desired,
+                             gpus=verify.gpu_count(facts))
     return {r["name"]: r for r in p2p.evaluate(facts, desired, Ctx(probe)) if bars or not r["name"].startswith("bar")}

@@ -73,7 +73,11 @@ def test_healthy_mi300x_every_pair_one_xgmi_hop_from_the_health_gates_own_calls(
     # One call per amd-smi subcommand for all three families: P2P and locality reuse topology and xgmi -l.
     assert seen == [["usr/bin/amd-smi"] + list(c.args) for c in amd_health.COMMANDS]
     rows = p2p_rows(facts, desired)
-    assert set(rows) == {"amd.pairs", "amd.xgmi_links"}  # no NVIDIA row on a node whose GPUs are all AMD's
+    assert set(rows) == {"amd.pairs", "amd.xgmi_links", "amd.bar0"}  # no NVIDIA row on a node of AMD GPUs only
+    # Issue 44: the peers of an XGMI hive reach each other's memory over XGMI, not through the PCIe BAR0.
+    bar0 = rows["amd.bar0"]
+    assert (bar0["state"], bar0["vendor"]) == ("not_applicable", "amd")
+    assert bar0["reason"].startswith("the GPUs are linked by XGMI (amd-smi topology)")
     pairs = rows["amd.pairs"]
     assert (pairs["state"], pairs["vendor"]) == ("applied", "amd")
     assert pairs["running"] == "XGMI, 1 hop, weight 15 on all 28 pairs of 8 GPUs"
@@ -189,7 +193,7 @@ def test_xgmi_l_refused_with_amd_smis_own_error_document_judges_the_pairs_from_t
     root = build_node(PRESET, cpus=4, amd_smi_mode="refuse_link_status")
     desired = {"gpu_p2p": {}}
     rows = p2p_rows(probe(root, desired), desired)
-    assert list(rows) == ["amd.pairs"]
+    assert list(rows) == ["amd.pairs", "amd.bar0"]
     assert rows["amd.pairs"]["state"] == "applied"
     assert rows["amd.pairs"]["running"] == "XGMI, 1 hop, weight 15 on all 28 pairs of 8 GPUs"
 

@@ -30,6 +30,7 @@ DEFAULT_TIMEOUTS = {
     "dcgmi": 600,
     "nvbandwidth": 600,
     "rocm_bandwidth": 600,
+    "nccl_tests": 600,
     "pciutils": 30,
     "modprobe": 120,
     "systemctl": 120,
@@ -42,6 +43,7 @@ DEFAULT_TIMEOUTS = {
 KINDS = {
     "nvidia-smi": "nvidia_smi", "amd-smi": "amd_smi", "dcgmi": "dcgmi", "nvbandwidth": "nvbandwidth",
     "TransferBench": "rocm_bandwidth", "rocm-bandwidth-test": "rocm_bandwidth", "rocm_bandwidth_test": "rocm_bandwidth",
+    "all_reduce_perf": "nccl_tests", "all_reduce_perf_mpi": "nccl_tests",
     "setpci": "pciutils", "lspci": "pciutils", "modprobe": "modprobe", "systemctl": "systemctl",
     "update-grub": "bootloader", "grub-mkconfig": "bootloader", "grub2-mkconfig": "bootloader",
     "grubby": "bootloader", "udevadm": "udevadm",
@@ -53,6 +55,7 @@ HANGS = {
     "dcgmi": "a wedged GPU, or nv-hostengine not answering",
     "nvbandwidth": "a wedged GPU, or a peer-to-peer copy that never completes",
     "rocm_bandwidth": "a wedged GPU, or a peer-to-peer copy that never completes",
+    "nccl_tests": "a wedged GPU, or a collective that never completes (a peer transport that hangs)",
     "pciutils": "a device whose config space does not answer",
     "modprobe": "a module initialisation that hangs (driver or firmware)",
     "systemctl": "systemd does not answer, or the unit's job does not finish",
@@ -171,11 +174,12 @@ def run(argv: list, timeout: float, env_update: dict | None = None) -> Result:
 
 
 def runner(timeouts: Any = None, env_update: dict | None = None) -> Callable[[list], Result]:
-    """``run(argv) -> Result`` with the timeout of each command's kind (``validate``'s mapping)."""
+    """``run(argv, env=None) -> Result`` with the timeout of each command's kind (``validate``'s mapping); ``env``:
+    variables set for that command only."""
     limits = validate(timeouts)
 
-    def _run(argv: list) -> Result:
-        return run(argv, limits[kind_of(argv)], env_update)
+    def _run(argv: list, env: dict | None = None) -> Result:
+        return run(argv, limits[kind_of(argv)], dict(env_update or {}, **(env or {})))
 
     return _run
 

@@ -94,6 +94,12 @@ class GpuCommand(NamedTuple):
     # Another tool: ``((tool, args), ...)`` run instead, the first found, where ``tool`` is not (TransferBench,
     # else rocm-bandwidth-test); the answer's ``tool`` names the one that ran.
     alternatives: tuple = ()
+    # Another tool: ``((name, value), ...)`` set in its environment (``NCCL_DEBUG=INFO`` for nccl-tests).
+    env: tuple = ()
+
+
+# An argument of a GpuCommand that the probe replaces with the number of GPUs on the bus (nccl-tests' ``-g``).
+GPU_COUNT_ARG = "{gpus}"
 
 
 class Family(NamedTuple):

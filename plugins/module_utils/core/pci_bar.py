@@ -47,7 +47,8 @@ STANDARD_BARS = 6  # BAR 0-5; line 6 of ``resource`` is the expansion ROM
 # RDMA guide's "PCI BAR sizes": what a peer maps of the GPU's memory must fit in BAR1); on AMD the VRAM aperture,
 # BAR0 (amdgpu's enum amdgpu_pcie_bar "PCIe BAR index identifiers for P2P access": AMDGPU_PCIE_BAR_VRAM is BAR 0,
 # amd-gfx list; ROCm's "Troubleshoot BAR access limitation"; lspci of an RX 7900 XTX in tests/data/real). AMD
-# Instinct GPUs reach each other over XGMI, so AMD's is reported, not judged (families/gpu_p2p.py).
+# Instinct GPUs linked by XGMI reach each other over XGMI: their BAR0 is judged only where they are not
+# (families/gpu_p2p.py amd_bar_rows).
 PEER_BAR = {"nvidia": 1, "amd": 0}
 # The firmware settings that let a GPU's BAR grow to its memory.
 FIRMWARE_FIX = "enable Above 4G Decoding and Resizable BAR (Re-Size BAR Support) in the system firmware"
@@ -152,7 +153,14 @@ def memory_of(vendor: str | None, device: str | int | None, vram_total: str | No
     return None if gib is None else gib * GIB
 
 
-def verdict(bar_size: int | None, memory: int | None, supported: list | None) -> tuple:
+# What a peer BAR smaller than the memory means by design, per vendor: NVIDIA maps peer memory through a window of
+# BAR1's size; amdgpu lets no PCIe peer in unless BAR0 shows all of the VRAM ("large BAR":
+# amdgpu_device_is_peer_accessible in drivers/gpu/drm/amd/amdgpu/amdgpu_device.c).
+BY_DESIGN = {"nvidia": "the driver maps peer memory through a window of this size",
+             "amd": "amdgpu gives PCIe peers access only to a GPU whose BAR0 shows all of its VRAM (large BAR)"}
+
+
+def verdict(bar_size: int | None, memory: int | None, supported: list | None, vendor: str = "nvidia") -> tuple:
     """``(state, reason)`` of a GPU's peer BAR: ``drifted`` when it is smaller than the memory while the
     capability supports a size that large; ``applied`` when it covers the memory, and also (reported, the
     reason says why) when it is smaller by design or the memory size is not known; ``unsupported`` when the
@@ -169,8 +177,8 @@ def verdict(bar_size: int | None, memory: int | None, supported: list | None) ->
                            "to %s: the firmware left it small; %s" % (human(bar_size), human(memory), human(largest),
                                                                       FIRMWARE_FIX))
     why = "its Resizable BAR capability reaches %s" % human(largest) if largest else "it has no Resizable BAR"
-    return "applied", ("%s, smaller than the GPU's %s of memory by design (%s); reported only: the driver maps "
-                       "peer memory through a window of this size" % (human(bar_size), human(memory), why))
+    return "applied", ("%s, smaller than the GPU's %s of memory by design (%s); reported only: %s"
+                       % (human(bar_size), human(memory), why, BY_DESIGN.get(vendor, BY_DESIGN["nvidia"])))
 
 
 def read_gpu(dev: dict) -> dict:
@@ -205,7 +213,7 @@ def peer_bar_rows(gpus: dict, vendor: str, make) -> list:
         # JSON (the facts as Ansible returns them) turns the indices into strings
         size = {int(k): v for k, v in (g.get("bars") or {}).items()}.get(index)
         supported = ({int(k): v for k, v in (g.get("rebar") or {}).items()}.get(index) or {}).get("supported")
-        state, why = verdict(size, g.get("memory"), supported)
+        state, why = verdict(size, g.get("memory"), supported, vendor)
         sizes.add(human(size))
         text = "GPU %s BAR%d: %s" % (bdf, index, why)
         if state == "drifted":

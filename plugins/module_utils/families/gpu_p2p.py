@@ -13,7 +13,13 @@ the P2P read/write status of each pair. Nothing is installed or changed: no modu
 AMD GPUs (rows ``amd.*``, vendor ``amd``; core/amd_p2p.py): each pair from ``amd-smi topology`` (the call the
 health gate makes, asked once for both): the link status (can the pair reach each other's memory), the link type
 (XGMI where the GPUs are on XGMI) and the hops (one between any two MI300-class GPUs), with ``amd-smi xgmi -l``'s
-links down; with ``min_gbps``, ``TransferBench p2p`` (else ``rocm-bandwidth-test -a``) measures the pairs.
+links down; with ``min_gbps``, ``TransferBench p2p`` (else ``rocm-bandwidth-test -a``) measures the pairs. BAR0 (the
+VRAM aperture a PCIe peer maps) is judged like NVIDIA's BAR1 unless the GPUs are linked by XGMI (``amd.bar0``).
+
+NCCL's verdict (both vendors, core/nccl_tests.py): with ``nccl_tests`` (the path of nccl-tests' or rccl-tests'
+``all_reduce_perf``) the probe runs it across the GPUs with ``NCCL_DEBUG=INFO``; a pair NCCL connects through host
+memory (``via SHM``) fails, and so does the bus bandwidth at the largest size below ``min_busbw_gbps``. Read-only:
+the benchmark runs in check mode too, as nvbandwidth does (verification reads, it changes nothing).
 """
 
 from __future__ import annotations
@@ -22,7 +28,14 @@ import math
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_p2p, family, nvidia_smi, pci, pci_bar
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    amd_p2p,
+    family,
+    nccl_tests,
+    nvidia_smi,
+    pci,
+    pci_bar,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
     NVBANDWIDTH_TEST,
@@ -64,26 +77,43 @@ DECIDING = ("read", "write")
 ALL_OK = "OK"
 
 
+KEYS = ("min_gbps", "nccl_tests", "min_busbw_gbps")
+
+
+def _gbps_problem(key: str, gbps: Any) -> list:
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not 0 < gbps < math.inf):
+        return [(key, "gpu_p2p.%s must be a number > 0 (GB/s, finite) or null, got %r" % (key, gbps))]
+    return []
+
+
 def desired_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["gpu_p2p"]``: ``{min_gbps: number > 0 or None}``."""
+    """``Family.validate`` of ``desired["gpu_p2p"]``: ``{min_gbps, min_busbw_gbps: number > 0 or None, nccl_tests:
+    the all_reduce_perf to run or None}``; a bus bandwidth floor needs the all_reduce_perf that measures it."""
     if want is None:
         return []
     if not isinstance(want, dict):
-        return [("", "gpu_p2p must be a mapping with the key min_gbps, got %r" % (want,))]
-    unknown = sorted(set(want) - {"min_gbps"}, key=str)
-    out = [("", "gpu_p2p: unknown key(s) %s; allowed: min_gbps" % ", ".join(map(str, unknown)))] if unknown else []
-    gbps = want.get("min_gbps")
-    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not 0 < gbps < math.inf):
-        out.append(("min_gbps", "gpu_p2p.min_gbps must be a number > 0 (GB/s, finite) or null, got %r" % (gbps,)))
+        return [("", "gpu_p2p must be a mapping with the keys %s, got %r" % (", ".join(KEYS), want))]
+    unknown = sorted(set(want) - set(KEYS), key=str)
+    out = [("", "gpu_p2p: unknown key(s) %s; allowed: %s" % (", ".join(map(str, unknown)), ", ".join(KEYS)))] \
+        if unknown else []
+    out += _gbps_problem("min_gbps", want.get("min_gbps")) + _gbps_problem("min_busbw_gbps", want.get("min_busbw_gbps"))
+    path = want.get("nccl_tests")
+    why = nccl_tests.path_problem(path) if path is not None else None
+    if why:
+        out.append(("nccl_tests", "gpu_p2p." + why))
+    if want.get("min_busbw_gbps") is not None and path is None:
+        out.append(("min_busbw_gbps", "gpu_p2p.min_busbw_gbps needs nccl_tests (the all_reduce_perf that measures the "
+                                      "bus bandwidth), which is unset"))
     return out
 
 
 def validate(want: Any) -> dict:
-    """``desired["gpu_p2p"]``: ``{min_gbps: number > 0 or None}``; EvaluationError naming what is allowed."""
+    """``desired["gpu_p2p"]`` with every key of ``KEYS`` (None where not given); EvaluationError naming what is
+    allowed."""
     problems = desired_problems(want)
     if problems:
         raise family.EvaluationError(family.problems_text(problems))
-    return {"min_gbps": (want or {}).get("min_gbps")}
+    return {k: (want or {}).get(k) for k in KEYS}
 
 
 def parse_nvbandwidth(text: str | None) -> dict:
@@ -256,25 +286,41 @@ def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
     answers = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
     amd = _gpus(facts, "amd")
     rows = nvidia_rows(facts, want, answers) if not amd or _gpus(facts, "nvidia") else []
-    return rows + (amd_rows(amd, want, answers) if amd else [])
+    return rows + (amd_rows(amd, want, answers, facts) if amd else [])
 
 
 def _amd_row(name: str, running: Any, state: str, reason: str, desired: Any = ALL_OK) -> dict:
     return family.setting(NAME, "amd." + name, desired, running, state, reason, vendor="amd")
 
 
-def amd_rows(devices: list, want: dict, answers: dict) -> list:
+def amd_rows(devices: list, want: dict, answers: dict, facts: dict | None = None) -> list:
     """The AMD GPUs' P2P rows (core/amd_p2p.py): the pairs from amd-smi topology, xgmi -l's links, the bandwidth."""
     if answers.get("probe") == "disabled":
         return [_amd_row("pairs", None, "not_applicable",
                          "GPU checks are disabled (gpunode_tuning_verify_gpu_enabled: false)")]
-    # No BAR row: AMD Instinct GPUs reach each other's memory over XGMI (the pairs rows); their VRAM BAR (BAR0,
-    # core/pci_bar.py PEER_BAR) is in the facts and the guard's metrics, not judged.
     rows = amd_p2p.pair_rows(devices, answers, _amd_row)
     if want["min_gbps"] is not None and not any(r["state"] in ("not_applicable", "unsupported") for r in rows):
         rows += amd_p2p.bandwidth_rows(answers.get(amd_p2p.BANDWIDTH_KEY), want["min_gbps"], _amd_row,
                                        (amd_p2p.topology_links(answers) or {}).get("bdf"))
-    return rows
+    if want["nccl_tests"] is not None:
+        rows += nccl_tests.rows(answers.get(nccl_tests.KEY), want["nccl_tests"], want["min_busbw_gbps"], _amd_row)
+    return rows + amd_bar_rows(facts, answers)
+
+
+def amd_bar_rows(facts: dict, answers: dict) -> list:
+    """AMD GPUs' BAR0 (the VRAM aperture a PCIe peer maps: amdgpu lets a peer reach a GPU over PCIe only when BAR0
+    shows all of its VRAM, "large BAR", amdgpu_device_is_peer_accessible): judged as NVIDIA's BAR1 where the GPUs
+    are not all linked by XGMI; not_applicable where they are (peers reach each other's memory over XGMI). None
+    without amd-smi's topology (the link type unknown: the pairs row already says why)."""
+    bars = (facts.get(NAME) or {}).get("bars")
+    link_map = amd_p2p.topology_links(answers)
+    if bars is None or not link_map:
+        return []  # facts read before the BAR check, or no topology
+    kinds = {(link.get("link_type") or "").upper() for link in ((link_map or {}).get("pairs") or {}).values()}
+    if kinds == {"XGMI"}:
+        return [_amd_row("bar0", None, "not_applicable", "the GPUs are linked by XGMI (amd-smi topology): peers reach "
+                         "each other's memory over XGMI, not through the PCIe BAR0", ">= the GPU's memory")]
+    return pci_bar.peer_bar_rows(bars, "amd", _amd_row)
 
 
 def nvidia_rows(facts: dict, want: dict, smi: dict) -> list:
@@ -290,7 +336,24 @@ def nvidia_rows(facts: dict, want: dict, smi: dict) -> list:
     rows = pair_rows(facts, smi)
     if want["min_gbps"] is not None and not any(r["state"] == "not_applicable" for r in rows):
         rows += bandwidth_rows(smi.get("nvbandwidth"), want["min_gbps"], _gpu_bdfs(smi))
+    if want["nccl_tests"] is not None and not any(r["state"] == "not_applicable" for r in rows):
+        rows += nccl_tests.rows(smi.get(nccl_tests.KEY), want["nccl_tests"], want["min_busbw_gbps"], _row,
+                                lambda a, b: smi_says(smi, a, b))
     return rows + bar_rows(facts)
+
+
+def smi_says(smi: dict, a: int, b: int) -> str | None:
+    """What ``nvidia-smi topo -p2p r`` says of the pair GPU<a>-GPU<b>, for a pair NCCL did not connect directly."""
+    names = {"GPU%d" % a, "GPU%d" % b}
+    cells = [p for p in parse_p2p((smi.get("p2p_read") or {}).get("stdout"))["pairs"] if {p["a"], p["b"]} == names]
+    if not cells:
+        return None
+    bad = [p for p in cells if p["status"] != ALL_OK]
+    if not bad:
+        return ("nvidia-smi topo -p2p r says OK for the pair: NCCL's own test refused it (an IOMMU translating peer "
+                "traffic, ACS redirect, NCCL_P2P_DISABLE or NCCL_P2P_LEVEL; NCCL's troubleshooting guide)")
+    return "nvidia-smi topo -p2p r says %s for the pair too" % ", ".join(
+        "%s->%s %s (%s)" % (p["a"], p["b"], p["status"], p["meaning"]) for p in bad)
 
 
 def bar_rows(facts: dict) -> list:
@@ -303,10 +366,14 @@ def bar_rows(facts: dict) -> list:
 
 def gpu_commands(desired: dict) -> tuple:
     """The GPU list, the topology (the report) and the P2P matrices; nvbandwidth when a floor is wanted. Where AMD
-    GPUs are: amd-smi topology and xgmi -l (the health gate's calls, run once), TransferBench with a floor."""
-    floor = ((desired or {}).get(NAME) or {}).get("min_gbps") is not None
+    GPUs are: amd-smi topology and xgmi -l (the health gate's calls, run once), TransferBench with a floor. nccl-tests'
+    all_reduce_perf where one is named (``nccl_tests``)."""
+    want = (desired or {}).get(NAME) or {}
+    floor = want.get("min_gbps") is not None
+    nccl = (nccl_tests.command(want["nccl_tests"]),) if want.get("nccl_tests") else ()
     return (nvidia_smi.QUERY, nvidia_smi.TOPOLOGY, nvidia_smi.P2P_READ, nvidia_smi.P2P_WRITE, nvidia_smi.P2P_NVLINK) \
-        + ((nvidia_smi.NVBANDWIDTH,) if floor else ()) + amd_p2p.LINK_COMMANDS + ((amd_p2p.BANDWIDTH,) if floor else ())
+        + ((nvidia_smi.NVBANDWIDTH,) if floor else ()) + amd_p2p.LINK_COMMANDS \
+        + ((amd_p2p.BANDWIDTH,) if floor else ()) + nccl
 
 
 def _status_line(title: str, matrix: dict) -> str:
@@ -345,18 +412,21 @@ def amd_report(answers: dict) -> str | None:
 
 # Read-only: no module, nothing to re-apply at boot.
 def from_role(v: dict, shared: dict) -> dict:
-    gbps = v.get("gpunode_tuning_gpu_p2p_min_gbps")
-    return {NAME: {"min_gbps": None if gbps is None else float(gbps)}}
+    gbps, busbw = v.get("gpunode_tuning_gpu_p2p_min_gbps"), v.get("gpunode_tuning_gpu_p2p_min_busbw_gbps")
+    return {NAME: {"min_gbps": None if gbps is None else float(gbps),
+                   "nccl_tests": v.get("gpunode_tuning_gpu_p2p_nccl_tests") or None,
+                   "min_busbw_gbps": None if busbw is None else float(busbw)}}
 
 
 def on_node(desired: dict, _node=None) -> dict:
     """``Family.on_node``: what the node keeps (the guard's config) has no bandwidth floor. The guard re-verifies
     a serving node every few minutes; a bandwidth run (nvbandwidth, TransferBench, rocm-bandwidth-test) would load
-    every GPU each time. The topology and link checks stay; verify.yml and the rollout still measure."""
+    every GPU each time (so would nccl-tests: ``nccl_tests`` and its floor go too). The topology and link checks
+    stay; verify.yml and the rollout still measure."""
     want = desired.get(NAME)
-    if not isinstance(want, dict) or want.get("min_gbps") is None:
+    if not isinstance(want, dict) or all(want.get(k) is None for k in KEYS):
         return desired
-    return dict(desired, **{NAME: dict(want, min_gbps=None)})
+    return dict(desired, **{NAME: dict(want, **{k: None for k in KEYS if k in want or k == "min_gbps"})})
 
 
 DEFINITION = family.Family(

@@ -31,7 +31,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import DEFAULT_DROPIN, choose_bootloader
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FactsQuery
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import GPU_COUNT_ARG, FactsQuery
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
     BinaryNotFound,
@@ -145,7 +145,8 @@ def gpu_vendors(facts: dict[str, Any]) -> set:
 class Tools(NamedTuple):
     """How commands are found and run on the node.
 
-    ``find(name, package)``: the command's path or None; ``run(argv)``: ``(rc, stdout, stderr)``.
+    ``find(name, package)``: the command's path or None; ``run(argv)``: ``(rc, stdout, stderr)``; a command with
+    its own environment (``GpuCommand.env``) is run as ``run(argv, env)``.
     """
 
     find: Callable[[str, str], str | None]
@@ -290,8 +291,14 @@ def gpu_commands(desired: dict[str, Any] | None) -> list:
             + [c for c in cmds if c.tool != SMI])
 
 
+def gpu_count(facts: dict[str, Any]) -> int:
+    """The GPUs a CUDA (else ROCm) program sees on the node: the NVIDIA GPUs on the bus, else the AMD ones."""
+    vendors = list(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
+    return vendors.count("nvidia") or vendors.count("amd")
+
+
 def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
-              desired: dict[str, Any] | None = None, vendors: Any = None) -> dict[str, Any]:
+              desired: dict[str, Any] | None = None, vendors: Any = None, gpus: int = 0) -> dict[str, Any]:
     """The ``gpu`` input of ``evaluate_host``: the answers of the commands the families ask for (``gpu_commands``).
 
     Only on a node that has nvidia-smi: a simulated node is probed only through the nvidia-smi it ships
@@ -302,7 +309,8 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
     is that failure, marked ``not_run``, so a wedged GPU costs one timeout, not one per command. Another tool
     (dcgmi, nvbandwidth) is run as asked; missing, its answer is rc 127 with what to install. A command of a
     vendor's tool (``GpuCommand.vendor``: amd-smi) runs only where ``vendors`` (the vendors of the GPUs on the
-    bus; None: every vendor) has that vendor, with or without nvidia-smi (``standalone``).
+    bus; None: every vendor) has that vendor, with or without nvidia-smi (``standalone``). ``gpus``: the number that
+    replaces ``family.GPU_COUNT_ARG`` in a command's arguments (nccl-tests' ``-g``).
     """
     if not options["gpu"]:
         return {"probe": "disabled"}
@@ -310,7 +318,7 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
     smi = tools.find(SMI, "nvidia-utils")
     if not smi:
         out = {"probe": "absent" if node.is_live else "simulated"}
-        out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI and c.standalone]))
+        out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI and c.standalone], gpus))
         return out
     out: dict[str, Any] = {"probe": "present"}
     help_result = tools.run([smi, *nvidia_smi.HELP_ARGS])
@@ -327,11 +335,11 @@ def gpu_probe(node: Node, options: dict[str, Any], tools: Tools,
             out[cmd.key] = _answer(tools.run([smi, *cmd.args]))
         last = _tuple(out[cmd.key])
         down = nvidia_smi.driver_down(last)
-    out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI]))
+    out.update(_other_tools(node, tools, [c for c in cmds if c.tool != SMI], gpus))
     return out
 
 
-def _other_tools(node: Node, tools: Tools, cmds: list) -> dict[str, Any]:
+def _other_tools(node: Node, tools: Tools, cmds: list, gpus: int = 0) -> dict[str, Any]:
     """The answers of the commands of other tools, in order; after one of a tool hangs, that tool, and every other
     tool of its vendor (``GpuCommand.vendor``: amd-smi hung, TransferBench is not started on those GPUs), is asked
     nothing more (each later answer is that failure, marked ``not_run``): one timeout, not one per command."""
@@ -342,7 +350,7 @@ def _other_tools(node: Node, tools: Tools, cmds: list) -> dict[str, Any]:
         if why:
             out[cmd.key] = {"rc": command.TIMEOUT_RC, "stdout": "", "stderr": why, "timed_out": True, "not_run": why}
             continue
-        out[cmd.key] = _other_tool(node, tools, cmd)
+        out[cmd.key] = _other_tool(node, tools, cmd, gpus)
         if out[cmd.key].get("timed_out"):
             hung[cmd.tool] = command.failure(cmd.tool, _tuple(out[cmd.key]))
             if cmd.vendor:
@@ -362,15 +370,20 @@ def _tuple(answer: dict[str, Any]) -> command.Result:
     return command.Result(answer["rc"], answer["stdout"], answer["stderr"], timed_out=answer.get("timed_out", False))
 
 
-def _other_tool(node: Node, tools: Tools, cmd: Any) -> dict[str, Any]:
+def _other_tool(node: Node, tools: Tools, cmd: Any, gpus: int = 0) -> dict[str, Any]:
     """A GPU command of another tool than nvidia-smi (bounded by its kind's timeout), found on PATH, then in its
-    ``dirs`` below the node's root (else the first of its ``alternatives`` found); missing: rc 127 and what to
-    install (``GpuCommand.missing``). Never installed by the check."""
+    ``dirs`` below the node's root (else the first of its ``alternatives`` found; a ``tool`` given as an absolute
+    path: that file below the node's root only); missing: rc 127 and what to install (``GpuCommand.missing``).
+    Never installed by the check. ``GpuCommand.env`` is set for it; ``GPU_COUNT_ARG`` becomes ``gpus``."""
     for tool, args in ((cmd.tool, cmd.args),) + tuple(cmd.alternatives):
-        path = tools.find(tool, cmd.package) or next(
-            (p for p in (node.path(d, tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
+        if os.path.isabs(tool):
+            path = node.path(tool) if os.access(node.path(tool), os.X_OK) else None
+        else:
+            path = tools.find(tool, cmd.package) or next(
+                (p for p in (node.path(d, tool) for d in cmd.dirs) if os.access(p, os.X_OK)), None)
         if path:
-            answer = _answer(tools.run([path, *args]))
+            argv = [path, *(str(gpus) if a == GPU_COUNT_ARG else a for a in args)]
+            answer = _answer(tools.run(argv, dict(cmd.env)) if cmd.env else tools.run(argv))
             if cmd.alternatives:
                 answer["tool"] = tool
             return answer
@@ -408,7 +421,7 @@ def verify_probed(node: Node, desired: dict[str, Any], options: dict[str, Any] |
         "boot_unit_state": boot_unit_state(node, opts, tools, boot_unit),
         "modules_persisted": modules,
     }
-    probe = gpu_probe(node, opts, tools, desired, gpu_vendors(facts))
+    probe = gpu_probe(node, opts, tools, desired, gpu_vendors(facts), gpu_count(facts))
     result = verification.evaluate_host(
         facts, desired, context, kernel_log_since=since, gpu=probe,
         fail_on_pending=opts["fail_on_pending"], fail_classes=opts["fail_classes"], host=opts["host"],
