@@ -19,7 +19,7 @@ def _encode_size(size: int) -> int:
     return (size // 128).bit_length() - 1
 
 
-def config_space(f: PciFunction) -> bytes:  # noqa: PLR0915 (the config-space layout, capability by capability at fixed offsets)
+def config_space(f: PciFunction) -> bytes:  # noqa: PLR0915 (the layout, capability by capability at fixed offsets)
     """Return 4096 bytes of configuration space for a function."""
     cfg = bytearray(4096)
     bridge = f.kind != "endpoint"
