@@ -16,7 +16,8 @@ def _check(preset, funcs, opts):
 
 
 def _write(tree, preset, funcs, opts):
-    tree.write("sys/module/pcie_aspm/parameters/policy", f"[{opts['policy']}] gpus={sum(map(simnode.is_gpu, funcs))} {preset.name}")
+    gpus = sum(map(simnode.is_gpu, funcs))
+    tree.write("sys/module/pcie_aspm/parameters/policy", f"[{opts['policy']}] gpus={gpus} {preset.name}")
 
 
 def _add_arguments(parser):
