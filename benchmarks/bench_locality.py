@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Cost of the gpu_locality family's read on a large node, against a small one (docs/gpu-locality.md).
 
-Builds two simulated nodes from the 2-socket switch preset (tools/simnode.py): a small one (8 CPUs,
+Builds two simulated nodes from the 2-socket switch preset (tools/simnode): a small one (8 CPUs,
 2 GPUs, 16 MSI-X vectors per NIC) and a large one (384 CPUs, 16 GPUs behind 8 switches, a NIC under
 every switch and one on a root port, 384 MSI-X vectors per NIC: one per CPU, as mlx5 allocates them,
 so thousands of IRQs), then times, best of N rounds each: ``gpu_locality.read`` (the facts),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Does a runtime tuning cost the same on a small node and on a big one?
 
-Builds fresh simulated nodes (tools/simnode.py, preset audited-epyc-8gpu) of two sizes,
+Builds fresh simulated nodes (tools/simnode, preset audited-epyc-8gpu) of two sizes,
 8 CPUs / 1 GPU and 384 CPUs / 16 GPUs, runs ``playbooks/tune.yml --tags runtime`` against each
 (first run: every knob changes), and reports
 

@@ -18,7 +18,7 @@ for side in old new; do
   root=$work/node
   rm -rf "$root" "$work/reports"
   mkdir -p "$out/$side"
-  (cd "$tree" && .venv/bin/python tools/simnode.py build --preset audited-epyc-8gpu "$root" --cpus 4 --nvidia-smi >/dev/null)
+  (cd "$tree" && .venv/bin/python tools/simnode build --preset audited-epyc-8gpu "$root" --cpus 4 --nvidia-smi >/dev/null)
   cat > "$work/hosts.yml" <<INV
 all:
   vars: {ansible_connection: local, ansible_python_interpreter: $tree/.venv/bin/python, gpunode_tuning_report_dir: $work/reports}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Generate a simulated fleet: N simulated nodes (tools/simnode.py) and an inventory for them.
+"""Generate a simulated fleet: N simulated nodes (tools/simnode) and an inventory for them.
 
 Every host uses the local connection and its own node root (``gpunode_tuning_root``), so
 ``playbooks/rollout.yml`` (or any playbook of the collection) runs against the fleet unchanged.

@@ -444,7 +444,7 @@ class ActionModule(ActionBase):
         before = self._read_boot_id(root)
         rc, _out, err = self._run_on_host(["test", "-x", script], 20)
         if rc != 0:
-            return False, "the simulated root %s has no %s (tools/simnode.py build writes it): not rebooted" % (
+            return False, "the simulated root %s has no %s (tools/simnode build writes it): not rebooted" % (
                 root, SIMULATED_REBOOT)
         rc, _out, err = self._run_on_host([script], min(timeout, 600))
         if rc not in (0, 1, 3):

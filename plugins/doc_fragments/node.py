@@ -12,7 +12,7 @@ options:
   root:
     description:
       - Root directory of the node. Every sysfs, procfs and C(/dev) path is resolved below it.
-      - V(/) is the running system. Any other directory is a simulated node (see C(tools/simnode.py));
+      - V(/) is the running system. Any other directory is a simulated node (see C(tools/simnode));
         then no system command acts on the controller's host, and C(lspci)/C(setpci) are pointed at
         the tree with C(-O sysfs.path=).
       - The root must be an existing directory that has a C(sys/) directory; otherwise the module fails, naming

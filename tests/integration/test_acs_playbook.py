@@ -9,7 +9,7 @@ import json
 import os
 import struct
 
-import simnode_nccl
+from simnode import nccl as simnode_nccl
 from support.inventory import REPORT_DIR, write_inventory
 from support.nodes import build_node
 from support.playbooks import assert_ok, run_playbook

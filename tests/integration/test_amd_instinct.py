@@ -1,6 +1,6 @@
 """The playbooks on simulated AMD Instinct MI300X nodes (issue 32): verify, the health gate, tuning and rollback.
 
-tools/simnode.py's ``mi300x-epyc-8gpu`` (2 sockets, 8 MI300X on XGMI) with its amd-smi stand-in, answering in
+tools/simnode's ``mi300x-epyc-8gpu`` (2 sockets, 8 MI300X on XGMI) with its amd-smi stand-in, answering in
 the shapes of the real captures (tests/data/real/amd-smi-*). One verify run over a healthy node and one node
 per GPU fault or misbehaving amd-smi; one node tuned runtime and persistent with ``inference-throughput`` and
 rolled back. The hanging amd-smi is bounded by a small ``gpunode_tuning_command_timeouts.amd_smi``.

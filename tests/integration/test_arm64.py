@@ -1,4 +1,4 @@
-"""The default flows on an arm64 GPU node (tools/simnode.py preset grace-arm64-4gpu).
+"""The default flows on an arm64 GPU node (tools/simnode preset grace-arm64-4gpu).
 
 Grace-class nodes run psci_idle and cppc_cpufreq and have no vendor_id in /proc/cpuinfo. The
 default preset asks for ``driver: native`` (the CPU vendor's pstate driver), which such a CPU

@@ -1,6 +1,6 @@
 """The playbooks on nodes whose GPUs or driver misbehave as real ones do (issues 21 and 22, classes 3 and 6).
 
-Simulated nodes (tools/simnode.py) with: an R470-era nvidia-smi (no clocks_event_reasons, no
+Simulated nodes (tools/simnode) with: an R470-era nvidia-smi (no clocks_event_reasons, no
 remapped_rows), one GPU whose config space reads all 0xff, an nvidia-smi that never answers, one
 that exits 9 ("couldn't communicate with the NVIDIA driver"), and a benchmark that never finishes.
 The hang tests use small timeouts (gpunode_tuning_command_timeouts), so each costs seconds.

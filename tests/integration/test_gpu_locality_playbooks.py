@@ -1,7 +1,7 @@
 """The gpu_locality family through the playbooks, on the 2-socket simulated node and its numa_node -1 variant.
 
 verify.yml: every GPU's row gives its NUMA node, CPUs and nearest NIC/NVMe with the relation the
-preset's layout has (tools/simnode.py, _switches_topology), the remote IRQs per device, the -1
+preset's layout has (tools/simnode/topology.py, _switches_topology), the remote IRQs per device, the -1
 firmware as a finding, the Markdown section and <host>.topology.json beside the reports.
 tune.yml --tags persistent: /etc/gpunode-tuning/topology.json (valid against docs/topology.schema.json,
 a rerun changes nothing, --check writes nothing), the boot runner refreshes it, rollback.yml removes it.

@@ -1,4 +1,4 @@
-"""The whole workflow on a node that tools/simnode.py did not write (tests/support/handbuilt.py).
+"""The whole workflow on a node that tools/simnode did not write (tests/support/handbuilt.py).
 
 A user checking the collection builds a node of their own, from the kernel's layout and real config space; this
 runs the README's workflow on such a node: audit, plan, runtime (and its rerun), persistent, verify, rollback.

@@ -1,6 +1,6 @@
 """Hostile values in role variables never reach a file or a command line (issue 12, class 2).
 
-Each test runs ansible-playbook against a fresh simulated node (tools/simnode.py) with one bad
+Each test runs ansible-playbook against a fresh simulated node (tools/simnode) with one bad
 value in its inventory and checks that the run fails naming it, and that the node shows no trace
 of it: the drop-in the value was meant for is not written, and the node's modprobe never ran.
 The helpers are those of test_playbooks.py.

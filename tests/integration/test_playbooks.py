@@ -1,7 +1,7 @@
 """playbooks/tune.yml and playbooks/rollback.yml end to end on simulated nodes.
 
 Each test runs ansible-playbook as a subprocess against freshly built simulated nodes
-(tools/simnode.py) through ``gpunode_tuning_root`` and the local connection, and compares
+(tools/simnode) through ``gpunode_tuning_root`` and the local connection, and compares
 snapshots of the node trees. Nodes are shared per module where a test only reads them; every
 playbook run costs ~5-20 s on a 2-core machine, so the suite keeps to a handful of runs.
 

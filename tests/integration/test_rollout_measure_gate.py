@@ -1,6 +1,6 @@
 """The rollout's measure gate (gpunode_tuning_rollout_benchmark_command) on a simulated fleet.
 
-Each node gets the benchmark stand-in of tools/simnode.py (``usr/bin/gpunode-sim-bench``), whose
+Each node gets the benchmark stand-in of tools/simnode (``usr/bin/gpunode-sim-bench``), whose
 number comes from the node's MRRS and ACS state: the ``inverse`` kind gets worse with tuning, so
 the canary misses the gate, is rolled back, and the rollout stops; the ``normal`` kind gets better,
 so the canary passes with its gain in the summary.

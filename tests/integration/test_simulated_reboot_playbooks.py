@@ -1,4 +1,4 @@
-"""The simulated reboot (tools/simnode.py reboot) after the real persistent flow, and after a rollback.
+"""The simulated reboot (tools/simnode reboot) after the real persistent flow, and after a rollback.
 
 tune.yml (runtime and persistent) leaves kernel arguments in the GRUB drop-in, drop-ins and the boot unit;
 verification says the driver switch and the IOMMU mode are pending_reboot. After ``simnode.reboot`` (the

@@ -1,4 +1,4 @@
-"""A node written by hand, not by tools/simnode.py: the kernel's sysfs/procfs layout as a real box shows it.
+"""A node written by hand, not by tools/simnode: the kernel's sysfs/procfs layout as a real box shows it.
 
 What a user who builds a test node of their own would write, with what real kernels do that a builder of ours
 might not: cpu0 has no ``online`` file (x86 cannot offline it), an offline CPU has neither ``cpuidle`` nor a

@@ -13,7 +13,7 @@ import shlex
 import yaml
 
 PRISTINE = "/var/tmp/simnode-pristine"
-# The audited-epyc-8gpu preset of tools/simnode.py.
+# The audited-epyc-8gpu preset of tools/simnode.
 GPU_BDFS = sorted("0000:%s:00.0" % bus for bus in ("01", "21", "41", "61", "81", "a1", "c1", "e1"))
 CPUS = 128
 

@@ -1,4 +1,4 @@
-"""Simulated nodes (tools/simnode.py): building them, what the flows write on them, reading them back."""
+"""Simulated nodes (tools/simnode): building them, what the flows write on them, reading them back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AMD GPU health on the simulated MI300X node (tools/simnode.py's amd-smi stand-in, core/amd_health.py).
+"""AMD GPU health on the simulated MI300X node (tools/simnode's amd-smi stand-in, core/amd_health.py).
 
 The stand-in answers with the shapes of the real captures (tests/data/real/amd-smi-*); each check fails naming
 the GPU and the check, and an amd-smi that is missing, hangs, errors or prints invalid JSON makes the host

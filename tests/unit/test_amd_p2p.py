@@ -1,4 +1,4 @@
-"""gpu_p2p and gpu_locality on AMD GPUs: the simulated MI300X node (tools/simnode.py's amd-smi stand-in).
+"""gpu_p2p and gpu_locality on AMD GPUs: the simulated MI300X node (tools/simnode's amd-smi stand-in).
 
 P2P per GPU pair from amd-smi topology (the health gate's call, asked once for both families), xgmi -l's links,
 the bandwidth of TransferBench p2p (else rocm-bandwidth-test) against min_gbps; the locality rows and report name

@@ -1,7 +1,7 @@
 """gpu_settings verified on AMD GPUs: power cap, perf level, determinism and the verified-only partitions.
 
 The rows come from the GPU probe's ``amd-smi static``/``metric`` answers (the calls gpu_health asks, never one more
-per GPU): on the simulated MI300X node (tools/simnode.py's stand-in, which keeps what ``amd-smi set`` changes) and
+per GPU): on the simulated MI300X node (tools/simnode's stand-in, which keeps what ``amd-smi set`` changes) and
 on real captures (tests/data/real/amd-smi-static-*, amd-smi-metric-*).
 """
 

@@ -1,4 +1,4 @@
-"""Sick GPUs and drivers on simulated nodes (tools/simnode.py's stand-ins learn the real quirks).
+"""Sick GPUs and drivers on simulated nodes (tools/simnode's stand-ins learn the real quirks).
 
 An R470-era nvidia-smi (no clocks_event_reasons, no remapped_rows, refusing unknown fields on stdout
 with exit 2), one that exits 9 ("couldn't communicate with the NVIDIA driver"), one that never answers,

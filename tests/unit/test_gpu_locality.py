@@ -377,7 +377,7 @@ def test_virtual_functions_are_left_out_and_nics_without_rdma_are_nearest_only_w
 # The 2-socket preset: its layout, IRQs, irqbalance, the -1 variant
 # ---------------------------------------------------------------------------------------------
 
-# The preset's layout (tools/simnode.py, _switches_topology): GPU -> (NUMA node, root port, switch,
+# The preset's layout (tools/simnode/topology.py, _switches_topology): GPU -> (NUMA node, root port, switch,
 # nearest NIC, relation, nearest NVMe, relation).
 LAYOUT = {
     "0000:13:00.0": (0, "0000:10:01.0", "0000:11:00.0", "0000:15:00.0", "PIX", "0000:16:00.0", "PIX"),

@@ -1,7 +1,7 @@
 """The guard's ECC and bad-page series (flows/guard.py ``gpu_memory``, flows/guard_metrics.py), for both vendors.
 
 The guard runs as its unit runs it (the installed runner, test_guard's helpers) on a simulated MI300X node whose
-amd-smi stand-in counts ECC errors and retired pages (tools/simnode.py's faults) and on a simulated NVIDIA node
+amd-smi stand-in counts ECC errors and retired pages (tools/simnode's faults) and on a simulated NVIDIA node
 whose nvidia-smi table is edited to count uncorrectable errors and a row-remapping failure. The counts come from
 the GPU probe verification already runs: no amd-smi or nvidia-smi call of their own.
 """

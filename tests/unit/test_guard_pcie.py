@@ -2,7 +2,7 @@
 them, and a non-fatal AER count that grows between two guard runs failing the second one.
 
 The guard runs as its unit runs it (the installed runner, test_guard's helpers) on a simulated 2-GPU node whose
-sysfs counters tools/simnode.py sets between the runs.
+sysfs counters tools/simnode sets between the runs.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import simnode
-import simnode_modparams
+from simnode import modparams as simnode_modparams
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_params as mp
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node

@@ -1,13 +1,13 @@
 """NCCL's verdict in the P2P check (core/nccl_tests.py, families/gpu_p2p.py): all_reduce_perf's table, its average
 and the transport NCCL chose per GPU pair, read from real outputs other people posted (tests/data/real/nccl-tests-*,
-rccl-tests-*); the verdict; the probe running the stand-in (tools/simnode_nccl.py) on a simulated node."""
+rccl-tests-*); the verdict; the probe running the stand-in (tools/simnode/nccl.py) on a simulated node."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-import simnode_nccl
+from simnode import nccl as simnode_nccl
 from support.p2p import rows as p2p_rows
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry

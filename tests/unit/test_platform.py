@@ -3,7 +3,7 @@
 """Fit before tuned (issue 43): what a node cannot take is unsupported with its cause, never written, never a
 reason to reboot; the NVIDIA driver is judged against what the GPUs need and the user's floors.
 
-Every node is simulated (tools/simnode.py); the module runs are in-process.
+Every node is simulated (tools/simnode); the module runs are in-process.
 """
 
 from __future__ import annotations

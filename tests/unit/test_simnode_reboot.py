@@ -1,4 +1,4 @@
-"""The simulated reboot (tools/simnode.py reboot): what a boot brings to a simulated node, from what the tuning left.
+"""The simulated reboot (tools/simnode reboot): what a boot brings to a simulated node, from what the tuning left.
 
 The kernel arguments of the GRUB drop-in on /proc/cmdline and what they switch (cpufreq driver, IOMMU type,
 ACS redirect), a new boot id, fresh uptime, an empty kernel log, the journaled runtime values back to their
@@ -247,7 +247,7 @@ def test_a_node_that_never_returns_keeps_its_boot_and_changes_nothing(build_node
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, os.path.join(REPO, "tools", "simnode.py"), *args], capture_output=True,
+    return subprocess.run([sys.executable, os.path.join(REPO, "tools", "simnode"), *args], capture_output=True,
                           text=True, timeout=120, check=False)
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import simnode
-import simnode_modparams
+from simnode import modparams as simnode_modparams
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import facts as node_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log

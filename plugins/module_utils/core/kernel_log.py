@@ -5,7 +5,7 @@
 ``/dev/kmsg`` yields one record per ``read``: ``PRI,SEQ,TS_USEC,FLAGS[,...];MESSAGE\\n``, then
 optional continuation lines that start with a space (``SUBSYSTEM=pci`` and the like). The level is
 ``PRI & 7``; ``PRI >> 3`` is the facility (0 for the kernel, others for messages user space wrote).
-A simulated node (tools/simnode.py) has the same records in a regular file at ``<root>/dev/kmsg``.
+A simulated node (tools/simnode) has the same records in a regular file at ``<root>/dev/kmsg``.
 
 Parsing is one pass over the bytes: a regular expression anchored on the newline picks only the
 records whose priority can be at a wanted level, so a busy node's informational chatter costs no

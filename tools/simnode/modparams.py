@@ -1,8 +1,8 @@
 """Module parameters of a simulated node (issue 44): what /sys/module/<module>/parameters shows, and a boot that
 loads each module again with the options modprobe.d and the kernel command line give it.
 
-tools/simnode.py calls ``write_params`` when it builds a node (after the preset's own modules) and
-``reload_with_options`` from its simulated reboot (after the fresh kernel log). The parameters are those a real
+kernel.write_modules calls ``write_params`` when it builds a node (after the preset's own modules) and
+``reload_with_options`` from boot.reboot (after the fresh kernel log). The parameters are those a real
 driver exports, with the kernel's formatting: a ``bool`` shows ``Y``/``N`` whatever the options said (``1``,
 ``on``, ``true``), integers in decimal. ``nvidia_uvm``'s names and types are from a real ``modinfo nvidia_uvm``
 (tests/data/real/modinfo-nvidia-uvm-535.129.03-nvidia-vaapi-driver-260.txt) and the NVIDIA GPU Operator's

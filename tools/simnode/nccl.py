@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "real")
+REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "data", "real")
 MARK = "==> capture follows <==\n"
 # The kinds of answer, each a real capture: P2P between 4 RTX 4090s (12.7 GB/s at 32 MiB), NCCL through host
 # memory between 8 L20s (no table in the stored copy), and a 2-node run's table at ~95 GB/s.
@@ -27,7 +27,7 @@ DEFAULT_PATH = "opt/nccl-tests/build/all_reduce_perf"
 CALLS = "var/lib/simnode/nccl-tests.calls"
 
 SCRIPT = """#!/bin/sh
-# all_reduce_perf stand-in (tools/simnode_nccl.py): a real capture, NCCL's INFO lines only with NCCL_DEBUG=INFO.
+# all_reduce_perf stand-in (tools/simnode/nccl.py): a real capture, NCCL's INFO lines only with NCCL_DEBUG=INFO.
 mkdir -p '{root}/var/lib/simnode'
 echo "NCCL_DEBUG=$NCCL_DEBUG $*" >> '{root}/{calls}'
 sleep {sleep}
