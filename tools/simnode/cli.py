@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from . import nccl, parts
+from . import parts
 from .amd import AMD_FAULTS, AMD_SMI_MODES
 from .boot import GRUB_DROPIN, JOURNAL, reboot
 from .locality import IOMMU_TYPES
@@ -92,8 +92,6 @@ def _bars_and_aer(args) -> bool:
             bdf_sev, _c, name = where.rpartition(":")
             bdf, _c, severity = bdf_sev.rpartition(":")
             set_aer(args.dir, bdf, severity, {name: int(count)})
-        if args.nccl_tests:
-            nccl.write(args.dir, args.nccl_tests)
     except (ValueError, OSError) as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return False
@@ -142,8 +140,6 @@ def main(argv=None) -> int:
     b.add_argument("--kernel", metavar="RELEASE", help="the running kernel's release (e.g. 5.15.0-91-generic)")
     b.add_argument("--cppc-off", action="store_true", help="firmware with ACPI CPPC off (no cpuN/acpi_cppc/)")
     b.add_argument("--nvidia-driver", metavar="FLAVOR:VERSION", help="open:580.65.06 or proprietary:570.86.15")
-    b.add_argument("--nccl-tests", choices=sorted(nccl.CAPTURES),
-                   help="ship an all_reduce_perf stand-in answering from this real capture (simnode/nccl.py)")
     parts.add_arguments(b)  # the plugged parts' options (parts.PART_MODULES)
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")

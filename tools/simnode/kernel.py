@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
+from . import modparams
 from .cpu import CPU_BASE
 from .machine import ACPI_GOVERNORS, DEFAULT_SYSCTLS, Preset
-from . import modparams
 from .tree import Tree
 
 

@@ -6,14 +6,17 @@ path users give ``gpunode_tuning_gpu_p2p_nccl_tests``) that prints one of the re
 (what the P2P check sets), everything else always. Each call appends its arguments and its ``NCCL_DEBUG`` to
 ``<root>/var/lib/simnode/nccl-tests.calls``. ``rc`` and ``sleep`` make it fail or hang (the command timeout).
 
-Used by tests (``tests/unit/test_nccl_tests.py``) and by ``simnode.py build --nccl-tests KIND``.
+Used by tests (``tests/unit/test_nccl_tests.py``) and by ``simnode build --nccl-tests KIND`` (its PART below).
 """
 
 from __future__ import annotations
 
 import os
 
-REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "data", "real")
+from . import parts
+
+TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REAL = os.path.join(os.path.dirname(TOOLS), "tests", "data", "real")
 MARK = "==> capture follows <==\n"
 # The kinds of answer, each a real capture: P2P between 4 RTX 4090s (12.7 GB/s at 32 MiB), NCCL through host
 # memory between 8 L20s (no table in the stored copy), and a 2-node run's table at ~95 GB/s.
@@ -69,3 +72,23 @@ def calls(root: str) -> list:
             return fh.read().splitlines()
     except FileNotFoundError:
         return []
+
+
+def _add_arguments(parser) -> None:
+    parser.add_argument("--nccl-tests", choices=sorted(CAPTURES),
+                        help="ship an all_reduce_perf stand-in answering from this real capture (simnode/nccl.py)")
+
+
+def _write_part(tree, _preset, _funcs, opts) -> None:
+    if opts["nccl_tests"]:
+        write(tree.root, opts["nccl_tests"])
+
+
+def _check(_preset, _funcs, opts) -> None:
+    if opts["nccl_tests"] and opts["nccl_tests"] not in CAPTURES:
+        raise ValueError("nccl-tests stand-in %r is not one of %s" % (opts["nccl_tests"], ", ".join(sorted(CAPTURES))))
+
+
+# `build(nccl_tests=KIND)` and `simnode build --nccl-tests KIND` (parts.py).
+PART = parts.Part("nccl", options={"nccl_tests": None}, check=_check, write=_write_part,
+                  add_arguments=_add_arguments, from_args=lambda args: {"nccl_tests": args.nccl_tests})
