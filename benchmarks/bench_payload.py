@@ -14,9 +14,9 @@ run the playbook makes, reports
 
 How: the module runs go through the local connection with ``PYTHONPATH`` set to a directory holding a
 ``sitecustomize.py`` that, only in an ``AnsiballZ_*.py`` process, writes those figures to a JSON file as the
-run ends (just before AnsiballZ removes its payload zip). Nothing of the collection is changed for the measurement; the hook itself is
-not in the payload and is not counted. The module is the payload's ``plugins/modules/<name>.py`` (run as
-``__main__`` by AnsiballZ, so it is not in ``sys.modules`` under its own name).
+run ends (just before AnsiballZ removes its payload zip). Nothing of the collection is changed for the
+measurement; the hook itself is not in the payload and is not counted. The module is the payload's
+``plugins/modules/<name>.py`` (run as ``__main__`` by AnsiballZ, so not in ``sys.modules`` under its own name).
 
     .venv/bin/python benchmarks/bench_payload.py               # the three playbooks, Markdown table
     .venv/bin/python benchmarks/bench_payload.py --only tune   # one of tune, verify, rollout
@@ -291,7 +291,8 @@ def main(argv=None):
                         continue
                     print("  %7d  %s  (never called: %d bytes in %d functions)" % (size, name, uncalled, len(names)))
                     if args.calls and names:
-                        print("           " + ", ".join("%s %d" % tuple(n) for n in sorted(names, key=lambda x: -x[1])[:12]))
+                        top = sorted(names, key=lambda x: -x[1])[:12]
+                        print("           " + ", ".join("%s %d" % tuple(n) for n in top))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1)
