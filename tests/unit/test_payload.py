@@ -102,3 +102,28 @@ def test_the_verification_half_is_shipped(path):
     finder = ModuleDepFinder("%s.families.%s" % (PACKAGE, family), ast.parse(source))
     assert ("ansible_collections", "gpunode", "tuning", "plugins", "module_utils", "families", half) in {
         tuple(name) for name in finder.submodules}
+
+
+def test_later_imports_on_the_first_call_only():
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+
+    loads = []
+
+    class Half:
+        FACTS_DOC = "doc"
+
+        @staticmethod
+        def evaluate(facts, desired, ctx):
+            return [facts, desired, ctx]
+
+    def load():
+        loads.append(1)
+        return Half
+
+    evaluate, doc = family.later(load, "evaluate"), family.later(load, "FACTS_DOC")
+    assert loads == []  # naming the field imports nothing
+    assert evaluate(1, 2, 3) == [1, 2, 3] and evaluate(4, 5, 6) == [4, 5, 6]
+    assert loads == [1]  # once, then kept
+    assert family.resolve(doc) == "doc" and family.resolve("plain") == "plain" and family.resolve(None) is None
+    with pytest.raises(AttributeError):
+        family.later(load, "no_such")()
