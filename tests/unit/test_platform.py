@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import fitness, platform
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, gpu_health, gpu_health_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
@@ -210,7 +210,7 @@ def test_a_fit_driver_passes_and_an_old_branch_is_a_warning(build_node):
     assert rows["kernel_floor"]["state"] == "drifted" and "6.1.0-28-amd64 is below the floor 6.8" in \
         rows["kernel_floor"]["reason"]
     old = build_node("xeon-4gpu-switch", cpus=2, gpus=1, nvidia_driver="proprietary:535.183.06")
-    assert platform.eol_warnings(verify.gather(Node(old))["platform"]) == [
+    assert fitness.eol_warnings(verify.gather(Node(old))["platform"]) == [
         "NVIDIA driver 535.183.06: branch R535 is past its end of life "
         "(https://github.com/NVIDIA/gpu-operator/issues/2613)"]
 

@@ -13,7 +13,7 @@ from typing import Any
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     family,  # noqa: E402
     )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import fitness as fit
 
 NAME = "gpu_health"
 AER_RATE = "aer_correctable_per_hour"  # correctable AER errors per hour above which a device fails (core/aer.py)

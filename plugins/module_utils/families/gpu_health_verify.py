@@ -59,7 +59,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     nvidia_smi,
     pci,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import fitness as fit
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import SERIOUS_XIDS
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import HEALTH_FIELDS
