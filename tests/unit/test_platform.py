@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import fitness, platform
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, gpu_health, gpu_health_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from tools import simnode
@@ -178,7 +178,7 @@ def test_zen5_still_on_acpi_cpufreq_names_the_cause_and_asks_nothing(build_node,
 def _health(root, floors=None):
     facts = verify.gather(Node(root))
     desired = {"gpu_health": {"floors": floors or {}}}
-    return {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}, facts
+    return {r["name"]: r for r in gpu_health_verify.evaluate(facts, desired, None)}, facts
 
 
 @pytest.mark.parametrize("driver, floors, words", [
@@ -210,7 +210,7 @@ def test_a_fit_driver_passes_and_an_old_branch_is_a_warning(build_node):
     assert rows["kernel_floor"]["state"] == "drifted" and "6.1.0-28-amd64 is below the floor 6.8" in \
         rows["kernel_floor"]["reason"]
     old = build_node("xeon-4gpu-switch", cpus=2, gpus=1, nvidia_driver="proprietary:535.183.06")
-    assert platform.eol_warnings(verify.gather(Node(old))["platform"]) == [
+    assert fitness.eol_warnings(verify.gather(Node(old))["platform"]) == [
         "NVIDIA driver 535.183.06: branch R535 is past its end of life "
         "(https://github.com/NVIDIA/gpu-operator/issues/2613)"]
 

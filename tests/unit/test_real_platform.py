@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import fitness, platform
 
 
 @pytest.mark.parametrize("name, version, flavor, arch", [
@@ -38,8 +38,8 @@ def test_modinfo_license_says_open(real, name, version):
 def test_the_rtx_pro_6000_of_a_posted_lspci_is_blackwell(real):
     ids = [line.split("[10de:")[1][:4] for line in real("nvidia-modinfo-license-open-rtx-pro-6000-cubecos-312.txt")
            .text.splitlines() if "[10de:" in line]
-    assert ids == ["2bb5", "2bb5"] and {platform.gpu_generation("0x" + i) for i in ids} == {"blackwell"}
-    assert platform.gpu_generation("0x2bb6") == "unknown"  # a neighbouring id is never guessed
+    assert ids == ["2bb5", "2bb5"] and {fitness.gpu_generation("0x" + i) for i in ids} == {"blackwell"}
+    assert fitness.gpu_generation("0x2bb6") == "unknown"  # a neighbouring id is never guessed
 
 
 @pytest.mark.parametrize("name, family, model, cppc", [

@@ -27,7 +27,7 @@ import json
 from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import fitness
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader import parse_dropin, parse_grubby_info
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
     STATES,
@@ -287,8 +287,8 @@ def _node_section(facts: dict, ctx: Context) -> dict:
         "pci_selected": (facts.get("pci") or {}).get("count"),
         "boot_unit": ctx.boot_unit,
         "boot_unit_state": ctx.boot_unit_state,
-        "versions": platform.versions(facts.get("platform")),
-        "warnings": platform.eol_warnings(facts.get("platform")),
+        "versions": fitness.versions(facts.get("platform")),
+        "warnings": fitness.eol_warnings(facts.get("platform")),
     }
 
 
