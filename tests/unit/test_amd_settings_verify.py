@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, command, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, amd_settings, command, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
@@ -165,7 +165,7 @@ def test_the_rx6600_capture_reads_its_cap_and_level_and_has_no_partition(real):
 
 def test_the_mi210_gpu_data_capture_reads_its_cap(real):
     probe = _probe(real, "amd-smi-static-json-gpu-data-mi210-device-metrics-exporter.txt")
-    gpus, why = gpu_settings.amd_probe_gpus(probe, need_metric=False)
+    gpus, why = amd_settings.amd_probe_gpus(probe, need_metric=False)
     assert why is None and len(gpus) == 1 and gpus[0]["index"] == 0
     assert gpus[0]["limit"] == 300.0 and gpus[0]["compute_partition"] is None
 

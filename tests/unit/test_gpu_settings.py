@@ -8,7 +8,7 @@ import os
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_settings, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
 
@@ -326,8 +326,8 @@ def test_amd_set_is_one_call_per_value_for_the_gpus_that_differ():
             for i, b in enumerate((0x05, 0x26, 0x46))]
     gpus[1]["limit"] = 600.0
     want = gpu_settings.validate({"power_limit": 600, "perf_determinism_mhz": 1900})
-    steps = gpu_settings.amd_plan(gpus, want)
-    argvs = [a for a, _m in gpu_settings.amd_argvs("amd-smi", gpus, steps, 1900)]
+    steps = amd_settings.amd_plan(gpus, want)
+    argvs = [a for a, _m in amd_settings.amd_argvs("amd-smi", gpus, steps, 1900)]
     assert argvs == [["amd-smi", "set", "-g", "0", "1", "2", "--perf-determinism", "1900"],
                      ["amd-smi", "set", "-g", "0", "2", "--power-cap", "600"]]
 
@@ -336,7 +336,7 @@ def test_amd_set_is_one_call_per_value_for_the_gpus_that_differ():
                                        ({"value": 750000000, "unit": "uW"}, 750.0), (750000000, 750.0),
                                        (750, 750.0), ("N/A", None)])
 def test_amd_power_cap_reads_watts_and_microwatts(raw, watts):
-    assert gpu_settings.amd_watts(raw) == watts
+    assert amd_settings.amd_watts(raw) == watts
 
 
 def test_amd_bad_input_and_out_of_range_cap_fail_before_any_write(build_node, run_module, digest):
@@ -376,6 +376,6 @@ def test_an_amd_smi_set_answered_with_an_error_document_and_exit_0_is_not_taken_
     def run(argv):
         seen.append(argv)
         return rc, out, err
-    failed = gpu_settings.amd_execute(family.Call(params={}, run_command=run), "amd-smi", gpus, steps, 1900)
+    failed = amd_settings.amd_execute(family.Call(params={}, run_command=run), "amd-smi", gpus, steps, 1900)
     assert seen == [["amd-smi", "set", "-g", "0", "1", "--perf-determinism", "1900"]]  # one call for both GPUs
     assert failed == ([(s, words) for s in steps] if words else [])
