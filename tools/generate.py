@@ -70,16 +70,19 @@ def variables_md(repo: str) -> str:
 def tuning_info_facts(repo: str) -> str:
     """The families' sections of tuning_info's RETURN ``tuning_facts.contains``, in registry order."""
     from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import resolve
 
     lines = []
     for fam in registry.FAMILIES:
         if fam.read is None:
             continue
-        if not fam.facts_doc:
+        # A split family keeps it in its verification half (Family.facts_doc = later(..., "FACTS_DOC")).
+        facts_doc = resolve(fam.facts_doc)
+        if not facts_doc:
             raise GenerateError("family %s reads facts but has no facts_doc (the RETURN of tuning_facts.%s)"
                                 % (fam.name, fam.name))
         lines.append("    %s:" % fam.name)
-        lines += [("      " + line).rstrip() for line in textwrap.dedent(fam.facts_doc).strip("\n").splitlines()]
+        lines += [("      " + line).rstrip() for line in textwrap.dedent(facts_doc).strip("\n").splitlines()]
     return "\n".join(lines) + "\n"
 
 

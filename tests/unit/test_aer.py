@@ -13,7 +13,7 @@ from support.captures import REAL_CAPTURES
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import aer
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_health_verify
 
 GPU, BRIDGE = "0000:41:00.0", "0000:40:01.1"
 
@@ -46,14 +46,14 @@ def test_umockdev_record_of_a_real_machine():
 
 
 def _rows(root, per_hour=None):
-    facts = {"gpu_health": gpu_health.read(Node(root))}
+    facts = {"gpu_health": gpu_health_verify.read(Node(root))}
     rows = aer.rows(facts["gpu_health"]["aer"], per_hour, lambda n, d, r, s, why: (n, s, why))
     return {n: (s, why) for n, s, why in rows}
 
 
 def _guard_left(root, when):
     """The guard's status as a run leaves it: this reading (without ``previous``), ``when`` seconds ago."""
-    reading = gpu_health.read(Node(root))["aer"]
+    reading = gpu_health_verify.read(Node(root))["aer"]
     reading["time"] -= when
     path = os.path.join(root, aer.PREVIOUS_STATUS)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -126,8 +126,8 @@ def test_no_counter_files_is_unsupported(build_node):
 def test_health_gate_and_the_rate_variable(build_node):
     root = build_node(cpus=4, gpus=2)
     simnode.set_aer(root, BRIDGE, "fatal", {"DLP": 1})
-    facts = {"pci": {"devices": []}, "gpu_health": gpu_health.read(Node(root))}
-    rows = gpu_health.evaluate(facts, {"gpu_health": {"aer_correctable_per_hour": 5}})
+    facts = {"pci": {"devices": []}, "gpu_health": gpu_health_verify.read(Node(root))}
+    rows = gpu_health_verify.evaluate(facts, {"gpu_health": {"aer_correctable_per_hour": 5}})
     fatal = [r for r in rows if r["name"] == "aer_fatal"][0]
     assert fatal["state"] == "drifted" and BRIDGE in fatal["reason"]
     assert gpu_health.health_findings({"settings": rows}) == [

@@ -16,7 +16,7 @@ import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, amd_smi, command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_health_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
@@ -45,7 +45,7 @@ def rows_of(root, timeouts=None, seen=None, desired=None):
     desired = desired or {"gpu_health": {}}
     facts["gpu_probe"] = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), tools(root, timeouts, seen),
                                           desired, verify.gpu_vendors(facts))
-    return facts, {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}
+    return facts, {r["name"]: r for r in gpu_health_verify.evaluate(facts, desired, None)}
 
 
 def amd_rows(rows):

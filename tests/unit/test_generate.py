@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import journal, registry_tables
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, journal, registry_tables
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import persist
 from ansible_collections.gpunode.tuning.plugins.modules import tuning_info, tuning_persist
 
@@ -26,7 +26,7 @@ def test_the_parts_are_the_registrys():
     assert list(returned) == core + [f.name for f in registry.FAMILIES if f.read is not None]
     for fam in registry.FAMILIES:
         if fam.read is not None:
-            assert returned[fam.name] == yaml.safe_load(fam.facts_doc), fam.name
+            assert returned[fam.name] == yaml.safe_load(family.resolve(fam.facts_doc)), fam.name
     doc = yaml.safe_load(tuning_persist.DOCUMENTATION)
     names = [c.name for c in persist.concerns()]
     assert doc["options"]["concerns"]["choices"] == names == tuning_persist.ARGUMENT_SPEC["concerns"]["choices"]

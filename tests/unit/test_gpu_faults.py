@@ -12,7 +12,11 @@ import subprocess
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_settings_verify
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
+    gpu_health,
+    gpu_health_verify,
+    gpu_settings_verify,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
@@ -38,7 +42,7 @@ def probe_and_rows(root, desired=None, timeouts=None, seen=None):
     desired = desired or {"gpu_health": {}}
     probe = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), tools(root, timeouts, seen), desired)
     facts["gpu_probe"] = probe
-    return facts, probe, {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}
+    return facts, probe, {r["name"]: r for r in gpu_health_verify.evaluate(facts, desired, None)}
 
 
 def test_an_r470_driver_costs_exactly_its_missing_fields(build_node):

@@ -11,7 +11,7 @@ import simnode
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_health_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
@@ -30,7 +30,7 @@ def _evaluate(root, desired=None):
     facts = gather(Node(root))
     desired = desired or {"gpu_health": {}}
     facts["gpu_probe"] = verify.gpu_probe(Node(root), dict(verify.VERIFY_DEFAULTS), _tools(root), desired)
-    return {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}
+    return {r["name"]: r for r in gpu_health_verify.evaluate(facts, desired, None)}
 
 
 def test_x8_link_and_xid79_fail_naming_the_gpu(build_node):
@@ -119,7 +119,7 @@ def test_aggregate_ecc_only_is_reported():
     gpus = nvidia_smi.parse_health("0, 00000000:41:00.0, Enabled, Enabled, Enabled, 0, 5, No, No, No, 600.00, "
                                    "600.00, 600.00, 0x0000000000000000, 0, 570.124.06")
     assert gpus[0]["bdf"] == "0000:41:00.0"
-    unc = gpu_health.ecc_rows(gpus)[1]
+    unc = gpu_health_verify.ecc_rows(gpus)[1]
     assert unc["state"] == "applied" and unc["reason"].startswith("reported: 0000:41:00.0 5 uncorrectable")
 
 
@@ -131,11 +131,11 @@ def _facts_with_link(speed, cap="32.0 GT/s", width=16):
 
 
 def test_link_speed_below_capability_is_informational_unless_busy():
-    idle = {r["name"]: r for r in gpu_health.link_rows(_facts_with_link("16.0 GT/s"), {"0000:41:00.0": 0})}
+    idle = {r["name"]: r for r in gpu_health_verify.link_rows(_facts_with_link("16.0 GT/s"), {"0000:41:00.0": 0})}
     assert idle["link_speed"]["state"] == "applied"
     assert idle["link_speed"]["reason"].startswith("informational: 0000:41:00.0 link 16.0 GT/s of 32.0 GT/s")
     assert "idle GPUs lower their link speed" in idle["link_speed"]["reason"]
-    busy = {r["name"]: r for r in gpu_health.link_rows(_facts_with_link("16.0 GT/s"), {"0000:41:00.0": 95})}
+    busy = {r["name"]: r for r in gpu_health_verify.link_rows(_facts_with_link("16.0 GT/s"), {"0000:41:00.0": 95})}
     assert busy["link_speed"]["state"] == "drifted" and "95% busy" in busy["link_speed"]["reason"]
 
 
@@ -143,12 +143,12 @@ def test_other_xids_are_reported_serious_ones_fail():
     facts = _facts_with_link("32.0 GT/s")
     facts["kernel_log"] = {"available": True, "xid_codes": {"13": 2},
                            "records": {"xid": [{"device": "0000:41:00", "code": 13}]}}
-    row = gpu_health.xid_row(facts)
+    row = gpu_health_verify.xid_row(facts)
     assert row["state"] == "applied" and row["reason"] == "reported: Xid 13 (2x on 0000:41:00.0)"
     facts["kernel_log"]["xid_codes"]["94"] = 1
-    assert gpu_health.xid_row(facts)["state"] == "drifted"
+    assert gpu_health_verify.xid_row(facts)["state"] == "drifted"
     facts["kernel_log"] = {"available": False, "reason": "permission denied"}
-    assert gpu_health.xid_row(facts)["state"] == "unsupported"
+    assert gpu_health_verify.xid_row(facts)["state"] == "unsupported"
 
 
 def test_dcgm_diag_when_asked(build_node, real, tmp_path):
@@ -173,7 +173,7 @@ def test_nvidia_smi_failing_query_is_unsupported_not_a_crash():
     facts = _facts_with_link("32.0 GT/s")
     stderr = 'Field "clocks_event_reasons.active" is not a valid field to query.'
     facts["gpu_probe"] = {"probe": "present", "health": {"rc": 2, "stdout": "", "stderr": stderr}}
-    rows = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}
+    rows = {r["name"]: r for r in gpu_health_verify.evaluate(facts, {"gpu_health": {}}, None)}
     assert rows["nvidia_smi"]["state"] == "unsupported" and "not a valid" in rows["nvidia_smi"]["reason"]
     assert rows["link_width"]["state"] == "applied"
 
@@ -186,7 +186,7 @@ def test_nvidia_smi_failing_query_is_unsupported_not_a_crash():
 ])
 def test_bad_desired_state_is_refused(want, error):
     with pytest.raises(family.EvaluationError, match=error.replace("(", r"\(").replace(")", r"\)")):
-        gpu_health.evaluate(_facts_with_link("32.0 GT/s"), {"gpu_health": want}, None)
+        gpu_health_verify.evaluate(_facts_with_link("32.0 GT/s"), {"gpu_health": want}, None)
 
 
 def test_simnode_stand_in_writes_its_own_state(build_node):
@@ -225,4 +225,4 @@ def test_health_findings_for_a_rollout_gate():
 def test_gpus_without_ecc_are_not_applicable():
     gpus = nvidia_smi.parse_health("0, 00000000:41:00.0, Enabled, [N/A], [N/A], [N/A], [N/A], [N/A], No, No, "
                                    "450.00, 450.00, 450.00, 0x0000000000000000, 0, 570.124.06")
-    assert [r["state"] for r in gpu_health.ecc_rows(gpus)] == ["not_applicable", "not_applicable"]
+    assert [r["state"] for r in gpu_health_verify.ecc_rows(gpus)] == ["not_applicable", "not_applicable"]

@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import iommu
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import iommu, iommu_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import Context
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
@@ -21,7 +21,7 @@ def _row(root, mode, configured=None, boot_unknown=False):
     cmdline = {"bootloader": "grubby", "grubby": {"skipped": True}} if boot_unknown else \
         {"bootloader": "grub", "dropin_text": None if configured is None else DROPIN % configured}
     ctx = Context(boot_config=cmdline, running_args=facts["kernel"]["cmdline_args"], root=root)
-    rows = iommu.evaluate(facts, {"iommu": {"mode": mode}}, ctx)
+    rows = iommu_verify.evaluate(facts, {"iommu": {"mode": mode}}, ctx)
     assert len(rows) == 1 and rows[0]["id"] == "iommu.mode"
     return rows[0]
 
@@ -69,8 +69,8 @@ def test_identity_groups_after_the_reboot_are_applied(build_node):
     _boot_with(root, "iommu=pt")
     row = _row(root, "passthrough", configured="iommu=pt")
     assert (row["state"], row["reason"], row["persisted"]) == ("applied", "", "iommu=pt")
-    assert iommu.evaluate(gather(Node(root)), {"iommu": {"mode": "unmanaged"}}, None) == []
-    assert iommu.evaluate({}, {}, None) == []  # not part of the desired state
+    assert iommu_verify.evaluate(gather(Node(root)), {"iommu": {"mode": "unmanaged"}}, None) == []
+    assert iommu_verify.evaluate({}, {}, None) == []  # not part of the desired state
 
 
 def test_argument_running_but_groups_translated_names_the_gpus(build_node):
@@ -108,7 +108,7 @@ def test_bad_desired_is_refused_and_missing_facts_unsupported():
     for want, text in (({"mode": "pt"}, "passthrough, translated, unmanaged"), ({"mod": "x"}, "allowed: mode"),
                        ("passthrough", "a mapping")):
         with pytest.raises(family.EvaluationError, match=text):
-            iommu.evaluate({}, {"iommu": want}, None)
-    (row,) = iommu.evaluate({}, {"iommu": {"mode": "passthrough"}}, None)
+            iommu_verify.evaluate({}, {"iommu": want}, None)
+    (row,) = iommu_verify.evaluate({}, {"iommu": {"mode": "passthrough"}}, None)
     assert row["state"] == "unsupported" and "the facts have no iommu section" in row["reason"]
     assert iommu.DEFINITION.reboot_only == ("iommu",) and iommu.DEFINITION.module is None

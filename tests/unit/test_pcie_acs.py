@@ -14,8 +14,9 @@ import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import iommu
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import iommu_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_verify as acs_verify
 
 SETPCI = shutil.which("setpci")
 LSPCI = shutil.which("lspci")
@@ -120,7 +121,7 @@ def test_gpu_behind_switch_chain_is_root_port_first(build_node):
     root = build_node("xeon-4gpu-switch")
     chain = acs.bridge_chain(Node(root), "0000:19:00.0")
     assert [b for b, _p in chain] == ["0000:15:01.0", "0000:16:00.0", "0000:17:01.0"]
-    facts = acs.read(Node(root))
+    facts = acs_verify.read(Node(root))
     assert facts["bridges"]["0000:16:00.0"]["acs"] is None  # the switch's upstream port has none
     assert facts["bridges"]["0000:16:00.0"]["acs_state"] == acs.NO_ACS
     assert facts["bridges"]["0000:15:01.0"]["gpus"] == ["0000:18:00.0", "0000:19:00.0", "0000:1a:00.0",
@@ -288,12 +289,12 @@ def test_evaluate_drifted_then_applied_and_boot_reapplies(build_node):
     root = build_node(gpus=2)
     node = Node(root)
     desired = {"pcie_acs": {"mode": "disable_redirect", "persist": "boot_unit"}}
-    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx(boot_unit=True))
+    rows = acs_verify.evaluate({"pcie_acs": acs_verify.read(node)}, desired, _Ctx(boot_unit=True))
     assert [(r["name"], r["state"]) for r in rows] == [("0000:40:01.1", "drifted"), ("0000:60:01.1", "drifted")]
-    assert "root complex" in rows[0]["reason"] and rows[0]["persisted"] == acs.DESIRED_TEXT
+    assert "root complex" in rows[0]["reason"] and rows[0]["persisted"] == acs_verify.DESIRED_TEXT
     ok, msg = acs.boot(node, desired["pcie_acs"])
     assert ok, msg
-    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx())
+    rows = acs_verify.evaluate({"pcie_acs": acs_verify.read(node)}, desired, _Ctx())
     assert {r["state"] for r in rows} == {"applied"} and rows[0]["id"] == "pcie_acs.0000:40:01.1"
     assert acs.boot(node, desired["pcie_acs"]) == (True, "ACS redirect disabled on no bridge (already off)")
 
@@ -303,13 +304,13 @@ def test_evaluate_pending_reboot_unmanaged_and_vfio(build_node):
     node = Node(root)
     arg = "pci=disable_acs_redir=0000:40:01.1;0000:60:01.1"
     desired = {"pcie_acs": {"mode": "disable_redirect", "persist": "kernel_arg"}}
-    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx(configured=[arg]))
+    rows = acs_verify.evaluate({"pcie_acs": acs_verify.read(node)}, desired, _Ctx(configured=[arg]))
     assert {r["state"] for r in rows} == {"pending_reboot"} and rows[0]["persisted"] == arg
-    assert acs.evaluate({"pcie_acs": acs.read(node)}, {"pcie_acs": {"mode": "unmanaged"}}, _Ctx()) == []
+    assert acs_verify.evaluate({"pcie_acs": acs_verify.read(node)}, {"pcie_acs": {"mode": "unmanaged"}}, _Ctx()) == []
     bind(root, "0000:61:00.0", "vfio-pci")
-    rows = acs.evaluate({"pcie_acs": acs.read(node)}, desired, _Ctx())
+    rows = acs_verify.evaluate({"pcie_acs": acs_verify.read(node)}, desired, _Ctx())
     assert rows[1]["state"] == "drifted" and "vfio-pci" in rows[1]["reason"]
-    assert acs.DEFINITION.name == "pcie_acs" and acs.DEFINITION.read is acs.read
+    assert acs.DEFINITION.name == "pcie_acs" and family.resolve(acs.DEFINITION.read) is acs_verify.read
     assert family.STATES  # rows validated by family.setting
 
 
@@ -317,9 +318,9 @@ def test_facts_iommu_groups_and_args(build_node):
     root = build_node(gpus=1, iommu="DMA-FQ")
     with open(os.path.join(root, "proc/cmdline"), "w") as fh:
         fh.write("ro quiet iommu=pt amd_iommu=on\n")
-    facts = acs.read(Node(root), pci.DeviceSelector())
+    facts = acs_verify.read(Node(root), pci.DeviceSelector())
     # The IOMMU's own state is the IOMMU family's facts (facts["iommu"]); ACS keeps its arguments and the groups.
-    assert iommu.read(Node(root), pci.DeviceSelector()) == {
+    assert iommu_verify.read(Node(root), pci.DeviceSelector()) == {
         "active": True, "units": ["ivhd0"], "kernel_args": ["iommu=pt", "amd_iommu=on"],
         "gpus": [{"bdf": "0000:41:00.0", "iommu_group": facts["gpus"][0]["iommu_group"],
                   "iommu_group_type": "DMA-FQ"}]}
@@ -329,7 +330,7 @@ def test_facts_iommu_groups_and_args(build_node):
     # the GPU and its HDMI-audio function share a slot, so a group
     assert sorted(os.listdir(os.path.join(root, "sys/kernel/iommu_groups", group, "devices"))) == \
         ["0000:41:00.0", "0000:41:00.1"]
-    assert iommu.read(Node(build_node(gpus=1)))["active"] is False
+    assert iommu_verify.read(Node(build_node(gpus=1)))["active"] is False
 
 
 @needs_setpci

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, gpu_health, gpu_health_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from tools import simnode
@@ -178,7 +178,7 @@ def test_zen5_still_on_acpi_cpufreq_names_the_cause_and_asks_nothing(build_node,
 def _health(root, floors=None):
     facts = verify.gather(Node(root))
     desired = {"gpu_health": {"floors": floors or {}}}
-    return {r["name"]: r for r in gpu_health.evaluate(facts, desired, None)}, facts
+    return {r["name"]: r for r in gpu_health_verify.evaluate(facts, desired, None)}, facts
 
 
 @pytest.mark.parametrize("driver, floors, words", [

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 
 
 def verdict(real, name, rc):
-    return gpu_health.dcgm_row({"rc": rc, "stdout": real(name).text, "stderr": ""})
+    return gpu_health_verify.dcgm_row({"rc": rc, "stdout": real(name).text, "stderr": ""})
 
 
 @pytest.mark.parametrize("name, version, tests", [
@@ -24,7 +24,7 @@ def verdict(real, name, rc):
     ("dcgmi-diag-4.4.2-pass-dcgm-124.txt", "4.4.2", ["software", "memory", "pcie"]),
 ])
 def test_passing_diagnostics_pass(real, name, version, tests):
-    diag = gpu_health.parse_dcgm_diag(real(name).text)
+    diag = gpu_health_verify.parse_dcgm_diag(real(name).text)
     assert diag["version"] == version and [t["name"] for t in diag["tests"]] == tests
     assert all(t["result"].startswith("Pass") for t in diag["tests"])
     row = verdict(real, name, 0)
@@ -33,7 +33,7 @@ def test_passing_diagnostics_pass(real, name, version, tests):
 
 def test_dcgm_3_fails_gpu_memory_on_all_gpus_with_its_warning(real):
     name = "dcgmi-diag-3.3.8-fail-8xh100-nccl-tests-264.txt"
-    diag = gpu_health.parse_dcgm_diag(real(name).text)
+    diag = gpu_health_verify.parse_dcgm_diag(real(name).text)
     memory = next(t for t in diag["tests"] if t["name"] == "GPU Memory")
     assert memory["result"] == "Fail - All" and memory["section"] == "Hardware" and len(memory["notes"]) == 8
     assert memory["notes"][0].startswith("GPU 0 Error using CUDA API cuInit")
@@ -49,7 +49,7 @@ def test_dcgm_3_fails_gpu_memory_on_all_gpus_with_its_warning(real):
 @pytest.mark.parametrize("name, gpus", [("dcgmi-diag-4.2.3-fail-pcie-4gpu-dcgm-253.txt", 4),
                                         ("dcgmi-diag-4.4.1-fail-pcie-8xb200-dcgm-253.txt", 8)])
 def test_dcgm_4_fails_the_pcie_test_while_each_gpu_line_passes(real, name, gpus):
-    diag = gpu_health.parse_dcgm_diag(real(name).text)
+    diag = gpu_health_verify.parse_dcgm_diag(real(name).text)
     pcie = next(t for t in diag["tests"] if t["name"] == "pcie")
     assert pcie["result"] == "Fail" and pcie["gpus"] == dict.fromkeys(range(gpus), "Pass")
     assert "couldn't be parsed" in " ".join(pcie["notes"])
@@ -67,7 +67,7 @@ def test_a_diagnostic_that_could_not_run_prints_no_table_and_fails(real):
 
 def test_a_dcgmi_that_hangs_is_named_as_a_hang():
     said = "dcgmi did not answer within 600 s: a wedged GPU, or nv-hostengine not answering; it was killed"
-    row = gpu_health.dcgm_row({"rc": 124, "stdout": "", "stderr": said, "timed_out": True})
+    row = gpu_health_verify.dcgm_row({"rc": 124, "stdout": "", "stderr": said, "timed_out": True})
     assert row["state"] == "drifted" and row["reason"].startswith("dcgmi did not answer within 600 s")
 
 
@@ -123,7 +123,7 @@ def test_a_row_not_understood_is_a_finding_never_a_pass(real):
     text = real("dcgmi-diag-4.4.2-pass-dcgm-124.txt").text.replace(
         "| pcie                      | Pass", "| pcie                      | Meh ")
     assert text != real("dcgmi-diag-4.4.2-pass-dcgm-124.txt").text
-    row = gpu_health.dcgm_row({"rc": 0, "stdout": text, "stderr": ""})
+    row = gpu_health_verify.dcgm_row({"rc": 0, "stdout": text, "stderr": ""})
     assert row["state"] == "drifted" and "test 'pcie' has the result 'Meh'" in row["reason"]
 
 

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health_verify
 
 _SYSLOG = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: ")
 _STAMP = re.compile(r"^\[\s*(\d+)\.(\d+)\] ")
@@ -52,7 +52,7 @@ def test_xid_79_after_a_surprise_down_on_an_intel_root_port(real):
     assert {r["device"] for r in s["records"]["aer"]} == {"0000:00:02.0"}
     facts = {"pci": {"devices": [{"bdf": "0000:02:00.0", "vendor": "0x10de", "class": "0x030200"}]},
              "kernel_log": dict(s, available=True)}
-    row = gpu_health.xid_row(facts)
+    row = gpu_health_verify.xid_row(facts)
     assert row["state"] == "drifted" and "Xid 79 GPU has fallen off the bus (1x on 0000:02:00.0)" in row["reason"]
 
 
@@ -92,7 +92,7 @@ def test_xid_119_gsp_timeouts_name_their_gpu(real):
     assert s["xid_codes"] == {"119": 7} and {r["device"] for r in s["records"]["xid"]} == {"0000:61:00"}
     facts = {"pci": {"devices": [{"bdf": "0000:61:00.0", "vendor": "0x10de", "class": "0x030200"}]},
              "kernel_log": dict(s, available=True)}
-    row = gpu_health.xid_row(facts)
+    row = gpu_health_verify.xid_row(facts)
     assert row["state"] == "drifted" and "Xid 119 GSP RPC timeout (7x on 0000:61:00.0)" in row["reason"]
 
 
@@ -102,7 +102,7 @@ def test_xid_13_and_109_are_reported_and_peermem_is_a_module_failure(real):
     assert s["counts"]["module_failure"] == 1 and s["records"]["module_failure"][0]["module"] == "nvidia_peermem"
     facts = {"pci": {"devices": [{"bdf": "0000:cb:00.0", "vendor": "0x10de", "class": "0x030200"}]},
              "kernel_log": dict(s, available=True)}
-    row = gpu_health.xid_row(facts)
+    row = gpu_health_verify.xid_row(facts)
     assert row["state"] == "applied" and row["reason"] == (
         "reported: Xid 13 (3x on 0000:cb:00.0); Xid 109 (1x on 0000:cb:00.0)")
 

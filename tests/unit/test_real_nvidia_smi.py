@@ -16,6 +16,7 @@ import pytest
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
     gpu_health,
+    gpu_health_verify,
     gpu_settings,
     gpu_settings_verify,
 )
@@ -62,7 +63,7 @@ def test_current_drivers_know_both_clock_reason_names_and_every_health_field(rea
     known = nvidia_smi.parse_help_fields(real(name).text)
     assert {"clocks_event_reasons.active", "clocks_throttle_reasons.active", "remapped_rows.pending",
             "pci.bus_id", "gpu_bus_id"} <= known  # "pci.bus_id" or "gpu_bus_id": both names of one field
-    asked, missing = nvidia_smi.plan(gpu_health.HEALTH_FIELDS, known)
+    asked, missing = nvidia_smi.plan(nvidia_smi.HEALTH_FIELDS, known)
     assert missing == [] and all(field == name for field, name in asked)
 
 
@@ -70,7 +71,7 @@ def test_the_r465_era_driver_knows_only_the_throttle_name_and_no_remapped_rows(r
     known = nvidia_smi.parse_help_fields(real("smi-help-query-gpu-r465-2021.txt").text)
     assert "clocks_throttle_reasons.active" in known and "clocks_event_reasons.active" not in known
     assert not any(f.startswith("remapped_rows.") for f in known)
-    asked, missing = nvidia_smi.plan(gpu_health.HEALTH_FIELDS, known)
+    asked, missing = nvidia_smi.plan(nvidia_smi.HEALTH_FIELDS, known)
     # Exactly the fields this driver lacks cost their rows; the clock reasons are asked by their old name.
     assert missing == ["remapped_rows.pending", "remapped_rows.failure"]
     assert ("clocks_event_reasons.active", "clocks_throttle_reasons.active") in asked
@@ -87,7 +88,7 @@ def test_a_query_for_the_r465_driver_never_asks_a_field_it_refuses(real):
         if bad:
             return command.Result(2, 'Field "%s" is not a valid field to query.\n\n' % bad[0], "")
         return command.Result(0, ", ".join("0" for _name in names) + "\n", "")
-    answer = nvidia_smi.query(run, "nvidia-smi", gpu_health.HEALTH_FIELDS, known)
+    answer = nvidia_smi.query(run, "nvidia-smi", nvidia_smi.HEALTH_FIELDS, known)
     assert len(seen) == 1 and answer["rc"] == 0
     assert answer["missing"] == ["remapped_rows.pending", "remapped_rows.failure"]
     assert "clocks_throttle_reasons.active" in seen[0][1]
@@ -104,7 +105,7 @@ def test_without_a_field_list_each_refusal_drops_or_renames_one_field_and_retrie
         if bad:
             return command.Result(2, 'Field "%s" is not a valid field to query.\n\n' % bad[0], "")
         return command.Result(0, "", "")
-    answer = nvidia_smi.query(run, "nvidia-smi", gpu_health.HEALTH_FIELDS, None)
+    answer = nvidia_smi.query(run, "nvidia-smi", nvidia_smi.HEALTH_FIELDS, None)
     assert answer["missing"] == ["remapped_rows.pending", "remapped_rows.failure"]
     assert len(calls) == 4  # remapped_rows.pending, .failure, then the event->throttle rename, then the answer
     assert "clocks_event_reasons.active" in answer["fields"] and "clocks_throttle_reasons.active" in calls[-1]
@@ -116,34 +117,34 @@ def test_without_a_field_list_each_refusal_drops_or_renames_one_field_and_retrie
 @pytest.mark.parametrize("name", sorted(QUERY_CAPTURES))
 def test_a_real_answer_to_the_health_query_is_judged(real, name):
     bdf, driver = QUERY_CAPTURES[name]
-    text = project(real(name).text, gpu_health.HEALTH_FIELDS)
-    gpus = nvidia_smi.parse_health(text, list(gpu_health.HEALTH_FIELDS))
+    text = project(real(name).text, nvidia_smi.HEALTH_FIELDS)
+    gpus = nvidia_smi.parse_health(text, list(nvidia_smi.HEALTH_FIELDS))
     assert [g["bdf"] for g in gpus] == [bdf] and gpus[0]["driver_version"] == driver
     facts = facts_with([bdf])
-    facts["gpu_probe"] = answered(text, gpu_health.HEALTH_FIELDS)
-    rows = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}
+    facts["gpu_probe"] = answered(text, nvidia_smi.HEALTH_FIELDS)
+    rows = {r["name"]: r for r in gpu_health_verify.evaluate(facts, {"gpu_health": {}}, None)}
     assert rows["gpu_count"]["state"] == "applied" and "nvidia_smi" not in rows
     assert rows["driver_version"]["running"] == driver
     assert rows["clocks_event"]["state"] == "applied"
 
 
 def test_datacenter_gpus_have_ecc_the_geforce_answers_n_a(real):
-    h100 = nvidia_smi.parse_health(project(real("smi-query-gpu-h100-590.48.01.txt").text, gpu_health.HEALTH_FIELDS),
-                                   list(gpu_health.HEALTH_FIELDS))
-    assert [r["state"] for r in gpu_health.ecc_rows(h100)] == ["applied", "applied"]
-    assert gpu_health.power_row(h100)["running"] == "700.00 W"
+    h100 = nvidia_smi.parse_health(project(real("smi-query-gpu-h100-590.48.01.txt").text, nvidia_smi.HEALTH_FIELDS),
+                                   list(nvidia_smi.HEALTH_FIELDS))
+    assert [r["state"] for r in gpu_health_verify.ecc_rows(h100)] == ["applied", "applied"]
+    assert gpu_health_verify.power_row(h100)["running"] == "700.00 W"
     geforce = nvidia_smi.parse_health(
-        project(real("smi-query-gpu-rtx2080s-610.57.04.txt").text, gpu_health.HEALTH_FIELDS),
-        list(gpu_health.HEALTH_FIELDS))
-    assert [r["state"] for r in gpu_health.ecc_rows(geforce)] == ["not_applicable", "not_applicable"]
-    assert gpu_health.remap_row(geforce)["state"] == "applied"  # [N/A] is not a pending remap
+        project(real("smi-query-gpu-rtx2080s-610.57.04.txt").text, nvidia_smi.HEALTH_FIELDS),
+        list(nvidia_smi.HEALTH_FIELDS))
+    assert [r["state"] for r in gpu_health_verify.ecc_rows(geforce)] == ["not_applicable", "not_applicable"]
+    assert gpu_health_verify.remap_row(geforce)["state"] == "applied"  # [N/A] is not a pending remap
 
 
 def test_application_clocks_from_r590_are_reported_deprecated_not_unsupported(real):
-    text = project(real("smi-query-gpu-l40s-595.80.txt").text, gpu_health.HEALTH_FIELDS)
+    text = project(real("smi-query-gpu-l40s-595.80.txt").text, nvidia_smi.HEALTH_FIELDS)
     assert "[Requested functionality has been deprecated]" in text
     facts = facts_with(["0000:01:00.0"])
-    facts["gpu_probe"] = answered(text, gpu_health.HEALTH_FIELDS)
+    facts["gpu_probe"] = answered(text, nvidia_smi.HEALTH_FIELDS)
     want = {"gpu_settings": {"application_clocks": {"memory": 9001, "graphics": 2520}}}
     row = gpu_settings_verify.evaluate(facts, want, None)[0]
     assert row["state"] == "unsupported" and "deprecated from R590 on" in row["reason"]
@@ -169,11 +170,11 @@ def test_an_old_noheader_answer_of_eight_gpus_parses_row_by_row(real):
 
 
 def test_an_answer_one_column_short_does_not_match_the_query(real):
-    full = project(real("smi-query-gpu-h100-590.48.01.txt").text, gpu_health.HEALTH_FIELDS)
+    full = project(real("smi-query-gpu-h100-590.48.01.txt").text, nvidia_smi.HEALTH_FIELDS)
     short = full.rstrip("\n").rsplit(",", 1)[0] + "\n"
     facts = facts_with(["0000:00:09.0"])
-    facts["gpu_probe"] = answered(short, gpu_health.HEALTH_FIELDS)
-    rows = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}
+    facts["gpu_probe"] = answered(short, nvidia_smi.HEALTH_FIELDS)
+    rows = {r["name"]: r for r in gpu_health_verify.evaluate(facts, {"gpu_health": {}}, None)}
     assert rows["nvidia_smi"]["state"] == "drifted"
     assert "do not match the query of 19 field(s)" in rows["nvidia_smi"]["reason"]
     with pytest.raises(Exception, match="do not match the query"):
@@ -206,14 +207,14 @@ def test_exit_9_is_a_driver_that_does_not_answer_and_an_unhealthy_host(real):
                                                                         "failed because it couldn't communicate")
     facts = facts_with(["0000:41:00.0"])
     facts["gpu_probe"] = {"probe": "present", "health": {"rc": 9, "stdout": result[1], "stderr": result[2]}}
-    rows = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}
+    rows = {r["name"]: r for r in gpu_health_verify.evaluate(facts, {"gpu_health": {}}, None)}
     assert rows["nvidia_smi"]["state"] == "drifted" and "couldn't communicate" in rows["nvidia_smi"]["reason"]
     finding = gpu_health.health_findings({"settings": list(rows.values())})
     assert finding == ["gpu_health.nvidia_smi: " + rows["nvidia_smi"]["reason"]]
     # No NVIDIA GPU on the bus: not unhealthy, only unsupported.
     facts = facts_with([])
     facts["gpu_probe"] = {"probe": "present", "health": {"rc": 9, "stdout": result[1], "stderr": ""}}
-    rows = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}
+    rows = {r["name"]: r for r in gpu_health_verify.evaluate(facts, {"gpu_health": {}}, None)}
     assert rows["nvidia_smi"]["state"] == "unsupported"
 
 
@@ -239,15 +240,15 @@ def test_a_lost_gpu_stops_the_conversation_and_is_named(real, name, bdf):
     result = command.Result(15, text, "")  # nvidia-smi(1): 15 is a GPU off the bus or otherwise inaccessible
     assert bdf in nvidia_smi.driver_down(result)
     # The same line inside an answer with rc 0 (other GPUs still listed) is an answer that does not match.
-    rows, unparsed = nvidia_smi.parse_csv(text, list(gpu_health.HEALTH_FIELDS))
+    rows, unparsed = nvidia_smi.parse_csv(text, list(nvidia_smi.HEALTH_FIELDS))
     assert rows == [] and unparsed == [text.strip()]
 
 
 def test_a_gpu_the_driver_lists_but_the_bus_no_longer_shows_fails_the_count(real):
-    text = project(real("smi-query-gpu-h200-590.48.01.txt").text, gpu_health.HEALTH_FIELDS)
+    text = project(real("smi-query-gpu-h200-590.48.01.txt").text, nvidia_smi.HEALTH_FIELDS)
     facts = facts_with(["0000:41:00.0"])  # the bus shows another GPU; the driver's 0000:83:00.0 is gone from it
-    facts["gpu_probe"] = answered(text, gpu_health.HEALTH_FIELDS)
-    row = {r["name"]: r for r in gpu_health.evaluate(facts, {"gpu_health": {}}, None)}["gpu_count"]
+    facts["gpu_probe"] = answered(text, nvidia_smi.HEALTH_FIELDS)
+    row = {r["name"]: r for r in gpu_health_verify.evaluate(facts, {"gpu_health": {}}, None)}["gpu_count"]
     assert row["state"] == "drifted"
     assert "listed by the driver (nvidia-smi) but no longer on the PCI bus: 0000:83:00.0" in row["reason"]
     assert "on the bus but not listed by the driver (nvidia-smi): 0000:41:00.0" in row["reason"]

@@ -15,9 +15,10 @@ from support.captures import config_bytes
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import pci_facts
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_verify as acs_verify
 
 
 def lspci_says(text, key):
@@ -104,11 +105,11 @@ def test_a_real_gpu_below_a_real_redirecting_root_port_is_named_with_its_bridge(
     gpu = config_bytes(real("lspci-vvv-xxxx-gpu-gp108m-x4-pciutils.txt").text)
     bridge = config_bytes(real("lspci-vvv-xxxx-root-port-acs-redirect-haswell-e-pciutils.txt").text)
     node = node_from_captures(tmp_path, bridge, gpu)
-    facts = {"pcie_acs": acs.read(node), "gpu_p2p": p2p.read(node), "pci": pci_facts(node, pci.DeviceSelector())}
+    facts = {"pcie_acs": acs_verify.read(node), "gpu_p2p": p2p.read(node), "pci": pci_facts(node, pci.DeviceSelector())}
     assert facts["pcie_acs"]["gpus"][0]["bridges"] == ["0000:00:1c.0"]
     assert facts["gpu_p2p"]["redirect"] == {"0000:02:00.0": ["0000:00:1c.0"]}
     assert p2p._redirecting(facts) == {"0000:02:00.0": ["0000:00:1c.0"]}
-    rows = {r["name"]: r for r in gpu_health.link_rows(facts, {})}
+    rows = {r["name"]: r for r in gpu_health_verify.link_rows(facts, {})}
     assert rows["link_width"]["state"] == "applied" and rows["link_width"]["running"] == "x4"
 
 
@@ -122,7 +123,7 @@ def test_a_dead_gpu_below_a_live_bridge_fails_gpu_health_and_is_never_written(re
     facts = {"pci": pci_facts(node, pci.DeviceSelector())}
     entry = facts["pci"]["devices"][0]
     assert entry["responding"] is False and entry["error"].startswith("not responding: config space reads 0xff")
-    row = gpu_health.responding_row(facts)
+    row = gpu_health_verify.responding_row(facts)
     assert row["state"] == "drifted"
     assert row["reason"].startswith("0000:02:00.0 not responding: config space reads 0xff")
     os.makedirs(node.path("proc"), exist_ok=True)

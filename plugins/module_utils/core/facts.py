@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import vendor_from_cpuinfo
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     SYSFS_CPU,
@@ -268,9 +267,9 @@ def gather(node: Node, pci_selector: dict | None = None, kmsg_since: float = 0.0
     Raises ``NodeError`` when the node lists no CPU (it could not be read).
     """
     # Imported here, not at the top: the knob families use this module's small readers in every
-    # tuning_apply run, and only gathering needs the kernel log's parser (issue 31: the module
-    # process compiles what it imports, every run).
-    from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log
+    # tuning_apply run, and only gathering needs the kernel log's parser and the platform's readers (issue 31:
+    # the module process compiles what it imports, every run).
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_log, platform
 
     if kmsg_levels is None:
         kmsg_levels = kernel_log.DEFAULT_LEVELS

@@ -206,6 +206,40 @@ class Family(NamedTuple):
     report: Callable[..., str | None] | None = None
 
 
+class Later:
+    """A family's function kept in another of its files, imported when first called (``later``)."""
+
+    __slots__ = ("load", "attr", "_value")
+
+    def __init__(self, load: Callable[[], Any], attr: str):
+        self.load = load
+        self.attr = attr
+        self._value = None
+
+    def resolve(self) -> Any:
+        """What ``later`` stands for (importing its file now, if it was not yet)."""
+        if self._value is None:
+            self._value = getattr(self.load(), self.attr)
+        return self._value
+
+    def __call__(self, *args, **kwargs):
+        return self.resolve()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return "later(%s.%s)" % (getattr(self.load, "__module__", "?"), self.attr)
+
+
+def later(load: Callable[[], Any], attr: str) -> Later:
+    """``load().<attr>``, imported on first use: a Family field an apply run never calls (docs/dev/adding-a-family.md,
+    "The verification half"). ``load`` holds the import statement, so that Ansible's packer ships the file."""
+    return Later(load, attr)
+
+
+def resolve(value: Any) -> Any:
+    """The value behind a Family field: what a ``later`` stands for, anything else as it is."""
+    return value.resolve() if isinstance(value, Later) else value
+
+
 def problems_text(problems: list) -> str:
     """``key: message; key: message`` of ``Family.validate`` problems (a module's error)."""
     return "; ".join("%s: %s" % (key, msg) if key else msg for key, msg in problems)

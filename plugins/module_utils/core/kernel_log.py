@@ -35,7 +35,7 @@ import re
 import stat
 from typing import Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amdgpu_log
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kmsg import parse_kmsg  # noqa: F401 (re-exported)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 # netaddr, imported on first use (_netaddr): only rules with a cidr need it, and a module run that
@@ -127,13 +127,6 @@ _AER_SEVERITY_NAMES = {"corrected": "Correctable", "correctable": "Correctable",
                        "uncorrected (fatal)": "Uncorrectable (Fatal)", "uncorrectable (fatal)": "Uncorrectable (Fatal)"}
 _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 _IPV6_CANDIDATE = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Fa-f:])")
-
-# A newline followed by anything but a well-formed record head, a continuation line (leading
-# space), an empty line or the end of the data: a malformed record.
-_MALFORMED = re.compile(rb"\n(?![0-9]+,[0-9]+,[0-9]+,[^;\n]*;| |\n|$)")
-# A record head; its SEQ and TS_USEC.
-_HEAD = re.compile(rb"\n[0-9]+,([0-9]+),([0-9]+),[^;\n]*;")
-
 
 class KernelLogError(ValueError):
     """An option of the kernel-log filter is invalid; the message names the allowed values."""
@@ -293,47 +286,6 @@ def _unreadable_reason(path, exc):
     return "cannot read %s: %s" % (path, why)
 
 
-def _record_regex(levels):
-    """Regex of the record heads whose priority may be at one of ``levels``.
-
-    Kernel records have facility 0, so PRI is the level, one digit: a character class selects
-    them without Python work. Multi-digit PRIs (records user space wrote) are checked afterwards.
-    """
-    digits = "".join(str(level) for level in sorted(levels))
-    return re.compile(rb"\n([" + digits.encode() + rb"]|[0-9]{2,}),([0-9]+),([0-9]+),[^;\n]*;([^\n]*)")
-
-
-def parse_kmsg(data: bytes, levels: Iterable[int] | None = None, since_usec: int = 0) -> tuple[list, dict]:
-    """Parse kmsg bytes; return ``(records, stats)``.
-
-    ``records`` is a list of ``(level, usec, seq, message)`` for the records at one of ``levels``
-    (numeric set; default: every level) with a timestamp at or after ``since_usec``. ``stats`` has
-    ``total`` (well-formed records), ``malformed`` (skipped lines), ``selected`` and ``last_usec``
-    (timestamp of the newest record at any level, None when there is none).
-    """
-    if levels is None:
-        levels = frozenset(range(8))
-    buf = b"\n" + data if data[:1] != b"\n" else data
-    malformed = len(_MALFORMED.findall(buf))
-    lines = buf.count(b"\n") - (1 if buf.endswith(b"\n") else 0)
-    continuation = buf.count(b"\n ")
-    empty = buf.count(b"\n\n")
-    total = max(lines - continuation - empty - malformed, 0)
-    records = []
-    for pri, seq, usec, msg in _record_regex(levels).findall(buf):
-        level = int(pri) & 7
-        if level not in levels:
-            continue
-        usec = int(usec)
-        if usec < since_usec:
-            continue
-        records.append((level, usec, int(seq), msg.decode("utf-8", "replace")))
-    last_usec = None
-    for m in _HEAD.finditer(buf, max(0, len(buf) - 65536)):  # the newest record is near the end
-        last_usec = int(m.group(2))
-    return records, {"total": total, "malformed": malformed, "selected": len(records), "last_usec": last_usec}
-
-
 def unescape(message: str) -> str:
     """A /dev/kmsg message with its ``\\xNN`` escapes decoded (``\\x0a`` is a newline inside the record)."""
     if "\\x" not in message:
@@ -467,6 +419,9 @@ def kernel_log_facts(node: Node, levels: Iterable[str] = DEFAULT_LEVELS, since: 
     records, stats = parse_kmsg(data, level_set, int(round(since * 1e6)))
     result.update(summarize(records, rules))
     if b"amdgpu" in data:  # the amdgpu classes at every level: the driver logs resets and RAS counts at info
+        # Imported here: only the facts gatherer summarizes.
+        from ansible_collections.gpunode.tuning.plugins.module_utils.core import amdgpu_log
+
         result["amdgpu"] = amdgpu_log.summarize(parse_kmsg(data, None, int(round(since * 1e6)))[0])
     result.update(available=True, records_total=stats["total"], records_selected=stats["selected"],
                   malformed=stats["malformed"])

@@ -40,7 +40,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.bootloader imp
     read_text,
     shell_value,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import (  # noqa: F401 (re-exported)
     arg_key,
     is_configured,
@@ -524,34 +524,7 @@ def run(call: contract.Call) -> dict:
     except CmdlineError as exc:
         raise contract.FamilyError(str(exc), exc.result) from None
 
-# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
-
-
-def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
-    """One setting per argument of ``desired['kernel_cmdline']``: running, configured for the next boot, or neither."""
-    out = []
-    vendors = set(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
-    arguments = list(desired.get(NAME) or [])
-    arguments += [a for a in gpu_vendor_arguments(desired.get(GPU_VENDOR_KEY), vendors) if a not in arguments]
-    for arg in arguments:
-        view = ctx.arg(arg)
-        configured = view["configured"]
-        running = view["running"]
-        persisted = arg if configured else None
-        if running:
-            why = "" if configured or configured is None else "not configured for the next boot: a reboot drops it"
-            out.append(setting(NAME, arg, arg, arg, "applied", why, persisted))
-        elif configured:
-            out.append(setting(NAME, arg, arg, None, "pending_reboot",
-                               "configured for the next boot; not on /proc/cmdline yet", persisted))
-        elif configured is None:
-            out.append(setting(NAME, arg, arg, None, "drifted",
-                               "not on /proc/cmdline; the boot configuration is unknown (%s)" % ctx.cmdline_error,
-                               persisted))
-        else:
-            out.append(setting(NAME, arg, arg, None, "drifted",
-                               "neither on /proc/cmdline nor configured for the next boot", persisted))
-    return out
+# --- verification: kernel_cmdline_verify.py ---
 
 
 # The kernel command line has nothing to re-apply at boot: the bootloader passes it.
@@ -611,12 +584,18 @@ PERSIST = persistence.Concern(NAME, (NAME,), persist_cmdline, remove_cmdline, ke
                                           "GRUB or grubby")
 
 
+def _verification():
+    """The verification half (families/kernel_cmdline_verify.py), imported when verification first calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline_verify
+    return kernel_cmdline_verify
+
+
 DEFINITION = Family(
     name=NAME,
     titles={NAME: "kernel cmdline"},
     module="kernel_cmdline",
     run=run,
-    evaluate=evaluate,
+    evaluate=contract.later(_verification, "evaluate"),
     reads_boot_config=lambda desired: bool(desired.get(NAME) or desired.get(GPU_VENDOR_KEY)),
     reboot_only=(NAME,),
     from_role=from_role,

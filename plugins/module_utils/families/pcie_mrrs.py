@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -360,45 +360,7 @@ def _public(call, result, **overrides):
         out["diff"] = result["diff"]
     return out
 
-# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
-
-
-def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
-    """One setting per selected PCI device: its MRRS against ``desired['pcie_mrrs']['mrrs']``."""
-    wanted = desired.get(NAME) or {}
-    if wanted.get("mrrs") is None:
-        return []
-    pci = facts.get("pci") or {}
-    want = int(wanted["mrrs"])
-    lockdown = (facts.get("kernel") or {}).get("lockdown")
-    out = []
-    devices = pci.get("devices") or []
-    if not devices:
-        return [setting(NAME, "devices", want, None, "not_applicable",
-                        "no PCI device matches the selector (%s)" % (pci.get("selector") or "NVIDIA GPUs"))]
-    for dev in devices:
-        running = dev.get("mrrs")
-        persisted = ctx.boot_persisted(want)
-        if running is None:
-            out.append(setting(NAME, dev["bdf"], want, None, "unsupported",
-                               dev.get("error") or "no PCI Express capability: MRRS does not exist on it",
-                               persisted))
-            continue
-        if running == want:
-            out.append(setting(NAME, dev["bdf"], want, running, "applied", "", persisted))
-            continue
-        why = ["MRRS is %d bytes, not %d" % (running, want)]
-        if running == 512:
-            why.append("512 is the power-up default: nobody tuned this device since it was reset")
-        if pci.get("pcie_bus_perf"):
-            why.append("the kernel was booted with pci=pcie_bus_perf, which clamps MRRS to MPS (%s)" % dev.get("mps"))
-        if lockdown in ("integrity", "confidentiality"):
-            why.append("kernel lockdown (%s) refuses config-space writes from user space" % lockdown)
-        out.append(setting(NAME, dev["bdf"], want, running, "drifted", "; ".join(why), persisted))
-    missing = pci.get("missing_bdfs") or []
-    for bdf in missing:
-        out.append(setting(NAME, bdf, want, None, "not_applicable", "the node has no device at %s" % bdf))
-    return out
+# --- boot: its re-apply at boot and on hot-plug (its verification is pcie_mrrs_verify.py) ---
 
 
 def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
@@ -491,12 +453,18 @@ def summary(result: dict) -> str:
                                                        len(devices) - len(changed) - len(skipped), len(skipped))
 
 
+def _verification():
+    """The verification half (families/pcie_mrrs_verify.py), imported when verification first calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs_verify
+    return pcie_mrrs_verify
+
+
 DEFINITION = Family(
     name=NAME,
     titles={NAME: "PCIe MRRS"},
     module="setpci_mrrs",
     run=run,
-    evaluate=evaluate,
+    evaluate=contract.later(_verification, "evaluate"),
     boot=boot,
     hotplug=hotplug,
     from_role=from_role,

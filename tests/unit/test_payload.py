@@ -1,0 +1,104 @@
+"""What a module run imports, and so compiles on the node (issue 41, docs/performance.md "The payload").
+
+A run that applies (tuning_apply, as ``tune.yml --tags runtime`` calls it) must not import a family's
+verification half (``families/<name>_verify.py``) nor the flows and core readers only verification uses; the
+verification half must still be shipped (the family names it in an import statement Ansible's packer reads)
+and load when verification calls it. Each run is a fresh interpreter, so ``sys.modules`` is the run's own.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from ansible.executor.module_common import ModuleDepFinder
+from support.checkout import REPO
+
+PACKAGE = "ansible_collections.gpunode.tuning.plugins.module_utils"
+FAMILIES_DIR = os.path.join(REPO, "plugins", "module_utils", "families")
+# The runtime families of tune.yml --tags runtime with the default preset, with options that make each work.
+RUNTIME = [
+    {"name": "pcie_mrrs", "options": {"mrrs": 4096}},
+    {"name": "pcie_acs", "options": {}},
+    {"name": "cpuidle", "options": {"max_latency_us": 10}},
+    {"name": "cpufreq", "options": {"governor": "performance"}},
+    {"name": "tunables", "options": {"sysctl": {"vm.swappiness": "1"}}},
+    {"name": "kmod", "options": {"modules": [{"name": "nvidia_peermem"}]}},
+]
+# Imported by no run that only applies: verification's flows and the kernel log's amdgpu summary. (core.facts,
+# core.platform and core.kernel_log join them once cpufreq, tunables and kmod read their facts in a verification
+# half: today their apply halves import them.)
+VERIFY_ONLY = ("flows.verify", "flows.verification", "core.amdgpu_log")
+
+SCRIPT = r"""
+import json, sys
+import simnode
+from ansible.module_utils.testing import patch_module_args
+
+root, out, families, then = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+simnode.build(root, "audited-epyc-8gpu", cpus=8, gpus=1)
+from ansible_collections.gpunode.tuning.plugins.modules import tuning_apply
+from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+args = {"root": root, "families": families, "journal": "/var/lib/gpunode-tuning/journal.json"}
+result = None
+with patch_module_args(args):
+    try:
+        tuning_apply.main()
+    except SystemExit as exc:
+        result = exc.code
+applied = sorted(n for n in sys.modules if n.startswith("ansible_collections."))
+if then:  # verification calls the family's evaluate (through the registry), as flows/verification does
+    registry.by_name(then).evaluate({}, {}, None)
+after = sorted(n for n in sys.modules if n.startswith("ansible_collections."))
+with open(out, "w") as fh:
+    json.dump({"exit": result, "applied": applied, "after": after}, fh)
+"""
+
+
+def run_apply(tmp_path, families, then=""):
+    """``(imports after tuning_apply ran, imports after ``then``'s evaluate too)`` in a fresh interpreter."""
+    out = tmp_path / "modules.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "node"), str(out), json.dumps(families), then],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])  # the module's result (exit_json)
+    assert not result.get("failed") and result["families"], result
+    with open(out, encoding="utf-8") as handle:
+        data = json.load(handle)
+    strip = len(PACKAGE) + 1
+    return ([n[strip:] for n in data["applied"] if n.startswith(PACKAGE + ".")],
+            [n[strip:] for n in data["after"] if n.startswith(PACKAGE + ".")])
+
+
+def verification_halves():
+    return sorted("families." + os.path.basename(p)[:-3] for p in glob.glob(os.path.join(FAMILIES_DIR, "*_verify.py")))
+
+
+def test_an_apply_run_compiles_no_verification_code(tmp_path):
+    halves = verification_halves()
+    assert "families.pcie_mrrs_verify" in halves  # the split is there to be checked
+    applied, after = run_apply(tmp_path, RUNTIME, then="pcie_mrrs")
+    assert {"families." + f["name"] for f in RUNTIME} <= set(applied)  # the run did import what it ran
+    assert sorted(set(applied) & set(halves + list(VERIFY_ONLY))) == []
+    # The half is loaded when verification first calls it, and only then.
+    assert set(after) - set(applied) == {"families.pcie_mrrs_verify"}
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(FAMILIES_DIR, "*_verify.py"))),
+                         ids=lambda p: os.path.basename(p))
+def test_the_verification_half_is_shipped(path):
+    """Ansible's packer ships a module the files named in import statements (anywhere in a file): the family's
+    file must name its verification half in one, never only through importlib."""
+    half = os.path.basename(path)[:-3]
+    family = half[:-len("_verify")]
+    with open(os.path.join(FAMILIES_DIR, family + ".py"), encoding="utf-8") as handle:
+        source = handle.read()
+    finder = ModuleDepFinder("%s.families.%s" % (PACKAGE, family), ast.parse(source))
+    assert ("ansible_collections", "gpunode", "tuning", "plugins", "module_utils", "families", half) in {
+        tuple(name) for name in finder.submodules}
