@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import ARM64_VENDOR, driver_family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     SYSFS_CPU,
@@ -415,6 +414,9 @@ def validate(params: dict, freq: NodeFreq, vendor: str | None, node: Node | None
 def _fit_amd_pstate(plan, node, amd_mode):
     """Fit before tuned: a node that cannot boot into amd-pstate (kernel, option, CPPC), or loads it by itself,
     gets no argument and no reboot; the driver (and its mode and EPP) are unsupported with the cause."""
+    # Imported here: only a planned switch to amd-pstate reads the platform (a runtime run rarely does).
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
+
     feasible = fit.amd_pstate_feasibility(fit.read(node), amd_mode, node.read("proc/cmdline", default="").split())
     if feasible["ok"] and not feasible["default"]:
         return amd_mode

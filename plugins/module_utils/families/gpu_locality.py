@@ -16,13 +16,8 @@ Everything comes from sysfs and procfs, so it works without the NVIDIA driver:
   remote when served only outside the device's NUMA node, and whether irqbalance runs. Nothing is
   moved: this family only reports.
 
-Verification (``evaluate``; families/gpu_locality_verify.py, imported only when verification calls it): one row
-per GPU, per NIC and one for irqbalance. A GPU without a NUMA node on a multi-node system is drifted, as is a GPU
-whose CPU or NUMA affinity in ``nvidia-smi topo -m`` (where nvidia-smi answered) disagrees with sysfs; an AMD GPU's
-row names its links to the other GPUs from ``amd-smi topology`` (type, hops, weight; the call the health gate
-makes); remote IRQs are said in the reason and fail only with ``desired["gpu_locality"]["remote_irqs_fail"]``. The
-family exports ``topology.json`` (``export``: the verification's ``<host>.topology.json``; ``run`` and ``boot``
-write it on the node, see docs/gpu-locality.md for its schema) and a report section (``report``).
+Verification (``evaluate``, the report section and the ``topology.json`` export) is families/gpu_locality_verify.py,
+imported only when verification calls it; ``run`` and ``boot`` write topology.json on the node (docs/gpu-locality.md).
 
 Plain Python (3.8+), no Ansible import: the boot runner loads this on the node without Ansible.
 """

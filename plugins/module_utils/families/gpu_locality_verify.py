@@ -6,6 +6,14 @@ the export, with nvidia-smi's ``topo -m`` affinity columns where it answered.
 The facts themselves (``read``) are families/gpu_locality.py's: the module and the boot runner write topology.json
 from them. Imported when verification first calls it (``family.later`` in families/gpu_locality.py), never by a
 run that only applies (docs/dev/adding-a-family.md).
+
+Verification (``evaluate``): one row per GPU, per NIC and one for irqbalance. A GPU without a NUMA node on a
+multi-node system is drifted, as is a GPU whose CPU or NUMA affinity in ``nvidia-smi topo -m`` (where nvidia-smi
+answered) disagrees with sysfs; an AMD GPU's row names its links to the other GPUs from ``amd-smi topology`` (type,
+hops, weight; the call the health gate makes); remote IRQs are said in the reason and fail only with
+``desired["gpu_locality"]["remote_irqs_fail"]``. The family exports ``topology.json`` (``export``: the
+verification's ``<host>.topology.json``; ``run`` and ``boot`` write it on the node, see docs/gpu-locality.md for
+its schema) and a report section (``report``).
 """
 
 from __future__ import annotations
