@@ -30,6 +30,10 @@ RUNTIME = [
     {"name": "tunables", "options": {"sysctl": {"vm.swappiness": "1"}}},
     {"name": "kmod", "options": {"modules": [{"name": "nvidia_peermem"}]}},
 ]
+# What the runtime run may compile of the collection (its modules' source bytes, the module included): issue 41's
+# target is 300 KB; 439 KB today (cpufreq, tunables and kmod not split yet: docs/performance.md "The payload").
+# Lower it as families split; benchmarks/bench_payload.py measures the same on a real run.
+COMPILED_BUDGET = 460_000
 # Imported by no run that only applies: verification's flows and the kernel log's amdgpu summary. (core.facts,
 # core.platform and core.kernel_log join them once cpufreq, tunables and kmod read their facts in a verification
 # half: today their apply halves import them.)
@@ -52,16 +56,19 @@ with patch_module_args(args):
     except SystemExit as exc:
         result = exc.code
 applied = sorted(n for n in sys.modules if n.startswith("ansible_collections."))
+compiled = sum(len((m.__loader__.get_source(n) or "").encode()) for n, m in list(sys.modules.items())
+               if n.startswith("ansible_collections.gpunode.tuning.") and getattr(m, "__loader__", None))
 if then:  # verification calls the family's evaluate (through the registry), as flows/verification does
     registry.by_name(then).evaluate({}, {}, None)
 after = sorted(n for n in sys.modules if n.startswith("ansible_collections."))
 with open(out, "w") as fh:
-    json.dump({"exit": result, "applied": applied, "after": after}, fh)
+    json.dump({"exit": result, "applied": applied, "after": after, "compiled": compiled}, fh)
 """
 
 
 def run_apply(tmp_path, families, then=""):
-    """``(imports after tuning_apply ran, imports after ``then``'s evaluate too)`` in a fresh interpreter."""
+    """``(imports after tuning_apply ran, imports after ``then``'s evaluate too, source bytes of the collection's
+    modules imported by the run)`` in a fresh interpreter."""
     out = tmp_path / "modules.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "node"), str(out), json.dumps(families), then],
@@ -73,7 +80,7 @@ def run_apply(tmp_path, families, then=""):
         data = json.load(handle)
     strip = len(PACKAGE) + 1
     return ([n[strip:] for n in data["applied"] if n.startswith(PACKAGE + ".")],
-            [n[strip:] for n in data["after"] if n.startswith(PACKAGE + ".")])
+            [n[strip:] for n in data["after"] if n.startswith(PACKAGE + ".")], data["compiled"])
 
 
 def verification_halves():
@@ -83,11 +90,12 @@ def verification_halves():
 def test_an_apply_run_compiles_no_verification_code(tmp_path):
     halves = verification_halves()
     assert "families.pcie_mrrs_verify" in halves  # the split is there to be checked
-    applied, after = run_apply(tmp_path, RUNTIME, then="pcie_mrrs")
+    applied, after, compiled = run_apply(tmp_path, RUNTIME, then="pcie_mrrs")
     assert {"families." + f["name"] for f in RUNTIME} <= set(applied)  # the run did import what it ran
     assert sorted(set(applied) & set(halves + list(VERIFY_ONLY))) == []
     # The half is loaded when verification first calls it, and only then.
     assert set(after) - set(applied) == {"families.pcie_mrrs_verify"}
+    assert 100_000 < compiled <= COMPILED_BUDGET, compiled
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(FAMILIES_DIR, "*_verify.py"))),
@@ -102,3 +110,28 @@ def test_the_verification_half_is_shipped(path):
     finder = ModuleDepFinder("%s.families.%s" % (PACKAGE, family), ast.parse(source))
     assert ("ansible_collections", "gpunode", "tuning", "plugins", "module_utils", "families", half) in {
         tuple(name) for name in finder.submodules}
+
+
+def test_later_imports_on_the_first_call_only():
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+
+    loads = []
+
+    class Half:
+        FACTS_DOC = "doc"
+
+        @staticmethod
+        def evaluate(facts, desired, ctx):
+            return [facts, desired, ctx]
+
+    def load():
+        loads.append(1)
+        return Half
+
+    evaluate, doc = family.later(load, "evaluate"), family.later(load, "FACTS_DOC")
+    assert loads == []  # naming the field imports nothing
+    assert evaluate(1, 2, 3) == [1, 2, 3] and evaluate(4, 5, 6) == [4, 5, 6]
+    assert loads == [1]  # once, then kept
+    assert family.resolve(doc) == "doc" and family.resolve("plain") == "plain" and family.resolve(None) is None
+    with pytest.raises(AttributeError):
+        family.later(load, "no_such")()

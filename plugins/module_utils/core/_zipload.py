@@ -2,21 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """How a module run loads the collection's module_utils from its AnsiballZ payload: each file compiled once.
 
-A module run on a node imports module_utils from the AnsiballZ payload, a zip file, with Python's
-``zipimport``. ``zipimport`` compiles each module from source twice (CPython 3.8 to 3.13 at least):
-once in ``find_spec``, whose ``get_filename`` works the file name out by compiling the module, and once
-more in ``exec_module``. The payload carries no bytecode, so every run compiles what it imports, and
-module_utils is most of a module run's code: compiling was about 60% of a ``tuning_rollout`` run's
-CPU (issue 31, docs/performance.md).
-
-Every module imports this file first (``from ...module_utils.core import _zipload, ...``, for its side
-effect; tests/unit/test_zip_loading.py checks that each does). Loaded from a zip, it puts ``_ZipFinder``
-in front of Python's finders: it finds the rest of module_utils in the same zip with the same
-``zipimporter``, but names each file without compiling it, so each is compiled once, by
-``exec_module``. Nothing else changes: the same archive, the same ``__file__``, the same packages;
-anything it cannot place (not in a zip, no source) is left to Python's own finders. Loaded any other
-way (the controller, the tests) it does nothing. It is not in a package ``__init__``: Ansible ships
-the packages down to module_utils as empty synthetic ones, and ansible-test 2.16 wants the others empty.
+How it works and why: docs/dev/node-code.md, "core/_zipload.py".
 """
 
 from __future__ import annotations

@@ -2,16 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Every external command the collection runs on a node, bounded: a timeout per kind, the process group killed.
 
-``nvidia-smi`` is known to hang for minutes on a wedged GPU or driver, and so is anything that touches
-such a GPU (dcgmi, nvbandwidth, setpci on a device that stopped answering). AnsibleModule.run_command
-has no timeout in the ansible-core releases this collection supports (2.16-2.19), so the modules, the
-verification and the boot runner run their commands through ``run`` here: an argument list (never a
-shell), ``LC_ALL=C``, stdin closed, the command in its own process group, and at the timeout the
-group is sent SIGTERM, then SIGKILL. The result is the usual ``(rc, stdout, stderr)`` tuple; a command
-killed at its timeout has ``timed_out`` set, rc ``TIMEOUT_RC`` and a stderr that says what it is
-("nvidia-smi did not answer within 30 s: a wedged GPU or driver").
-
-Plain Python (3.8+), no Ansible import: the boot runner loads this file on the node.
+How it works and why: docs/dev/node-code.md, "core/command.py".
 """
 
 from __future__ import annotations

@@ -2,12 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What every knob family shares: its record in the registry, the module's call, and a report row.
 
-A knob family is one file in module_utils/families (``pcie_mrrs.py``, ``cpuidle.py``, ...) that reads, validates,
-plans, applies (journaling originals) and restores its settings, evaluates them for verification
-and re-applies them at boot. It exports one ``DEFINITION = Family(...)``; ``registry.py`` lists them.
-Its module is a thin adapter (``run_module``): options in, one family call, result out.
-
-Plain Python (3.8+), no Ansible import: the boot runner loads this on the node without Ansible.
+How it works and why: docs/dev/node-code.md, "core/family.py".
 """
 
 from __future__ import annotations
@@ -36,33 +31,26 @@ class EvaluationError(ValueError):
 
 
 class Call(NamedTuple):
-    """One module run as the family sees it: the options and how to act on the controller's module."""
+    """One module run as the family sees it: the options and how to act on the controller's module (the fields:
+    docs/dev/node-code.md, "core/family.py")."""
 
     params: dict
     check_mode: bool = False
     diff: bool = False
     warn: Callable[[str], None] = lambda _msg: None
-    # argv -> (rc, stdout, stderr), with LC_ALL=C: the module's run_command.
     run_command: Callable[[list], tuple] | None = None
-    # (src, dest) -> None: the module's atomic_move.
     atomic_move: Callable[[str, str], None] | None = None
-    # What Node.bin_path needs to find a live node's binaries: an object with get_bin_path(name).
     lookup: Any = None
-    # Told of the directories a write of the family created (full paths, outermost first; files.make_dirs): the
-    # writing flow records them in the journal, so that rollback removes them when empty (flows/writers.py).
     on_created: Callable[[list], None] | None = None
 
 
 class FactsQuery(NamedTuple):
-    """What a family's ``read`` is asked besides the node and the GPUs' selector (flows/verify.gather)."""
+    """What a family's ``read`` is asked besides the node and the GPUs' selector (flows/verify.gather; the fields:
+    docs/dev/node-code.md, "core/family.py")."""
 
-    # The node's online CPUs, as core/facts.py found them.
     cpus: tuple = ()
-    # Per-CPU entries too (tuning_info's ``detail``): they grow with the number of CPUs.
     detail: bool = False
-    # tuning_info's facts options the family reads (``Family.read_options``), each checked by its validator.
     options: dict = {}
-    # The node's PCI functions as pci.list_devices lists them, listed once for every family (None: not listed).
     devices: tuple | None = None
 
 
@@ -71,138 +59,64 @@ class GpuCommand(NamedTuple):
 
     Its answer is ``ctx.gpu[key]``: ``{rc, stdout, stderr, timed_out}`` (plus ``fields`` and ``missing`` of
     a negotiated query, ``not_run`` when the driver was down and it was not asked). nvidia-smi's commands
-    run only where nvidia-smi is installed, and once the driver is down nothing more is asked of it.
+    run only where nvidia-smi is installed, and once the driver is down nothing more is asked of it. The
+    fields: docs/dev/node-code.md, "core/family.py".
     """
 
-    # The probe's key of the answer; two families asking for the same key share one run.
     key: str
-    # The arguments after the tool.
     args: tuple = ()
-    # The binary (found as Node.bin_path finds it) and the package that provides it.
     tool: str = "nvidia-smi"
     package: str = "nvidia-utils"
-    # nvidia-smi only: ``--query-gpu`` of these fields, negotiated with ``--help-query-gpu`` (nvidia_smi.query).
     fields: tuple = ()
-    # Another tool: the stderr of the rc 127 answer when the node does not have it (what to install).
     missing: str = ""
-    # Another tool: run also where nvidia-smi is not installed (amd-smi); else only beside nvidia-smi (dcgmi).
     standalone: bool = False
-    # Another tool: directories below the node's root where it is looked for after PATH (``opt/rocm/bin``).
     dirs: tuple = ()
-    # Asked only where a GPU of this vendor (``pci.gpu_vendor``: "amd") is on the bus; "" always.
     vendor: str = ""
-    # Another tool: ``((tool, args), ...)`` run instead, the first found, where ``tool`` is not (TransferBench,
-    # else rocm-bandwidth-test); the answer's ``tool`` names the one that ran.
     alternatives: tuple = ()
 
 
 class Family(NamedTuple):
     """One knob family's entry in the registry (registry.py).
 
-    Every field but ``name`` and ``titles`` is optional; each says which flow uses it. No code outside
-    the family's own file and the registry names a family: what the flows need to know of one is here.
+    Every field but ``name`` and ``titles`` is optional; what each holds and which flow uses it:
+    docs/dev/adding-a-family.md (the table) and docs/dev/node-code.md (in full; this file runs on the node, so
+    the fields' documentation lives there). No code outside the family's own files and the registry names a
+    family: what the flows need to know of one is here.
     """
 
-    # Key of the family in the desired state (the boot runner's desired.json, verify's desired), its file
-    # name, its tag, the prefix of its variables and its facts key.
     name: str
-    # Report families it produces, in report order, with their titles (the fleet summary's columns).
     titles: dict
-    # Its runtime module, None for a read-only family.
     module: str | None = None
-    # (node, selector, query) -> dict: the family's facts, under facts[name] in tuning_info (selector: the
-    # pci.DeviceSelector of the GPUs, pci_selector; query: a FactsQuery). None: it reads no facts.
     read: Callable[..., dict] | None = None
-    # {tuning_info option: (value) -> value}: the facts options ``read`` takes (``query.options``); the
-    # validator raises ValueError naming the allowed values, before anything is read.
     read_options: dict | None = None
-    # (desired) -> {tuning_info option: value}: the options ``read`` needs to judge ``desired`` (the role's
-    # verification and the guard pass them).
     facts_options: Callable[[dict], dict] | None = None
-    # The RETURN documentation of ``tuning_facts.<name>`` (YAML, as in a module's RETURN, the section's
-    # keys at the top level); tools/generate.py writes it into tuning_info's RETURN.
     facts_doc: str | None = None
-    # (call) -> result dict; raises FamilyError. The module runs exactly this (run_module).
     run: Callable[..., dict] | None = None
-    # (facts, desired, ctx) -> list of setting() rows; ``desired`` is the whole desired state.
     evaluate: Callable[..., list] | None = None
-    # (desired) -> the GpuCommand tuples whose answers ``evaluate`` reads from ``ctx.gpu``.
     gpu_commands: Callable[[dict], tuple] | None = None
-    # (desired) -> whether ``evaluate`` needs the kernel arguments configured for the next boot
-    # (``ctx.arg``): verification reads the boot configuration only when a family does.
     reads_boot_config: Callable[[dict], bool] | None = None
-    # (desired) -> {sysctl key: value} the persistent flow sets at boot for it (the sysctl drop-in):
-    # verification reads the drop-in and the sysctl files that override it only when a family has some.
     boot_sysctls: Callable[[dict], dict] | None = None
-    # (row, facts, rows) -> whether runtime tuning can bring this row of the family (``rows``: all its
-    # rows); None: every row but those of ``reboot_only`` report families.
     runtime: Callable[..., bool] | None = None
-    # (node, want) -> (ok, message): re-apply ``desired[name]`` at boot, None when the family has
-    # nothing to re-apply (it persists through a file the kernel or a tool reads at boot).
     boot: Callable[..., tuple] | None = None
-    # Report families that only the persistent flow and a reboot bring (never "applied" at runtime).
     reboot_only: tuple = ()
-    # Key of ``boot``'s part of the desired state when it is not ``name`` (tunables re-apply "thp").
     boot_key: str | None = None
-    # (want) -> the PCI vendor ids ([] any vendor) of the hot-added PCI functions whose settings ``boot``
-    # re-applies, called as ``boot(node, want, bdf)``: the udev rule runs the boot runner with
-    # ``--only <name> --bdf <function>``. None: not re-applied on hot-plug.
     hotplug: Callable[[Any], list] | None = None
-    # Ansible tags of its settings that select it besides its name (tunables: numa_balancing, thp, sysctl).
     tags: tuple = ()
-    # (values, shared) -> dict: the family's keys of the desired state, from the role's variables
-    # (validated and typed: plugin_utils/desired_state.py); ``shared`` holds what several families use
-    # (the GPUs' PCI selector). None: the role has no variables for it.
     from_role: Callable[..., dict] | None = None
-    # (values) -> [message]: what is wrong with the role's variables of the family taken together (each
-    # valid alone), for the precheck; None when nothing can be.
     role_problems: Callable[[dict], list] | None = None
-    # (desired, values) -> its module's options for runtime tuning, or None when there is nothing to
-    # do (switched off, nothing asked). The options the role's runtime flow runs ``run`` with.
     runtime_options: Callable[..., Any] | None = None
-    # (values) -> its module's options for rollback (restore what the journal holds); None when the
-    # family journals nothing.
     restore_options: Callable[..., Any] | None = None
-    # Its module's argument spec: the options ``run`` gets, with their defaults (the flow module
-    # validates and completes each family's options with it, as the family's own module does).
     argument_spec: dict | None = None
-    # What the persistent flow writes for it (core/persistence.py's Concern: tags, persist, remove), None when the
-    # family persists nothing of its own (the boot unit re-applies it, or it is read-only).
     persist: Any = None
-    # (pc, remove) -> kernel arguments the family needs on the command line (the persistent flow adds
-    # them), or, with ``remove``, every argument it may have added (rollback removes them).
     kernel_args: Callable[..., list] | None = None
-    # (desired, node) -> the desired state with the family's node-dependent entries resolved for this node (the
-    # kernel arguments by GPU vendor: only this node's vendors', none when it has no such GPU): what the node keeps
-    # of the desired state (the guard's config). None: its entries are kept as they are.
     on_node: Callable[..., dict] | None = None
-    # Keys of its journal entries whose original is kept per CPU (value -> cpulist, Journal.record_per_cpu);
-    # ("*",): every key. The journal refuses a file where such an original is not (core/registry_tables.py).
     per_cpu: tuple = ()
-    # (row, online CPUs) -> on how many CPUs a per-CPU row is wrong (0 when applied), None for a row that is
-    # not per CPU: the guard's metric of drifted CPUs.
     drifted_cpus: Callable[[dict, int], Any] | None = None
-    # Whether its drifted and reset-pending rows are health findings: the rollout's health gate
-    # (the gpu_health_findings filter) and the guard's finding metrics.
     health: bool = False
-    # (result) -> one line of what its runtime run did, for the flow's report (flow.summary otherwise).
     summary: Callable[[dict], str] | None = None
-    # Key of its run's result that holds its items (a dict by name or a list of dicts), each with ``changed``
-    # (or ``cpus_changed``) and ``skipped``: the flow's summary counts them and rollback's report names the
-    # restored ones. None: only the result's ``changed`` is read.
     items: str | None = None
-    # {desired-state key: (entry) -> [(key, message)]}: what is wrong in the family's entries of the desired
-    # state that can be judged without the node (shape, syntax, ranges that do not depend on the hardware).
-    # ``entry`` is ``desired[desired-state key]`` (None: not part of it, no problem); ``key`` the key inside it
-    # ("bdfs"; a list index as text for a list entry; "" the entry as a whole); ``message`` names the value and
-    # what is allowed. The family's module refuses the same before its first write (one rule, two callers).
     validate: dict | None = None
-    # (facts, desired, ctx) -> {file name: JSON document}: what the family exports for programs. The
-    # verification result carries them (``exports``) and the reports are written beside the host's
-    # (``<host>.<file name>``); None when the family exports nothing.
     export: Callable[..., dict] | None = None
-    # (facts, desired, ctx) -> Markdown text or None: the family's own section of the host's Markdown
-    # report (the verification result's ``sections``, titled with the family's title).
     report: Callable[..., str | None] | None = None
 
 

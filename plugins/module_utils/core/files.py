@@ -2,17 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Atomic file writes: the one writer of every file the collection replaces whole.
 
-A file is replaced by rename from a temporary file in its own directory (``.NAME.XXXXXXXX.tmp``), so a
-reader (the boot unit, node_exporter, a CI job collecting JUnit files, a second run) sees the old file
-or the new one, never half of one; the temporary file has its final mode before the rename and is
-removed when anything fails. ``fsync`` makes the new content (and the rename) durable before the
-call returns: for what a crash must not lose (the journal rollback restores from, boot
-configuration); caches, reports and metrics that the next run rewrites go without it.
-
-``replace_file`` always writes and raises ``OSError``; ``write_file`` writes only when the content
-or the mode differs, does nothing in check mode and says what it changed (reports on the controller,
-the persistent flow's files on the node). Plain Python, no Ansible import: the writing is tested
-without a play, and the boot runner carries it.
+How it works and why: docs/dev/node-code.md, "core/files.py".
 """
 
 from __future__ import annotations

@@ -2,28 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The journal of original values, kept on the node so that tuning can be rolled back.
 
-One JSON file (root-only, default ``/var/lib/gpunode-tuning/journal.json`` below the node root)
-holds, per knob family, the value each item had before this collection first changed it. A later
-run never overwrites an original that is already recorded. Modules record before they write and,
-with ``restore``, write the originals back and drop them from the journal.
-
-Layout::
-
-    {"version": 1,
-     "families": {
-        "pcie_mrrs": {"0000:41:00.0": {"original": 512, "recorded": "2026-11-29T15:00:00Z"}},
-        "cpuidle":   {"C2": {"original": {"0": "0-127"}, "recorded": "..."}}}}
-
-Per-CPU values are stored grouped (value -> cpulist) so a 384-CPU node stays small; merging
-keeps the first-recorded value of every CPU.
-
-Besides the originals, two optional keys record what rollback must undo that is not a value:
-``created_dirs`` (node paths of the directories our writes created, outermost first: the journal's
-own, the lock's, the persistent files'; rollback removes them when empty, and never one that existed
-before) and ``written`` (``{kind: [node paths]}``, files we wrote outside directories of our own: the
-guard's ``.prom`` in node_exporter's textfile directory, wherever that was when it was written). The
-file stays while it records something to undo: an original, a written file, or a created directory
-that still exists other than its own directory and those above it.
+How it works and why: docs/dev/node-code.md, "core/journal.py".
 """
 
 from __future__ import annotations

@@ -128,6 +128,7 @@ _AER_SEVERITY_NAMES = {"corrected": "Correctable", "correctable": "Correctable",
 _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 _IPV6_CANDIDATE = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Fa-f:])")
 
+
 class KernelLogError(ValueError):
     """An option of the kernel-log filter is invalid; the message names the allowed values."""
 

@@ -3,32 +3,7 @@
 """One lock per node, taken by every flow that writes: runtime, persistent, rollback, the boot runner
 and the guard's re-apply, around their writes and the journal.
 
-The lock is an exclusive ``fcntl.flock`` on a file next to the journal (default
-``/var/lib/gpunode-tuning/.lock`` below the node root; ``lock_path`` resolves it). A second writer
-waits, polling, up to ``timeout`` seconds (default ``DEFAULT_TIMEOUT``) and then fails with
-``LockTimeout``, whose message names the holder (flow, pid, host, start time) and how long it waited.
-After taking the lock, the holder writes its record (flow, pid, host, start time; JSON) into the lock
-file. The record is information only: the kernel drops a flock when its process dies, so a record left
-by a dead process never blocks (the next writer takes the lock and writes its own). Check mode and
-verification never take the lock (``node_lock(..., check_mode=True)`` touches nothing), and
-``read_holder`` reads the record without taking it, for messages.
-
-Nothing is left behind. The lock creates the missing directories of its path (the last one 0700, as
-the journal's) and reports them in ``NodeLock.created`` (outermost first), so that a flow that then
-writes the journal there records them in it: the journal's rule applies, rollback removes the
-directories we created and none that existed before. On release the holder, still holding, unlinks
-the lock file and removes, deepest first and only when empty, the directories it created and those
-handed to ``NodeLock.remove_on_release`` (rollback hands it the ones its journal recorded, after the
-journal itself is gone). A writer that was waiting on the unlinked file notices (the path no longer
-names the file it locked) and takes the lock on a new file. One race is known and left: a waiter
-that creates a directory a releasing holder has just removed records it as its own, while a parent
-the holder removed right after may then stay.
-
-The same process taking the lock again on the same path (the guard's re-apply running the boot
-runner's functions) gets it at once, nested; only the outermost release lets it go. The lock file is
-opened close-on-exec, so commands the flows run do not inherit it.
-
-Plain Python (3.8+), standard library only (the boot runner carries it to the node), no Ansible import.
+How it works and why: docs/dev/node-code.md, "core/lock.py".
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The node abstraction: every sysfs, procfs and /dev path lives below a root directory.
 
-The root is ``/`` on a real node and a directory on a simulated one (tools/simnode.py). Modules
-take it as their ``root`` option, so the same code runs against both. Nothing here knows about
-Ansible: functions raise ``NodeError`` and modules turn that into ``fail_json``.
+How it works and why: docs/dev/node-code.md, "core/node.py".
 """
 
 from __future__ import annotations

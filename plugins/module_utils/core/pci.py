@@ -2,20 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """PCI devices of a node: listing, selection, config space and PCI Express capability decoding.
 
-The PCI library the PCI families share (the MRRS and ACS families, the IOMMU mode, the GPU families):
-devices, selection, the PCI Express capability, the ACS extended capability, the bridges above a device
-and the device's IOMMU group.
-
-Reading is pure Python over sysfs files (``vendor``, ``device``, ``class``, ``numa_node``,
-``config``); writing goes through ``setpci`` so that the kernel's config-space access path is
-the one real operators use. Nothing here imports Ansible: errors are ``ValueError`` (bad input)
-or ``NodeError`` (unreadable node), and the setpci runner is any callable
-``run(argv) -> (rc, stdout, stderr)``.
-
-Device dicts (``list_devices``) use the sysfs spelling for ids: ``vendor`` ``"0x10de"``,
-``device`` ``"0x2bb5"``, ``class`` ``"0x030200"`` (lower-case hex strings, 24-bit class with
-prog-if), ``numa_node`` an int (-1 when the platform has no NUMA information), ``bdf`` the
-domain-qualified address ``"0000:41:00.0"`` and ``path`` the device's sysfs directory.
+How it works and why: docs/dev/node-code.md, "core/pci.py".
 """
 
 from __future__ import annotations

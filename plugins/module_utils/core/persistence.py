@@ -2,11 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a family's persistent concern gets and uses: its call, the node's files, system commands.
 
-A *concern* is one thing the persistent flow makes survive a reboot (a family declares its own in
-``Family.persist``; the boot unit, the udev rule and the guard are the flows'). The persistent flow
-(flows/persist.py) runs each concern with a ``PersistCall``; the concern writes through ``NodeFiles``
-(whole files, only when they differ, nothing in check mode) and runs system commands only on a live
-node. Plain Python, no Ansible import.
+How it works and why: docs/dev/node-code.md, "core/persistence.py".
 """
 
 from __future__ import annotations

@@ -2,21 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Validators for every value that reaches a file or a command line on a node.
 
-One function per kind of value (sysctl key and value, kernel module name and parameter, kernel
-command-line argument, systemd unit name, absolute path, and what the boot script renders: idle
-state names, PCI ids, cpulists), shared by the runtime
-modules and by the persistent flow, so that what is written to /proc/sys is checked exactly like what goes into
-/etc/sysctl.d, and what modprobe gets on its command line like what goes into /etc/modprobe.d.
-
-Each validator returns the value it accepted (normalized where it says so) or raises
-``ValidationError`` with a message that names the value and what is allowed. A control
-character, a line break or a value that can be read as an option is never accepted: in a
-drop-in it would start a new line (a new key), in an argument list a new option.
-
-``write_problem`` says, without writing anything, why a file could not be written (check mode
-uses it to predict a failure the real run would have).
-
-Pure Python; nothing here knows about Ansible.
+How it works and why: docs/dev/node-code.md, "core/validate.py".
 """
 
 from __future__ import annotations

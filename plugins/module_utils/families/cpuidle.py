@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""CPU idle states (C-states): read, plan and apply the per-CPU ``disable`` files.
+"""CPU idle states (C-states): read, plan and apply the per-CPU ``disable`` files (facts and verification:
+cpuidle_verify.py).
 
 Layout: ``/sys/devices/system/cpu/cpuN/cpuidle/stateM/{name,latency,disable}``. States are
 matched by name on every CPU, never by index (indexes differ between platforms and can differ

@@ -99,5 +99,3 @@ def health_findings(result: dict) -> list:
                                      % type(result).__name__)
     return ["%s: %s" % (s["id"], s.get("reason") or s["state"]) for s in result.get("settings") or []
             if s.get("family") == NAME and s.get("state") in ("drifted", "pending_reboot")]
-
-

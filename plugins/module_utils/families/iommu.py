@@ -7,7 +7,7 @@ translated or blocked; passthrough (``iommu=pt``, default domain ``identity``) l
 The mode is chosen at boot by kernel arguments, so the family has no runtime module and nothing
 to re-apply at boot: the persistent flow configures ``iommu_kernel_args``' arguments through the
 command-line family and a reboot brings them (``kernel_args``). Verification reads the GPUs' IOMMU
-group types (``read``, ``facts["iommu"]``).
+group types (``read``, ``facts["iommu"]``: iommu_verify.py).
 """
 
 from __future__ import annotations

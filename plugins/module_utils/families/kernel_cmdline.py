@@ -9,7 +9,8 @@ argument set elsewhere in that chain is seen too.
 
 Arguments are compared by key: ``key=value`` replaces any other value of ``key`` (and a bare
 ``key``); removing a bare ``key`` removes ``key=anything``. Pure functions parse and render;
-``write_dropin`` is the one writer; ``run`` is the kernel_cmdline module's whole flow.
+``write_dropin`` is the one writer; ``run`` is the kernel_cmdline module's whole flow; its verification
+rows are kernel_cmdline_verify.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""PCIe ACS on the GPU-to-GPU path: facts, the ``pcie_acs`` module's run, verification, boot re-apply.
+"""PCIe ACS on the GPU-to-GPU path: the ``pcie_acs`` module's run and the boot re-apply (facts and verification:
+pcie_acs_verify.py).
 
 ACS (Access Control Services, PCIe extended capability 0x000D) lives on bridges. With P2P Request
 Redirect / Completion Redirect set on a bridge between two GPUs, their peer-to-peer traffic is

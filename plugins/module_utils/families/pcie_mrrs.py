@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The PCIe Max Read Request Size family: plan, journal, write (setpci, mask 0x7000 only), read back,
-restore, verify and re-apply at boot, for the selected devices (default: the NVIDIA GPUs).
+restore and re-apply at boot, for the selected devices (default: the NVIDIA GPUs); verification is
+pcie_mrrs_verify.py.
 
 The PCI library (config space, capabilities, selection, setpci) is pci.py; this file is the family.
 """

@@ -2,12 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Several knob families in one module run on the node: each isolated, every failure reported.
 
-The role's runtime and rollback flows are one task each (action plugin tuning_flow); on the node
-that task is one module run (tuning_apply) that calls each selected family's ``run`` with its
-options, in registry order, exactly as the family's own module would. A family that fails, or
-crashes, is recorded with its message and the next one still runs.
-
-Plain Python (3.8+), no Ansible import: the module hands in how options are completed.
+How it works and why: docs/dev/node-code.md, "flows/apply.py".
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """How the flow modules (tuning_apply, tuning_persist) call a family as its own module would.
 
-A family's options are completed and checked by its module's argument spec (``Family.argument_spec``)
-with Ansible's own validator, and run with the module's command runner, atomic move and warnings.
-The only module_utils file of this collection that imports Ansible; the boot runner never imports it.
+How it works and why: docs/dev/node-code.md, "flows/module_calls.py".
 """
 
 from __future__ import annotations

@@ -2,22 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The node's one lock around a writing flow, and the directories its writes created.
 
-Every flow that writes (runtime, persistent, rollback: tuning_apply and tuning_persist; the boot
-runner; the guard's re-apply) runs its writes and its journal inside ``writing(node, journal, flow)``:
-
-- the node's lock (core/lock.py) is taken first, next to the journal
-  (``/var/lib/gpunode-tuning/.lock`` by default). A second writer waits up to ``lock.DEFAULT_TIMEOUT``
-  (60 s) and then fails with ``lock.LockTimeout``, whose message names the holder (flow, pid, host,
-  start time), before it has written anything. Check mode takes nothing and creates nothing.
-- the directories created under it (the lock's, the journal's, those ``note_created`` is told of:
-  the persistent files', and every family's through ``Call.on_created``, e.g. kernel_cmdline's
-  /etc/default/grub.d) are recorded in the journal (``created_dirs``), so that rollback removes
-  them, when empty, and never one that existed before.
-- before it lets the lock go, every flow removes the recorded directories that are empty now (nothing of
-  ours left in them: a rollback, a concern turned off), deepest first; those that hold the journal (and
-  the lock) go when the lock is released, if the journal went too.
-
-Plain Python (3.8+), no Ansible import: the boot runner carries it with the journal and the lock.
+How it works and why: docs/dev/node-code.md, "flows/writers.py".
 """
 
 from __future__ import annotations
