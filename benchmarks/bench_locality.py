@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 import simnode  # noqa: E402
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node  # noqa: E402
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality  # noqa: E402
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality, gpu_locality_verify  # noqa: E402
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as facts  # noqa: E402
 
 DESIRED = {"gpu_locality": {"remote_irqs_fail": False, "export": gpu_locality.EXPORT_PATH}}
@@ -55,8 +55,8 @@ def measure(root, rounds):
         "pci_functions": len(os.listdir(os.path.join(root, "sys/bus/pci/devices"))),
         "gpus": len(loc["gpus"]), "nics": len(loc["nics"]), "irqs": irqs,
         "read_s": best(lambda: gpu_locality.read(node), rounds),
-        "verify_s": best(lambda: (gpu_locality.evaluate(f, DESIRED), gpu_locality.export(f, DESIRED),
-                                  gpu_locality.report(f, DESIRED)), rounds),
+        "verify_s": best(lambda: (gpu_locality_verify.evaluate(f, DESIRED), gpu_locality_verify.export(f, DESIRED),
+                                  gpu_locality_verify.report(f, DESIRED)), rounds),
         "gather_s": best(lambda: facts.gather(node), rounds),
     }
 

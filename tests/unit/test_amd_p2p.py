@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, amd_p2p, command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality, gpu_p2p
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality, gpu_locality_verify, gpu_p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
@@ -86,7 +86,7 @@ def test_healthy_mi300x_every_pair_one_xgmi_hop_from_the_health_gates_own_calls(
     assert rows["amd.xgmi_links"]["reason"] == "56 XGMI link(s) up on 8 GPUs (amd-smi xgmi -l)"
     loc = {r["name"]: r for r in gpu_locality.DEFINITION.evaluate(facts, desired, None)}
     assert "GPU-to-GPU (amd-smi topology): XGMI, 1 hop, weight 15 to 7 GPUs" in loc[BDFS[3]]["reason"]
-    report = gpu_locality.report(facts, desired)
+    report = gpu_locality_verify.report(facts, desired)
     assert "GPU-to-GPU links of the AMD GPUs (`amd-smi topology`" in report
     assert "| GPU3 (0000:65:00.0) | XGMI 1 | XGMI 1 | XGMI 1 | X | XGMI 1 |" in report
     assert "| GPU0 | GPU1 |" in gpu_p2p.report(facts, desired)

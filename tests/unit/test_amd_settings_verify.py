@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, command, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_health, amd_settings_rows, command, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings, gpu_settings_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
 
@@ -154,23 +154,23 @@ def _probe(real, static, metric=None):
 def test_the_rx6600_capture_reads_its_cap_and_level_and_has_no_partition(real):
     probe = _probe(real, "amd-smi-static-json-list-rx6600-luckylinux.txt",
                    "amd-smi-metric-json-list-rx6600-luckylinux.txt")
-    rows = {r["name"]: r for r in gpu_settings.amd_rows({"power_limit": 100, "perf_level": "auto",
+    rows = {r["name"]: r for r in gpu_settings_verify.amd_rows({"power_limit": 100, "perf_level": "auto",
                                                          "compute_partition": "SPX"}, probe)}
     assert rows["power_limit"]["state"] == "applied" and rows["perf_level"]["state"] == "applied"
     assert rows["compute_partition"]["state"] == "unsupported"
     assert "no compute partition (N/A) for GPU 0 (0000:0b:00.0)" in rows["compute_partition"]["reason"]
-    drifted = {r["name"]: r for r in gpu_settings.amd_rows({"power_limit": 95}, probe)}["power_limit"]
+    drifted = {r["name"]: r for r in gpu_settings_verify.amd_rows({"power_limit": 95}, probe)}["power_limit"]
     assert drifted["reason"] == "power cap differs: GPU 0 (0000:0b:00.0): cap 100 W, wanted 95 W"
 
 
 def test_the_mi210_gpu_data_capture_reads_its_cap(real):
     probe = _probe(real, "amd-smi-static-json-gpu-data-mi210-device-metrics-exporter.txt")
-    gpus, why = gpu_settings.amd_probe_gpus(probe, need_metric=False)
+    gpus, why = amd_settings_rows.amd_probe_gpus(probe, need_metric=False)
     assert why is None and len(gpus) == 1 and gpus[0]["index"] == 0
     assert gpus[0]["limit"] == 300.0 and gpus[0]["compute_partition"] is None
 
 
 def test_a_cut_static_answer_is_a_reason_not_a_traceback(real):
     probe = _probe(real, "amd-smi-static-json-warnings-cut-rx7800xt-ajean-39.txt")
-    rows = gpu_settings.amd_rows({"power_limit": 100}, probe)
+    rows = gpu_settings_verify.amd_rows({"power_limit": 100}, probe)
     assert rows[0]["state"] == "unsupported" and "amd-smi static --json" in rows[0]["reason"]

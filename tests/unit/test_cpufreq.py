@@ -16,52 +16,52 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import cpu, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import cpu, cpu_freq, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import node as node_mod
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
 
 
 def test_leaving_performance_for_powersave_and_balanced_epp_writes_governor_first():
-    steps = cpufreq.order_governor_epp("amd-pstate-epp", "performance", "powersave", "balance_performance")
+    steps = cpu_freq.order_governor_epp("amd-pstate-epp", "performance", "powersave", "balance_performance")
     assert steps == [("governor", "powersave"), ("epp", "balance_performance")]
 
 
 def test_entering_performance_with_performance_epp_is_allowed():
-    steps = cpufreq.order_governor_epp("amd-pstate-epp", "powersave", "performance", "performance")
+    steps = cpu_freq.order_governor_epp("amd-pstate-epp", "powersave", "performance", "performance")
     assert steps == [("governor", "performance"), ("epp", "performance")]
 
 
 @pytest.mark.parametrize("driver", ["amd-pstate-epp", "intel_pstate"])
 def test_performance_governor_with_other_epp_is_refused_before_writing(driver):
-    with pytest.raises(cpufreq.PlanError) as exc:
-        cpufreq.order_governor_epp(driver, "powersave", "performance", "balance_performance")
+    with pytest.raises(cpu_freq.PlanError) as exc:
+        cpu_freq.order_governor_epp(driver, "powersave", "performance", "balance_performance")
     msg = str(exc.value)
     assert "EBUSY" in msg and driver in msg and "governor=powersave" in msg and "epp=performance" in msg
 
 
 def test_epp_alone_under_current_performance_governor_is_refused():
-    with pytest.raises(cpufreq.PlanError, match="the governor is performance"):
-        cpufreq.order_governor_epp("amd-pstate-epp", "performance", None, "power")
+    with pytest.raises(cpu_freq.PlanError, match="the governor is performance"):
+        cpu_freq.order_governor_epp("amd-pstate-epp", "performance", None, "power")
 
 
 def test_epp_alone_under_powersave_is_one_write():
-    assert cpufreq.order_governor_epp("amd-pstate-epp", "powersave", None, "power") == [("epp", "power")]
+    assert cpu_freq.order_governor_epp("amd-pstate-epp", "powersave", None, "power") == [("epp", "power")]
 
 
 def test_governor_already_set_is_left_out():
-    assert cpufreq.order_governor_epp("acpi-cpufreq", "performance", "performance", None) == []
+    assert cpu_freq.order_governor_epp("acpi-cpufreq", "performance", "performance", None) == []
 
 
 def test_drivers_without_the_ebusy_rule_are_not_restricted():
-    assert cpufreq.order_governor_epp("intel_cpufreq", "performance", None, "power") == [("epp", "power")]
+    assert cpu_freq.order_governor_epp("intel_cpufreq", "performance", None, "power") == [("epp", "power")]
 
 
 @pytest.mark.parametrize("driver,family", [
     ("amd-pstate", "amd-pstate"), ("amd-pstate-epp", "amd-pstate"), ("intel_pstate", "intel_pstate"),
     ("intel_cpufreq", "intel_pstate"), ("acpi-cpufreq", "acpi-cpufreq")])
 def test_driver_family(driver, family):
-    assert cpufreq.driver_family(driver) == family
+    assert cpu.driver_family(driver) == family
 
 
 @pytest.mark.parametrize("family,mode,driver", [
@@ -69,39 +69,39 @@ def test_driver_family(driver, family):
     ("amd-pstate", "guided", "amd-pstate"), ("intel_pstate", "active", "intel_pstate"),
     ("intel_pstate", "passive", "intel_cpufreq")])
 def test_driver_for_mode(family, mode, driver):
-    assert cpufreq.driver_for_mode(family, mode) == driver
+    assert cpu_freq.driver_for_mode(family, mode) == driver
 
 
 def test_driver_change_from_acpi_cpufreq_to_amd_pstate_needs_a_reboot():
-    assert cpufreq.driver_change("acpi-cpufreq", "amd-pstate", "AuthenticAMD") == (True, ["amd_pstate=active"])
-    assert cpufreq.driver_change("acpi-cpufreq", "amd-pstate", "AuthenticAMD", "guided") == \
+    assert cpu_freq.driver_change("acpi-cpufreq", "amd-pstate", "AuthenticAMD") == (True, ["amd_pstate=active"])
+    assert cpu_freq.driver_change("acpi-cpufreq", "amd-pstate", "AuthenticAMD", "guided") == \
         (True, ["amd_pstate=guided"])
 
 
 def test_driver_change_same_family_or_none_asked_needs_nothing():
-    assert cpufreq.driver_change("amd-pstate-epp", "amd-pstate", "AuthenticAMD") == (False, [])
-    assert cpufreq.driver_change("acpi-cpufreq", None, "AuthenticAMD") == (False, [])
+    assert cpu_freq.driver_change("amd-pstate-epp", "amd-pstate", "AuthenticAMD") == (False, [])
+    assert cpu_freq.driver_change("acpi-cpufreq", None, "AuthenticAMD") == (False, [])
 
 
 def test_driver_change_back_to_acpi_cpufreq_disables_the_pstate_driver():
-    assert cpufreq.driver_change("amd-pstate", "acpi-cpufreq", "AuthenticAMD") == (True, ["amd_pstate=disable"])
-    assert cpufreq.driver_change("intel_pstate", "acpi-cpufreq", "GenuineIntel") == (True, ["intel_pstate=disable"])
+    assert cpu_freq.driver_change("amd-pstate", "acpi-cpufreq", "AuthenticAMD") == (True, ["amd_pstate=disable"])
+    assert cpu_freq.driver_change("intel_pstate", "acpi-cpufreq", "GenuineIntel") == (True, ["intel_pstate=disable"])
 
 
 def test_driver_change_to_a_driver_of_the_other_vendor_is_refused():
-    with pytest.raises(cpufreq.PlanError, match="needs an AMD CPU.*GenuineIntel"):
-        cpufreq.driver_change("intel_pstate", "amd-pstate", "GenuineIntel")
-    with pytest.raises(cpufreq.PlanError, match="needs an Intel CPU"):
-        cpufreq.driver_change("acpi-cpufreq", "intel_pstate", "AuthenticAMD")
+    with pytest.raises(cpu_freq.PlanError, match="needs an AMD CPU.*GenuineIntel"):
+        cpu_freq.driver_change("intel_pstate", "amd-pstate", "GenuineIntel")
+    with pytest.raises(cpu_freq.PlanError, match="needs an Intel CPU"):
+        cpu_freq.driver_change("acpi-cpufreq", "intel_pstate", "AuthenticAMD")
 
 
 def test_driver_kernel_args_lists_what_each_desired_driver_can_add():
-    assert cpufreq.driver_kernel_args("native").removable == ["amd_pstate=active", "intel_pstate=active"]
-    assert cpufreq.driver_kernel_args("native", "guided").removable == ["amd_pstate=guided", "intel_pstate=active"]
-    assert cpufreq.driver_kernel_args("amd-pstate", "passive").removable == ["amd_pstate=passive"]
-    assert cpufreq.driver_kernel_args("intel_pstate").removable == ["intel_pstate=active"]
-    assert cpufreq.driver_kernel_args("acpi-cpufreq").removable == ["amd_pstate=disable", "intel_pstate=disable"]
-    assert cpufreq.driver_kernel_args(None).removable == []
+    assert cpu_freq.driver_kernel_args("native").removable == ["amd_pstate=active", "intel_pstate=active"]
+    assert cpu_freq.driver_kernel_args("native", "guided").removable == ["amd_pstate=guided", "intel_pstate=active"]
+    assert cpu_freq.driver_kernel_args("amd-pstate", "passive").removable == ["amd_pstate=passive"]
+    assert cpu_freq.driver_kernel_args("intel_pstate").removable == ["intel_pstate=active"]
+    assert cpu_freq.driver_kernel_args("acpi-cpufreq").removable == ["amd_pstate=disable", "intel_pstate=disable"]
+    assert cpu_freq.driver_kernel_args(None).removable == []
 
 
 @pytest.mark.parametrize("wanted", ["native", "amd-pstate", "intel_pstate", "acpi-cpufreq"])
@@ -112,15 +112,15 @@ def test_driver_kernel_args_is_exactly_what_driver_change_can_plan(wanted, mode)
     planned = set()
     for vendor in ("AuthenticAMD", "GenuineIntel"):
         try:
-            family = cpufreq.resolve_driver(wanted, vendor)
-        except cpufreq.PlanError:
+            family = cpu_freq.resolve_driver(wanted, vendor)
+        except cpu_freq.PlanError:
             continue
         for current in ("acpi-cpufreq", "amd-pstate", "amd-pstate-epp", "intel_pstate", "intel_cpufreq", None):
             try:
-                planned.update(cpufreq.driver_change(current, family, vendor, mode)[1])
-            except cpufreq.PlanError:
+                planned.update(cpu_freq.driver_change(current, family, vendor, mode)[1])
+            except cpu_freq.PlanError:
                 continue
-    assert planned == set(cpufreq.driver_kernel_args(wanted, mode).removable)
+    assert planned == set(cpu_freq.driver_kernel_args(wanted, mode).removable)
 
 
 @pytest.mark.parametrize("wanted,mode,vendor,running,needed", [
@@ -139,52 +139,52 @@ def test_driver_kernel_args_is_exactly_what_driver_change_can_plan(wanted, mode)
     (None, None, "GenuineIntel", "acpi-cpufreq", []),
 ])
 def test_driver_kernel_args_needed_on_one_node(wanted, mode, vendor, running, needed):
-    args = cpufreq.driver_kernel_args(wanted, mode, vendor, running)
+    args = cpu_freq.driver_kernel_args(wanted, mode, vendor, running)
     assert args.needed == needed
     assert set(needed) <= set(args.removable)  # the rollback removes what was configured
 
 
 def test_driver_kernel_args_refuses_a_driver_the_cpu_cannot_run():
-    with pytest.raises(cpufreq.PlanError, match="needs an AMD CPU"):
-        cpufreq.driver_kernel_args("amd-pstate", None, "GenuineIntel", "intel_pstate")
-    with pytest.raises(cpufreq.PlanError, match="x86 CPUs only"):
-        cpufreq.driver_kernel_args("acpi-cpufreq", None, "arm64 (CPU implementer 0x41)", "cppc_cpufreq")
+    with pytest.raises(cpu_freq.PlanError, match="needs an AMD CPU"):
+        cpu_freq.driver_kernel_args("amd-pstate", None, "GenuineIntel", "intel_pstate")
+    with pytest.raises(cpu_freq.PlanError, match="x86 CPUs only"):
+        cpu_freq.driver_kernel_args("acpi-cpufreq", None, "arm64 (CPU implementer 0x41)", "cppc_cpufreq")
 
 
 def test_group_by_value_aggregates_cpus():
-    assert cpufreq.group_by_value({0: "a", 1: "a", 2: "b", 3: "a", 4: None}) == {"a": "0-1,3", "b": "2"}
+    assert cpu_freq.group_by_value({0: "a", 1: "a", 2: "b", 3: "a", 4: None}) == {"a": "0-1,3", "b": "2"}
 
 
 def test_boost_value_inverts_no_turbo():
-    assert cpufreq.boost_value(cpufreq.BOOST, True) == "1"
-    assert cpufreq.boost_value(cpufreq.INTEL_NO_TURBO, True) == "0"
-    assert cpufreq.boost_value(cpufreq.INTEL_NO_TURBO, False) == "1"
+    assert cpu_freq.boost_value(cpu_freq.BOOST, True) == "1"
+    assert cpu_freq.boost_value(cpu_freq.INTEL_NO_TURBO, True) == "0"
+    assert cpu_freq.boost_value(cpu_freq.INTEL_NO_TURBO, False) == "1"
 
 
 def test_read_policies_and_node_state(build_node):
     node = Node(build_node("epyc-pstate-epp", cpus=4))
-    freq = cpufreq.NodeFreq(node)
+    freq = cpu_freq.NodeFreq(node)
     assert [p.cpus for p in freq.policies] == [[0], [1], [2], [3]]
     p = freq.policies[0]
     assert (p.driver, p.governor, p.epp) == ("amd-pstate-epp", "powersave", "balance_performance")
     assert p.governors == ["performance", "powersave"] and "power" in p.epps
-    assert (freq.amd_status, freq.boost, freq.boost_file) == ("active", True, cpufreq.BOOST)
+    assert (freq.amd_status, freq.boost, freq.boost_file) == ("active", True, cpu_freq.BOOST)
     assert cpufreq.cpu_vendor(node) == "AuthenticAMD"
 
 
 def test_intel_boost_is_read_from_no_turbo(build_node):
-    freq = cpufreq.NodeFreq(Node(build_node("xeon-4gpu-switch", cpus=2)))
-    assert (freq.boost_file, freq.boost, freq.intel_status) == (cpufreq.INTEL_NO_TURBO, True, "active")
+    freq = cpu_freq.NodeFreq(Node(build_node("xeon-4gpu-switch", cpus=2)))
+    assert (freq.boost_file, freq.boost, freq.intel_status) == (cpu_freq.INTEL_NO_TURBO, True, "active")
 
 
 def test_policy_covering_several_cpus_is_one_policy(build_node):
     root = build_node("audited-epyc-8gpu", cpus=4)
     node = Node(root)
-    node.write("0-1\n", cpufreq.CPUFREQ, "policy0", "affected_cpus")
-    node.write("\n", cpufreq.CPUFREQ, "policy1", "affected_cpus")  # CPU 1 moved into policy0
-    policies = cpufreq.read_policies(node)
+    node.write("0-1\n", cpu_freq.CPUFREQ_DIR, "policy0", "affected_cpus")
+    node.write("\n", cpu_freq.CPUFREQ_DIR, "policy1", "affected_cpus")  # CPU 1 moved into policy0
+    policies = cpu_freq.read_policies(node)
     assert [p.cpus for p in policies] == [[0, 1], [2], [3]]
-    assert cpufreq.per_cpu(policies, "governor") == {0: "schedutil", 1: "schedutil", 2: "schedutil", 3: "schedutil"}
+    assert cpu_freq.per_cpu(policies, "governor") == {0: "schedutil", 1: "schedutil", 2: "schedutil", 3: "schedutil"}
 
 
 def _params(**kw):
@@ -194,17 +194,17 @@ def _params(**kw):
 
 
 def test_validate_mode_switch_to_active_knows_the_governors(build_node):
-    freq = cpufreq.NodeFreq(Node(build_node("epyc-pstate-epp", cpus=2)))
+    freq = cpu_freq.NodeFreq(Node(build_node("epyc-pstate-epp", cpus=2)))
     freq.amd_status = "passive"
-    with pytest.raises(cpufreq.PlanError, match="available governors: performance, powersave"):
-        cpufreq.validate(_params(amd_pstate_mode="active", governor="schedutil"), freq, "AuthenticAMD")
+    with pytest.raises(cpu_freq.PlanError, match="available governors: performance, powersave"):
+        cpu_freq.validate(_params(amd_pstate_mode="active", governor="schedutil"), freq, "AuthenticAMD")
 
 
 def test_validate_mode_switch_to_passive_defers_the_governor_check(build_node):
-    freq = cpufreq.NodeFreq(Node(build_node("epyc-pstate-epp", cpus=2)))
-    plan = cpufreq.validate(_params(amd_pstate_mode="passive", governor="schedutil"), freq, "AuthenticAMD")
+    freq = cpu_freq.NodeFreq(Node(build_node("epyc-pstate-epp", cpus=2)))
+    plan = cpu_freq.validate(_params(amd_pstate_mode="passive", governor="schedutil"), freq, "AuthenticAMD")
     assert plan["deferred"] and plan["driver_after"] == "amd-pstate"
-    assert plan["mode"] == (cpufreq.AMD_PSTATE_STATUS, "amd_pstate_mode", "passive")
+    assert plan["mode"] == (cpu_freq.AMD_PSTATE_STATUS, "amd_pstate_mode", "passive")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,18 +228,18 @@ def test_cpu_vendor_of_the_arm64_preset(build_node):
 
 @pytest.mark.parametrize("vendor", ["arm64 (CPU implementer 0x41)", "HygonGenuine", None])
 def test_native_without_a_vendor_pstate_driver_keeps_the_running_driver(vendor):
-    assert cpufreq.resolve_driver("native", vendor) is None
+    assert cpu_freq.resolve_driver("native", vendor) is None
     running = dict(driver="cppc_cpufreq", amd_status=None, intel_status=None, epp=False, boost=False)
-    wanted, reasons = cpufreq.applicability({"driver": "native", "governor": "performance"}, vendor, running)
+    wanted, reasons = cpu_freq.applicability({"driver": "native", "governor": "performance"}, vendor, running)
     assert wanted is None and list(reasons) == ["driver"]
     assert reasons["driver"].endswith("so the running driver cppc_cpufreq is kept")
-    assert cpufreq.driver_change("cppc_cpufreq", wanted, vendor) == (False, [])
+    assert cpu_freq.driver_change("cppc_cpufreq", wanted, vendor) == (False, [])
 
 
 @pytest.mark.parametrize("wanted", ["amd-pstate", "intel_pstate", "acpi-cpufreq"])
 def test_x86_drivers_are_refused_on_arm64(wanted):
-    with pytest.raises(cpufreq.PlanError, match="driver=%s exists on x86 CPUs only" % wanted):
-        cpufreq.driver_change("cppc_cpufreq", wanted, "arm64 (CPU implementer 0x41)")
+    with pytest.raises(cpu_freq.PlanError, match="driver=%s exists on x86 CPUs only" % wanted):
+        cpu_freq.driver_change("cppc_cpufreq", wanted, "arm64 (CPU implementer 0x41)")
 
 
 ACPI = dict(driver="acpi-cpufreq", amd_status=None, intel_status=None, epp=False, boost=True)
@@ -264,7 +264,7 @@ PASSIVE = dict(driver="amd-pstate", amd_status="passive", intel_status=None, epp
     ({"boost": False}, ACPI, None, set()),
 ])
 def test_applicability_of_the_preset_knobs(desired, running, wanted, keys):
-    got_wanted, reasons = cpufreq.applicability(desired, "AuthenticAMD", running)
+    got_wanted, reasons = cpu_freq.applicability(desired, "AuthenticAMD", running)
     assert got_wanted == wanted and set(reasons) == keys, reasons
 
 

@@ -18,8 +18,9 @@ import sys
 import pytest
 from support.nodes import read_file, set_cpufreq_driver, write_file
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import cpu_freq
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, kernel_cmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
@@ -142,7 +143,7 @@ def test_transition_is_pending_then_applied_after_the_reboot(build_node, tmp_pat
     assert row["state"] == "applied", row
     assert plan(run_module, root, desired)["reboot_required"] is False
     # The rollback removes every argument the flow configured.
-    assert set(args) <= set(cpufreq.driver_kernel_args(desired["driver"], desired.get("amd_pstate_mode")).removable)
+    assert set(args) <= set(cpu_freq.driver_kernel_args(desired["driver"], desired.get("amd_pstate_mode")).removable)
 
 
 def test_acpi_cpufreq_on_an_amd_pstate_epp_node_is_pending_not_drifted(build_node, tmp_path, run_module):

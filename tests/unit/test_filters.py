@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpunode.tuning.plugins.filter.rollout import FilterModule as RolloutFilters
 from ansible_collections.gpunode.tuning.plugins.filter.verification import FilterModule
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import cpu_freq
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 FILTER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "filter")
@@ -32,10 +32,10 @@ def test_every_filter_is_exported_and_documented():
 def test_the_driver_switch_arguments_rollback_removes():
     # What the persistent flow's rollback removes for a desired driver (cpufreq.kernel_args with remove).
     # (The driver's choices are the argument spec's: the precheck refuses another before this runs.)
-    removable = list(cpufreq.driver_kernel_args("native", "guided").removable)
+    removable = list(cpu_freq.driver_kernel_args("native", "guided").removable)
     assert removable == ["amd_pstate=guided", "intel_pstate=active"]
-    for driver in cpufreq.DRIVER_FAMILIES:
-        assert cpufreq.driver_kernel_args(driver).removable
+    for driver in cpu_freq.DRIVER_FAMILIES:
+        assert cpu_freq.driver_kernel_args(driver).removable
 
 
 def test_verify_host_and_fleet(build_node):

@@ -12,7 +12,11 @@ import subprocess
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_health_verify, gpu_settings
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
+    gpu_health,
+    gpu_health_verify,
+    gpu_settings_verify,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p as p2p
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verify import gather
@@ -57,7 +61,7 @@ def test_an_r470_driver_costs_exactly_its_missing_fields(build_node):
     for name in ("link_width", "ecc_mode", "ecc_uncorrected", "clocks_event", "xid", "gpu_count", "driver_version"):
         assert rows[name]["state"] == "applied", name
     assert rows["clocks_event"]["reason"] == "reported: GPU idle on all 8 GPUs"  # read by its old name
-    settings = gpu_settings.evaluate(facts, {}, None)
+    settings = gpu_settings_verify.evaluate(facts, {}, None)
     assert {s["name"]: s["state"] for s in settings}["persistence_mode"] == "applied"
     assert rows["driver_count"]["state"] == "applied"
 

@@ -20,7 +20,7 @@ import simnode
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, parse_cpulist
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_locality, gpu_locality_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -146,7 +146,7 @@ def tree_from_capture(root, name):
 def matrix_check(node, cap):
     """The capture's matrix cells against ours: ``([(row, col, theirs, ours)] that differ, cells seen, ...)``."""
     loc = gpu_locality.read(node)
-    topo = gpu_locality.parse_topo(cap["nvidia-smi topo -m"])
+    topo = gpu_locality_verify.parse_topo(cap["nvidia-smi topo -m"])
     gpus = sorted(g["bdf"] for g in loc["gpus"])
     rdma = {n["rdma"][0]: n["bdf"] for n in loc["nics"] if n["rdma"]}
     names = {"GPU%d" % i: b for i, b in enumerate(gpus)}
@@ -233,14 +233,14 @@ def test_affinity_columns_agree_with_sysfs_on_the_real_capture_and_a_wrong_node_
     ctx = verification.Context()
     ctx.gpu = probe
     facts = {"gpu_locality": gpu_locality.read(node)}
-    rows = [r for r in gpu_locality.evaluate(facts, DESIRED, ctx) if r["name"].startswith("0000:")]
+    rows = [r for r in gpu_locality_verify.evaluate(facts, DESIRED, ctx) if r["name"].startswith("0000:")]
     assert [r["state"] for r in rows] == ["applied"] * 4
     assert all("nvidia-smi topo -m agrees on the CPU/NUMA affinity" in r["reason"] for r in rows)
     # GPU c1:00.0's firmware now says node 0 (local CPUs 0-31): nvidia-smi's row says 32-63 and node 1.
     d = os.path.realpath(os.path.join(str(tmp_path), "sys/bus/pci/devices/0000:c1:00.0"))
     write(os.path.join(d, "numa_node"), "0")
     write(os.path.join(d, "local_cpulist"), "0-31")
-    rows = {r["name"]: r for r in gpu_locality.evaluate({"gpu_locality": gpu_locality.read(node)}, DESIRED, ctx)}
+    rows = {r["name"]: r for r in gpu_locality_verify.evaluate({"gpu_locality": gpu_locality.read(node)}, DESIRED, ctx)}
     assert rows["0000:c1:00.0"]["state"] == "drifted"
     assert "nvidia-smi topo -m gives CPU affinity 32-63 (sysfs: 0-31); NUMA affinity 1 (sysfs: 0)" in \
         rows["0000:c1:00.0"]["reason"]
@@ -248,31 +248,31 @@ def test_affinity_columns_agree_with_sysfs_on_the_real_capture_and_a_wrong_node_
 
 
 def test_parse_topo_reads_the_affinity_columns_of_real_outputs():
-    tabs = gpu_locality.parse_topo(capture("locality-topo-threadripper-2gpu-tabs.txt"))
+    tabs = gpu_locality_verify.parse_topo(capture("locality-topo-threadripper-2gpu-tabs.txt"))
     assert tabs["columns"] == ["GPU0", "GPU1"]
     assert tabs["rows"]["GPU1"] == {"cells": {"GPU0": "PHB", "GPU1": "X"}, "cpu_affinity": "0-63", "numa_affinity": "0"}
-    dgx = gpu_locality.parse_topo(capture("locality-topo-dgx-a100-mlx5-columns.txt"))
+    dgx = gpu_locality_verify.parse_topo(capture("locality-topo-dgx-a100-mlx5-columns.txt"))
     assert len(dgx["columns"]) == 20 and dgx["columns"][8] == "mlx5_0"
     assert dgx["rows"]["GPU6"]["cells"]["mlx5_8"] == "PXB" and dgx["rows"]["GPU6"]["cells"]["mlx5_6"] == "SYS"
     assert (dgx["rows"]["GPU6"]["cpu_affinity"], dgx["rows"]["GPU6"]["numa_affinity"]) == ("112-127,240-255", "6-7")
     assert dgx["rows"]["mlx5_0"]["cpu_affinity"] is None
-    old = gpu_locality.parse_topo(capture("locality-topo-8gpu-mlx4-cpu-affinity-only.txt"))
+    old = gpu_locality_verify.parse_topo(capture("locality-topo-8gpu-mlx4-cpu-affinity-only.txt"))
     assert old["rows"]["GPU4"]["cpu_affinity"] == "10-19,30-39" and old["rows"]["GPU4"]["numa_affinity"] is None
-    asus = gpu_locality.parse_topo(capture("locality-asus-esc8000a-e12.txt")["nvidia-smi topo -m"])
+    asus = gpu_locality_verify.parse_topo(capture("locality-asus-esc8000a-e12.txt")["nvidia-smi topo -m"])
     assert asus["nic_legend"] == {"NIC0": "mlx5_0", "NIC1": "mlx5_1", "NIC2": "mlx5_2", "NIC3": "mlx5_3"}
     assert asus["rows"]["GPU2"]["cpu_affinity"] == "32-63" and asus["rows"]["NIC3"]["cells"]["NIC2"] == "PIX"
     # Drivers 590 and later underline the header row (knobs.md): the same capture with it parses the same.
     text = capture("locality-topo-threadripper-2gpu-tabs.txt").splitlines()
     header = next(i for i, line in enumerate(text) if line.startswith("\tGPU0"))
     text[header] = "\x1b[4m" + text[header] + "\x1b[0m"
-    assert gpu_locality.parse_topo("\n".join(text)) == tabs
+    assert gpu_locality_verify.parse_topo("\n".join(text)) == tabs
 
 
 def test_an_affinity_range_with_the_gpus_node_agrees():
     gpu = {"cpus": "112-127,240-255", "numa_node": 7}
-    assert gpu_locality.affinity_disagreement(gpu, {"cpus": "112-127,240-255", "numa": "6-7"}) is None
-    assert gpu_locality.affinity_disagreement(gpu, {"cpus": "N/A", "numa": "N/A"}) is None
-    assert "NUMA affinity 6 (sysfs: 7)" in gpu_locality.affinity_disagreement(gpu, {"cpus": None, "numa": "6"})
+    assert gpu_locality_verify.affinity_disagreement(gpu, {"cpus": "112-127,240-255", "numa": "6-7"}) is None
+    assert gpu_locality_verify.affinity_disagreement(gpu, {"cpus": "N/A", "numa": "N/A"}) is None
+    assert "NUMA affinity 6 (sysfs: 7)" in gpu_locality_verify.affinity_disagreement(gpu, {"cpus": None, "numa": "6"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ def test_a_gpu_without_numa_takes_its_nearest_bridges_node_and_is_a_finding(tmp_
     assert (g41["numa_node"], g41["numa_source"], g41["numa_node_published"]) == (1, "bridge 0000:40:01.1", -1)
     assert (gc1["numa_node"], gc1["numa_source"]) == (None, None)
     assert gc1["cpus"] == "0-7"  # local_cpulist of a device without a node: every CPU
-    rows = {r["name"]: r for r in gpu_locality.evaluate({"gpu_locality": loc}, DESIRED)}
+    rows = {r["name"]: r for r in gpu_locality_verify.evaluate({"gpu_locality": loc}, DESIRED)}
     assert rows["0000:41:00.0"]["state"] == "drifted"
     assert rows["0000:41:00.0"]["reason"].startswith(
         "firmware publishes no NUMA affinity for 0000:41:00.0 (numa_node -1) (its bridge 0000:40:01.1 is on node 1)")
@@ -351,10 +351,10 @@ def test_numa_minus_one_on_a_single_node_is_no_finding(tmp_path):
     devices = [("0000:00:01.0", "pci0000:00", [], "0x060400", "0x8086", -1),
                ("0000:01:00.0", "pci0000:00", ["0000:00:01.0"], "0x030000", "0x10de", -1)]
     loc = gpu_locality.read(Node.open(build_tree(tmp_path, devices, {0: "0-3"})))
-    (row, ib) = gpu_locality.evaluate({"gpu_locality": loc}, DESIRED)
+    (row, ib) = gpu_locality_verify.evaluate({"gpu_locality": loc}, DESIRED)
     assert row["state"] == "applied" and "numa_node -1 on a single NUMA node: nothing to bind" in row["reason"]
     assert ib["name"] == "irqbalance" and ib["running"] == "not running"
-    assert "One NUMA node: binding changes nothing here." in gpu_locality.report({"gpu_locality": loc}, DESIRED)
+    assert "One NUMA node: binding changes nothing here." in gpu_locality_verify.report({"gpu_locality": loc}, DESIRED)
 
 
 def test_virtual_functions_are_left_out_and_nics_without_rdma_are_nearest_only_without_rdma_nics(tmp_path):
@@ -420,13 +420,13 @@ def test_remote_irqs_are_counted_per_device_and_fail_only_when_asked(build_node)
     assert irqs["0000:50:00.0"] == (1, 1, "0") and irqs["0000:13:00.0"] == (1, 0, "")
     assert loc["irqbalance"] == {"running": True, "pids": [simnode.IRQBALANCE_PID],
                                  "cmdline": "/usr/sbin/irqbalance --foreground"}
-    rows = {r["name"]: r for r in gpu_locality.evaluate(facts, DESIRED)}
+    rows = {r["name"]: r for r in gpu_locality_verify.evaluate(facts, DESIRED)}
     assert {r["state"] for r in rows.values()} == {"applied"}
     assert "4 of 16 MSI-X IRQ(s) served only on another NUMA node (CPUs 12-15)" in rows["nic.0000:15:00.0"]["reason"]
     assert "1 of 1 MSI-X IRQ(s) served only on another NUMA node (CPUs 0)" in rows["0000:50:00.0"]["reason"]
     assert rows["irqbalance"]["running"] == "running (pid 3104: /usr/sbin/irqbalance --foreground)"
     strict = {"gpu_locality": {"remote_irqs_fail": True}}
-    rows = {r["name"]: r for r in gpu_locality.evaluate(facts, strict)}
+    rows = {r["name"]: r for r in gpu_locality_verify.evaluate(facts, strict)}
     assert sorted(n for n, r in rows.items() if r["state"] == "drifted") == ["0000:50:00.0", "nic.0000:15:00.0"]
     assert ("remote IRQs fail verification (gpunode_tuning_gpu_locality_remote_irqs_fail)"
             in rows["0000:50:00.0"]["reason"])
@@ -441,7 +441,7 @@ def test_irq_affinity_falls_back_to_smp_affinity_list_and_unreadable_irqs_are_co
     nic = gpu_locality.read(Node.open(root))["nics"][0]
     assert nic["irqs"] == {"count": 16, "mode": "msix", "remote": 4, "remote_cpus": "12-15", "unread": 1,
                            "sources": {"effective": 14, "smp": 1}}
-    assert gpu_locality.irq_text(nic["irqs"]).endswith("; 1 without an affinity in /proc/irq")
+    assert gpu_locality_verify.irq_text(nic["irqs"]).endswith("; 1 without an affinity in /proc/irq")
 
 
 def test_the_variant_without_numa_affinity_is_a_finding_for_each_gpu_of_that_socket(build_node):
@@ -454,24 +454,24 @@ def test_the_variant_without_numa_affinity_is_a_finding_for_each_gpu_of_that_soc
     # between them decide among equals); one host bridge: PHB.
     assert [(g["nearest_nic"]["bdf"], g["nearest_nic"]["relation"]) for g in loc["gpus"][4:]] == [
         ("0000:7a:00.0", "SYS"), ("0000:7a:00.0", "SYS"), ("0000:7a:00.0", "PHB"), ("0000:7a:00.0", "PHB")]
-    rows = {r["name"]: r for r in gpu_locality.evaluate(facts, DESIRED)}
+    rows = {r["name"]: r for r in gpu_locality_verify.evaluate(facts, DESIRED)}
     for bdf in ("0000:4f:00.0", "0000:50:00.0", "0000:6d:00.0", "0000:6e:00.0"):
         assert rows[bdf]["state"] == "drifted"
         assert rows[bdf]["reason"].startswith("firmware publishes no NUMA affinity for %s (numa_node -1)" % bdf)
         assert "not judged (NUMA node unknown)" in rows[bdf]["reason"]
     assert rows["0000:13:00.0"]["state"] == "applied"
-    text = gpu_locality.report(facts, DESIRED)
+    text = gpu_locality_verify.report(facts, DESIRED)
     assert "- GPUs 0000:4f:00.0, 0000:50:00.0, 0000:6d:00.0, 0000:6e:00.0: no NUMA node known" in text
     assert "Not every GPU has a NUMA node" in text and "--numa-bind-nodes" not in text
 
 
 def test_nodes_without_gpus_or_facts_and_a_disabled_family():
-    assert gpu_locality.evaluate({"gpu_locality": {"gpus": []}}, DESIRED)[0]["state"] == "not_applicable"
-    assert gpu_locality.evaluate({}, DESIRED)[0]["state"] == "unsupported"
+    assert gpu_locality_verify.evaluate({"gpu_locality": {"gpus": []}}, DESIRED)[0]["state"] == "not_applicable"
+    assert gpu_locality_verify.evaluate({}, DESIRED)[0]["state"] == "unsupported"
     for desired in ({}, {"gpu_locality": None}, {"gpu_locality": ""}):
-        assert gpu_locality.evaluate({"gpu_locality": {"gpus": [{}]}}, desired) == []
-        assert gpu_locality.export({"gpu_locality": {"gpus": []}}, desired) == {}
-        assert gpu_locality.report({"gpu_locality": {"gpus": [{}]}}, desired) is None
+        assert gpu_locality_verify.evaluate({"gpu_locality": {"gpus": [{}]}}, desired) == []
+        assert gpu_locality_verify.export({"gpu_locality": {"gpus": []}}, desired) == {}
+        assert gpu_locality_verify.report({"gpu_locality": {"gpus": [{}]}}, desired) is None
 
 
 @pytest.mark.parametrize("want,message", [
@@ -493,7 +493,7 @@ def test_the_launch_hints_are_the_engines_documented_options(build_node):
     ctx = verification.Context()
     ctx.gpu = {"probe": "present", "query": {"rc": 0, "stdout": "".join(
         "%d, 00000000:%s, Enabled\n" % (i, b[5:].upper()) for i, b in enumerate(sorted(LAYOUT)))}}
-    text = gpu_locality.report(facts, DESIRED, ctx)
+    text = gpu_locality_verify.report(facts, DESIRED, ctx)
     assert "| 0000:13:00.0 | 0 | 0 | 0-7 | 0000:15:00.0 (mlx5_0, ibp21s0) | PIX | 0000:16:00.0 (nvme0) | PIX |" in text
     assert ("- GPUs 0000:13:00.0, 0000:14:00.0, 0000:31:00.0, 0000:32:00.0 (nvidia-smi 0, 1, 2, 3): "
             "`numactl --cpunodebind=0 --membind=0 <command>`") in text
@@ -544,7 +544,7 @@ def test_the_verification_export_is_the_node_export(build_node):
                            capture_output=True, text=True, check=True).stdout
     ctx = verification.Context()
     ctx.gpu = {"probe": "present", "query": {"rc": 0, "stdout": query}}
-    exported = gpu_locality.export(facts, DESIRED, ctx)
+    exported = gpu_locality_verify.export(facts, DESIRED, ctx)
     assert list(exported) == ["topology.json"]
     assert gpu_locality.render(exported["topology.json"]) == gpu_locality.render(gpu_locality.node_document(node)[0])
 
@@ -610,7 +610,9 @@ def test_the_family_is_registered_with_its_hooks():
     fam = registry.by_name("gpu_locality")
     assert fam.module == "gpu_locality" and fam.read is gpu_locality.read and fam.boot is gpu_locality.boot
     assert fam.runtime_options is None and fam.persist is gpu_locality.PERSIST  # read-only: persisted, never tuned
-    assert fam.export is gpu_locality.export and fam.report is gpu_locality.report
+    # The verification half is imported when first called (family.later): resolve() gives what a field stands for.
+    assert family.resolve(fam.export) is gpu_locality_verify.export
+    assert family.resolve(fam.report) is gpu_locality_verify.report
     assert ("gpu_locality", fam) in registry.boot_families()
 
 

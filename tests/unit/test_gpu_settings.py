@@ -8,9 +8,9 @@ import os
 import pytest
 import simnode
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_settings, family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings, gpu_settings_verify
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
@@ -125,16 +125,16 @@ def test_evaluate_reads_the_health_query():
     line = ("0, 00000000:41:00.0, Enabled, Enabled, Enabled, 0, 0, No, No, No, 450.00, 600.00, 600.00, "
             "0x0000000000000001, 0, 570.124.06")
     facts = {"gpu_probe": {"probe": "present", "health": {"rc": 0, "stdout": line}}}
-    rows = {r["name"]: r for r in gpu_settings.evaluate(facts, {"gpu_settings": {"persistence": True,
+    rows = {r["name"]: r for r in gpu_settings_verify.evaluate(facts, {"gpu_settings": {"persistence": True,
                                                                                  "power_limit": 400}}, None)}
     assert rows["persistence"]["state"] == "applied"
     assert rows["power_limit"]["state"] == "drifted" and "0000:41:00.0 450.00 W of 400 W" in rows["power_limit"][
         "reason"]
     assert rows["persistence_mode"]["state"] == "not_applicable"  # the health query alone lists no GPU
     # Nothing desired: only persistence_mode (verification's former gpu.persistence_mode), whatever is desired.
-    assert [(r["name"], r["state"]) for r in gpu_settings.evaluate({}, {}, None)] == [
+    assert [(r["name"], r["state"]) for r in gpu_settings_verify.evaluate({}, {}, None)] == [
         ("persistence_mode", "not_applicable")]
-    missing = gpu_settings.evaluate({}, {"gpu_settings": {"persistence": True}}, None)
+    missing = gpu_settings_verify.evaluate({}, {"gpu_settings": {"persistence": True}}, None)
     assert missing[0]["state"] == "not_applicable"
 
 
@@ -248,14 +248,14 @@ def test_evaluate_clock_rows_from_the_health_query():
 
     def rows(tail):
         facts = {"gpu_probe": {"probe": "present", "health": {"rc": 0, "stdout": base + tail}}}
-        return {r["name"]: r for r in gpu_settings.evaluate(facts, want, None)}
+        return {r["name"]: r for r in gpu_settings_verify.evaluate(facts, want, None)}
 
     good = rows("1980, 1800, 14001")
     assert good["locked_clocks"]["state"] == "applied" and good["application_clocks"]["state"] == "applied"
     bad = rows("180, 2430, 14001")
     assert bad["locked_clocks"]["state"] == "drifted" and "0000:41:00.0 180 MHz" in bad["locked_clocks"]["reason"]
     assert bad["application_clocks"]["state"] == "drifted"
-    missing = gpu_settings.evaluate({}, want, None)
+    missing = gpu_settings_verify.evaluate({}, want, None)
     assert {r["name"]: r["state"] for r in missing} == {"locked_clocks": "not_applicable",
                                                         "application_clocks": "not_applicable",
                                                         "persistence_mode": "not_applicable"}
@@ -326,8 +326,8 @@ def test_amd_set_is_one_call_per_value_for_the_gpus_that_differ():
             for i, b in enumerate((0x05, 0x26, 0x46))]
     gpus[1]["limit"] = 600.0
     want = gpu_settings.validate({"power_limit": 600, "perf_determinism_mhz": 1900})
-    steps = gpu_settings.amd_plan(gpus, want)
-    argvs = [a for a, _m in gpu_settings.amd_argvs("amd-smi", gpus, steps, 1900)]
+    steps = amd_settings.amd_plan(gpus, want)
+    argvs = [a for a, _m in amd_settings.amd_argvs("amd-smi", gpus, steps, 1900)]
     assert argvs == [["amd-smi", "set", "-g", "0", "1", "2", "--perf-determinism", "1900"],
                      ["amd-smi", "set", "-g", "0", "2", "--power-cap", "600"]]
 
@@ -336,7 +336,7 @@ def test_amd_set_is_one_call_per_value_for_the_gpus_that_differ():
                                        ({"value": 750000000, "unit": "uW"}, 750.0), (750000000, 750.0),
                                        (750, 750.0), ("N/A", None)])
 def test_amd_power_cap_reads_watts_and_microwatts(raw, watts):
-    assert gpu_settings.amd_watts(raw) == watts
+    assert amd_settings.amd_watts(raw) == watts
 
 
 def test_amd_bad_input_and_out_of_range_cap_fail_before_any_write(build_node, run_module, digest):
@@ -376,6 +376,6 @@ def test_an_amd_smi_set_answered_with_an_error_document_and_exit_0_is_not_taken_
     def run(argv):
         seen.append(argv)
         return rc, out, err
-    failed = gpu_settings.amd_execute(family.Call(params={}, run_command=run), "amd-smi", gpus, steps, 1900)
+    failed = amd_settings.amd_execute(family.Call(params={}, run_command=run), "amd-smi", gpus, steps, 1900)
     assert seen == [["amd-smi", "set", "-g", "0", "1", "--perf-determinism", "1900"]]  # one call for both GPUs
     assert failed == ([(s, words) for s in steps] if words else [])

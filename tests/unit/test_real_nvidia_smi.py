@@ -14,7 +14,12 @@ import re
 import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, nvidia_smi
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_health, gpu_health_verify, gpu_settings
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import (
+    gpu_health,
+    gpu_health_verify,
+    gpu_settings,
+    gpu_settings_verify,
+)
 
 QUERY_CAPTURES = {
     "smi-query-gpu-h100-590.48.01.txt": ("0000:00:09.0", "590.48.01"),
@@ -140,8 +145,8 @@ def test_application_clocks_from_r590_are_reported_deprecated_not_unsupported(re
     assert "[Requested functionality has been deprecated]" in text
     facts = facts_with(["0000:01:00.0"])
     facts["gpu_probe"] = answered(text, nvidia_smi.HEALTH_FIELDS)
-    row = gpu_settings.evaluate(facts, {"gpu_settings": {"application_clocks": {"memory": 9001, "graphics": 2520}}},
-                                None)[0]
+    want = {"gpu_settings": {"application_clocks": {"memory": 9001, "graphics": 2520}}}
+    row = gpu_settings_verify.evaluate(facts, want, None)[0]
     assert row["state"] == "unsupported" and "deprecated from R590 on" in row["reason"]
     assert "0000:01:00.0" in row["reason"]
 

@@ -2,31 +2,49 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU frequency scaling: driver mode, governor, energy performance preference (EPP), boost.
 
-Per-policy files live in ``/sys/devices/system/cpu/cpufreq/policyN`` (``cpuN/cpufreq`` links
-there); one policy may cover several CPUs (``affected_cpus``), so writes go once per policy.
-Node-wide files: ``cpufreq/boost``, ``amd_pstate/status``, ``intel_pstate/{status,no_turbo}``.
-
-Pure planning: ``driver_family``, ``driver_for_mode``, ``driver_kernel_args`` (the one driver ->
-kernel argument mapping: cpu_freq's plan, verification, tuning_info and the rollback filter
-use it), ``driver_change``, ``order_governor_epp``,
-``group_by_value``. ``run`` is the module's whole flow.
+The family of the cpu_freq module. Reading the node and planning a change (``NodeFreq``, ``validate``,
+``driver_kernel_args``, ...) are core/cpu_freq.py's; here ``run`` (the module's whole flow: validate, journal,
+write in an order the driver accepts, read back), its restore, the boot re-apply and the role's hooks. The
+verification half (facts, rows) is families/cpufreq_verify.py, imported only when verification calls it.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import (  # noqa: F401 (cpu_vendor: re-exported)
     ARM64_VENDOR,
     cpu_vendor,
     driver_family,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import aggregate
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import (
+    AMD_PSTATE_MODES,
+    AMD_PSTATE_STATUS,
+    BOOST,
+    CPUFREQ_DIR,
+    DESIRED_OPTIONS,
+    DRIVER_FAMILIES,
+    EPP_NAMES,
+    EPP_RAW_MAX,
+    GOVERNORS,
+    INTEL_NO_TURBO,
+    INTEL_PSTATE_MODES,
+    INTEL_PSTATE_STATUS,
+    MODE_SETTINGS,
+    POLICY_FILES,
+    NodeFreq,
+    PlanError,
+    boost_value,
+    driver_kernel_args,
+    epp_allowed,
+    group_by_value,
+    order_governor_epp,
+    per_cpu,
+    read_policies,
+    validate,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import setting as setting_row
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -34,174 +52,14 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
-    SYSFS_CPU,
     Node,
     NodeError,
     format_cpulist,
-    online_cpus,
-    parse_cpulist,
-    read_small,
 )
 
 NAME = "cpufreq"
-# CPU vendor a pstate driver family needs.
-PSTATE_VENDOR = {"amd-pstate": "AuthenticAMD", "intel_pstate": "GenuineIntel"}
 # The cpufreq driver is a module udev's coldplug loads, possibly after the boot unit started.
 UDEV_SETTLE_TIMEOUT = 30
-CPUFREQ = SYSFS_CPU + "/cpufreq"
-BOOST = CPUFREQ + "/boost"
-AMD_PSTATE_STATUS = SYSFS_CPU + "/amd_pstate/status"
-INTEL_PSTATE_STATUS = SYSFS_CPU + "/intel_pstate/status"
-INTEL_NO_TURBO = SYSFS_CPU + "/intel_pstate/no_turbo"
-
-AMD_PSTATE_MODES = ["active", "passive", "guided"]
-INTEL_PSTATE_MODES = ["active", "passive"]
-DRIVER_FAMILIES = ["native", "amd-pstate", "acpi-cpufreq", "intel_pstate"]
-# driver=native: the vendor's own pstate driver. CPUs of other vendors keep their running driver.
-NATIVE_DRIVERS = {"AuthenticAMD": "amd-pstate", "GenuineIntel": "intel_pstate"}
-# The runtime mode setting of each pstate driver family.
-MODE_SETTINGS = {"amd_pstate_mode": "amd-pstate", "intel_pstate_status": "intel_pstate"}
-# Drivers that refuse an EPP other than "performance" (EBUSY) while the governor is performance.
-EPP_LOCKED_UNDER_PERFORMANCE = ("amd-pstate-epp", "intel_pstate")
-# tuning_info's RETURN of tuning_facts.cpufreq (tools/generate.py writes it there).
-FACTS_DOC = r"""
-description:
-  - CPU frequency scaling. Per-CPU settings are aggregated as a dict with C(value) (the most common value
-    over the online CPUs, null when the attribute is absent), C(cpus_differing) (how many online CPUs
-    have another value) and C(cpulists) (each value present -> the cpulist that has it).
-returned: always
-type: dict
-contains:
-  supported:
-    description: True when a cpufreq driver serves the CPUs.
-    type: bool
-    returned: always
-    sample: true
-  driver:
-    description: The cpufreq driver (C(acpi-cpufreq), C(amd-pstate), C(amd-pstate-epp), C(intel_pstate), ...).
-    type: str
-    returned: always
-    sample: acpi-cpufreq
-  cpus_with_policy:
-    description: Number of online CPUs that have a cpufreq policy.
-    type: int
-    returned: always
-    sample: 128
-  governor:
-    description: The scaling governor, aggregated.
-    type: dict
-    returned: always
-    sample: {value: performance, cpus_differing: 0, cpulists: {performance: 0-127}}
-    contains:
-      value:
-        description: The most common governor.
-        type: str
-        returned: always
-        sample: performance
-      cpus_differing:
-        description: Number of online CPUs with another governor (or none).
-        type: int
-        returned: always
-        sample: 0
-      cpulists:
-        description: Governor -> cpulist of the CPUs that use it.
-        type: dict
-        returned: always
-        sample: {performance: 0-127}
-  epp:
-    description: The energy performance preference, aggregated like RV(tuning_facts.cpufreq.governor).
-    type: dict
-    returned: always
-    sample: {value: performance, cpus_differing: 0, cpulists: {performance: 0-127}}
-    contains:
-      value:
-        description: The most common EPP; null when the driver has no EPP.
-        type: str
-        returned: always
-        sample: performance
-      cpus_differing:
-        description: Number of online CPUs with another EPP.
-        type: int
-        returned: always
-        sample: 0
-      cpulists:
-        description: EPP -> cpulist.
-        type: dict
-        returned: always
-        sample: {performance: 0-127}
-  boost:
-    description: C(/sys/devices/system/cpu/cpufreq/boost); null when absent (see C(intel_pstate.no_turbo)).
-    type: bool
-    returned: always
-    sample: true
-  available_governors:
-    description: Governors the driver offers.
-    type: list
-    elements: str
-    returned: always
-    sample: [performance, powersave]
-  available_epp:
-    description: EPP values the driver offers; empty without EPP.
-    type: list
-    elements: str
-    returned: always
-    sample: [default, performance, balance_performance, balance_power, power]
-  amd_pstate:
-    description: The amd-pstate driver's status file (it exists only when amd-pstate registered).
-    type: dict
-    returned: always
-    contains:
-      present:
-        description: True when C(amd_pstate/status) exists.
-        type: bool
-        returned: always
-        sample: true
-      status:
-        description: V(active), V(passive), V(guided) or V(disable); null when absent.
-        type: str
-        returned: always
-        sample: active
-  intel_pstate:
-    description: The intel_pstate driver's state.
-    type: dict
-    returned: always
-    contains:
-      present:
-        description: True when C(intel_pstate/status) exists.
-        type: bool
-        returned: always
-        sample: false
-      status:
-        description: V(active), V(passive) or V(off); null when absent.
-        type: str
-        returned: always
-        sample: active
-      no_turbo:
-        description: C(intel_pstate/no_turbo) as a bool; null when absent.
-        type: bool
-        returned: always
-        sample: false
-  per_cpu:
-    description: Per CPU number (string), its C(governor) and C(epp).
-    type: dict
-    returned: when O(detail=true)
-    sample: {"0": {governor: performance, epp: performance}}
-"""
-# The policy file of each per-policy setting.
-POLICY_FILES = {"governor": "scaling_governor", "epp": "energy_performance_preference"}
-# Governors of the setpolicy drivers (active modes): known before the mode switch.
-SETPOLICY_GOVERNORS = ["performance", "powersave"]
-
-# The kernel's cpufreq governors (Documentation/admin-guide/pm/cpufreq.rst, "Generic Scaling Governors").
-# Which of them a node offers is its scaling_available_governors (checked on the node).
-GOVERNORS = ("performance", "powersave", "schedutil", "ondemand", "conservative", "userspace")
-# EPP names of amd-pstate-epp and intel_pstate (Documentation/admin-guide/pm/amd-pstate.rst, intel_pstate.rst);
-# intel_pstate with HWP also takes a raw EPP 0-255. Which ones a node offers is its
-# energy_performance_available_preferences (checked on the node).
-EPP_NAMES = ("default", "performance", "balance_performance", "balance_power", "power")
-EPP_RAW_MAX = 255
-# The desired-value options (what a preset may set for every node: preset_options).
-DESIRED_OPTIONS = ("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status")
 
 ARGUMENT_SPEC = dict(
     governor=dict(type="str"),
@@ -215,24 +73,6 @@ ARGUMENT_SPEC = dict(
 ARGUMENT_SPEC.update(contract.preset_options_spec(DESIRED_OPTIONS))
 ARGUMENT_SPEC.update(JOURNAL_ARGUMENT_SPEC)
 ARGUMENT_SPEC.update(NODE_ARGUMENT_SPEC)
-
-
-class PlanError(ValueError):
-    """A request that cannot be carried out on this node; the message says what is allowed."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Node-free validation (the module and the desired state's "cpufreq" entry)
-# ---------------------------------------------------------------------------------------------
-
-
-def _epp_allowed(epp: Any) -> bool:
-    if isinstance(epp, bool):
-        return False
-    if isinstance(epp, int):
-        return 0 <= epp <= EPP_RAW_MAX
-    return isinstance(epp, str) and (epp in EPP_NAMES or (epp.isascii() and epp.isdigit()
-                                                          and int(epp) <= EPP_RAW_MAX))
 
 
 def desired_problems(want: Any) -> list:
@@ -250,7 +90,7 @@ def desired_problems(want: Any) -> list:
     if governor is not None and governor not in GOVERNORS:
         out.append(("governor", "governor %r is not a cpufreq governor: allowed are %s"
                     % (governor, ", ".join(GOVERNORS))))
-    if epp is not None and not _epp_allowed(epp):
+    if epp is not None and not epp_allowed(epp):
         out.append(("epp", "epp %r is not an energy performance preference: allowed are %s, or a raw value 0-%d "
                     "(intel_pstate with HWP)" % (epp, ", ".join(EPP_NAMES), EPP_RAW_MAX)))
     if boost is not None and not isinstance(boost, bool):
@@ -262,434 +102,8 @@ def desired_problems(want: Any) -> list:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Pure planning
-# ---------------------------------------------------------------------------------------------
-
-
-def driver_for_mode(family: str, mode: str) -> str:
-    """The scaling driver name a pstate driver registers in ``mode``."""
-    if family == "amd-pstate":
-        return "amd-pstate-epp" if mode == "active" else "amd-pstate"
-    return "intel_pstate" if mode == "active" else "intel_cpufreq"
-
-
-def resolve_driver(wanted: str | None, cpu_vendor: str | None) -> str | None:
-    """Resolve ``native`` to the CPU vendor's own pstate driver; other values pass through.
-
-    ``native`` lets one desired state serve a mixed fleet: amd-pstate on AMD, intel_pstate on
-    Intel. A CPU without a vendor pstate driver (arm64, another x86 vendor, an unreadable
-    /proc/cpuinfo) gives None: the running driver is kept (``keep_driver_reason`` says why).
-    """
-    if wanted != "native":
-        return wanted
-    return NATIVE_DRIVERS.get(cpu_vendor)
-
-
-def keep_driver_reason(cpu_vendor: str | None, running_driver: str | None) -> str:
-    """Why ``driver=native`` leaves the running driver alone on this CPU (the not-applicable reason)."""
-    return ("driver=native means the CPU vendor's own pstate driver (amd-pstate on AMD, intel_pstate on Intel); "
-            "this CPU (%s) has none, so the running driver %s is kept"
-            % (cpu_vendor or "no vendor_id in /proc/cpuinfo", running_driver or "none"))
-
-
-def applicability(desired: dict, cpu_vendor: str | None, running: dict) -> tuple[str | None, dict]:
-    """Decide which requested cpufreq settings apply to the driver this node is meant to run.
-
-    One function for the module and for verification, so that both agree. ``desired`` has the
-    module's options (``driver``, ``amd_pstate_mode``, ``intel_pstate_status``, ``epp``, ``boost``;
-    None when not asked). ``running`` describes the node: ``driver`` (scaling driver), ``amd_status``
-    and ``intel_status`` (the pstate status files, None when absent), ``epp`` (a policy has an
-    EPP file), ``boost`` (a boost control exists).
-
-    Returns ``(wanted, reasons)``: the desired driver family (None: keep the running one) and
-    ``{setting: why it does not apply}``. A preset's knob for another driver (amd_pstate_mode when
-    the driver is acpi-cpufreq, EPP on a driver without EPP, boost without a boost file) is
-    not applicable, never an error.
-    """
-    wanted = resolve_driver(desired.get("driver"), cpu_vendor)
-    reasons = {}
-    running_driver = running.get("driver")
-    if desired.get("driver") == "native" and wanted is None:
-        reasons["driver"] = keep_driver_reason(cpu_vendor, running_driver)
-    target = wanted or driver_family(running_driver)
-    pending = wanted is not None and wanted != driver_family(running_driver)
-    if wanted:
-        where = "the desired driver is %s" % wanted
-    else:
-        where = "this node keeps its running driver %s" % running_driver
-    for key, family in MODE_SETTINGS.items():
-        if desired.get(key) is not None and target != family:
-            reasons[key] = "%s applies to the %s driver only; %s" % (key, family, where)
-    if desired.get("epp") is not None:
-        why = _epp_not_applicable(desired, target, pending, running)
-        if why:
-            reasons["epp"] = why
-    if desired.get("boost") is not None and not running.get("boost"):
-        reasons["boost"] = "driver %s has no boost control (neither /%s nor /%s exists)" % (
-            running_driver, BOOST, INTEL_NO_TURBO)
-    return wanted, reasons
-
-
-def _epp_not_applicable(desired, target, pending, running):
-    """Why an EPP does not apply to ``target`` (the driver the node is meant to run), or None."""
-    mode_key = {family: key for key, family in MODE_SETTINGS.items()}.get(target)
-    mode = desired.get(mode_key) if mode_key else None
-    if target == "amd-pstate" and mode is not None and mode != "active":
-        return ("amd_pstate_mode=%s runs the amd-pstate driver, which has no energy performance preference "
-                "(only active mode, amd-pstate-epp, has one)" % mode)
-    if pending:
-        # After the reboot into a pstate driver the EPP applies; acpi-cpufreq never has one.
-        return None if mode_key else "the desired driver %s has no energy performance preference" % target
-    if running.get("epp"):
-        return None
-    current = running.get("amd_status") if target == "amd-pstate" else running.get("intel_status")
-    if mode == "active" and current not in (None, "active"):
-        return None  # the mode switch to active brings the EPP
-    return ("driver %s has no energy performance preference (EPP needs amd-pstate-epp, i.e. amd_pstate active "
-            "mode, or intel_pstate with HWP)" % running.get("driver"))
-
-
-def selecting_args(family: str, amd_pstate_mode: str | None = None) -> list[str]:
-    """The kernel arguments that make the kernel load a pstate driver family at boot."""
-    if family == "amd-pstate":
-        return ["amd_pstate=%s" % (amd_pstate_mode or "active")]
-    if family == "intel_pstate":
-        return ["intel_pstate=active"]
-    return []
-
-
-def disabling_args(family: str) -> list[str]:
-    """The kernel arguments that keep a pstate driver family from loading (acpi-cpufreq takes over)."""
-    if family == "amd-pstate":
-        return ["amd_pstate=disable"]
-    if family == "intel_pstate":
-        return ["intel_pstate=disable"]
-    return []
-
-
-class DriverArgs(NamedTuple):
-    """The answer of ``driver_kernel_args``: what one node needs, and what any node may have got."""
-
-    needed: list[str]
-    """Arguments that make this node boot into the desired driver; empty when it already runs that family."""
-    removable: list[str]
-    """Every argument the persistent flow may configure for this desired driver, on a node of either
-    vendor running any driver (the rollback removes exactly these)."""
-
-
-def driver_kernel_args(wanted: str | None, amd_pstate_mode: str | None = None, cpu_vendor: str | None = None,
-                       running_driver: str | None = None) -> DriverArgs:
-    """The one mapping of a desired cpufreq driver to kernel arguments.
-
-    ``wanted``: a ``driver`` choice (``native``, ``amd-pstate``, ``acpi-cpufreq``, ``intel_pstate``) or
-    None; ``amd_pstate_mode`` the desired amd_pstate mode (None: active); ``cpu_vendor`` as
-    ``cpu_vendor()`` says it (None: unknown, not checked); ``running_driver`` the scaling driver
-    the node runs now. amd-pstate and intel_pstate are chosen with ``amd_pstate=MODE`` and
-    ``intel_pstate=active``; acpi-cpufreq by switching the running pstate driver off
-    (``amd_pstate=disable``, ``intel_pstate=disable``). Used by cpu_freq's plan, verification,
-    tuning_info and the rollback filter, so they cannot disagree.
-
-    Raises PlanError when the CPU cannot run the desired driver (amd-pstate on Intel,
-    intel_pstate on AMD, any of them on arm64) and the node would have to switch to it.
-    """
-    family = driver_family(wanted)
-    if family == "native":
-        removable = selecting_args("amd-pstate", amd_pstate_mode) + selecting_args("intel_pstate")
-    elif family == "acpi-cpufreq":
-        removable = disabling_args("amd-pstate") + disabling_args("intel_pstate")
-    else:
-        removable = selecting_args(family, amd_pstate_mode)
-    target = resolve_driver(family, cpu_vendor) if family == "native" else family
-    if not target or driver_family(running_driver) == target:
-        return DriverArgs([], removable)
-    _check_vendor(target, cpu_vendor, running_driver)
-    if target == "acpi-cpufreq":
-        return DriverArgs(disabling_args(driver_family(running_driver)), removable)
-    return DriverArgs(selecting_args(target, amd_pstate_mode), removable)
-
-
-def _check_vendor(family, cpu_vendor, running_driver):
-    """Raise PlanError when a CPU of ``cpu_vendor`` cannot run the driver ``family``."""
-    if cpu_vendor and cpu_vendor.startswith(ARM64_VENDOR):
-        raise PlanError("driver=%s exists on x86 CPUs only; this node's CPU is %s, running %s: use driver=native "
-                        "to keep the running driver" % (family, cpu_vendor, running_driver))
-    if family == "amd-pstate" and cpu_vendor and cpu_vendor != "AuthenticAMD":
-        raise PlanError("driver=amd-pstate needs an AMD CPU; this node's CPU vendor is %s "
-                        "(possible drivers: intel_pstate, acpi-cpufreq)" % cpu_vendor)
-    if family == "intel_pstate" and cpu_vendor and cpu_vendor != "GenuineIntel":
-        raise PlanError("driver=intel_pstate needs an Intel CPU; this node's CPU vendor is %s "
-                        "(possible drivers: amd-pstate, acpi-cpufreq)" % cpu_vendor)
-
-
-def driver_change(current_driver: str | None, wanted_family: str | None, cpu_vendor: str | None,
-                  amd_pstate_mode: str | None = None) -> tuple[bool, list[str]]:
-    """Plan a driver change, which only a reboot can make: ``(reboot_required, kernel_args)``.
-
-    ``driver_kernel_args``' ``needed`` for cpu_freq's plan; raises PlanError as it does.
-    """
-    needed = driver_kernel_args(wanted_family, amd_pstate_mode, cpu_vendor, current_driver).needed
-    return bool(needed), needed
-
-
-def order_governor_epp(driver: str | None, current_governor: str | None, governor: str | None = None,
-                       epp: str | None = None) -> list[tuple[str, str]]:
-    """Return the writes that take one policy to ``governor``/``epp``, in an order the driver accepts.
-
-    The result is a list of ``(setting, value)`` with setting ``governor`` or ``epp``; settings
-    already at their value are left out. amd-pstate-epp and intel_pstate refuse an EPP other
-    than ``performance`` while the governor is ``performance`` (EBUSY), so:
-
-    * final governor performance with a non-performance EPP is impossible: PlanError;
-    * the governor is written first, then the EPP: leaving ``performance`` first unlocks the EPP,
-      and entering ``performance`` is accepted whatever the EPP is.
-    """
-    final_governor = governor or current_governor
-    if epp is not None and epp != "performance" and final_governor == "performance" \
-            and driver in EPP_LOCKED_UNDER_PERFORMANCE:
-        how = ("governor=performance was asked" if governor else "the governor is performance")
-        raise PlanError("epp=%s cannot be set while the governor is performance: %s refuses it (EBUSY) and %s; "
-                        "use governor=powersave with this EPP, or epp=performance"
-                        % (epp, driver, how))
-    steps = []
-    if governor is not None and governor != current_governor:
-        steps.append(("governor", governor))
-    if epp is not None:
-        steps.append(("epp", epp))
-    return steps
-
-
-def group_by_value(values: dict) -> dict:
-    """Aggregate ``{cpu: value}`` into ``{value: cpulist}``."""
-    groups = {}
-    for cpu, value in values.items():
-        if value is not None:
-            groups.setdefault(str(value), []).append(cpu)
-    return {value: format_cpulist(cpus) for value, cpus in sorted(groups.items())}
-
-
 def _count(values, value):
     return sum(1 for v in values.values() if v == value)
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading the node
-# ---------------------------------------------------------------------------------------------
-
-
-class Policy:
-    """One cpufreq policy: the CPUs it covers and its current settings."""
-
-    __slots__ = ("name", "cpus", "driver", "governor", "governors", "epp", "epps")
-
-    def __init__(self, name, cpus, driver, governor, governors, epp, epps):
-        self.name = name
-        self.cpus = cpus
-        self.driver = driver
-        self.governor = governor
-        self.governors = governors
-        self.epp = epp
-        self.epps = epps
-
-    def path(self, attr: str) -> str:
-        return "%s/%s/%s" % (CPUFREQ, self.name, attr)
-
-
-def read_policies(node: Node) -> list[Policy]:
-    """Read every cpufreq policy with at least one online CPU, ordered by first CPU."""
-    policies = []
-    for name in node.listdir(CPUFREQ):
-        if not name.startswith("policy") or not name[6:].isdigit():
-            continue
-        base = CPUFREQ + "/" + name
-        affected = node.read(base, "affected_cpus", default=None)
-        try:
-            cpus = parse_cpulist(affected.replace(" ", ",")) if affected is not None else [int(name[6:])]
-        except ValueError:
-            cpus = [int(name[6:])]
-        if not cpus:
-            continue
-        epp = node.read(base, "energy_performance_preference", default="") or None
-        epps = node.read(base, "energy_performance_available_preferences", default="").split() if epp else None
-        policies.append(Policy(
-            name, cpus,
-            node.read(base, "scaling_driver", default=""),
-            node.read(base, "scaling_governor", default=""),
-            node.read(base, "scaling_available_governors", default="").split(),
-            epp, epps))
-    policies.sort(key=lambda p: p.cpus[0])
-    return policies
-
-
-def per_cpu(policies: list[Policy], attr: str) -> dict:
-    """``{cpu: value}`` of a policy attribute (``governor``, ``epp``)."""
-    return {cpu: getattr(p, attr) for p in policies for cpu in p.cpus}
-
-
-class NodeFreq:
-    """The node-wide frequency state: policies plus the node-wide files."""
-
-    def __init__(self, node):
-        self.node = node
-        self.refresh()
-
-    def refresh(self, policies: bool = True) -> None:
-        """Read the node again; ``policies=False`` re-reads only the node-wide files."""
-        node = self.node
-        if policies:
-            self.policies = read_policies(node)
-        drivers = sorted({p.driver for p in self.policies if p.driver})
-        self.driver = ",".join(drivers) or None
-        self.has_amd_status = node.exists(AMD_PSTATE_STATUS)
-        self.amd_status = node.read(AMD_PSTATE_STATUS, default="") if self.has_amd_status else None
-        self.has_intel_status = node.exists(INTEL_PSTATE_STATUS)
-        self.intel_status = node.read(INTEL_PSTATE_STATUS, default="") if self.has_intel_status else None
-        self.boost_file = None
-        if driver_family(self.driver) == "intel_pstate" and node.exists(INTEL_NO_TURBO):
-            self.boost_file = INTEL_NO_TURBO
-        elif node.exists(BOOST):
-            self.boost_file = BOOST
-        elif node.exists(INTEL_NO_TURBO):
-            self.boost_file = INTEL_NO_TURBO
-        self.boost = None
-        if self.boost_file:
-            raw = node.read(self.boost_file, default="")
-            if raw in ("0", "1"):
-                self.boost = (raw == "1") != (self.boost_file == INTEL_NO_TURBO)
-
-    def view(self) -> dict:
-        """The running state as ``applicability`` takes it."""
-        return dict(driver=self.driver, amd_status=self.amd_status, intel_status=self.intel_status,
-                    epp=any(p.epp is not None for p in self.policies), boost=self.boost_file is not None)
-
-
-def boost_value(boost_file: str, boost: bool) -> str:
-    """The string that makes ``boost_file`` mean ``boost`` (no_turbo is inverted)."""
-    if boost_file == INTEL_NO_TURBO:
-        return "0" if boost else "1"
-    return "1" if boost else "0"
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation (before any write)
-# ---------------------------------------------------------------------------------------------
-
-
-def validate(params: dict, freq: NodeFreq, vendor: str | None, node: Node | None = None) -> dict:
-    """Check every desired value against the node; return the plan or raise PlanError.
-
-    The plan is a dict: ``driver_wanted`` (family, None to keep the running one),
-    ``reboot_required``, ``kernel_args``, ``mode`` (``(file, key, value)`` or None), ``skip``
-    (``{setting: reason}``: not applicable, or applying only after a reboot), ``deferred``
-    (governor validated after a mode switch), ``driver_after`` (predicted scaling driver).
-    """
-    plan = dict(reboot_required=False, kernel_args=[], mode=None, skip={}, deferred=False,
-                driver_after=freq.driver, warnings=[])
-    wanted, plan["skip"] = applicability(params, vendor, freq.view())
-    # What does not apply to this node's driver at all (the rest of skip applies after a reboot).
-    plan["not_applicable"] = dict(plan["skip"])
-    plan["driver_wanted"] = wanted
-    amd_mode = None if "amd_pstate_mode" in plan["skip"] else params["amd_pstate_mode"]
-    plan["reboot_required"], plan["kernel_args"] = driver_change(freq.driver, wanted, vendor, amd_mode)
-    plan["unsupported"] = {}
-    if plan["reboot_required"] and wanted == "amd-pstate" and node is not None:
-        amd_mode = _fit_amd_pstate(plan, node, amd_mode)
-    _plan_mode(plan, freq, "amd_pstate_mode", amd_mode)
-    if "intel_pstate_status" not in plan["skip"]:
-        _plan_mode(plan, freq, "intel_pstate_status", params["intel_pstate_status"])
-    if params["governor"] is not None:
-        _check_governor(plan, freq, params["governor"])
-    if params["epp"] is not None and "epp" not in plan["skip"]:
-        _check_epp(plan, freq, params["governor"], params["epp"])
-    return plan
-
-
-def _fit_amd_pstate(plan, node, amd_mode):
-    """Fit before tuned: a node that cannot boot into amd-pstate (kernel, option, CPPC), or loads it by itself,
-    gets no argument and no reboot; the driver (and its mode and EPP) are unsupported with the cause."""
-    feasible = fit.amd_pstate_feasibility(fit.read(node), amd_mode, node.read("proc/cmdline", default="").split())
-    if feasible["ok"] and not feasible["default"]:
-        return amd_mode
-    plan["reboot_required"], plan["kernel_args"] = False, []
-    for key in ("driver", "amd_pstate_mode", "epp"):
-        plan["skip"][key] = plan["unsupported"][key] = feasible["reason"]
-    plan["warnings"].append("cpufreq driver amd-pstate is unsupported on this node, no kernel argument is "
-                            "written and no reboot is needed for it: %s" % feasible["reason"])
-    return None
-
-
-def _plan_mode(plan, freq, key, mode):
-    """Plan a pstate mode switch (the desired driver is that pstate driver: ``applicability``)."""
-    if mode is None:
-        return
-    amd = key == "amd_pstate_mode"
-    path, family = (AMD_PSTATE_STATUS, "amd-pstate") if amd else (INTEL_PSTATE_STATUS, "intel_pstate")
-    present, current = (freq.has_amd_status, freq.amd_status) if amd else (freq.has_intel_status, freq.intel_status)
-    if present:
-        if current != mode:
-            plan["mode"] = (path, key, mode)
-            plan["driver_after"] = driver_for_mode(family, mode)
-    elif plan["reboot_required"]:
-        plan["skip"][key] = "%s is not running (driver %s): %s=%s applies after the reboot into it (%s)" % (
-            family, freq.driver, key, mode, " ".join(plan["kernel_args"]))
-    else:
-        raise PlanError("%s=%s needs %s, which this node does not have (cpufreq driver %s, a kernel without a "
-                        "runtime mode switch); set the mode on the kernel command line instead"
-                        % (key, mode, "/" + path, freq.driver))
-
-
-def _check_governor(plan, freq, governor):
-    switching = plan["mode"] is not None
-    driver_after = plan["driver_after"]
-    if switching and driver_after in ("amd-pstate-epp", "intel_pstate"):
-        allowed = SETPOLICY_GOVERNORS
-    elif switching:
-        plan["deferred"] = True  # known only once the driver has re-registered
-        plan["warnings"].append("governor %s is checked against the governors of %s after the mode switch"
-                                % (governor, driver_after))
-        return
-    else:
-        allowed = _common(p.governors for p in freq.policies)
-    if governor not in allowed:
-        raise PlanError("governor %s is not available with driver %s; available governors: %s"
-                        % (governor, driver_after, ", ".join(allowed) or "none"))
-
-
-def _check_epp(plan, freq, governor, epp):
-    """The EPP against the policies (``applicability`` has ruled out drivers without EPP)."""
-    switching = plan["mode"] is not None
-    has_epp = all(p.epp is not None for p in freq.policies)
-    if not has_epp and not switching:
-        if plan["reboot_required"]:
-            plan["skip"]["epp"] = ("driver %s has no energy performance preference; it applies after the reboot "
-                                   "into %s (%s)" % (freq.driver, plan["driver_wanted"], " ".join(plan["kernel_args"])))
-            return
-        missing = [cpu for p in freq.policies if p.epp is None for cpu in p.cpus]
-        raise PlanError("epp=%s: CPUs %s have no energy_performance_preference while the others have one"
-                        % (epp, format_cpulist(missing)))
-    if has_epp:
-        allowed = _common(p.epps for p in freq.policies)
-        if epp not in allowed:
-            raise PlanError("epp %s is not available with driver %s; available preferences: %s"
-                            % (epp, freq.driver, ", ".join(allowed) or "none"))
-    errors = {}
-    for p in freq.policies:
-        try:
-            order_governor_epp(plan["driver_after"] if switching else p.driver, p.governor, governor, epp)
-        except PlanError as exc:
-            errors.setdefault(str(exc), []).extend(p.cpus)
-    if errors:
-        msg, cpus = next(iter(errors.items()))
-        raise PlanError("%s (CPUs %s)" % (msg, format_cpulist(cpus)))
-
-
-def _common(lists):
-    """Values present in every list, in the order of the first."""
-    lists = [list(x or []) for x in lists]
-    if not lists:
-        return []
-    rest = [set(x) for x in lists[1:]]
-    return [v for v in lists[0] if all(v in r for r in rest)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -836,7 +250,7 @@ def run(call: contract.Call) -> dict:
     result = dict(changed=False, supported=bool(freq.policies), driver=freq.driver, reboot_required=False,
                   kernel_args=[], settings={})
     if not freq.policies:
-        why = "this node has no cpufreq policies (%s is empty or missing; typical of VMs)" % ("/" + CPUFREQ)
+        why = "this node has no cpufreq policies (%s is empty or missing; typical of VMs)" % ("/" + CPUFREQ_DIR)
         if params["required"]:
             raise CpufreqError("CPU frequency scaling cannot be controlled: " + why, result)
         result["reason"] = why
@@ -879,7 +293,7 @@ def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
     params.update((k, v) for k, v in desired.items() if k in params)
     freq = NodeFreq(node)
     if not freq.policies:
-        return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ}
+        return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ_DIR}
     plan = validate(params, freq, cpu_vendor(node), node)
     outcome = Outcome()
     _after, changed = _run_writes(Call(params), node, None, freq, plan, outcome)
@@ -1212,219 +626,15 @@ def _keep_failed(journal, entries, outcome):
             journal.drop(NAME, key)
             journal.record_per_cpu(NAME, key, kept)
 
-# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
 
-
-def _pstate_mode(family, cf):
-    if family == "amd-pstate":
-        return (cf.get("amd_pstate") or {}).get("status")
-    if family == "intel_pstate":
-        return (cf.get("intel_pstate") or {}).get("status")
-    return None
-
-
-def _cpufreq_running(cf):
-    """The running cpufreq state of the facts, as ``applicability`` takes it."""
-    amd, intel = cf.get("amd_pstate") or {}, cf.get("intel_pstate") or {}
-    return dict(driver=cf.get("driver"), amd_status=amd.get("status"), intel_status=intel.get("status"),
-                epp=(cf.get("epp") or {}).get("value") is not None or bool(cf.get("available_epp")),
-                boost=cf.get("boost") is not None or intel.get("no_turbo") is not None)
-
-
-def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = None) -> dict:
-    """The family's facts (``facts["cpufreq"]``): driver, governor, EPP, boost (aggregated over the online CPUs),
-    amd_pstate and intel_pstate state; per CPU only with ``query.detail``."""
-    query = query or contract.FactsQuery(cpus=tuple(online_cpus(node)))
-    cpus, detail = list(query.cpus), query.detail
-    base = node.path(SYSFS_CPU)
-    governors = {}
-    epps = {}
-    driver = None
-    available_governors = available_epp = None
-    for cpu in cpus:
-        d = "%s/cpu%d/cpufreq/" % (base, cpu)
-        governors[cpu] = read_small(d + "scaling_governor")
-        epps[cpu] = read_small(d + "energy_performance_preference")
-        if driver is None and governors[cpu] is not None:
-            # One cpufreq driver serves the whole system: read it (and the choices) once.
-            driver = read_small(d + "scaling_driver")
-            available_governors = (read_small(d + "scaling_available_governors") or "").split()
-            available_epp = (read_small(d + "energy_performance_available_preferences") or "").split()
-    boost = read_small(os.path.join(base, "cpufreq", "boost"))
-    amd_status = read_small(os.path.join(base, "amd_pstate", "status"))
-    intel_status = read_small(os.path.join(base, "intel_pstate", "status"))
-    no_turbo = read_small(os.path.join(base, "intel_pstate", "no_turbo"))
-    result = {
-        "supported": driver is not None,
-        "driver": driver,
-        "cpus_with_policy": sum(1 for v in governors.values() if v is not None),
-        "governor": aggregate(governors),
-        "epp": aggregate(epps),
-        "boost": None if boost is None else boost.strip() == "1",
-        "available_governors": available_governors or [],
-        "available_epp": available_epp or [],
-        "amd_pstate": {"present": amd_status is not None, "status": amd_status},
-        "intel_pstate": {"present": intel_status is not None, "status": intel_status,
-                         "no_turbo": None if no_turbo is None else no_turbo == "1"},
-    }
-    if detail:
-        result["per_cpu"] = {str(cpu): {"governor": governors[cpu], "epp": epps[cpu]} for cpu in cpus}
-    return result
-
-
-def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
-    """Driver (and pstate mode), governor, EPP and boost of ``desired['cpufreq']``.
-
-    Which settings apply is decided as cpu_freq decides it (``applicability``): driver=native
-    on a CPU without a vendor pstate driver keeps the running driver, and a knob for another driver
-    (amd_pstate_mode with acpi-cpufreq wanted, EPP or boost without the files) is not_applicable
-    with the module's reason.
-    """
-    desired = desired.get(NAME) or {}
-    cf = facts.get(NAME) or {}
-    vendor = (facts.get("cpu") or {}).get("vendor")
-    wanted = [(k, desired.get(k)) for k in ("governor", "epp", "boost") if desired.get(k) is not None]
-    if not desired.get("driver") and not wanted:
-        return []
-    if not cf.get("supported"):
-        why = "no cpufreq driver: the CPUs have no frequency scaling (virtual machine, or disabled in the BIOS)"
-        family = resolve_driver(desired.get("driver"), vendor) or desired.get("driver")
-        out = [setting_row(NAME, "driver", family, None, "not_applicable", why)] if family else []
-        return out + [setting_row(NAME, k, v, None, "not_applicable", why) for k, v in wanted]
-    family, reasons = applicability(desired, vendor, _cpufreq_running(cf))
-    out = []
-    driver_state = None
-    if "driver" in reasons:
-        driver_state = "not_applicable"
-        out.append(setting_row(NAME, "driver", desired["driver"], cf.get("driver"), driver_state, reasons["driver"]))
-    elif family:
-        mode_key = {"amd-pstate": "amd_pstate_mode", "intel_pstate": "intel_pstate_status"}.get(family)
-        mode = desired.get(mode_key) if mode_key and mode_key not in reasons else None
-        out.append(_cpufreq_driver(cf, family, mode, vendor, ctx, facts))
-        driver_state = out[-1]["state"]
-    for key, want in wanted:
-        if key in reasons:
-            running = cf.get("boost") if key == "boost" else (cf.get(key) or {}).get("value")
-            out.append(setting_row(NAME, key, want, running, "not_applicable", reasons[key],
-                                   ctx.boot_persisted(want)))
-        else:
-            out.append(_cpufreq_setting(cf, key, want, driver_state, family, ctx))
-    return out
-
-
-def _cpufreq_driver(cf, family, mode, vendor, ctx, facts=None):
-    """The driver row: the wanted family (and pstate mode) against the running driver and the boot configuration."""
-    running_driver = cf.get("driver")
-    want_text = "%s (%s)" % (family, mode) if mode else family
-    running_mode = _pstate_mode(family, cf)
-    running_text = "%s (%s)" % (running_driver, running_mode) if running_mode else running_driver
-    row = (want_text, running_text)
-    need_vendor = PSTATE_VENDOR.get(family)
-    if vendor and vendor.startswith(ARM64_VENDOR) and driver_family(running_driver) != family:
-        return setting_row(NAME, "driver", *row, "not_applicable",
-                           "%s exists on x86 CPUs only; this node's CPU is %s" % (family, vendor))
-    if need_vendor and vendor and vendor != need_vendor:
-        return setting_row(NAME, "driver", *row, "not_applicable",
-                           "%s needs a %s CPU; this node has %s" % (family, need_vendor, vendor))
-    if driver_family(running_driver) == family:
-        # What the next boot keeps: this driver's arguments that are configured.
-        args = driver_kernel_args(family, mode, vendor, running_driver).removable
-        persisted = " ".join(a for a in args if ctx.arg(a)["configured"]) or None
-        if not mode or not running_mode or running_mode == mode:
-            return setting_row(NAME, "driver", *row, "applied", "", persisted)
-        return setting_row(NAME, "driver", *row, "drifted",
-                           "%s runs in %s mode; the mode can be switched at runtime (tune --tags runtime)"
-                           % (family, running_mode), persisted)
-    unfit = _unfit_row(row, family, mode, vendor, running_driver, ctx, facts or {})
-    return unfit or _driver_switch_row(row, family, mode, vendor, running_driver, ctx)
-
-
-def _unfit_row(row, family, mode, vendor, running_driver, ctx, facts):
-    """The driver row of a node that cannot boot into amd-pstate, or loads it by itself (``platform``): unsupported
-    with the cause; drifted when the argument is on the running command line (a reboot that did not bring it)."""
-    if family != "amd-pstate":
-        return None
-    cmdline = (facts.get("kernel") or {}).get("cmdline_args") or []
-    feasible = fit.amd_pstate_feasibility(facts.get("platform"), mode, cmdline)
-    if feasible["ok"] and not feasible["default"]:
-        return None
-    args = driver_kernel_args(family, mode, vendor, running_driver).needed
-    if args and all(ctx.arg(a)["running"] for a in args):
-        out = setting_row(NAME, "driver", *row, "drifted", "%s is on the running command line but %s serves the "
-                          "CPUs: %s" % (" ".join(args), running_driver, feasible["reason"]), None)
-    else:
-        out = setting_row(NAME, "driver", *row, "unsupported", feasible["reason"], None)
-    return dict(out, fit=True)
-
-
-def _driver_switch_row(row, family, mode, vendor, running_driver, ctx):
-    """The driver row when another driver family runs: pending_reboot when the switch's arguments are configured."""
-    args = driver_kernel_args(family, mode, vendor, running_driver).needed
-    views = [ctx.arg(a) for a in args]
-    persisted = " ".join(args) if args and all(v["configured"] for v in views) else None
-    text = " ".join(args)
-    if args and persisted and not all(v["running"] for v in views):
-        return setting_row(NAME, "driver", *row, "pending_reboot",
-                           "%s is configured for the next boot; %s runs until the reboot" % (text, running_driver),
-                           persisted)
-    if args and all(v["running"] for v in views):
-        why = "%s is on the running command line but %s serves the CPUs: %s" % (
-            text, running_driver, _switch_failed_hint(family))
-        return setting_row(NAME, "driver", *row, "drifted", why, persisted)
-    why = ("%s runs and %s is not configured for the next boot (tune --tags persistent adds it; a "
-           "reboot switches the driver)" % (running_driver, text)) if args else \
-        "%s runs; switching to %s needs its pstate driver disabled on the kernel command line" % (
-            running_driver, family)
-    if ctx.cmdline_error:
-        why += "; the boot configuration could not be read: %s" % ctx.cmdline_error
-    return setting_row(NAME, "driver", *row, "drifted", why, persisted)
-
-
-def _switch_failed_hint(family):
-    """Why a driver argument on the running command line did not bring the driver."""
-    if family == "acpi-cpufreq":
-        return "the kernel has no acpi-cpufreq, or the platform offers no ACPI P-states (_PSS)"
-    return ("CPPC is off in the BIOS or the kernel lacks the driver (look for '_CPC object is not present')"
-            if family == "amd-pstate" else "the kernel lacks the driver or the CPU has no HWP/P-state support")
-
-
-def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
-    persisted = ctx.boot_persisted(want)
-    if key == "boost":
-        running = cf.get("boost")
-        no_turbo = (cf.get("intel_pstate") or {}).get("no_turbo")
-        if running is None and no_turbo is not None:
-            running = not no_turbo
-        if running is None:
-            why = "driver %s has no boost control (cpufreq/boost, intel_pstate/no_turbo)" % cf.get("driver")
-            return setting_row(NAME, key, want, None, "unsupported", why, persisted)
-        state = "applied" if bool(running) == bool(want) else "drifted"
-        return setting_row(NAME, key, want, running, state, "", persisted)
-    agg = cf.get(key) or {}
-    running = agg.get("value")
-    values = agg.get("cpulists") or {}
-    shown = running if len(values) <= 1 else ", ".join("%s on %s" % (v, c) for v, c in values.items())
-    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
-    after_reboot = "the driver switch pending a reboot brings %s" % key
-    if running is None or (available and want not in available):
-        if driver_state == "pending_reboot":
-            return setting_row(NAME, key, want, shown, "pending_reboot", after_reboot, persisted)
-        if driver_state == "drifted":
-            why = "%s does not offer %s=%s; it needs the %s driver" % (cf.get("driver"), key, want, family)
-            return setting_row(NAME, key, want, shown, "drifted", why, persisted)
-        what = "offers no EPP" if key == "epp" and running is None else \
-            "does not offer %s (available: %s)" % (want, ", ".join(available) or "none")
-        return setting_row(NAME, key, want, shown, "unsupported", "driver %s %s" % (cf.get("driver"), what),
-                           persisted)
-    if running == want and not agg.get("cpus_differing"):
-        return setting_row(NAME, key, want, shown, "applied", "", persisted)
-    return setting_row(NAME, key, want, shown, "drifted",
-                       "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
+# ---------------------------------------------------------------------------------------------
+# The boot re-apply and the role's hooks
+# ---------------------------------------------------------------------------------------------
 
 
 def _settle_udev(node: Node) -> str:
     """On a live node without a cpufreq policy yet, wait (bounded) for udev to load the driver; a note if not."""
-    if not node.is_live or any(n.startswith("policy") for n in node.listdir(CPUFREQ)):
+    if not node.is_live or any(n.startswith("policy") for n in node.listdir(CPUFREQ_DIR)):
         return ""
     udevadm = SystemLookup.get_bin_path("udevadm")
     if not udevadm:
@@ -1486,50 +696,6 @@ def kernel_args(pc, remove: bool = False) -> list:
     return list(result.get("kernel_args") or [])
 
 
-def _driver_switch(row: dict, cf: dict) -> bool:
-    """Whether a driver row wants another driver family than the running one."""
-    wanted = str(row.get("desired") or "").split(" ", maxsplit=1)[0]  # "amd-pstate (active)" -> amd-pstate
-    return bool(wanted) and wanted != driver_family(cf.get("driver"))
-
-
-def _offered(cf: dict, key: str, want: Any) -> bool:
-    """Whether the running cpufreq driver offers ``key`` = ``want`` (governor or EPP)."""
-    available = cf.get("available_governors" if key == "governor" else "available_epp") or []
-    return (cf.get(key) or {}).get("value") is not None and (not available or want in available)
-
-
-def runtime(row: dict, facts: dict, rows: list) -> bool:
-    """Whether runtime tuning can bring a row: not a switch to another driver (only the persistent flow's
-    kernel argument and a reboot do), nor a governor or EPP value that only the wanted driver offers.
-    A mode switch within the running pstate driver is runtime work."""
-    cf = facts.get(NAME) or {}
-    if row["name"] == "driver":
-        return not _driver_switch(row, cf)
-    if row["name"] in ("governor", "epp") and any(r["name"] == "driver" and _driver_switch(r, cf) for r in rows):
-        return _offered(cf, row["name"], row["desired"])
-    return True
-
-
-def drifted_cpus(row: dict, online: int) -> int | None:
-    """The guard's count of CPUs a governor or EPP row is wrong on (0 when applied).
-
-    Mixed values read "performance on 0-5,8, schedutil on 6-7": the CPUs of the other values.
-    """
-    if row["name"] not in ("governor", "epp") or row["state"] not in ("drifted", "applied"):
-        return None
-    if row["state"] == "applied":
-        return 0
-    pairs = [part.split(" on ", 1) for part in str(row.get("running") or "").split(", ") if " on " in part]
-    if not pairs:
-        return online
-    return sum(len(parse_cpulist(cpus)) for value, cpus in pairs if value != str(row.get("desired")))
-
-
-def reads_boot_config(desired: dict) -> bool:
-    """A driver is judged against the kernel argument configured for the next boot (pending_reboot)."""
-    return bool((desired.get(NAME) or {}).get("driver"))
-
-
 def summary(result: dict) -> str:
     if not result.get("supported", True):
         return "not applicable: %s" % result.get("reason")
@@ -1540,16 +706,22 @@ def summary(result: dict) -> str:
     return line
 
 
+def _verification():
+    """The verification half (families/cpufreq_verify.py), imported when verification first calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_verify
+    return cpufreq_verify
+
+
 DEFINITION = Family(
     name=NAME,
     titles={NAME: "cpufreq"},
     module="cpu_freq",
-    read=read,
-    facts_doc=FACTS_DOC,
+    read=contract.later(_verification, "read"),
+    facts_doc=contract.later(_verification, "FACTS_DOC"),
     run=run,
-    evaluate=evaluate,
-    reads_boot_config=reads_boot_config,
-    runtime=runtime,
+    evaluate=contract.later(_verification, "evaluate"),
+    reads_boot_config=contract.later(_verification, "reads_boot_config"),
+    runtime=contract.later(_verification, "runtime"),
     boot=boot,
     from_role=from_role,
     runtime_options=runtime_options,
@@ -1557,7 +729,7 @@ DEFINITION = Family(
     argument_spec=ARGUMENT_SPEC,
     kernel_args=kernel_args,
     per_cpu=("governor", "epp"),
-    drifted_cpus=drifted_cpus,
+    drifted_cpus=contract.later(_verification, "drifted_cpus"),
     summary=summary,
     items="settings",
     validate={NAME: desired_problems},

@@ -17,17 +17,17 @@ is the record of a lock: the original is "unlocked" (restore: ``-rgc``), and a G
 already locked when the journal holds its lock and its graphics clock is inside the range. Neither
 survives a reboot or driver reload, so ``boot`` re-applies them (the lock always).
 
+On a node whose GPUs are AMD's, core/amd_settings.py applies power cap, performance level and determinism
+through amd-smi. The verification half (the rows of the settings) is families/gpu_settings_verify.py.
 Plain Python (3.8+), no Ansible import.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
-    amd_health,
-    amd_smi,
+    amd_settings,
     command,
     family,
     nvidia_smi,
@@ -51,18 +51,9 @@ DAEMON = "nvidia-persistenced.service"
 
 KEYS = ("persistence", "power_limit", "power_limits", "locked_clocks", "application_clocks", "perf_level",
         "perf_determinism_mhz")
-# amd-smi's performance levels (``amd-smi set --perf-level``; AMD SMI's perf-determinism guide lists them).
-AMD_PERF_LEVELS = ("auto", "low", "high", "manual", "stable_std", "stable_peak", "stable_min_mclk",
-                   "stable_min_sclk", "determinism")
 # Verified only, never changed (changing them stops every process on the GPU; a memory partition needs a driver
-# reload): the desired state may name them, the module never gets them. The modes are AMD SMI's
-# (https://rocm.docs.amd.com/projects/amdsmi/en/latest/conceptual/partition.html: accelerator/compute partitions
-# SPX, DPX, TPX, QPX, CPX; memory partitions NPS1, NPS2, NPS4, NPS8, amdsmi_memory_partition_type_t).
+# reload): the desired state may name them, the module never gets them (amd_settings.AMD_PARTITIONS: the modes).
 VERIFY_ONLY = ("compute_partition", "memory_partition")
-AMD_PARTITIONS = {"compute_partition": ("SPX", "DPX", "TPX", "QPX", "CPX"),
-                  "memory_partition": ("NPS1", "NPS2", "NPS4", "NPS8")}
-# amd-smi set's option for each (``amd-smi set -g N --compute-partition CPX``).
-PARTITION_OPTIONS = {"compute_partition": "--compute-partition", "memory_partition": "--memory-partition"}
 
 
 class _Refused(ValueError):
@@ -120,28 +111,28 @@ def _perf_level(value: Any) -> str | None:
     if value is None:
         return None
     text = str(value).strip().lower()
-    if text not in AMD_PERF_LEVELS:
-        raise _Refused("perf_level must be one of %s, got %r" % (", ".join(AMD_PERF_LEVELS), value))
+    if text not in amd_settings.AMD_PERF_LEVELS:
+        raise _Refused("perf_level must be one of %s, got %r" % (", ".join(amd_settings.AMD_PERF_LEVELS), value))
     return text
 
 
-def _partition(key: str, value: Any) -> str | None:
+def partition_mode(key: str, value: Any) -> str | None:
     """A compute or memory partition mode as amd-smi prints it (upper case); None when unset."""
     if value is None:
         return None
     text = str(value).strip().upper()
-    if text not in AMD_PARTITIONS[key]:
+    if text not in amd_settings.AMD_PARTITIONS[key]:
         raise _Refused("%s must be one of %s (AMD SMI's %s modes), got %r"
-                       % (key, ", ".join(AMD_PARTITIONS[key]), key.split("_")[0], value))
+                       % (key, ", ".join(amd_settings.AMD_PARTITIONS[key]), key.split("_")[0], value))
     return text
 
 
 def _compute_partition(value: Any) -> str | None:
-    return _partition("compute_partition", value)
+    return partition_mode("compute_partition", value)
 
 
 def _memory_partition(value: Any) -> str | None:
-    return _partition("memory_partition", value)
+    return partition_mode("memory_partition", value)
 
 
 def _determinism(value: Any) -> int | None:
@@ -241,29 +232,29 @@ def read_gpus(run, smi: str, gpus_on_bus: int = 0) -> list:
             raise family.FamilyError("GPU settings not read: nvidia-smi answers %s for %s of %s"
                                      % (row[lost[0]], ", ".join(lost), row["bdf"]))
         gpus.append({"bdf": row["bdf"], "index": row["index"],
-                     "persistence_mode": row.get("persistence_mode"), "limit": _float(row.get("power.limit")),
-                     "min": _float(row.get("power.min_limit")), "max": _float(row.get("power.max_limit")),
-                     "clock": _float(row.get("clocks.current.graphics")), "app": _app_clocks(row),
-                     "app_state": _app_state(row), "max_gr": _float(row.get("clocks.max.graphics")),
-                     "max_mem": _float(row.get("clocks.max.memory"))})
+                     "persistence_mode": row.get("persistence_mode"), "limit": as_float(row.get("power.limit")),
+                     "min": as_float(row.get("power.min_limit")), "max": as_float(row.get("power.max_limit")),
+                     "clock": as_float(row.get("clocks.current.graphics")), "app": app_clocks(row),
+                     "app_state": app_state(row), "max_gr": as_float(row.get("clocks.max.graphics")),
+                     "max_mem": as_float(row.get("clocks.max.memory"))})
     return gpus
 
 
-def _app_state(row: dict) -> str | None:
+def app_state(row: dict) -> str | None:
     """Why a GPU has no application clocks: ``deprecated`` (R590 on), ``not supported`` ([N/A]), None when it has."""
     values = (row.get("clocks.applications.memory"), row.get("clocks.applications.graphics"))
     if nvidia_smi.DEPRECATED in values:
         return "deprecated"
-    return None if _app_clocks(row) is not None else "not supported"
+    return None if app_clocks(row) is not None else "not supported"
 
 
-def _app_clocks(row: dict) -> dict | None:
+def app_clocks(row: dict) -> dict | None:
     """``{memory, graphics}`` MHz of a query row; None where the GPU reports none ([N/A])."""
-    mem, gr = _float(row.get("clocks.applications.memory", "")), _float(row.get("clocks.applications.graphics", ""))
+    mem, gr = as_float(row.get("clocks.applications.memory", "")), as_float(row.get("clocks.applications.graphics", ""))
     return None if mem is None or gr is None else {"memory": int(mem), "graphics": int(gr)}
 
 
-def _float(text: str | None) -> float | None:
+def as_float(text: str | None) -> float | None:
     try:
         return float(text)
     except (TypeError, ValueError):
@@ -515,7 +506,7 @@ def _without_nvidia_smi(call: family.Call, node: Node, journal, want: dict | Non
         # Nothing of ours to put back: a rollback must pass on a node without nvidia-smi.
         return _result([], None, [])
     if _amd_only(node):
-        return run_amd(call, node, journal, want, restore)
+        return amd_settings.run_amd(call, node, journal, want, restore, NAME)
     return None
 
 
@@ -560,127 +551,7 @@ def _restore(call: family.Call, journal, smi: str, gpus: list, daemon: dict | No
     return result
 
 
-# --- verification and boot ---
-
-
-def persistence_mode_row(probe: dict, root: str = "/") -> dict | None:
-    """``persistence_mode``: Enabled on every GPU the driver lists (``nvidia-smi --query-gpu``), judged whenever
-    nvidia-smi is asked, whatever the desired state holds (verification's former GPU section). Off, the driver
-    tears a GPU's state down when it idles. None when verification was told not to probe the GPUs."""
-    state, why = nvidia_smi.probe_status(probe, root)
-    if state == "disabled":
-        return None
-    if state != "present":
-        return family.setting(NAME, "persistence_mode", "Enabled", None, "not_applicable", why)
-    query = probe.get("query") or {}
-    if query.get("rc", 0) != 0:
-        return family.setting(NAME, "persistence_mode", "Enabled", None, "drifted", nvidia_smi.smi_failure(query))
-    gpus = nvidia_smi.parse_gpu_query(query.get("stdout"))
-    off = [str(g["index"]) for g in gpus if g["persistence_mode"].lower() != "enabled"]
-    if not gpus:
-        return family.setting(NAME, "persistence_mode", "Enabled", None, "not_applicable", "no GPU")
-    if off:
-        return family.setting(NAME, "persistence_mode", "Enabled", "Disabled on GPU %s" % ", ".join(off), "drifted",
-                              "persistence mode off: the driver tears down GPU state when idle (run "
-                              "nvidia-persistenced)")
-    return family.setting(NAME, "persistence_mode", "Enabled", "Enabled", "applied", "")
-
-
-def evaluate(facts: dict, desired: dict, ctx: Any = None) -> list:
-    """For what the desired state sets, rows ``gpu_settings.persistence``, ``.power_limit``, ``.locked_clocks`` and
-    ``.application_clocks`` from the health query; then ``.persistence_mode`` (always: ``persistence_mode_row``).
-
-    On a node whose GPUs are AMD's (the module's choice, ``_amd_only``, made here from the facts' ``pci.gpu_vendors``)
-    ``.power_limit``, ``.perf_level``, ``.perf_determinism_mhz``, ``.compute_partition`` and ``.memory_partition``
-    come from amd-smi's answers (``amd_rows``, vendor ``amd``); elsewhere the AMD-only ones are not applicable."""
-    probe = nvidia_smi.probe_answers(getattr(ctx, "gpu", None) or facts.get("gpu_probe"))
-    mode_row = persistence_mode_row(probe, getattr(ctx, "root", "/"))
-    want_params = (desired or {}).get(NAME) or {}
-    vendors = set(((facts.get("pci") or {}).get("gpu_vendors") or {}).values())
-    if want_params and vendors == {"amd"}:
-        nvidia_rows = [r for r in _setting_rows(probe, desired) if r["name"] not in AMD_ROWS]
-        return nvidia_rows + amd_rows(want_params, probe) + ([mode_row] if mode_row else [])
-    return _setting_rows(probe, desired) + _amd_elsewhere(want_params, vendors) + ([mode_row] if mode_row else [])
-
-
-def gpu_commands(desired: dict) -> tuple:
-    """The health query (the settings' values) and the GPU list (persistence mode); amd-smi's calls where the
-    desired state sets a GPU setting (asked only on a node with AMD GPUs; the same calls as gpu_health's, once)."""
-    amd = amd_health.COMMANDS if (desired or {}).get(NAME) else ()
-    return (nvidia_smi.HEALTH, nvidia_smi.QUERY) + amd
-
-
-def _setting_rows(probe: dict, desired: dict) -> list:
-    """The rows of the settings the desired state sets (none when it sets none)."""
-    want_params = (desired or {}).get(NAME) or {}
-    if not want_params:
-        return []
-    try:
-        want = validate(want_params)
-    except family.FamilyError as exc:
-        raise family.EvaluationError(str(exc)) from None
-    health = probe.get("health") or {}
-    if probe.get("probe") != "present" or health.get("rc", 0) != 0 or health.get("timed_out"):
-        state, why = "not_applicable", "nvidia-smi is not available (%s)" % (probe.get("probe") or "not probed")
-        if probe.get("probe") == "present":
-            state, why = "unsupported", "nvidia-smi did not answer the GPU query: %s" % command.failure(
-                "nvidia-smi", command.Result(health.get("rc"), health.get("stdout") or "", health.get("stderr") or "",
-                                             timed_out=bool(health.get("timed_out"))))
-        return [family.setting(NAME, k, v, None, state, why)
-                for k, v in (("persistence", want["persistence"]), ("power_limit", want["power"] or None),
-                             ("locked_clocks", want["locked"]), ("application_clocks", want["app"]))
-                if v is not None]
-    gpus = nvidia_smi.parse_health(health.get("stdout"), health.get("fields"))
-    rows = []
-    if want["persistence"] is not None:
-        mode = "Enabled" if want["persistence"] else "Disabled"
-        off = ["%s %s" % (g["bdf"], g["persistence_mode"]) for g in gpus if g["persistence_mode"] != mode]
-        rows.append(family.setting(NAME, "persistence", mode, "; ".join(off) or mode, "drifted" if off else "applied",
-                                   "persistence mode differs on %s" % ", ".join(off) if off else ""))
-    if want["power"]:
-        off = []
-        for g in gpus:
-            watts = want["power"].get(g["bdf"], want["power"].get("*"))
-            limit = _float(g.get("power.limit"))
-            if watts is not None and (limit is None or abs(limit - watts) >= 0.5):
-                off.append("%s %s W of %d W" % (g["bdf"], g.get("power.limit"), watts))
-        rows.append(family.setting(NAME, "power_limit", want["power"], "; ".join(off) or "as wanted",
-                                   "drifted" if off else "applied", "; ".join(off)))
-    return rows + clock_rows(want, gpus)
-
-
-def clock_rows(want: dict, gpus: list) -> list:
-    """Locked clocks: each GPU's graphics clock inside the range (no query shows the lock itself; a clock
-    outside means the lock is gone, e.g. after a driver reload, or the GPU is throttling). Application
-    clocks: the query's pair."""
-    rows = []
-    if want["locked"]:
-        lo, hi = want["locked"]["min"], want["locked"]["max"]
-        clocks = {g["bdf"]: _float(g.get("clocks.current.graphics")) for g in gpus}
-        unknown = sorted(b for b, c in clocks.items() if c is None)
-        off = ["%s %.0f MHz" % (b, c) for b, c in sorted(clocks.items()) if c is not None and not lo <= c <= hi]
-        state, why = ("drifted", "graphics clock outside %d-%d MHz on %s (lock gone, or throttling: see clocks "
-                      "event reasons)" % (lo, hi, ", ".join(off))) if off else ("applied", "")
-        if unknown and not off:
-            state, why = "not_applicable", "nvidia-smi reports no graphics clock for %s" % ", ".join(unknown)
-        rows.append(family.setting(NAME, "locked_clocks", want["locked"], "; ".join(off) or "inside the range",
-                                   state, why))
-    if want["app"]:
-        rows.append(_app_row(want["app"], gpus))
-    return rows
-
-
-def _app_row(app: dict, gpus: list) -> dict:
-    """Application clocks: the query's pair; deprecated from R590 on (the answer says so): unsupported."""
-    deprecated = [g["bdf"] for g in gpus if _app_state(g) == "deprecated"]
-    if deprecated:
-        return family.setting(NAME, "application_clocks", app, nvidia_smi.DEPRECATED, "unsupported",
-                              "the driver answers %s for %s: application clocks are deprecated from R590 on; lock the "
-                              "graphics clock (locked_clocks) instead" % (nvidia_smi.DEPRECATED, ", ".join(deprecated)))
-    off = ["%s %s" % (g["bdf"], _app_clocks(g)) for g in gpus if _app_clocks(g) != app]
-    return family.setting(NAME, "application_clocks", app, "; ".join(off) or "as wanted",
-                          "drifted" if off else "applied",
-                          "application clocks (memory, graphics MHz) differ on %s" % ", ".join(off) if off else "")
+# --- boot, and the role's hooks ---
 
 
 def boot(node: Node, want: dict) -> tuple:
@@ -737,13 +608,20 @@ def restore_options(v: dict) -> dict:
     return {"restore": True}
 
 
+def _verification():
+    """The verification half (families/gpu_settings_verify.py), imported when verification first calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings_verify
+    return gpu_settings_verify
+
+
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "GPU settings"},
     module="gpu_settings",
     run=run,
-    evaluate=family.with_vendor(evaluate, "nvidia"),  # nvidia-smi's settings and P2P status
-    gpu_commands=gpu_commands,
+    # nvidia-smi's settings and P2P status
+    evaluate=family.with_vendor(family.later(_verification, "evaluate"), "nvidia"),
+    gpu_commands=family.later(_verification, "gpu_commands"),
     boot=boot,
     from_role=from_role,
     runtime_options=runtime_options,
@@ -751,357 +629,3 @@ DEFINITION = family.Family(
     argument_spec=ARGUMENT_SPEC,
     validate={NAME: desired_problems},
 )
-
-
-# --- AMD Instinct GPUs, through amd-smi ---
-#
-# ``amd-smi set -g N [N ...] --power-cap W`` (watts on the CLI; the library takes microwatts),
-# ``--perf-level LEVEL`` and ``--perf-determinism MHZ`` (AMD SMI docs, "Performance levels and performance
-# determinism"). ``set`` names its GPUs with ``-g``, which takes several: one call per distinct wanted value,
-# for the GPUs that differ only. The cap is read back from ``amd-smi static --json`` (``limit.socket_power``,
-# 6.0's ``limit.current_power``), the level from ``amd-smi metric --json`` (``perf_level``). Every call runs
-# through the module's runner, bounded by ``command_timeouts.amd_smi``.
-
-AMD_JOURNAL = {"power_limit": "amd_power_cap", "perf_level": "amd_perf_level"}
-
-
-def amd_watts(raw: Any) -> float | None:
-    """A power cap in watts: amd-smi prints W from 6.1 on; a value in uW (its unit says so, or a bare number
-    too big for watts, as the library's microwatts) is converted."""
-    n = amd_smi.number(raw)
-    if n is None:
-        return None
-    unit = (amd_smi.unit(raw) or "").replace("\u00b5", "u").lower()
-    return float(n) / 1e6 if unit == "uw" or (not unit and n > 100000) else float(n)
-
-
-def read_amd_gpus(run, smi: str) -> list:
-    """``[{bdf, index, limit, min, max, perf_level, compute_partition, memory_partition}]`` from one
-    ``amd-smi static --json`` and one ``amd-smi metric --json`` call; FamilyError naming what amd-smi did."""
-    answers = {}
-    for name in ("static", "metric"):
-        argv = [smi] + list(amd_smi.COMMANDS[name]["argv"])
-        rc, out, err = run(argv)
-        if rc != 0:
-            raise family.FamilyError("GPU settings not read: amd-smi %s rc %s: %s"
-                                     % (name, rc, (err or out).strip()[:200]))
-        answers[name] = out
-    static = amd_smi.read_static(answers["static"])
-    metric = amd_smi.read_metric(answers["metric"])
-    for name, answer in (("static", static), ("metric", metric)):
-        if answer["finding"]:
-            raise family.FamilyError("GPU settings not read: amd-smi %s: %s" % (name, answer["finding"]))
-    levels = {r["gpu"]: r.get("perf_level") for r in metric["gpus"]}
-    raw_caps = _raw_caps(answers["static"])
-    return [{"bdf": r["bdf"], "index": r["gpu"], "limit": raw_caps.get(r["gpu"], r.get("power_cap_w")),
-             "min": r.get("power_cap_min_w"), "max": r.get("power_cap_max_w"), "perf_level": levels.get(r["gpu"]),
-             "compute_partition": r.get("compute_partition"), "memory_partition": r.get("memory_partition")}
-            for r in static["gpus"]]
-
-
-def _raw_caps(text: str) -> dict:
-    """``{gpu index: cap in W}`` from the raw static records (the unit decides W or uW)."""
-    records, _finding = amd_smi.entries(amd_smi.load_json(text)["data"])
-    out = {}
-    for entry in records:
-        raw = amd_smi.dig(entry, ("limit", "socket_power"), ("limit", "current_power"))
-        out[amd_smi.integer(entry.get("gpu"))] = amd_watts(raw)
-    return out
-
-
-def amd_plan(gpus: list, want: dict) -> list:
-    """``[(bdf, key, original, wanted)]`` of the AMD GPUs that differ; FamilyError before any write for a cap
-    outside a GPU's range or an address amd-smi does not list."""
-    listed = {g["bdf"] for g in gpus}
-    unknown = sorted(b for b in want["power"] if b != "*" and b not in listed)
-    if unknown:
-        raise family.FamilyError("power_limits: amd-smi lists no GPU at %s; it lists: %s"
-                                 % (", ".join(unknown), ", ".join(sorted(listed)) or "none"))
-    level = "determinism" if want.get("determinism") else want.get("perf_level")
-    steps = []
-    for g in gpus:
-        watts = want["power"].get(g["bdf"], want["power"].get("*"))
-        if watts is not None:
-            if g["min"] is not None and g["max"] is not None and not g["min"] <= watts <= g["max"]:
-                raise family.FamilyError("power limit %d W for %s is outside its range %.0f-%.0f W; nothing was "
-                                         "changed" % (watts, g["bdf"], g["min"], g["max"]))
-            if g["limit"] is None or abs(g["limit"] - watts) >= 0.5:
-                steps.append((g["bdf"], "power_limit", g["limit"], watts))
-        if level is not None and g["perf_level"] != level:
-            steps.append((g["bdf"], "perf_level", g["perf_level"], level))
-    return steps
-
-
-def amd_argvs(smi: str, gpus: list, steps: list, determinism: int | None = None) -> list:
-    """``[(argv, [step, ...])]``: one ``amd-smi set -g I J ...`` per setting and wanted value."""
-    index = {g["bdf"]: g["index"] for g in gpus}
-    groups: dict = {}
-    for step in steps:
-        groups.setdefault((step[1], step[3]), []).append(step)
-    out = []
-    for (key, value), members in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        ids = [str(index[s[0]]) for s in members]
-        if key == "power_limit":
-            option = ["--power-cap", "%d" % round(float(value))]
-        elif value == "determinism" and determinism:
-            option = ["--perf-determinism", str(determinism)]
-        else:
-            option = ["--perf-level", str(value).upper()]
-        out.append(([smi, "set", "-g"] + ids + option, members))
-    return out
-
-
-def amd_execute(call: family.Call, smi: str, gpus: list, steps: list, determinism: int | None = None) -> list:
-    """Run the grouped ``amd-smi set`` calls: ``[(step, error)]`` of those that failed (the others still run)."""
-    failed = []
-    for argv, members in amd_argvs(smi, gpus, steps, determinism):
-        rc, out, err = call.run_command(argv)
-        refused = amd_smi.refusal((rc, out, err))
-        error = amd_smi.error_document(out) or amd_smi.error_document(err)
-        if refused:  # up to ROCm 7.1 amd-smi prints its refusal and exits 0: nothing was set
-            why = "%s: this amd-smi does not offer it (%s)" % (" ".join(argv[1:]), refused)
-        elif error:
-            why = "%s: amd-smi rc %s: %s (code %s)" % (" ".join(argv[1:]), rc, error["error"][:200], error["code"])
-        elif rc != 0:
-            why = "%s: amd-smi rc %s: %s" % (" ".join(argv[1:]), rc, (err or out).strip()[:200])
-        else:
-            continue
-        failed += [(s, why) for s in members]
-    return failed
-
-
-def find_amd_smi(node: Node, lookup: Any) -> str:
-    """amd-smi of the node (PATH, then /opt/rocm/bin); on a simulated root only the node's own stand-in."""
-    try:
-        return node.bin_path(lookup, "amd-smi", "amd-smi-lib", host=node.is_live)
-    except NodeError:
-        candidate = node.path("opt/rocm/bin", "amd-smi")
-        if os.access(candidate, os.X_OK):
-            return candidate
-        raise
-
-
-def _amd_result(steps: list, gpus: list) -> dict:
-    changes = [{"gpu": bdf, "vendor": "amd", "setting": key, "before": before, "after": after}
-               for bdf, key, before, after in steps]
-    return {"changed": bool(changes), "changes": changes,
-            "gpus": [{"bdf": g["bdf"], "vendor": "amd", "power_limit": g["limit"], "perf_level": g["perf_level"],
-                      "compute_partition": g["compute_partition"], "memory_partition": g["memory_partition"]}
-                     for g in gpus]}
-
-
-def amd_readback_errors(gpus: list, steps: list) -> list:
-    """What amd-smi accepted but does not report afterwards."""
-    by_bdf = {g["bdf"]: g for g in gpus}
-    errors = []
-    for bdf, key, _before, after in steps:
-        g = by_bdf.get(bdf, {})
-        now = g.get("limit") if key == "power_limit" else g.get("perf_level")
-        if key == "power_limit" and (now is None or abs(now - float(after)) >= 0.5) or \
-                key == "perf_level" and now != after:
-            errors.append("%s %s: amd-smi reports %s after setting %s" % (bdf, key, now, after))
-    return errors
-
-
-def run_amd(call: family.Call, node: Node, journal, want: dict | None, restore: bool) -> dict:
-    """gpu_settings on a node whose GPUs are AMD's: plan, journal, ``amd-smi set``, read back (or restore)."""
-    try:
-        smi = find_amd_smi(node, call.lookup)
-    except NodeError as exc:
-        raise family.FamilyError(str(exc)) from None
-    gpus = read_amd_gpus(call.run_command, smi)
-    if restore:
-        return _amd_restore(call, journal, smi, gpus)
-    return _amd_apply(call, journal, smi, gpus, want)
-
-
-def _amd_restore(call: family.Call, journal, smi: str, gpus: list) -> dict:
-    """Write the journaled AMD originals back; what could not be restored stays in the journal."""
-    by_bdf = {g["bdf"]: g for g in gpus}
-    steps, keys = [], {}
-    for key, original in sorted(journal.entries(NAME).items()):
-        kind, _sep, bdf = key.partition(":")
-        setting = {v: k for k, v in AMD_JOURNAL.items()}.get(kind)
-        if setting is None or bdf not in by_bdf or original is None:
-            continue
-        current = by_bdf[bdf]["limit" if setting == "power_limit" else "perf_level"]
-        if setting == "power_limit" and current is not None and abs(current - float(original)) < 0.5 or \
-                setting == "perf_level" and current == original:
-            journal.drop(NAME, key)
-            continue
-        step = (bdf, setting, current, original)
-        steps.append(step)
-        keys[step] = key
-    result = _amd_result(steps, gpus)
-    if call.check_mode:
-        return result
-    failed = amd_execute(call, smi, gpus, steps)
-    for step in steps:
-        if step not in [f for f, _e in failed]:
-            journal.drop(NAME, keys[step])
-    journal.save()
-    result["gpus"] = _amd_result([], read_amd_gpus(call.run_command, smi))["gpus"]
-    if failed:
-        raise family.FamilyError("GPU settings not restored (they stay in the journal): "
-                                 + "; ".join(sorted({e for _s, e in failed})), result)
-    return result
-
-
-def _amd_apply(call: family.Call, journal, smi: str, gpus: list, want: dict) -> dict:
-    """Plan, journal the originals, ``amd-smi set``, read back."""
-    steps = amd_plan(gpus, want)
-    result = _amd_result(steps, gpus)
-    if call.diff:
-        result["diff"] = {"before": {"%s %s" % (s[0], s[1]): s[2] for s in steps},
-                          "after": {"%s %s" % (s[0], s[1]): s[3] for s in steps}}
-    if call.check_mode or not steps:
-        return result
-    if journal is not None:
-        for bdf, key, before, _after in steps:
-            if "%s:%s" % (AMD_JOURNAL[key], bdf) not in journal.entries(NAME):
-                journal.record(NAME, "%s:%s" % (AMD_JOURNAL[key], bdf), before)
-        journal.save()
-    failed = amd_execute(call, smi, gpus, steps, want.get("determinism"))
-    if journal is not None:
-        journal.mark_applied(NAME)
-        journal.save()
-    after = read_amd_gpus(call.run_command, smi)
-    result["gpus"] = _amd_result([], after)["gpus"]
-    errors = sorted({e for _s, e in failed})
-    errors += amd_readback_errors(after, [s for s in steps if s not in [f for f, _e in failed]])
-    if errors:
-        raise family.FamilyError("GPU settings not applied: " + "; ".join(errors), result)
-    return result
-
-
-# --- verification on AMD GPUs: desired against amd-smi's answers of the GPU probe ---
-
-# The rows amd-smi answers on a node whose GPUs are AMD's (power_limit replaces nvidia-smi's there).
-AMD_ROWS = ("power_limit", "perf_level", "perf_determinism_mhz") + VERIFY_ONLY
-_AMD_ONLY_KEYS = ("perf_level", "perf_determinism_mhz") + VERIFY_ONLY
-
-
-def _amd_elsewhere(want_params: dict, vendors: set) -> list:
-    """The AMD-only settings on a node whose GPUs are not all AMD's: not applicable, saying why."""
-    why = ("AMD Instinct GPUs only (amd-smi); this node's GPUs are %s" % " and ".join(sorted(vendors))
-           if vendors else "no GPU on the PCI bus")
-    if vendors and vendors != {"amd"} and "amd" in vendors:
-        why = "the AMD settings are applied and verified on a node whose GPUs are all AMD's; this one has %s" \
-            % " and ".join(sorted(vendors))
-    return [family.setting(NAME, k, want_params[k], None, "not_applicable", why)
-            for k in _AMD_ONLY_KEYS if want_params.get(k) is not None]
-
-
-def _amd_name(g: dict) -> str:
-    return "GPU %s (%s)" % (g["index"], g["bdf"])
-
-
-def amd_probe_gpus(probe: dict, need_metric: bool) -> tuple:
-    """``(gpus, why)``: the GPUs of the probe's ``amd-smi static`` (and ``metric``) answers as ``read_amd_gpus``
-    reads them, or why there are none (the call's failure, or its finding)."""
-    answers = {}
-    refused = amd_health.refusals(probe)
-    for key in ("amd_static",) + (("amd_metric",) if need_metric else ()):
-        answer = probe.get(key)
-        if key in refused:
-            return [], amd_health.refused_reason(probe, key, refused[key])
-        why = amd_health.call_failure(key, answer)
-        if why:
-            return [], why
-        answers[key] = answer.get("stdout") or ""
-    static = amd_smi.read_static(answers["amd_static"])
-    metric = amd_smi.read_metric(answers.get("amd_metric")) if need_metric else {"gpus": [], "finding": None}
-    for key, answer in (("amd_static", static), ("amd_metric", metric)):
-        if answer["finding"]:
-            return [], "%s: %s" % (amd_health.argv_text(key), answer["finding"])
-    levels = {r["gpu"]: r.get("perf_level") for r in metric["gpus"]}
-    caps = _raw_caps(answers["amd_static"])
-    return [{"bdf": r["bdf"], "index": r["gpu"], "limit": caps.get(r["gpu"], r.get("power_cap_w")),
-             "perf_level": levels.get(r["gpu"]), "compute_partition": r.get("compute_partition"),
-             "memory_partition": r.get("memory_partition")} for r in static["gpus"]], None
-
-
-def amd_rows(want_params: dict, probe: dict) -> list:
-    """The AMD rows of what the desired state sets: power cap, perf level, determinism, partitions (vendor amd).
-
-    Each row names every GPU that differs (``GPU <index> (<address>)``), desired and actual; a partition that
-    differs is drifted naming the ``amd-smi set`` call that would change it (this collection never does)."""
-    try:
-        want = validate(want_params)
-    except family.FamilyError as exc:
-        raise family.EvaluationError(str(exc)) from None
-    partitions = {k: _partition(k, want_params.get(k)) for k in VERIFY_ONLY}
-    level = None if want["determinism"] else want["perf_level"]
-    asked = [(k, v) for k, v in (("power_limit", want["power"] or None), ("perf_level", level),
-                                 ("perf_determinism_mhz", want["determinism"]),
-                                 ("compute_partition", partitions["compute_partition"]),
-                                 ("memory_partition", partitions["memory_partition"])) if v is not None]
-    if not asked:
-        return []
-    gpus, why = amd_probe_gpus(probe, any(k in ("perf_level", "perf_determinism_mhz") for k, _v in asked))
-    if why or not gpus:
-        why = why or "amd-smi static lists no GPU"
-        return [_amd_row(k, v, None, "unsupported", "not verified: %s" % why) for k, v in asked]
-    build = {"power_limit": _amd_power_row, "perf_level": _amd_level_row, "perf_determinism_mhz": _amd_level_row,
-             "compute_partition": _amd_partition_row, "memory_partition": _amd_partition_row}
-    return [build[k](k, v, gpus) for k, v in asked]
-
-
-def _amd_row(name: str, desired: Any, running: Any, state: str, reason: str) -> dict:
-    return family.setting(NAME, name, desired, running, state, reason, vendor="amd")
-
-
-def _amd_power_row(key: str, power: dict, gpus: list) -> dict:
-    listed = {g["bdf"] for g in gpus}
-    off = ["amd-smi lists no GPU at %s" % b for b in sorted(power) if b != "*" and b not in listed]
-    for g in gpus:
-        watts = power.get(g["bdf"], power.get("*"))
-        if watts is None:
-            continue
-        if g["limit"] is None:
-            off.append("%s: no power cap (N/A), wanted %d W" % (_amd_name(g), watts))
-        elif abs(g["limit"] - watts) >= 0.5:
-            off.append("%s: cap %g W, wanted %d W" % (_amd_name(g), g["limit"], watts))
-    if off:
-        return _amd_row(key, power, "; ".join(off)[:300], "drifted", "power cap differs: " + "; ".join(off))
-    return _amd_row(key, power, "as wanted", "applied", "")
-
-
-def _amd_level_row(key: str, wanted: Any, gpus: list) -> dict:
-    level = "determinism" if key == "perf_determinism_mhz" else wanted
-    off = ["%s: %s, wanted %s" % (_amd_name(g), g["perf_level"] or "no perf level (N/A)", level)
-           for g in gpus if g["perf_level"] != level]
-    note = ("; amd-smi reports no determinism ceiling: the level (determinism) is what is verified"
-            if key == "perf_determinism_mhz" else "")
-    if off:
-        return _amd_row(key, wanted, "; ".join(off)[:300], "drifted",
-                        "performance level differs: %s%s" % ("; ".join(off), note))
-    return _amd_row(key, wanted, level, "applied", note.lstrip("; "))
-
-
-def _amd_partition_row(key: str, wanted: str, gpus: list) -> dict:
-    """A partition mode per physical GPU (the partitions of a CPX/DPX/QPX GPU counted once)."""
-    physical: dict = {}
-    for g in gpus:
-        physical.setdefault(amd_smi.physical_bdf(g["bdf"]) or g["bdf"], g)
-    off, unknown, ids = [], [], []
-    for _bdf, g in sorted(physical.items()):
-        mode = (g[key] or "").upper() or None
-        if mode is None:
-            unknown.append(_amd_name(g))
-        elif mode != wanted:
-            off.append("%s: %s, wanted %s" % (_amd_name(g), mode, wanted))
-            ids.append(str(g["index"]))
-    what = key.replace("_", " ")
-    if unknown and len(unknown) == len(physical):
-        return _amd_row(key, wanted, None, "unsupported", "amd-smi static gives no %s (N/A) for %s: the GPUs have no "
-                        "partitions (MI300 class and later)" % (what, ", ".join(unknown)))
-    if off or unknown:
-        reload = ", and the amdgpu driver reloads" if key == "memory_partition" else ""
-        command = "amd-smi set -g %s %s %s" % (" ".join(ids), PARTITION_OPTIONS[key], wanted)
-        fix = ("; verified only: this collection never changes a %s (it stops every process on the GPU%s); "
-               "`%s` changes it" % (what, reload, command)) if ids else ""
-        lost = ["no %s (N/A) for %s" % (what, ", ".join(unknown))] if unknown else []
-        return _amd_row(key, wanted, "; ".join(off + lost)[:300], "drifted",
-                        "%s differs: %s%s" % (what, "; ".join(off + lost), fix))
-    return _amd_row(key, wanted, wanted, "applied", "%d GPU(s) in %s" % (len(physical), wanted))

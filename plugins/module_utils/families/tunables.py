@@ -10,7 +10,8 @@ hugepage settings are the multiple-choice files ``enabled`` and ``defrag`` under
 results and in the journal.
 
 The flow is validate (every key and value, nothing written) -> plan -> journal -> write ->
-read back; ``run`` is the kernel_tunables module's whole flow. Nothing here knows about Ansible.
+read back; ``run`` is the kernel_tunables module's whole flow. Nothing here knows about Ansible. The
+verification half (facts, rows) is families/tunables_verify.py, imported only when verification calls it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError, int_or_none
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, same, setting
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -34,7 +34,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
     NodeError,
     bracket_choices,
-    read_small,
     selected_bracket,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
@@ -54,52 +53,6 @@ THP_PREFIX = "transparent_hugepage."
 
 INT_RE = re.compile(r"^-?[0-9]+$")
 READONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
-# tuning_info's ``sysctls`` option: dotted names ("/" for a dot inside a name) that read() reads.
-_FACTS_KEY = re.compile(r"^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_/:@+-]+)+$")
-FACTS_KEY_ALLOWED = "dotted names such as vm.swappiness (letters, digits, '_', '-'; '/' for a dot inside a name)"
-# tuning_info's RETURN of tuning_facts.tunables (tools/generate.py writes it there).
-FACTS_DOC = r"""
-description:
-  - The kernel tunables of the family, NUMA balancing, zone reclaim, transparent hugepages and the sysctls of
-    O(sysctls).
-returned: always
-type: dict
-contains:
-  numa_balancing:
-    description: C(kernel.numa_balancing) (0 off, 1 on, 2 tiering); null when absent.
-    type: int
-    returned: always
-    sample: 0
-  zone_reclaim_mode:
-    description: C(vm.zone_reclaim_mode); null when absent.
-    type: int
-    returned: always
-    sample: 0
-  thp:
-    description: Transparent hugepages, the selected value of each setting.
-    type: dict
-    returned: always
-    contains:
-      enabled:
-        description: Selected value of C(transparent_hugepage/enabled); null when absent.
-        type: str
-        returned: always
-        sample: madvise
-      defrag:
-        description: Selected value of C(transparent_hugepage/defrag); null when absent.
-        type: str
-        returned: always
-        sample: defer+madvise
-  sysctl:
-    description:
-      - Each key of O(sysctls) -> its value, whitespace runs made single spaces (C(4096 131072 6291456));
-        null when the key does not exist.
-    returned: always
-    type: dict
-    sample: {vm.swappiness: "10", net.ipv4.tcp_rmem: 4096 131072 6291456}
-"""
-
-
 # Ranges the kernel documents for a sysctl, independent of the hardware: ``{name: (low, high, where)}``.
 # A value outside is refused before anything is written (module and precheck alike); a live kernel
 # refuses it too (EINVAL), but a simulated node or an older kernel's silent clamp would not say so.
@@ -641,117 +594,7 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
                "already original: %s" % (causes, ", ".join(applied) or "none")
     return "these keys were not applied: %s. Applied: %s" % (causes, ", ".join(applied) or "none")
 
-# --- facts: what tuning_info reads of this family (facts["tunables"]) ---
-
-
-def facts_path(key: str) -> str:
-    """``proc/sys`` relative path of a dotted key of the ``sysctls`` option (``/`` stands for a dot in a name)."""
-    return "proc/sys/" + key.replace(".", "\0").replace("/", ".").replace("\0", "/")
-
-
-def facts_keys(keys: list[str] | None) -> list[str]:
-    """tuning_info's ``sysctls``, unchanged after checking each is a dotted sysctl name; FactsError otherwise."""
-    out = []
-    for key in keys or []:
-        # "/" stands for a dot inside a name: no component may become "." or ".." (path traversal).
-        if (not isinstance(key, str) or not _FACTS_KEY.match(key)
-                or any(c in ("", ".", "..") for c in facts_path(key).split("/")[2:])):
-            raise FactsError("sysctls: %r is not a sysctl key; allowed: %s" % (key, FACTS_KEY_ALLOWED))
-        out.append(key)
-    return out
-
-
-def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = None) -> dict:
-    """The family's facts (``facts["tunables"]``): NUMA balancing, zone reclaim, transparent hugepages, and
-    each key of the ``sysctls`` option -> its value with whitespace runs made single spaces (None when absent)."""
-    keys = ((query.options if query else None) or {}).get("sysctls") or []
-    thp = THP_DIR + "/"
-    sysctl = {}
-    for key in keys:
-        value = read_small(node.path(facts_path(key)))
-        sysctl[key] = None if value is None else " ".join(value.split())
-    return {
-        "numa_balancing": int_or_none(read_small(node.path("proc/sys/kernel/numa_balancing"))),
-        "zone_reclaim_mode": int_or_none(read_small(node.path("proc/sys/vm/zone_reclaim_mode"))),
-        "thp": {
-            "enabled": selected_bracket(read_small(node.path(thp + "enabled")) or ""),
-            "defrag": selected_bracket(read_small(node.path(thp + "defrag")) or ""),
-        },
-        "sysctl": sysctl,
-    }
-
-
-def facts_options(desired: dict) -> dict:
-    """The desired sysctls are the keys read() reads."""
-    return {"sysctls": list(desired.get("sysctl") or {})}
-
-
-def boot_sysctls(desired: dict) -> dict:
-    """What the sysctl drop-in sets at boot for this family: the desired sysctls and NUMA balancing."""
-    wanted = dict(desired.get("sysctl") or {})
-    if desired.get("numa_balancing") is not None:
-        wanted["kernel.numa_balancing"] = desired["numa_balancing"]
-    return wanted
-
-
-# --- verification and boot: the rows of this family's settings, and its re-apply at boot ---
-
-
-def _override_reason(key, want, running, over):
-    """Why a key is or will be drifted because a later sysctl file sets it."""
-    if same(running, want):
-        return ("applied now, but %s sets %s = %s after this collection's drop-in: it wins at the next boot"
-                % (over["file"], key, over["value"]))
-    return "%s sets %s = %s after this collection's drop-in, and wins at boot" % (over["file"], key, over["value"])
-
-
-def _sysctl_setting(family, key, want, running, ctx):
-    persisted = None if ctx.sysctl_persisted is None else ctx.sysctl_persisted.get(key)
-    if running is None:
-        return setting(family, key, want, None, "not_applicable",
-                       "this kernel has no %s (/proc/sys/%s)" % (key, key.replace(".", "/")), persisted)
-    over = (getattr(ctx, "sysctl_overrides", None) or {}).get(key)
-    if same(running, want):
-        row = setting(family, key, want, running, "applied", _override_reason(key, want, running, over) if over
-                      else "", persisted)
-    else:
-        why = ""
-        if over:
-            why = _override_reason(key, want, running, over)
-        elif persisted is not None and same(persisted, want):
-            why = "the drop-in sets %s at boot, but the running value differs (changed since)" % want
-        row = setting(family, key, want, running, "drifted", why, persisted)
-    if over:
-        row["cause"] = {"kind": "sysctl_override", "file": over["file"], "value": over["value"]}
-    return row
-
-
-def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
-    """NUMA balancing, transparent hugepages and the other sysctls (the desired state's keys of those names)."""
-    out = []
-    mine = facts.get(NAME) or {}
-    sysctl = mine.get("sysctl") or {}
-    if desired.get("numa_balancing") is not None:
-        running = mine.get("numa_balancing")
-        if running is None:
-            running = sysctl.get("kernel.numa_balancing")
-        out.append(_sysctl_setting("numa_balancing", "kernel.numa_balancing", desired["numa_balancing"], running, ctx))
-    thp = mine.get("thp") or {}
-    for key, want in sorted((desired.get("thp") or {}).items(), key=lambda kv: kv[0] != "enabled"):
-        if want in (None, ""):
-            continue
-        running = thp.get(key)
-        persisted = ctx.boot_persisted(want)
-        if running is None:
-            out.append(setting("thp", key, want, None, "not_applicable",
-                               "no transparent hugepages (/sys/kernel/mm/transparent_hugepage/%s)" % key, persisted))
-        else:
-            out.append(setting("thp", key, want, running, "applied" if running == want else "drifted", "", persisted))
-    for key, want in sorted((desired.get("sysctl") or {}).items()):
-        if key == "kernel.numa_balancing" and desired.get("numa_balancing") is not None:
-            continue
-        out.append(_sysctl_setting("sysctl", key, want, sysctl.get(key), ctx))
-    return out
+# --- boot, and the role's hooks ---
 
 
 def boot(node: Node, want: dict) -> tuple[bool, str]:
@@ -848,17 +691,23 @@ def summary(result: dict) -> str:
     return ", ".join("%s=%s" % (k, r.get("after")) for k, r in (result.get("settings") or {}).items())
 
 
+def _verification():
+    """The verification half (families/tunables_verify.py), imported when verification first calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_verify
+    return tunables_verify
+
+
 DEFINITION = Family(
     name=NAME,
     titles={"numa_balancing": "NUMA balancing", "thp": "THP", "sysctl": "sysctl"},
     module="kernel_tunables",
-    read=read,
-    read_options={"sysctls": facts_keys},
-    facts_options=facts_options,
-    facts_doc=FACTS_DOC,
+    read=contract.later(_verification, "read"),
+    read_options={"sysctls": contract.later(_verification, "facts_keys")},
+    facts_options=contract.later(_verification, "facts_options"),
+    facts_doc=contract.later(_verification, "FACTS_DOC"),
     run=run,
-    evaluate=evaluate,
-    boot_sysctls=boot_sysctls,
+    evaluate=contract.later(_verification, "evaluate"),
+    boot_sysctls=contract.later(_verification, "boot_sysctls"),
     boot=boot,
     boot_key="thp",
     tags=("numa_balancing", "thp", "sysctl"),
