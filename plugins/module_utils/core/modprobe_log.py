@@ -15,7 +15,7 @@ import os
 import re
 from typing import Iterable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_log import parse_kmsg
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kmsg import parse_kmsg
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import sysfs_name
 
 PEERMEM_NAMES = ("nvidia_peermem", "nv_peer_mem")
