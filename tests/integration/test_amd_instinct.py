@@ -85,7 +85,8 @@ def test_verify_reports_the_gpus_and_fails_each_sick_one_naming_gpu_and_check(tm
     # P2P and locality of the AMD GPUs from the same amd-smi answers (core/amd_p2p.py).
     p2p = {s["name"]: s for s in load["healthy"]["settings"] if s["family"] == "gpu_p2p"}
     assert {n: (r["state"], r["vendor"]) for n, r in p2p.items()} == {
-        "amd.pairs": ("applied", "amd"), "amd.xgmi_links": ("applied", "amd")}
+        "amd.pairs": ("applied", "amd"), "amd.xgmi_links": ("applied", "amd"),
+        "amd.bar0": ("not_applicable", "amd")}  # every pair on XGMI: no peer access through BAR0 (issue 44)
     assert p2p["amd.pairs"]["running"] == "XGMI, 1 hop, weight 15 on all 28 pairs of 8 GPUs"
     sick = {s["name"]: s for s in load["xgmi"]["settings"] if s["family"] == "gpu_p2p" and s["state"] == "drifted"}
     assert set(sick) == {"amd.GPU3-GPU4", "amd.xgmi_links"}
