@@ -32,7 +32,10 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, delegate, reboot, role_variables
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.command import CommandBackend
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.kubernetes import KubernetesBackend
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.none import NoneBackend
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.slurm import SlurmBackend
 
 ARGUMENT_SPEC = {
     "phase": {"type": "str", "required": True, "choices": ["survey", "reboot", "return"]},
@@ -141,14 +144,14 @@ class ActionModule(ActionBase):
             for host in self._hosts:
                 given = hostvars[host].get("gpunode_tuning_drain_slurm_node") if host in hostvars else None
                 node_of[host] = reboot.slurm_node_name(host, self._templar.template(given))
-            return seq.SlurmBackend(self._slurm_runner(task_vars), node_of, claim=self._claim,
+            return SlurmBackend(self._slurm_runner(task_vars), node_of, claim=self._claim,
                                     fleet_partitions=self._vars["gpunode_tuning_drain_slurm_fleet_partitions"])
         if name == "command":
             commands = {"drain": self._vars["gpunode_tuning_drain_command"],
                         "check": self._vars["gpunode_tuning_drain_check_command"],
                         "undrain": self._vars["gpunode_tuning_undrain_command"],
                         "fleet": self._vars["gpunode_tuning_drain_fleet_command"]}
-            return seq.CommandBackend(self._run_on_controller, commands, claim=self._claim)
+            return CommandBackend(self._run_on_controller, commands, claim=self._claim)
         if name == "kubernetes":
             hostvars = task_vars.get("hostvars") or {}
             given = {h: (hostvars.get(h) or {}).get("gpunode_tuning_drain_kubernetes_node") for h in self._hosts}
@@ -157,7 +160,7 @@ class ActionModule(ActionBase):
             context = self._templar.template(task_vars.get("gpunode_tuning_drain_kubernetes_context"))
             return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError, claim=self._claim,
                                      fleet_selector=self._vars["gpunode_tuning_drain_kubernetes_fleet_selector"])
-        return seq.NoneBackend()
+        return NoneBackend()
 
     def _slurm_runner(self, task_vars):
         """Where sinfo and scontrol run: the host itself, or gpunode_tuning_drain_slurm_delegate (same environment)."""
