@@ -44,7 +44,7 @@ from ansible_collections.gpunode.tuning.plugins.plugin_utils import (
 
 ARGUMENT_SPEC = {
     "flow": {"type": "str", "required": True,
-             "choices": ["precheck", "runtime", "persistent", "rollback", "verify", "health", "rollout"]},
+             "choices": ["precheck", "runtime", "persistent", "rollback", "verify", "rollout"]},
     "gate": {"type": "str", "default": "full"},
     "entry_point": {"type": "str"},
     "include_persistent": {"type": "bool", "default": True},
@@ -63,7 +63,7 @@ ARGUMENT_SPEC = {
 }
 # The entry point whose options each flow is checked against (precheck: the playbook says which).
 ENTRY_POINTS = {"runtime": "runtime", "persistent": "persistent", "rollback": "rollback", "verify": "verify",
-                "health": "verify", "rollout": "verify"}
+                "rollout": "verify"}
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 COLLECTION_DIR = os.path.dirname(os.path.dirname(MODULE_UTILS))
 # The role's argument specs and defaults, parsed once in the process that forks the task workers.
@@ -115,8 +115,8 @@ class ActionModule(ActionBase):
         desired = desired_state.desired_state(values) if flow != "rollback" else None
         if flow == "precheck":
             return {"changed": False, "desired": desired, "msg": "the role's variables are valid", "module_runs": 0}
-        if flow in ("verify", "health"):
-            return flow_task.read_node(self, task_vars, values, desired, args["gate"], health=flow == "health")
+        if flow == "verify":
+            return flow_task.read_node(self, task_vars, values, desired, args["gate"])
         if flow == "runtime":
             result = dict(self._apply(desired_state.runtime_requests(desired, values, selection[0]), values,
                                       task_vars), desired=desired)

@@ -29,7 +29,7 @@ description:
   - V(rollback) removes them (one M(gpunode.tuning.tuning_persist) run) and restores what the journal holds
     for every selected family (one M(gpunode.tuning.tuning_apply) run).
   - V(verify) reads the node and judges it against the whole desired state in one M(gpunode.tuning.tuning_info)
-    run; V(health) judges the GPUs' health alone (the rollout's health gate).
+    run.
   - 'V(rollout) runs the rollout''s steps for one host (C(plugins/plugin_utils/rollout_steps.py), the one
     implementation of both ways C(playbooks/rollout.yml) rolls a host out): the health gate, the runtime flow on a
     healthy host, verification (not in check mode; gate V(runtime) for the runtime flow, V(full) for the
@@ -50,7 +50,7 @@ options:
     description: The flow to run.
     type: str
     required: true
-    choices: [precheck, runtime, persistent, rollback, verify, health, rollout]
+    choices: [precheck, runtime, persistent, rollback, verify, rollout]
   entry_point:
     description:
       - The role entry point whose options the variables are checked against; default the flow's own (V(main)
@@ -162,9 +162,9 @@ ansible_facts:
   type: dict
 health_findings:
   description:
-    - "V(health) only. One line per failing or reset-pending row of a health family, C(<row id>: <reason>);
-      empty when the GPUs are healthy. The rollout's health gate reads it."
-  returned: when the health flow ran
+    - "V(rollout) only. The health gate's findings, one line per failing or reset-pending row of a health family,
+      C(<row id>: <reason>); empty when the GPUs are healthy (or the gate did not run)."
+  returned: with the rollout flow, for a host that answered
   type: list
   elements: str
 role_variables:

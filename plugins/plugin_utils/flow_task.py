@@ -15,8 +15,6 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import (
     ansible_compat,
     delegate,
@@ -103,23 +101,14 @@ def pending_kernel_args(result):
             for arg in r.get("kernel_args") or []]
 
 
-def read_node(action, task_vars, values, desired, gate="full", health=False):
-    """One tuning_info run by ``action``: the node read and judged against ``desired`` with ``gate``
-    (verification), or with ``health`` its GPUs' health alone (its result's ``health_findings``)."""
+def read_node(action, task_vars, values, desired, gate="full"):
+    """One tuning_info run by ``action``: the node read and judged against ``desired`` with ``gate``."""
     host = task_vars.get("inventory_hostname")
     verified_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    if health:
-        module_args = desired_state.health_options(values, desired, host)
-    else:
-        module_args = desired_state.verify_options(values, desired, host, verified_at, gate)
+    module_args = desired_state.verify_options(values, desired, host, verified_at, gate)
     result = action._execute_module(module_name="gpunode.tuning.tuning_info", module_args=module_args,
                                     task_vars=task_vars)
     result.update(module_runs=1, modules=["tuning_info"], verified_at=verified_at, desired=desired)
-    if health and isinstance(result.get("verification"), dict) and not result.get("failed"):
-        try:
-            result["health_findings"] = verification.health_findings(result["verification"])
-        except family.EvaluationError as exc:
-            result.update(failed=True, msg="the health check's result cannot be judged: %s" % exc)
     return result
 
 
