@@ -103,7 +103,7 @@ def render(repo=REPO):
         count = "%d variables" % len(public) if public else "no variables of its own"
         lines.append("- `%s`: %s (%s)" % (entry, markup(spec.get("short_description", "")), count))
     lines += ["", "The `main`, `runtime` and `persistent` entry points take every variable below except",
-              "verification's; `verify`, `rollout_host` and `rollout_health` take them all; `rollback` takes the",
+              "verification's; `verify` and `rollout_host` take them all; `rollback` takes the",
               "few it needs. `precheck` checks them; the steps' own inputs are private (set by the playbooks).", ""]
     seen = {}
     for spec in specs.values():

@@ -30,9 +30,18 @@ import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat, delegate, reboot, role_variables
+from ansible_collections.gpunode.tuning.plugins.plugin_utils import (
+    ansible_compat,
+    delegate,
+    flow_task,
+    reboot,
+    role_variables,
+)
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.command import CommandBackend
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.kubernetes import KubernetesBackend
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.none import NoneBackend
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.slurm import SlurmBackend
 
 ARGUMENT_SPEC = {
     "phase": {"type": "str", "required": True, "choices": ["survey", "reboot", "return"]},
@@ -43,10 +52,10 @@ ARGUMENT_SPEC = {
     "hold_for": {"type": "float", "default": 0.0},
     "kept": {"type": "bool", "default": False},
     "why": {"type": "str", "default": ""},
+    # {host: why} of the hosts the rollout found unreachable (its first step per host ignores unreachable, so such
+    # a host stays in the play): they count as out of service for the budget.
+    "unreachable": {"type": "dict", "default": {}},
 }
-# The rollout's first module run per host (playbooks/rollout.yml), registered with ignore_unreachable: a host
-# it found unreachable stays in the play, so the budget reads it from here.
-FIRST_RUNS = ("__gpunode_tuning_rollout_health", "__gpunode_tuning_rollout_ping")
 SIMULATED_REBOOT = "var/lib/simnode/reboot"
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 BOOT_UNIT = "gpunode-tuning-boot.service"
@@ -141,14 +150,14 @@ class ActionModule(ActionBase):
             for host in self._hosts:
                 given = hostvars[host].get("gpunode_tuning_drain_slurm_node") if host in hostvars else None
                 node_of[host] = reboot.slurm_node_name(host, self._templar.template(given))
-            return seq.SlurmBackend(self._slurm_runner(task_vars), node_of, claim=self._claim,
+            return SlurmBackend(self._slurm_runner(task_vars), node_of, claim=self._claim,
                                     fleet_partitions=self._vars["gpunode_tuning_drain_slurm_fleet_partitions"])
         if name == "command":
             commands = {"drain": self._vars["gpunode_tuning_drain_command"],
                         "check": self._vars["gpunode_tuning_drain_check_command"],
                         "undrain": self._vars["gpunode_tuning_undrain_command"],
                         "fleet": self._vars["gpunode_tuning_drain_fleet_command"]}
-            return seq.CommandBackend(self._run_on_controller, commands, claim=self._claim)
+            return CommandBackend(self._run_on_controller, commands, claim=self._claim)
         if name == "kubernetes":
             hostvars = task_vars.get("hostvars") or {}
             given = {h: (hostvars.get(h) or {}).get("gpunode_tuning_drain_kubernetes_node") for h in self._hosts}
@@ -157,7 +166,7 @@ class ActionModule(ActionBase):
             context = self._templar.template(task_vars.get("gpunode_tuning_drain_kubernetes_context"))
             return KubernetesBackend(node_of, kubeconfig, context, error=seq.SequenceError, claim=self._claim,
                                      fleet_selector=self._vars["gpunode_tuning_drain_kubernetes_fleet_selector"])
-        return seq.NoneBackend()
+        return NoneBackend()
 
     def _slurm_runner(self, task_vars):
         """Where sinfo and scontrol run: the host itself, or gpunode_tuning_drain_slurm_delegate (same environment)."""
@@ -231,7 +240,8 @@ class ActionModule(ActionBase):
                 time.monotonic() - began), 1), seen_claimed=host in (survey.get("claimed") or {})
                 or "contested" in out)
             slot = seq.take_slot(backend, records, host, self._hosts, settings, adopted,
-                                 want=self._wanting(task_vars), unreachable=lambda: self._unreachable(task_vars))
+                                 want=self._wanting(task_vars),
+                                 unreachable=lambda: self._unreachable(task_vars, args["unreachable"]))
             out["waited"] = round(time.monotonic() - began, 1)
             if not slot["taken"]:
                 return dict(out, failed=True, out_of_service=bool(slot.get("skip")),
@@ -308,23 +318,18 @@ class ActionModule(ActionBase):
             return dict(out, failed=True, msg="%s: %s; its gate failed: %s" % (self._host, why, "; ".join(failures)))
         return dict(out, msg="%s: %s; passed its gate" % (self._host, why))
 
-    def _unreachable(self, task_vars):
+    def _unreachable(self, task_vars, found):
         """``{host: why}``: the hosts of the run Ansible cannot reach now. Those it took out of the play
         (unreachable; an action cannot tell them from a host that failed out of the play, so those count too),
-        and those the rollout's first module run found unreachable (kept in the play by ignore_unreachable)."""
-        hostvars = task_vars.get("hostvars") or {}
+        and ``found``: those the rollout's first step found unreachable (kept in the play by ignore_unreachable)."""
         in_play = set(task_vars.get("ansible_play_hosts") or self._hosts)
         out = {}
         for host in task_vars.get("ansible_play_hosts_all") or []:
             if host not in in_play:
                 out[host] = "no longer in the play (Ansible found it unreachable, or it failed)"
-        for host in self._hosts:
-            if host == self._host or host not in hostvars:
-                continue
-            for name in FIRST_RUNS:
-                first = hostvars[host].get(name)
-                if isinstance(first, dict) and first.get("unreachable"):
-                    out[host] = "unreachable: %s" % " ".join(str(first.get("msg") or "no answer").split())[:200]
+        for host, why in (found or {}).items():
+            if host != self._host and host in self._hosts:
+                out[host] = "unreachable: %s" % " ".join(str(why or "no answer").split())[:200]
         return out
 
     def _wanting(self, task_vars):
@@ -487,18 +492,8 @@ class ActionModule(ActionBase):
     # --- the gate and the return ----------------------------------------------------------------------------
 
     def _gate(self, task_vars):
-        """``(ok, failures, verification)``: the role's verification with the full gate (action tuning_flow)."""
-        task = self._task.copy()
-        task.args = {"flow": "verify", "gate": "full"}
-        action = self._shared_loader_obj.action_loader.get(
-            "gpunode.tuning.tuning_flow", task=task, connection=self._connection, play_context=self._play_context,
-            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
-        result = action.run(task_vars=task_vars)
-        verification = result.get("verification") or {}
-        gate = verification.get("gate") or {}
-        if result.get("failed") or not gate:
-            return False, [result.get("msg") or "verification did not run"], verification
-        return bool(gate.get("ok")), list(gate.get("failures") or []), verification
+        """``(ok, failures, verification)``: the role's verification with the full gate, as its flows run it."""
+        return flow_task.gate(self, task_vars, "full")
 
     def _gate_and_return(self, out, task_vars):
         """Verify the host with the full gate, then return it to service; or keep it drained and halt the run.

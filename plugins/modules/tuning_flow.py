@@ -29,13 +29,15 @@ description:
   - V(rollback) removes them (one M(gpunode.tuning.tuning_persist) run) and restores what the journal holds
     for every selected family (one M(gpunode.tuning.tuning_apply) run).
   - V(verify) reads the node and judges it against the whole desired state in one M(gpunode.tuning.tuning_info)
-    run; V(health) judges the GPUs' health alone (the rollout's health gate).
-  - 'V(rollout) is one host''s runtime rollout in one task (C(playbooks/rollout.yml) without the measure gate) and
-    one M(gpunode.tuning.tuning_rollout) run on the node, which does the health gate, the runtime flow on a
-    healthy host and, not in check mode, verification with the gate V(runtime); a host that does not answer
-    gives an unreachable result and is tried no more. Then the host''s reports and its record
-    (RV(rollout_result)). A failure of the host is its record''s and never fails the task; the batch gate
-    decides.'
+    run.
+  - 'V(rollout) runs the rollout''s steps for one host (C(plugins/plugin_utils/rollout_steps.py), the one
+    implementation of both ways C(playbooks/rollout.yml) rolls a host out): the health gate, the runtime flow on a
+    healthy host, verification (not in check mode; gate V(runtime) for the runtime flow, V(full) for the
+    persistent flow) with the host''s reports, and its record (RV(rollout_result)). O(steps) all four (the default
+    rollout) is one task and one M(gpunode.tuning.tuning_rollout) run on the node; the persistent flow and the
+    measure gate ask for one step at a time with the O(state) the previous step returned (RV(rollout_state)).
+    A host that does not answer gives an unreachable result and is tried no more. A failure of the host is its
+    record''s and never fails the task; the batch gate decides.'
   - 'Tags: a family counts as tagged with its name, its settings'' tags and the flow''s tag,
     as separate tasks per family would be (docs/flows.md, "Tags"). The role runs each flow as two tasks: one
     with O(selected_by=family), tagged with every family and concern tag of the flow, and one tagged with the
@@ -48,7 +50,7 @@ options:
     description: The flow to run.
     type: str
     required: true
-    choices: [precheck, runtime, persistent, rollback, verify, health, rollout]
+    choices: [precheck, runtime, persistent, rollback, verify, rollout]
   entry_point:
     description:
       - The role entry point whose options the variables are checked against; default the flow's own (V(main)
@@ -93,6 +95,28 @@ options:
     description: With V(rollout), whether the host's batch is the canary batch.
     type: bool
     default: false
+  steps:
+    description:
+      - With V(rollout), the steps this task runs, in this order - V(health) (the host's first connection; with the
+        health gate off it only tells that the host answers), V(tune) (the runtime flow), V(verify) (and the
+        host's reports), V(record).
+    type: list
+    elements: str
+    choices: [health, tune, verify, record]
+    default: [health, tune, verify, record]
+  state:
+    description:
+      - With V(rollout) and O(steps) without V(health), the host's state as its previous step returned it
+        (RV(rollout_state)).
+    type: dict
+  outcome:
+    description:
+      - With V(rollout), what the play's own tasks between the steps found, for the host's report and record -
+        C(tune_error) (the persistent flow's tuning), C(benchmark), C(benchmark_error), C(measure_failed) (the
+        measure gate), C(reboot), C(reboot_error), C(reboot_required), C(not_rebooted_for) (the reboot sequence;
+        its C(verification) is used instead of verifying the host again).
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -138,9 +162,9 @@ ansible_facts:
   type: dict
 health_findings:
   description:
-    - "V(health) only. One line per failing or reset-pending row of a health family, C(<row id>: <reason>);
-      empty when the GPUs are healthy. The rollout's health gate reads it."
-  returned: when the health flow ran
+    - "V(rollout) only. The health gate's findings, one line per failing or reset-pending row of a health family,
+      C(<row id>: <reason>); empty when the GPUs are healthy (or the gate did not run)."
+  returned: with the rollout flow, for a host that answered
   type: list
   elements: str
 role_variables:
@@ -161,6 +185,11 @@ rollout_result:
     - V(rollout) only. The host's record for the rollout summary (status V(done), V(failed), V(unhealthy) or
       V(unreachable), the reason, the batch, the verification's verdict, ...); also set as the fact
       C(gpunode_tuning_rollout_result), except for an unreachable host, whose result sets no fact.
+  returned: with the rollout flow, when the record step ran or the host did not answer
+  type: dict
+rollout_state:
+  description:
+    - V(rollout) only. The host's state after this task's steps, for its next step (O(state)).
   returned: with the rollout flow
   type: dict
 summary:

@@ -26,24 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
-
-# The backends live in plugin_utils/drain/ (one file each); their names stay importable from here.
-# pylint: disable-next=unused-import
-from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import (  # noqa: F401
-    COMMAND_TIMEOUT,
-    Backend,
-    ClaimLost,
-    SequenceError,
-)
-
-# pylint: disable-next=unused-import
-from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.command import CommandBackend  # noqa: F401
-
-# pylint: disable-next=unused-import
-from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.none import NoneBackend  # noqa: F401
-
-# pylint: disable-next=unused-import
-from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.slurm import SlurmBackend  # noqa: F401
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import ClaimLost, SequenceError
 
 Runner = Callable[[list, float], tuple]
 

@@ -114,15 +114,16 @@ PRIVATE_INTERFACE = {
     "__gpunode_tuning_rollout_measure": ("rollout.yml", "the measure gate holds the host drained (persistent_reboot)"),
     "__gpunode_tuning_rollout_benchmark_phase": ("rollout_steps.yml", "before or after tuning (rollout_benchmark)"),
     "__gpunode_tuning_rollout_reboot_survey": ("rollout.yml", "the hosts out of service before the run (reboot)"),
-    "__gpunode_tuning_rollout_ping": ("rollout_steps.yml", "the host's first connection (tuning_reboot's adoption)"),
-    "__gpunode_tuning_verify_gate": ("rollout_steps.yml", "full or runtime: the verdict verification judges by"),
-    "__gpunode_tuning_verify_given": ("rollout_steps.yml", "a verification the reboot sequence made (verify)"),
-    "__gpunode_tuning_rollout_host": ("role", "rollout_host's registered result, read by rollout.yml"),
-    "__gpunode_tuning_rollout_health": ("role", "rollout_health's registered result, read by the playbooks"),
-    "__gpunode_tuning_rollout_benchmark": ("role", "rollout_benchmark's reading, read by rollout_steps.yml"),
-    "__gpunode_tuning_reboot": ("role", "the reboot sequence's registered result, read by rollout_steps.yml"),
+    "__gpunode_tuning_rollout_steps": ("rollout_steps.yml", "the rollout steps one rollout_host task runs"),
+    "__gpunode_tuning_rollout_outcome": ("rollout.yml", "what the step-wise rollout's own tasks found (rollout_host)"),
+    "__gpunode_tuning_rollout_unreachable_hosts": ("rollout.yml", "the hosts the rollout found unreachable "
+                                                                  "(persistent_reboot's budget)"),
+    "__gpunode_tuning_rollout_host": ("role", "rollout_host's registered result (the host's state and record), "
+                                              "read by rollout.yml"),
+    "__gpunode_tuning_rollout_benchmark": ("role", "rollout_benchmark's reading, read by rollout.yml"),
+    "__gpunode_tuning_reboot": ("role", "the reboot sequence's registered result, read by rollout.yml"),
     "__gpunode_tuning_persistent": ("role", "the persistent flow's registered result (not_rebooted_for), read by "
-                                            "rollout_steps.yml"),
+                                            "rollout.yml"),
 }
 TYPE_TEXT = {
     "str": "a string",

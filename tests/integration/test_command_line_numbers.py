@@ -29,6 +29,7 @@ PLAY = """
       gpunode.tuning.tuning_reboot:
         phase: reboot
         pending: [amd_pstate=active]
+        unreachable: {gone: "simulated: no route to host"}
       register: slot
       when: inventory_hostname == 'a1'
       ignore_errors: true
@@ -42,11 +43,9 @@ PLAY = """
 def test_poll_interval_and_wait_timeout_given_as_text_reach_the_reboot_sequence_as_numbers(tmp_path):
     playbook = tmp_path / "slot.yml"
     playbook.write_text(PLAY, encoding="utf-8")
-    unreachable = {"unreachable": True, "msg": "simulated: no route to host"}
     inventory = write_inventory(tmp_path / "hosts.yml", {"a1": tmp_path / "a1", "gone": tmp_path / "gone"},
                                 report_dir=tmp_path / "reports", gpunode_tuning_reboot_ok=True,
-                                gpunode_tuning_drain="none",
-                                host_vars={"gone": {"__gpunode_tuning_rollout_ping": unreachable}})
+                                gpunode_tuning_drain="none")
     proc = run_playbook(str(playbook), inventory, "-e", "gpunode_tuning_reboot_poll_interval=0.2",
                         "-e", "gpunode_tuning_reboot_wait_timeout=1")
     assert proc.returncode == 0, proc.stdout[-4000:]  # the precheck accepted both strings

@@ -62,7 +62,7 @@ def test_argument_spec_defaults_match():
             assert any("preset" in line for line in spec["description"]), name
         else:
             assert spec.get("default") == value, name
-    for entry in ("main", "runtime", "persistent", "rollback", "verify", "precheck", "rollout_host", "rollout_health"):
+    for entry in ("main", "runtime", "persistent", "rollback", "verify", "precheck", "rollout_host"):
         assert entry in specs, "entry point %s has no argument spec" % entry
 
 

@@ -24,7 +24,7 @@ from support.inventory import write_inventory
 from support.nodes import BootWatcher
 from support.slurm import SlurmCluster, missing_tools
 
-from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.slurm import SlurmBackend
 
 HOSTS = ["n1", "n2", "n3", "n4", "n5", "n6"]
 # acpi-cpufreq nodes whose native driver is amd-pstate: the persistent flow leaves amd_pstate=active pending.
@@ -423,7 +423,7 @@ def test_resuming_a_node_an_operator_already_resumed_is_no_failure(fresh):
         proc = fresh.run(argv, timeout=timeout, check=False)
         return proc.returncode, proc.stdout, proc.stderr
 
-    backend = reboot_sequence.SlurmBackend(run, {h: h for h in HOSTS})
+    backend = SlurmBackend(run, {h: h for h in HOSTS})
     node = HOSTS[0]
     backend.drain(node, "gpunode.tuning: reboot for amd_pstate=active")
     fresh.wait_state(node, "drained", timeout=20)

@@ -1,12 +1,13 @@
-"""The rollout's one task per host (tuning_flow, flow rollout) against its steps as tasks of their own.
+"""Both ways a host is rolled out leave the same records, reports and node files (issue 41: one implementation).
 
-The runtime rollout without the measure gate runs each host in one task (issue 31); the persistent flow and
-the measure gate keep the steps as tasks (playbooks/tasks/rollout_steps.yml). The internal switch
-``__gpunode_tuning_rollout_steps_always`` takes the steps for the runtime flow too, so both ways run on two
-copies of the same fleet: a healthy node, a node whose MRRS write is refused (kernel lockdown), a node with a
-GPU trained at x8 of x16 (the health gate), an AMD Instinct MI300X node (amd-smi, XGMI) and a host that
-refuses connections. The hosts' records, the
-summary, the verification reports and the nodes' files must be the same, apart from times and the fleet's path.
+The runtime rollout without the measure gate runs each host's steps in one task (issue 31); with a measure gate the
+same steps (plugins/plugin_utils/rollout_steps.py) run one at a time, the benchmark between them
+(playbooks/tasks/rollout_steps.yml). Here both ways run, as shipped, on two copies of the same fleet: the second
+with a measure gate whose benchmark is a trivial command that always prints the same number, kept by its
+min_gain. The fleet: a healthy node, a node whose MRRS write is refused (kernel lockdown), a node with a GPU trained
+at x8 of x16 (the health gate), an AMD Instinct MI300X node (amd-smi, XGMI) and a host that refuses connections.
+The hosts' records, the summary, the verification reports and the nodes' files must be the same, apart from times,
+the fleet's path and what only the measure gate adds (its benchmark and its settings).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from support.playbooks import by_host, rollout
 from support.trees import tree_digest
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ?")
-STEPS = ("-e", "__gpunode_tuning_rollout_steps_always=true")
+# The measure gate with a benchmark that always answers the same number: the gain is 0, above min_gain -0.5.
+MEASURED = ("-e", "gpunode_tuning_rollout_benchmark_command='echo 100'",
+            "-e", "gpunode_tuning_rollout_benchmark_min_gain=-0.5")
 COMMON = ("-e", "gpunode_tuning_rollout_canary=0", "-e", "gpunode_tuning_rollout_batch=4",
           "-e", "gpunode_tuning_rollout_max_fail_percentage=100")
 
@@ -42,15 +45,18 @@ def build(directory):
 
 
 def plain(value, fleet):
-    """A report or record with the fleet's path and the times taken out."""
+    """A report or record with the fleet's path, the times and what only the measure gate adds taken out."""
     text = TIME.sub("TIME", json.dumps(value, sort_keys=True).replace(str(fleet), "FLEET"))
     value = json.loads(text)
 
     def strip(item):
         if isinstance(item, dict):
-            return {k: strip(v) for k, v in item.items() if k not in ("verified_at", "generated_at", "boot_id")}
+            return {k: strip(v) for k, v in item.items()
+                    if k not in ("verified_at", "generated_at", "boot_id", "benchmark", "benchmark_fleet")}
         if isinstance(item, list):
             return [strip(v) for v in item]
+        if isinstance(item, str) and "\n## Measure gate" in item:  # the host's Markdown report, last section
+            return item.split("\n## Measure gate")[0]
         return item
     return strip(value)
 
@@ -89,50 +95,54 @@ def node_warnings(output, fleet):
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/ssh"), reason="needs an ssh client to be refused by")
-@pytest.mark.parametrize("check", [False, True], ids=["apply", "check-mode"])
-def test_one_task_and_steps_give_the_same_rollout(tmp_path, check):
+def test_one_task_and_steps_give_the_same_rollout(tmp_path):
     fleets = {way: build(tmp_path / way) for way in ("one", "steps")}
     sick = {way: tree_digest(os.path.join(str(fleet), "nodes", "sim-0003")) for way, fleet in fleets.items()}
-    extra = COMMON + (("--check",) if check else ())
     got = {}
     for way, fleet in fleets.items():
-        proc, summary, reports = rollout(str(fleet), *extra, *(STEPS if way == "steps" else ()))
+        proc, summary, reports = rollout(str(fleet), *COMMON, *(MEASURED if way == "steps" else ()))
         assert proc.returncode != 0, proc.stdout[-3000:]  # not every host is done
         assert summary is not None, proc.stdout[-3000:]
-        # The health gate as a task of its own runs only in the steps.
-        step = "TASK [gpunode.tuning.tuning : Check the health of the host's GPUs]"
-        assert (step in proc.stdout) is (way == "steps"), way
-        got[way] = {"summary": plain({k: v for k, v in summary.items() if k != "generated_at"}, fleet),
+        # The steps as tasks of their own, and the benchmark between them, run only with the measure gate.
+        for step in ("TASK [Check the host's GPU health before tuning (its first connection)]",
+                     "TASK [gpunode.tuning.tuning : Run the benchmark, tuning phase before]"):
+            assert (step in proc.stdout) is (way == "steps"), (way, step)
+        got[way] = {"summary": plain({k: v for k, v in summary.items() if k not in ("generated_at", "settings")},
+                                     fleet),
+                    "settings": plain({k: v for k, v in summary["settings"].items() if not k.startswith("benchmark_")},
+                                      fleet),
                     "reports": reports_of(reports, fleet),
                     "nodes": {h: node_files(os.path.join(str(fleet), "nodes", h))
                               for h in ("sim-0001", "sim-0002", "sim-0003", "sim-0004")},
                     "untouched": tree_digest(os.path.join(str(fleet), "nodes", "sim-0003")) == sick[way],
                     "unreachable": proc.stdout.count("UNREACHABLE!"),
-                    "warnings": node_warnings(proc.stdout + proc.stderr, fleet)}
+                    "warnings": node_warnings(proc.stdout + proc.stderr, fleet),
+                    "benchmarks": {r["host"]: r["benchmark"] for r in summary["results"]}}
     one, steps = got["one"], got["steps"]
     results = by_host(one["summary"])
     assert [results[h]["status"] for h in sorted(results)] == ["done", "failed", "unhealthy", "done",
                                                                "unreachable"], results
     assert "kernel lockdown" in results["sim-0002"]["reason"]
     assert "x8 of x16" in results["sim-0003"]["reason"]
+    # The measure gate did run step by step (kept on the tuned hosts, not run where the host was not cleared).
+    assert all(v is None for v in one["benchmarks"].values()), one["benchmarks"]
+    assert steps["benchmarks"]["sim-0001"]["kept"] is True and steps["benchmarks"]["sim-0004"]["kept"] is True
+    assert steps["benchmarks"]["sim-0003"] is None and steps["benchmarks"]["sim-0005"] is None
     assert one["summary"] == steps["summary"]
+    assert one["settings"] == steps["settings"]
     assert one["reports"] == steps["reports"]
-    if check:
-        assert one["reports"] == {}  # nothing verified in check mode
-    else:
-        # The verification's fleet summary too (written once per batch either way).
-        assert sorted(one["reports"]) == ["fleet-summary.md", "sim-0001.json", "sim-0001.junit.xml", "sim-0001.md",
-                                          "sim-0001.topology.json", "sim-0002.json", "sim-0002.junit.xml",
-                                          "sim-0002.md", "sim-0002.topology.json", "sim-0004.json",
-                                          "sim-0004.junit.xml", "sim-0004.md", "sim-0004.topology.json"]
+    # The verification's fleet summary too (written once per batch either way).
+    assert sorted(one["reports"]) == ["fleet-summary.md", "sim-0001.json", "sim-0001.junit.xml", "sim-0001.md",
+                                      "sim-0001.topology.json", "sim-0002.json", "sim-0002.junit.xml",
+                                      "sim-0002.md", "sim-0002.topology.json", "sim-0004.json",
+                                      "sim-0004.junit.xml", "sim-0004.md", "sim-0004.topology.json"]
     # The same files on the nodes (their journals included); the unhealthy one untouched either way.
     assert one["nodes"] == steps["nodes"]
     assert one["untouched"] and steps["untouched"]
     journal = "var/lib/gpunode-tuning/journal.json"
-    assert (journal in one["nodes"]["sim-0001"]) is not check and journal not in one["nodes"]["sim-0003"]
-    assert (journal in one["nodes"]["sim-0004"]) is not check
+    assert journal in one["nodes"]["sim-0001"] and journal not in one["nodes"]["sim-0003"]
+    assert journal in one["nodes"]["sim-0004"]
     assert one["unreachable"] == steps["unreachable"] == 1
-    # What the nodes warned about reaches the operator either way (nvidia_peermem failing harmlessly, in check
-    # mode the plan only: nothing is loaded).
+    # What the nodes warned about reaches the operator either way (nvidia_peermem failing harmlessly).
     assert one["warnings"] == steps["warnings"]
-    assert any(w.startswith("kmod: nvidia_peermem: nvidia_peermem did not load") for w in one["warnings"]) is not check
+    assert any(w.startswith("kmod: nvidia_peermem: nvidia_peermem did not load") for w in one["warnings"])

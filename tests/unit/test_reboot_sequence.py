@@ -14,6 +14,10 @@ import pytest
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import desired_state, reboot
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot_sequence as seq
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import ClaimLost, SequenceError
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.command import CommandBackend
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.none import NoneBackend
+from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.slurm import SlurmBackend
 
 HOSTS = ["n1", "n2", "n3", "n4"]
 
@@ -87,7 +91,7 @@ def test_records_lock_halt_and_in_flight_are_per_run(tmp_path):
 
 def test_slurm_backend_drains_with_our_reason_and_resumes_only_after_slurmd_registered_again():
     fake = FakeSlurm()
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    backend = SlurmBackend(fake, {h: h for h in HOSTS})
     backend.drain("n1", reboot.drain_reason(["amd_pstate=active"]))
     assert fake.calls[-1] == ["scontrol", "update", "NodeName=n1", "State=DRAIN",
                               "Reason=gpunode.tuning: reboot for amd_pstate=active"]
@@ -105,7 +109,7 @@ def test_slurm_backend_drains_with_our_reason_and_resumes_only_after_slurmd_regi
 
 def test_resuming_a_node_someone_else_resumed_is_no_failure_but_a_node_still_out_is():
     fake = FakeSlurm()
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    backend = SlurmBackend(fake, {h: h for h in HOSTS})
     backend.drain("n1", "gpunode.tuning: reboot")
     fake.nodes["n1"].update(state="idle", reason="")  # an operator resumed it
     backend.undrain("n1")  # Slurm refuses (not drained), and the node is in service: done
@@ -120,13 +124,13 @@ def test_resuming_a_node_someone_else_resumed_is_no_failure_but_a_node_still_out
             return 1, "", "slurm_update error: Access/permission denied"
         return refusing(argv, timeout)
 
-    with pytest.raises(seq.SequenceError, match="permission denied"):
-        seq.SlurmBackend(run, {h: h for h in HOSTS}).undrain("n2")
+    with pytest.raises(SequenceError, match="permission denied"):
+        SlurmBackend(run, {h: h for h in HOSTS}).undrain("n2")
 
 
 def test_a_failing_slurm_command_names_itself():
-    backend = seq.SlurmBackend(lambda argv, timeout: (1, "", "Unable to contact slurm controller"), {"n1": "n1"})
-    with pytest.raises(seq.SequenceError, match="sinfo -N -h .* exited 1: Unable to contact slurm controller"):
+    backend = SlurmBackend(lambda argv, timeout: (1, "", "Unable to contact slurm controller"), {"n1": "n1"})
+    with pytest.raises(SequenceError, match="sinfo -N -h .* exited 1: Unable to contact slurm controller"):
         backend.states(["n1"])
 
 
@@ -134,7 +138,7 @@ def test_the_survey_skips_other_drains_and_adopts_ours(tmp_path):
     fake = FakeSlurm()
     fake.nodes["n2"].update(state="drained", reason="bad DIMM")
     fake.nodes["n3"].update(state="drained", reason="gpunode.tuning: reboot for iommu=pt")
-    got = seq.survey(seq.SlurmBackend(fake, {h: h for h in HOSTS}), HOSTS, seq.Records(str(tmp_path), "r"))
+    got = seq.survey(SlurmBackend(fake, {h: h for h in HOSTS}), HOSTS, seq.Records(str(tmp_path), "r"))
     assert got == {"out_of_service": {"n2": "drained: bad DIMM"}, "ours": ["n3"], "claimed": {}, "backend": "slurm",
                    "hosts": HOSTS}
 
@@ -143,7 +147,7 @@ def test_a_slot_counts_a_node_drained_by_someone_else_and_times_out_halting_the_
     fake, clock = FakeSlurm(), Clock()
     fake.nodes["n4"].update(state="drained", reason="operator")
     records = seq.Records(str(tmp_path), "r")
-    got = seq.take_slot(seq.SlurmBackend(fake, {h: h for h in HOSTS}), records, "n1", HOSTS, settings(wait_timeout=2),
+    got = seq.take_slot(SlurmBackend(fake, {h: h for h in HOSTS}), records, "n1", HOSTS, settings(wait_timeout=2),
                         False, sleep=clock.sleep, clock=clock)
     assert not got["taken"] and got["timed_out"]
     assert "waited 2 s for a slot" in got["why"] and "(n4)" in got["why"]
@@ -154,7 +158,7 @@ def test_a_slot_counts_a_node_drained_by_someone_else_and_times_out_halting_the_
 
 def test_a_slot_is_taken_within_the_budget_and_a_recorded_drain_counts_before_slurm_shows_it(tmp_path):
     fake = FakeSlurm()
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    backend = SlurmBackend(fake, {h: h for h in HOSTS})
     records = seq.Records(str(tmp_path), "r")
     assert seq.take_slot(backend, records, "n1", HOSTS, settings(max_unavailable=2), False)["taken"]
     assert seq.take_slot(backend, records, "n2", HOSTS, settings(max_unavailable=2), False)["taken"]
@@ -168,7 +172,7 @@ def test_hosts_waiting_at_once_never_hold_more_slots_than_the_budget(tmp_path):
     fake = FakeSlurm(["n%d" % i for i in range(1, 9)])
     hosts = list(fake.nodes)
     lock = threading.Lock()
-    backend = seq.SlurmBackend(lambda a, t: _locked(lock, fake, a, t), {h: h for h in hosts})
+    backend = SlurmBackend(lambda a, t: _locked(lock, fake, a, t), {h: h for h in hosts})
     records = seq.Records(str(tmp_path), "r")
     taken = []
 
@@ -197,12 +201,12 @@ def test_the_command_backend_runs_the_users_commands_with_the_host_in_the_enviro
         return (0 if argv[0] == "drained?" and env["GPUNODE_HOST"] == "b" else 1 if argv[0] == "drained?" else 0,
                 "", "")
 
-    backend = seq.CommandBackend(run, {"drain": "lb drain", "check": ["drained?"], "undrain": ["lb", "add"]})
+    backend = CommandBackend(run, {"drain": "lb drain", "check": ["drained?"], "undrain": ["lb", "add"]})
     assert backend.states(["a", "b"])["out_of_service"] == ["b"]
     backend.drain("a", "gpunode.tuning: reboot for x")
     assert calls[-1] == (["lb", "drain"], {"GPUNODE_HOST": "a", "GPUNODE_REASON": "gpunode.tuning: reboot for x"})
-    bad = seq.CommandBackend(lambda argv, timeout, env: (2, "", "boom"), {"check": "drained?"})
-    with pytest.raises(seq.SequenceError, match="check command for a .* exited 2: boom"):
+    bad = CommandBackend(lambda argv, timeout, env: (2, "", "boom"), {"check": "drained?"})
+    with pytest.raises(SequenceError, match="check command for a .* exited 2: boom"):
         bad.drained("a")
 
 
@@ -240,14 +244,14 @@ def test_an_interrupted_run_is_adopted_from_its_records(tmp_path):
     killed = seq.Records(str(tmp_path), "killed-run")
     killed.write("n2", "rebooting", reason="gpunode.tuning: reboot for x")
     records = seq.Records(str(tmp_path), "next-run")
-    got = seq.survey(seq.NoneBackend(), HOSTS, records, {"claim_lease": 60})
+    got = seq.survey(NoneBackend(), HOSTS, records, {"claim_lease": 60})
     assert got["ours"] == [] and "claimed by the live run killed-run" in got["claimed"]["n2"]
     killed.write("n2", "rebooting", updated=time.time() - 61)
-    got = seq.survey(seq.NoneBackend(), HOSTS, records, {"claim_lease": 60})
+    got = seq.survey(NoneBackend(), HOSTS, records, {"claim_lease": 60})
     assert got["ours"] == ["n2"] and got["out_of_service"] == {} and got["claimed"] == {}
     fake = FakeSlurm()
     fake.nodes["n2"].update(state="drained", reason="gpunode.tuning: reboot for x")
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    backend = SlurmBackend(fake, {h: h for h in HOSTS})
     assert seq.survey(backend, HOSTS, records)["ours"] == ["n2"]
     assert seq.take_slot(backend, records, "n2", HOSTS, settings(), True)["taken"]
     clock = Clock()
@@ -264,7 +268,7 @@ def test_a_sequence_whose_run_ended_stops_before_its_next_step(tmp_path, monkeyp
     """An orphaned worker (its ansible-playbook killed: Ansible's workers run in sessions of their own) stops at its
     next wait, before it polls, drains or resumes anything; the host is left as it is for the next run."""
     fake = FakeSlurm()
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    backend = SlurmBackend(fake, {h: h for h in HOSTS})
     monkeypatch.setitem(seq._RUN, "parent", None)
     seq.guard_run(os.getppid())
     assert seq.wait_until(lambda: True, 1, 0.1)  # the run is alive: no change
@@ -283,7 +287,7 @@ def test_a_host_of_the_run_that_is_unreachable_holds_a_slot_and_the_wait_says_so
     """Budget 1 and n4 unreachable (Ansible could not reach it): n1 gets no slot while it stays unreachable,
     and its record and the timeout name it; once n4 answers again, n1 takes the slot."""
     fake, clock = FakeSlurm(), Clock()
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS})
+    backend = SlurmBackend(fake, {h: h for h in HOSTS})
     records = seq.Records(str(tmp_path), "r")
     gone = {"n4": "unreachable: ssh: connect to host 10.0.0.4 port 22: No route to host", "elsewhere": "x"}
     got = seq.take_slot(backend, records, "n1", HOSTS, settings(wait_timeout=2), False, sleep=clock.sleep, clock=clock,
@@ -312,7 +316,7 @@ def test_a_host_the_drain_check_cannot_reach_counts_as_out_of_service(tmp_path):
     def run(argv, timeout, env):
         return {"a": (1, "", ""), "b": (2, "", "ssh: b: Connection timed out"), "c": (1, "", "")}[env["GPUNODE_HOST"]]
 
-    backend = seq.CommandBackend(run, {"check": ["lb-check"]})
+    backend = CommandBackend(run, {"check": ["lb-check"]})
     got = backend.states(["a", "b", "c"])
     assert got["out_of_service"] == ["b"] and got["unreachable"] == ["b"]
     assert got["why"]["b"].startswith("unreachable: check command for b (lb-check) exited 2: ssh: b: Connection")
@@ -327,7 +331,7 @@ def test_a_gated_host_held_for_the_measure_gate_is_in_flight(tmp_path):
     records.write("n1", "gated", reason="gpunode.tuning: reboot for x")
     assert seq.in_flight(records.all(HOSTS), "r") == ["n1"]
     clock = Clock()
-    got = seq.take_slot(seq.NoneBackend(), records, "n2", HOSTS, settings(wait_timeout=1), False, sleep=clock.sleep,
+    got = seq.take_slot(NoneBackend(), records, "n2", HOSTS, settings(wait_timeout=1), False, sleep=clock.sleep,
                         clock=clock)
     assert not got["taken"] and "(n1)" in got["why"]  # its slot is held until the measure gate returns it
 
@@ -378,8 +382,8 @@ class ClaimSlurm(FakeSlurm):
 
 def test_a_drain_carries_the_runs_claim_and_another_live_runs_claim_is_waited_for_never_adopted(tmp_path):
     fake = ClaimSlurm()
-    mine = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
-    theirs = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=OTHER)
+    mine = SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    theirs = SlurmBackend(fake, {h: h for h in HOSTS}, claim=OTHER)
     theirs.drain("n2", "gpunode.tuning: reboot for amd_pstate=active")
     reason = fake.nodes["n2"]["reason"]
     assert reason == "gpunode.tuning: reboot for amd_pstate=active {claim run=5151-88 ctl=ctl-b start=1796500003 " \
@@ -407,8 +411,8 @@ def test_a_drain_carries_the_runs_claim_and_another_live_runs_claim_is_waited_fo
 
 def test_the_slot_waits_for_a_node_another_live_run_holds_and_counts_it(tmp_path):
     fake = ClaimSlurm()
-    seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=OTHER).drain("n1", "gpunode.tuning: reboot for x")
-    mine = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    SlurmBackend(fake, {h: h for h in HOSTS}, claim=OTHER).drain("n1", "gpunode.tuning: reboot for x")
+    mine = SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
     records, clock = seq.Records(str(tmp_path), CLAIM["run"]), Clock()
     got = seq.take_slot(mine, records, "n1", HOSTS, settings(wait_timeout=1, max_unavailable=2), False,
                         sleep=clock.sleep, clock=clock)
@@ -424,7 +428,7 @@ def test_the_slot_waits_for_a_node_another_live_run_holds_and_counts_it(tmp_path
 
 def test_drained_means_no_running_or_completing_job_and_an_operators_resume_ends_the_claim():
     fake = ClaimSlurm()
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    backend = SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
     backend.drain("n1", "gpunode.tuning: reboot for x")
     # slurmctld just restarted: sinfo says drained, squeue still lists the job slurmd has not re-registered
     fake.nodes["n1"]["jobs"] = ["17"]
@@ -435,18 +439,18 @@ def test_drained_means_no_running_or_completing_job_and_an_operators_resume_ends
     assert backend.drained("n1") and backend.holds("n1") is None
     fake.nodes["n1"].update(state="idle", reason="")  # an operator resumed it
     drains = len([c for c in fake.calls if "State=DRAIN" in c])
-    with pytest.raises(seq.ClaimLost, match="someone resumed n1 .*our claim on it ended") as lost:
+    with pytest.raises(ClaimLost, match="someone resumed n1 .*our claim on it ended") as lost:
         backend.drained("n1")
     assert not lost.value.by_run
-    with pytest.raises(seq.ClaimLost):
+    with pytest.raises(ClaimLost):
         backend.holds("n1")
     assert len([c for c in fake.calls if "State=DRAIN" in c]) == drains  # never drained again
     # another run's claim on it now (two runs drained it at once): by_run, waited for
     fake.nodes["n1"].update(state="drained", reason=reboot.claimed_reason("gpunode.tuning: reboot for x", OTHER))
-    with pytest.raises(seq.ClaimLost) as lost:
+    with pytest.raises(ClaimLost) as lost:
         backend.drained("n1")
     assert lost.value.by_run
-    with pytest.raises(seq.ClaimLost, match="not resumed by this run"):
+    with pytest.raises(ClaimLost, match="not resumed by this run"):
         backend.undrain("n1")
     assert not any("State=RESUME" in c for c in fake.calls)
 
@@ -454,7 +458,7 @@ def test_drained_means_no_running_or_completing_job_and_an_operators_resume_ends
 def test_a_transient_unknown_state_is_asked_again_not_judged_on_one_reading(tmp_path):
     fake = ClaimSlurm()
     fake.nodes["n2"].update(state="unknown")  # right after a controller restart
-    backend = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    backend = SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
     clock = Clock()
 
     def sleep(seconds):
@@ -488,7 +492,7 @@ def test_the_fleet_budget_counts_every_node_of_the_partitions_whoever_took_it_ou
     fake.nodes["x1"]["partition"] = fake.nodes["x2"]["partition"] = "other"
     fake.nodes["n4"].update(state="drained", reason="bad DIMM")  # not a host of the run, in its partition
     fake.nodes["x1"].update(state="drained", reason="another partition")
-    backend = seq.SlurmBackend(fake, {h: h for h in ("n1", "n2")}, claim=CLAIM)
+    backend = SlurmBackend(fake, {h: h for h in ("n1", "n2")}, claim=CLAIM)
     polled = backend.states(["n1", "n2"])
     assert polled["fleet"] == {"n4": "drained: bad DIMM"} and polled["fleet_size"] == 4
     fleet = settings(budget_scope="fleet", wait_timeout=1)
@@ -504,7 +508,7 @@ def test_the_fleet_budget_counts_every_node_of_the_partitions_whoever_took_it_ou
     share = settings(budget_scope="fleet", max_unavailable=1, max_unavailable_given="50%")
     assert seq.fleet_budget(polled, share) == (2, {"n4": "drained: bad DIMM"})
     # the partitions named instead
-    named = seq.SlurmBackend(fake, {h: h for h in ("n1", "n2")}, claim=CLAIM, fleet_partitions=["other"])
+    named = SlurmBackend(fake, {h: h for h in ("n1", "n2")}, claim=CLAIM, fleet_partitions=["other"])
     assert named.states(["n1", "n2"])["fleet"] == {"x1": "drained: another partition"}
 
 
@@ -514,10 +518,10 @@ def test_the_command_backends_fleet_is_what_its_fleet_command_lists():
             return 0, "gpu-7\tmaintenance\ngpu-8\n\n", ""
         return 1, "", ""
 
-    backend = seq.CommandBackend(run, {"check": ["check"], "fleet": "fleet-out"})
+    backend = CommandBackend(run, {"check": ["check"], "fleet": "fleet-out"})
     got = backend.states(["a", "gpu-8"])
     assert got["fleet"] == {"gpu-7": "maintenance"}
-    assert seq.CommandBackend(run, {"check": ["check"]}).states(["a"]).get("fleet") is None
+    assert CommandBackend(run, {"check": ["check"]}).states(["a"]).get("fleet") is None
 
 
 @pytest.mark.parametrize("name,value,allowed", [
@@ -548,7 +552,7 @@ def sequence_action(tmp_path, fake, host="n1", **more):
     action._host, action._hosts = host, list(HOSTS)
     action._settings = settings(**dict({"claim_lease": 60, "drain_timeout": 0.3}, **more))
     action._records = seq.Records(str(tmp_path), CLAIM["run"])
-    action._backend = seq.SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
+    action._backend = SlurmBackend(fake, {h: h for h in HOSTS}, claim=CLAIM)
     action._touched, action._hold, action._vars, action._drain_started = 0.0, False, {}, None
     action.rebooted = []
 
@@ -621,7 +625,7 @@ def test_right_before_the_reboot_the_node_is_read_again(tmp_path):
         return real(host)
 
     action._backend.boot_mark = boot_mark
-    with pytest.raises(seq.ClaimLost) as lost:
+    with pytest.raises(ClaimLost) as lost:
         action._drain_and_reboot({"changed": True}, "gpunode.tuning: reboot for x", {})
     assert lost.value.by_run and action.rebooted == []
 
@@ -632,8 +636,8 @@ def test_the_command_backend_reads_the_host_again_right_before_the_reboot():
     def run(argv, timeout, env):
         return answers["check"], "", ""
 
-    backend = seq.CommandBackend(run, {"check": ["lb-check"]})
+    backend = CommandBackend(run, {"check": ["lb-check"]})
     assert backend.holds("a") is None
     answers["check"] = 1  # someone put it back into the load balancer
-    with pytest.raises(seq.ClaimLost, match="back in service: our claim on it ended"):
+    with pytest.raises(ClaimLost, match="back in service: our claim on it ended"):
         backend.holds("a")
