@@ -35,6 +35,8 @@ import sys
 import tempfile
 import uuid
 
+import simnode_aspm  # issue 44: PCIe ASPM (policy, link attributes, Link Control)
+
 # ---------------------------------------------------------------------------------------------
 # Machine descriptions
 # ---------------------------------------------------------------------------------------------
@@ -996,7 +998,8 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
           iommu: str | None = None, vfio: list | None = None, benchmark: str | None = None,
           smi_driver: str = "current", smi_mode: str = "answer", smi_ansi: bool = False,
           amd_smi: bool = False, amd_faults: dict | None = None, amd_smi_mode: str = "answer",
-          kernel: str | None = None, cppc: bool = True, nvidia_driver: str | None = None) -> dict:
+          kernel: str | None = None, cppc: bool = True, nvidia_driver: str | None = None,
+          aspm: str = "disabled") -> dict:
     """Write a simulated node for ``preset`` under ``root`` (which must be empty or absent).
 
     ``nvidia_smi``: ship a node-local nvidia-smi stand-in (``usr/bin``) answering from its own
@@ -1040,6 +1043,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     if amd_smi_mode not in AMD_SMI_MODES:
         raise ValueError(f"amd_smi_mode {amd_smi_mode!r} is not one of {', '.join(AMD_SMI_MODES)}")
     check_iommu_vfio(funcs, iommu, vfio)
+    simnode_aspm.check(aspm)
     if benchmark is not None and benchmark not in BENCHMARK_KINDS:
         raise ValueError(f"benchmark {benchmark!r} is not one of {', '.join(BENCHMARK_KINDS)}")
     t = _Tree(root)
@@ -1062,6 +1066,7 @@ def build(root: str, preset: str, cpus: int | None = None, gpus: int | None = No
     _write_platform(t, p)
     if benchmark is not None:
         write_benchmark(root, benchmark)
+    simnode_aspm.write(root, funcs, aspm)
     gpu_bdfs = [f.bdf for f in funcs if is_gpu(f)]
     return {"preset": p.name, "cpus": p.cpus, "gpus": len(gpu_bdfs), "gpu_bdfs": gpu_bdfs, "root": t.root}
 
@@ -2680,6 +2685,7 @@ def reboot(root: str, dropin: str = GRUB_DROPIN, journal: str = JOURNAL, collect
     switching = boot["wanted"] is not None and boot["wanted"] != tuple(boot["running"])
     out["reset"] = reset_journaled(root, journal, collections, skip=("cpufreq",) if switching else ())
     out.update(_apply_command_line(t, record, boot))
+    out["aspm_policy"] = simnode_aspm.after_boot(root, boot["args"])
     out["boot_id"] = str(uuid.uuid4())
     t.write("proc/sys/kernel/random/boot_id", out["boot_id"])
     t.write("proc/uptime", "21.37 40.11")
@@ -2858,6 +2864,7 @@ def main(argv=None) -> int:
     b.add_argument("--kernel", metavar="RELEASE", help="the running kernel's release (e.g. 5.15.0-91-generic)")
     b.add_argument("--cppc-off", action="store_true", help="firmware with ACPI CPPC off (no cpuN/acpi_cppc/)")
     b.add_argument("--nvidia-driver", metavar="FLAVOR:VERSION", help="open:580.65.06 or proprietary:570.86.15")
+    b.add_argument("--aspm", choices=simnode_aspm.MODES, default="disabled", help="PCIe ASPM (tools/simnode_aspm.py)")
     b.add_argument("dir")
     sub.add_parser("list", help="list presets")
     r = sub.add_parser("reboot", help="reboot the simulated node at DIR (prints what the boot did, as JSON)")
@@ -2880,7 +2887,7 @@ def main(argv=None) -> int:
                      benchmark=args.benchmark, smi_driver=args.smi_driver, smi_mode=args.smi_mode,
                      smi_ansi=args.smi_ansi, amd_smi=args.amd_smi, amd_faults=amd_faults,
                      amd_smi_mode=args.amd_smi_mode, kernel=args.kernel, cppc=not args.cppc_off,
-                     nvidia_driver=args.nvidia_driver)
+                     nvidia_driver=args.nvidia_driver, aspm=args.aspm)
     except ValueError as exc:
         print(f"simnode: {exc}", file=sys.stderr)
         return 2
