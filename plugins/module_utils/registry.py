@@ -20,8 +20,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import 
 NAMES: tuple[str, ...] = (
     "pcie_mrrs",
     "pcie_acs",
-    "pcie_aspm",
     "iommu",
+    "pcie_aspm",
     "cpuidle",
     "cpufreq",
     "tunables",

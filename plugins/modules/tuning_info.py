@@ -703,6 +703,37 @@ tuning_facts:
           lockdown mode.
       returned: always
       type: dict
+    iommu:
+      description:
+        - The IOMMU that translates the selected GPUs' DMA, from sysfs and the running command line.
+      returned: always
+      type: dict
+      contains:
+        active:
+          description: True when an IOMMU is active (C(/sys/class/iommu) lists a unit).
+          type: bool
+          returned: always
+          sample: true
+        units:
+          description: The IOMMU units of C(/sys/class/iommu).
+          type: list
+          elements: str
+          returned: always
+          sample: [ivhd0]
+        kernel_args:
+          description: The IOMMU arguments of the running kernel (C(iommu=), C(iommu.), C(amd_iommu=), C(intel_iommu=)).
+          type: list
+          elements: str
+          returned: always
+          sample: [iommu=pt]
+        gpus:
+          description:
+            - Per selected GPU its C(bdf), C(iommu_group) (null without one) and C(iommu_group_type), the group's
+              default domain type (V(identity) is passthrough, V(DMA) and V(DMA-FQ) translated).
+          type: list
+          elements: dict
+          returned: always
+          sample: [{bdf: "0000:41:00.0", iommu_group: "32", iommu_group_type: identity}]
     pcie_aspm:
       description:
         - PCIe ASPM of the selected GPUs' paths (the C(pcie_aspm) family's read) and the kernel's ASPM policy.
@@ -762,37 +793,6 @@ tuning_facts:
               the kernel shows (V(1) enabled, V(0) disabled; none before 5.5 or without ASPM control).
           type: dict
           returned: always
-    iommu:
-      description:
-        - The IOMMU that translates the selected GPUs' DMA, from sysfs and the running command line.
-      returned: always
-      type: dict
-      contains:
-        active:
-          description: True when an IOMMU is active (C(/sys/class/iommu) lists a unit).
-          type: bool
-          returned: always
-          sample: true
-        units:
-          description: The IOMMU units of C(/sys/class/iommu).
-          type: list
-          elements: str
-          returned: always
-          sample: [ivhd0]
-        kernel_args:
-          description: The IOMMU arguments of the running kernel (C(iommu=), C(iommu.), C(amd_iommu=), C(intel_iommu=)).
-          type: list
-          elements: str
-          returned: always
-          sample: [iommu=pt]
-        gpus:
-          description:
-            - Per selected GPU its C(bdf), C(iommu_group) (null without one) and C(iommu_group_type), the group's
-              default domain type (V(identity) is passthrough, V(DMA) and V(DMA-FQ) translated).
-          type: list
-          elements: dict
-          returned: always
-          sample: [{bdf: "0000:41:00.0", iommu_group: "32", iommu_group_type: identity}]
     cpuidle:
       description: CPU idle states (C-states) of the online CPUs.
       returned: always

@@ -74,7 +74,8 @@ def test_link_control_aspm_bits_as_lspci_decoded_them(real, name, lnkctl, suppor
     link = aspm.decode_link(config_bytes(text))
     assert said.startswith("ASPM %s" % lnkctl) and link["aspm"] == lnkctl
     assert link["lnkctl_aspm"] == (2 if lnkctl == "L1 Enabled" else 0)
-    assert link["aspm_support"] == support and ("ASPM %s" % support if support != "none" else "ASPM not supported") in cap
+    said_cap = "ASPM %s" % support if support != "none" else "ASPM not supported"
+    assert link["aspm_support"] == support and said_cap in cap
 
 
 # --- reading a simulated node ---
@@ -219,8 +220,8 @@ def test_evaluate_names_the_functions_whose_aspm_is_on(build_node):
 def test_a_policy_by_kernel_argument_is_pending_until_the_reboot(build_node):
     root = node2(build_node)
     want = dict(WANT, persist="kernel_arg")
-    ctx = Context(boot_config={"bootloader": "grub", "dropin_text":
-                               'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm.policy=performance"\n'})
+    dropin = 'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm.policy=performance"\n'
+    ctx = Context(boot_config={"bootloader": "grub", "dropin_text": dropin})
     row = rows_of(root, want, ctx)["policy"]
     assert (row["state"], row["persisted"]) == ("pending_reboot", "pcie_aspm.policy=performance")
     simnode_aspm.after_boot(root, ["ro", "pcie_aspm.policy=performance"])
