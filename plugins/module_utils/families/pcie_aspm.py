@@ -385,7 +385,7 @@ def _apply(node: Node, items: list, journal: Any, restore: bool, reasons: dict, 
                     journal.drop(NAME, item["name"])
         if journal is not None and item["name"] in fresh and not item["changed"]:
             journal.drop(NAME, item["name"])
-    if not node.is_live:
+    if not node.is_live and any(i["changed"] for i in items):
         simulate_link_control(node)
 
 
