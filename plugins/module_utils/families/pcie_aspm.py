@@ -230,14 +230,19 @@ def _version(release: str | None) -> tuple:
     return tuple(fit.parse_release(release) or ())
 
 
-def _capable(facts: dict, link: dict) -> bool:
-    """Whether both ends of a link support some ASPM state (Link Capabilities)."""
-    ends = [facts["devices"].get(link["up"]) or {}, facts["devices"].get(link["down"]) or {}]
-    return all(e.get("aspm_support_bits") for e in ends)
+def _enabled(facts: dict, link: dict) -> list:
+    """The ends of a link whose Link Control has an ASPM state enabled."""
+    return [b for b in (link["up"], link["down"]) if (facts["devices"].get(b) or {}).get("lnkctl_aspm")]
 
 
 def control(facts: dict) -> tuple:
-    """``(control, reason)``: ``os`` when the kernel controls ASPM, else ``off``, ``firmware`` or ``no_policy``."""
+    """``(control, reason)``: ``os`` when the kernel controls ASPM, else ``off``, ``firmware`` or ``no_policy``.
+
+    ``firmware`` is inferred, without writing, from Linux 5.5+ showing no link attribute on any GPU link while a
+    GPU link has ASPM enabled: the kernel shows the attributes of every state a link can take unless it does
+    not control ASPM, and where it controls ASPM but finds a state unusable (exit latency) it also disables it.
+    A policy write the kernel refuses (EPERM) says the same at runtime.
+    """
     if "pcie_aspm=off" in facts.get("kernel_args", []):
         return "off", ("pcie_aspm=off is on the kernel command line: the kernel leaves ASPM as the firmware set it, "
                        "refuses policy writes (EPERM) and shows no link attributes; remove it to let the kernel "
@@ -247,14 +252,14 @@ def control(facts: dict) -> tuple:
                              "stays as the firmware set it; set it in the firmware (BIOS) setup" % POLICY_FILE)
     version = _version(facts.get("kernel"))
     links = list((facts.get("links") or {}).values())
-    capable = [lk for lk in links if _capable(facts, lk)]
-    if version >= LINK_ATTRS_SINCE and capable and not any(lk["attrs"] for lk in links):
+    on = sorted({b for lk in links for b in _enabled(facts, lk)})
+    if version >= LINK_ATTRS_SINCE and on and not any(lk["attrs"] for lk in links):
         return "firmware", (
-            "the firmware keeps ASPM control: Linux %s shows no link attribute (link/l1_aspm, %s) on links that "
-            "support ASPM, which it does only when ASPM control was not granted to it (the ACPI FADT 'ASPM "
-            "unsupported' flag, or _OSC not granting PCIe control; dmesg shows 'FADT indicates ASPM is unsupported' "
-            "or the _OSC lines), and it refuses policy writes (EPERM); enable OS/native ASPM control in the firmware "
-            "setup, or disable ASPM there" % (fit.release_text(version), ABI_DOC))
+            "the firmware keeps ASPM control: ASPM is enabled on %s, yet Linux %s shows no link attribute "
+            "(link/l1_aspm, %s) on any GPU link, which it does only when ASPM control was not granted to it (the ACPI "
+            "FADT 'ASPM unsupported' flag, or _OSC not granting PCIe control; dmesg shows 'FADT indicates ASPM is "
+            "unsupported' or the _OSC lines); it then refuses policy writes (EPERM). Enable OS (native) ASPM control "
+            "in the firmware setup, or disable ASPM there" % (", ".join(on), fit.release_text(version), ABI_DOC))
     return "os", ""
 
 
