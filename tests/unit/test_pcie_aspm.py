@@ -8,6 +8,7 @@ import errno
 import os
 
 import pytest
+import simnode
 import simnode_aspm
 from support.captures import config_bytes
 from support.trees import snapshot, tree_changes
@@ -260,3 +261,25 @@ def test_the_family_is_registered_with_its_tag_variables_and_role_rules():
     assert "gpunode_tuning_kernel_cmdline_enabled" in aspm.role_problems(values)[0]
     assert aspm.from_role(dict(values, gpunode_tuning_pcie_aspm_policy=None, gpunode_tuning_pcie_aspm_links="keep"),
                           {"selector": {}}) == {aspm.NAME: None}
+
+
+def test_the_guard_names_aspm_drift_and_reapplies_it(build_node):
+    """What the registry gives every family: the guard's drifted rows and metrics, and its re-apply (boot)."""
+    from support.guard import OPTIONS, install, metrics, run_guard, status
+
+    root = node2(build_node, aspm="l1")
+    simnode.write_node_exporter_dir(root)
+    desired = {aspm.NAME: dict(WANT, persist="boot_unit", vendor="10de", class_prefixes=["0300", "0302"])}
+    facts = dict(OPTIONS["facts"], sysctls=[], modules=[])
+    install(root, desired=desired, facts=facts)
+    assert run_guard(root, cache=False).returncode == 0
+    drifted = {s["id"] for s in status(root)["settings"] if s["state"] == "drifted"}
+    assert drifted == {"pcie_aspm.policy", "pcie_aspm." + GPUS[0], "pcie_aspm." + GPUS[1]}
+    on = {dict(p)["setting"] for (n, p), v in metrics(root).items()
+          if n == "gpunode_tuning_setting_state" and dict(p)["family"] == aspm.NAME and dict(p)["state"] == "drifted"
+          and v == 1}
+    assert on == {"policy", GPUS[0], GPUS[1]}
+    install(root, desired=desired, facts=facts, reapply=True)
+    run = run_guard(root, cache=False)
+    assert "re-applied pcie_aspm" in run.stdout, run.stdout + run.stderr
+    assert {s["state"] for s in status(root)["settings"] if s["family"] == aspm.NAME} == {"applied"}
