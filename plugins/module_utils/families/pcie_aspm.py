@@ -415,9 +415,13 @@ def simulate_link_control(node: Node) -> None:
 
 
 def _restore_items(node: Node, journal: Any) -> list:
-    """The journaled originals as items: the links first (in enabling order), the policy last."""
+    """The journaled originals as items: the policy first (what a link attribute reads depends on it: under
+    ``performance`` an enabled state reads 0), then the links, L1 before its substates."""
     originals = journal.entries(NAME) if journal is not None else {}
     items = []
+    if _KEY_POLICY in originals:
+        items.append(_item(_KEY_POLICY, POLICY_FILE, parse_policy(read_small(node.path(POLICY_FILE)))["current"],
+                           originals[_KEY_POLICY]))
     order = {a: i for i, a in enumerate(ATTRS)}
     for key in sorted((k for k in originals if k != _KEY_POLICY), key=lambda k: (k.split("/")[0],
                                                                                  order.get(k.split("/")[-1], 9))):
@@ -431,9 +435,6 @@ def _restore_items(node: Node, journal: Any) -> list:
             continue
         items.append(_item(key, path, int(text.strip()) if text.strip() in ("0", "1") else text.strip(),
                            originals[key]))
-    if _KEY_POLICY in originals:
-        items.append(_item(_KEY_POLICY, POLICY_FILE, parse_policy(read_small(node.path(POLICY_FILE)))["current"],
-                           originals[_KEY_POLICY]))
     return items
 
 
