@@ -190,9 +190,19 @@ def test_a_kernel_without_aspm_control_is_unsupported_and_nothing_is_written(bui
     assert digest(root) == before and len(warnings) == 2
     rows = rows_of(root)
     assert {n: (r["state"], r.get("fit")) for n, r in rows.items()} == {
-        "policy": ("unsupported", True), "links": ("unsupported", True)}
+        "policy": ("unsupported", True), GPUS[0]: ("unsupported", True), GPUS[1]: ("unsupported", True)}
+    assert rows[GPUS[0]]["running"] == "%s L1 Enabled; %s L1 Enabled" % (ROOT_PORTS[0], GPUS[0])
     assert words in rows["policy"]["reason"]
     assert aspm.boot(Node(root), WANT)[0] is True and digest(root) == before
+
+
+def test_pcie_aspm_off_with_aspm_left_off_by_the_firmware_is_applied_for_the_links(build_node):
+    root = node2(build_node)
+    with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
+        fh.write(" pcie_aspm=off")
+    rows = rows_of(root)
+    assert rows["policy"]["state"] == "unsupported" and "pcie_aspm=off" in rows["policy"]["reason"]
+    assert rows[GPUS[0]]["state"] == "applied" and "firmware" in rows[GPUS[0]]["reason"]
 
 
 def test_a_kernel_before_5_5_sets_the_policy_and_says_the_links_are_unsupported(build_node):

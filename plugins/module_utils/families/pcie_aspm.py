@@ -582,6 +582,16 @@ def _path_row(mine: dict, gpu: dict, want: dict, ctx: Any) -> dict:
                           why + " (tune --tags runtime clears it)", persisted)
 
 
+def _uncontrolled_path_row(mine: dict, gpu: dict) -> dict:
+    """A GPU path where the kernel does not control ASPM: applied when the firmware left it off, else unsupported."""
+    devices = [mine["devices"].get(b) or {} for b in gpu["path"]]
+    on = ["%s %s" % (d["bdf"], d["aspm"]) for d in devices if d.get("lnkctl_aspm")]
+    if on:
+        return _unfit(gpu["bdf"], ASPM_DISABLED, "; ".join(on), mine.get("control_reason"))
+    return family.setting(NAME, gpu["bdf"], ASPM_DISABLED, ASPM_DISABLED, "applied",
+                          "off as the firmware set it (the kernel does not control ASPM here)")
+
+
 def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     """The policy row and, with links off or policy performance, one row per GPU path (Link Control ASPM off)."""
     want = desired.get(NAME) or {}
@@ -595,8 +605,8 @@ def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
     if mine.get("control") != "os":
         if want.get("policy"):
             rows.append(_unfit(_KEY_POLICY, want["policy"], mine.get("policy"), mine.get("control_reason")))
-        if want.get("links") == "off":
-            rows.append(_unfit("links", ASPM_DISABLED, None, mine.get("control_reason")))
+        if want.get("links") == "off" or want.get("policy") == "performance":
+            rows += [_uncontrolled_path_row(mine, gpu) for gpu in mine.get("gpus") or []]
         return rows
     if want.get("policy"):
         rows.append(_policy_row(mine, want, ctx))
