@@ -293,3 +293,19 @@ def test_the_guard_names_aspm_drift_and_reapplies_it(build_node):
     run = run_guard(root, cache=False)
     assert "re-applied pcie_aspm" in run.stdout, run.stdout + run.stderr
     assert {s["state"] for s in status(root)["settings"] if s["family"] == aspm.NAME} == {"applied"}
+
+
+def test_a_simulated_reboot_boots_the_policy_argument(build_node):
+    """The kernel argument of persist: kernel_arg reaches the policy at the simulated boot (simnode_aspm.after_boot),
+    with performance clearing ASPM on the GPU links; without the argument the node's own policy comes back."""
+    root = node2(build_node, aspm="l1")
+    dropin = os.path.join(root, simnode.GRUB_DROPIN.lstrip("/"))
+    os.makedirs(os.path.dirname(dropin), exist_ok=True)
+    with open(dropin, "w", encoding="utf-8") as fh:
+        fh.write('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT pcie_aspm.policy=performance"\n')
+    report = simnode.reboot(root)
+    assert report["aspm_policy"] == "performance" and not report["problems"], report
+    assert all(r["state"] == "applied" for r in rows_of(root, dict(WANT, persist="kernel_arg"), Context(
+        running_args=aspm.read(Node(root))["kernel_args"])).values())
+    os.unlink(dropin)
+    assert simnode.reboot(root)["aspm_policy"] is None
