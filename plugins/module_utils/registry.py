@@ -21,6 +21,7 @@ NAMES: tuple[str, ...] = (
     "pcie_mrrs",
     "pcie_acs",
     "iommu",
+    "pcie_aspm",
     "cpuidle",
     "cpufreq",
     "tunables",
@@ -54,11 +55,12 @@ def _every() -> tuple[Family, ...]:
             kernel_cmdline,
             kmod,
             pcie_acs,
+            pcie_aspm,
             pcie_mrrs,
             tunables,
         )
         for module in (cpufreq, cpuidle, gpu_health, gpu_locality, gpu_p2p, gpu_settings, iommu, kernel_cmdline, kmod,
-                       pcie_acs, pcie_mrrs, tunables):
+                       pcie_acs, pcie_aspm, pcie_mrrs, tunables):
             _LOADED.setdefault(module.DEFINITION.name, module.DEFINITION)
         # END GENERATED registry.imports
         every = globals()["FAMILIES"] = tuple(by_name(name) for name in NAMES)

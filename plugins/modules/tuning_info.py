@@ -734,6 +734,65 @@ tuning_facts:
           elements: dict
           returned: always
           sample: [{bdf: "0000:41:00.0", iommu_group: "32", iommu_group_type: identity}]
+    pcie_aspm:
+      description:
+        - PCIe ASPM of the selected GPUs' paths (the C(pcie_aspm) family's read) and the kernel's ASPM policy.
+      returned: always
+      type: dict
+      contains:
+        policy:
+          description: The current policy of C(/sys/module/pcie_aspm/parameters/policy); null when the file is absent.
+          type: str
+          returned: always
+          sample: default
+        policies:
+          description: The policies this kernel offers.
+          type: list
+          elements: str
+          returned: always
+          sample: [default, performance, powersave, powersupersave]
+        kernel_args:
+          description: The running kernel's C(pcie_aspm) arguments (C(pcie_aspm=off), C(pcie_aspm.policy=)).
+          type: list
+          elements: str
+          returned: always
+          sample: [pcie_aspm.policy=performance]
+        kernel:
+          description: The running kernel's release (per-link attributes exist from 5.5 on).
+          type: str
+          returned: always
+          sample: 6.8.0-45-generic
+        control:
+          description:
+            - Whether the kernel controls ASPM (V(os)), or why not (V(off) C(pcie_aspm=off), V(firmware) the firmware
+              keeps control, V(no_policy) no policy file), with C(control_reason).
+          type: str
+          returned: always
+          sample: os
+        control_reason:
+          description: Why the kernel does not control ASPM; empty when it does.
+          type: str
+          returned: always
+          sample: ""
+        gpus:
+          description: Per selected GPU its C(bdf) and C(path), the functions from its root port down to it.
+          type: list
+          elements: dict
+          returned: always
+          sample: [{bdf: "0000:41:00.0", path: ["0000:40:01.1", "0000:41:00.0"]}]
+        devices:
+          description:
+            - Per function on a GPU path, C(port_type), C(aspm_support) (Link Capabilities, V(L0s L1)), C(aspm) (Link
+              Control's ASPM Control field as lspci shows it, V(L1 Enabled), V(Disabled)), C(lnkctl_aspm) (bits 1:0)
+              and C(error) when its config space cannot be read.
+          type: dict
+          returned: always
+        links:
+          description:
+            - Per link (keyed by its downstream function) C(up), C(down), C(gpus) and C(attrs), the link attributes
+              the kernel shows (V(1) enabled, V(0) disabled; none before 5.5 or without ASPM control).
+          type: dict
+          returned: always
     cpuidle:
       description: CPU idle states (C-states) of the online CPUs.
       returned: always

@@ -267,7 +267,9 @@ def test_boot_script_applies_tuning_to_a_fresh_node(tmp_path):
         assert "[madvise]" in fh.read()
     # One line per family for journald.
     families = [ln.split(":")[1].strip() for ln in run.stdout.splitlines()]
-    assert families == ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "thp", "gpu_locality"]
+    assert families == ["pcie_mrrs", "pcie_acs", "pcie_aspm", "cpuidle", "cpufreq", "thp", "gpu_locality"]
+    with open(os.path.join(fresh, "sys/module/pcie_aspm/parameters/policy")) as fh:
+        assert "[performance]" in fh.read()  # the presets' ASPM policy, re-applied by the boot unit
     # The udev form touches one device only.
     fresh2 = build_node(tmp_path / "fresh2", cpus=2, gpus=2)
     run = run_boot_runner(tuned, fresh2, "--only", "pcie_mrrs", "--bdf", "0000:61:00.0")

@@ -228,8 +228,8 @@ def test_an_unreadable_desired_state_is_exit_2_naming_it(build_node):
         fh.write('{"version": 1, "pcie_mrr": {}}')
     proc = boot(node)
     assert proc.returncode == 2
-    assert "has unknown families pcie_mrr; known are pcie_mrrs, pcie_acs, cpuidle, cpufreq, thp, gpu_settings" \
-        in proc.stdout
+    assert ("has unknown families pcie_mrr; known are pcie_mrrs, pcie_acs, pcie_aspm, cpuidle, cpufreq, thp, "
+            "gpu_settings") in proc.stdout
 
 
 def test_udev_form_leaves_a_device_outside_the_selected_bdfs_alone(build_node):

@@ -30,7 +30,8 @@ def test_the_presets_null_stays_null_and_means_leave_alone():
 
 def test_switched_off_families_are_absent_from_runtime():
     values = preset_values(gpunode_tuning_pcie_mrrs_enabled=False, gpunode_tuning_cpuidle_enabled=False,
-                           gpunode_tuning_pcie_acs="unmanaged")
+                           gpunode_tuning_pcie_acs="unmanaged", gpunode_tuning_pcie_aspm_policy=None,
+                           gpunode_tuning_pcie_aspm_links="keep")
     desired = desired_state.desired_state(values)
     names = [r["name"] for r in desired_state.runtime_requests(desired, values, registry.FAMILIES)]
     assert names == ["cpufreq", "tunables", "kmod"]
@@ -44,11 +45,12 @@ def test_switched_off_families_are_absent_from_runtime():
 
 
 @pytest.mark.parametrize("only, skip, runtime", [
-    (None, None, ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "kmod", "gpu_settings"]),
-    (["runtime"], None, ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "kmod", "gpu_settings"]),
+    (None, None, ["pcie_mrrs", "pcie_acs", "pcie_aspm", "cpuidle", "cpufreq", "tunables", "kmod", "gpu_settings"]),
+    (["runtime"], None, ["pcie_mrrs", "pcie_acs", "pcie_aspm", "cpuidle", "cpufreq", "tunables", "kmod",
+                         "gpu_settings"]),
     (["pcie_mrrs"], None, ["pcie_mrrs"]),
     (["pcie_mrrs", "thp"], None, ["pcie_mrrs", "tunables"]),
-    (["runtime"], ["cpuidle", "pcie_acs"], ["pcie_mrrs", "cpufreq", "tunables", "kmod", "gpu_settings"]),
+    (["runtime"], ["cpuidle", "pcie_acs"], ["pcie_mrrs", "pcie_aspm", "cpufreq", "tunables", "kmod", "gpu_settings"]),
     (["persistent"], None, []),
     (["verify"], None, []),
     (["all"], ["runtime"], []),

@@ -12,8 +12,8 @@ from support.checkout import REPO
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import tags
 
-RUNTIME_TASK = ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "tunables", "numa_balancing", "thp", "sysctl", "kmod",
-                "gpu_settings"]
+RUNTIME_TASK = ["pcie_mrrs", "pcie_acs", "pcie_aspm", "cpuidle", "cpufreq", "tunables", "numa_balancing", "thp",
+                "sysctl", "kmod", "gpu_settings"]
 
 
 def names(families):
@@ -34,7 +34,7 @@ def test_rollback_and_persistent_carry_their_concerns_and_the_parts():
     rollback = tags.flow_task_tags("rollback")
     assert rollback[:2] == ["runtime", "persistent"] and set(persistent) <= set(rollback)
     # kmod: a loaded module's new parameters wait for a boot (issue 44).
-    assert {"pcie_acs", "iommu", "cpufreq", "kernel_cmdline", "kmod"} == set(tags.flow_task_tags("reboot"))
+    assert {"pcie_acs", "iommu", "pcie_aspm", "cpufreq", "kernel_cmdline", "kmod"} == set(tags.flow_task_tags("reboot"))
     with pytest.raises(KeyError, match="no family task for flow 'verify'"):
         tags.flow_task_tags("verify")
 

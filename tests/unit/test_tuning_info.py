@@ -21,7 +21,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import No
 # The node's own sections and one per family that reads facts, under the family's name (memory and sysctl are
 # tunables', modules kmod's, nvidia gpu_health's since 0.4; iommu and gpu_p2p read their own).
 SECTIONS = ["cpu", "cpufreq", "cpuidle", "gpu_health", "gpu_locality", "gpu_p2p", "iommu", "kernel", "kernel_log",
-            "kmod", "os", "pci", "pcie_acs", "platform", "tunables"]
+            "kmod", "os", "pci", "pcie_acs", "pcie_aspm", "platform", "tunables"]
 CPU = "sys/devices/system/cpu"
 
 
@@ -167,7 +167,8 @@ def test_audited_node_values(build_node, run_module):
     assert f["cpufreq"]["available_governors"][-1] == "schedutil"
     assert f["tunables"]["numa_balancing"] == 1
     assert f["kmod"]["by_name"]["nvidia"]["parameters"] == {"NVreg_EnableGpuFirmware": "1"}
-    assert f["kmod"]["by_name"]["pcie_aspm"] == {"loaded": True, "builtin": True, "parameters": {}, "options": None}
+    assert f["kmod"]["by_name"]["pcie_aspm"] == {"loaded": True, "builtin": True, "parameters": {
+        "policy": "[default] performance powersave powersupersave"}, "options": None}  # tools/simnode/aspm.py
     log = f["kernel_log"]
     assert log["counts"] == {"aer": 0, "xid": 0, "fallen_off_bus": 0, "lockdown": 0, "module_failure": 0,
                              "noise": 2, "other": 1}

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import uuid
 
-from . import modparams
+from . import aspm, modparams
 from .boot_faults import apply_boot_faults
 from .cpu import CPU_BASE, cpufreq_family, set_cpufreq_driver
 from .kernel import kernel_runs_amd_pstate
@@ -372,6 +372,7 @@ def reboot(root: str, dropin: str = GRUB_DROPIN, journal: str = JOURNAL, collect
     switching = boot["wanted"] is not None and boot["wanted"] != tuple(boot["running"])
     out["reset"] = reset_journaled(root, journal, collections, skip=("cpufreq",) if switching else ())
     out.update(_apply_command_line(t, record, boot))
+    out["aspm_policy"] = aspm.after_boot(root, boot["args"])
     out["boot_id"] = str(uuid.uuid4())
     t.write("proc/sys/kernel/random/boot_id", out["boot_id"])
     t.write("proc/uptime", "21.37 40.11")

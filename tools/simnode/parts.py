@@ -23,7 +23,7 @@ import importlib
 from collections.abc import Callable
 
 # The modules of the plugged parts, in build order (e.g. "simnode.aspm"): the one place a new part is named.
-PART_MODULES: tuple = ("simnode.nccl",)
+PART_MODULES: tuple = ("simnode.nccl", "simnode.aspm")
 
 
 @dataclasses.dataclass(frozen=True)
