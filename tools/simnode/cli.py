@@ -1,24 +1,5 @@
-"""Build simulated GPU nodes: a directory tree laid out like a Linux node's sysfs/procfs.
-
-The tree is what the collection's modules see through their ``root`` option, so unit tests,
-Molecule scenarios, benchmarks and the demo exercise the real code paths (including the real
-``lspci``/``setpci`` binaries through ``-O sysfs.path=``) without hardware and without root.
-
-Usage::
-
-    python tools/simnode build --preset audited-epyc-8gpu DIR [--cpus N] [--gpus N] [--kmsg-records N]
-    python tools/simnode build --preset audited-epyc-8gpu DIR --smi-driver r470 --smi-mode hang --smi-ansi \
-        --gpu-fault dead=2 --benchmark hang      # the real quirks: an older driver, a wedged GPU, ...
-    python tools/simnode list
-    python tools/simnode reboot DIR   # a boot with what the tuning left: kernel arguments, drop-ins, boot unit
-
-Presets are x86_64 (AMD EPYC, Intel Xeon, a VM) or arm64 (``grace-arm64-4gpu``: psci_idle,
-cppc_cpufreq, an arm64 /proc/cpuinfo without vendor_id, one PCI segment per root port).
-
-The package is standard-library only so it can be copied into a container and run there. The simulated
-reboot's reset of journaled values runs the collection's own tuning_apply module, so it needs the
-collection and ansible-core importable by the Python that runs it (this checkout's .venv).
-"""
+"""The command line of the simulator: ``python tools/simnode build|list|reboot`` (usage: the package's docstring,
+simnode/__init__.py, and ``--help``)."""
 
 from __future__ import annotations
 
@@ -99,7 +80,7 @@ def _bars_and_aer(args) -> bool:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="simnode", description=__doc__,
+    ap = argparse.ArgumentParser(prog="simnode", description=sys.modules[__package__].__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="write a simulated node under DIR")
