@@ -18,6 +18,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm as aspm
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_verify as aspm_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import Context
 
 GPUS = ("0000:41:00.0", "0000:61:00.0")
@@ -36,11 +37,12 @@ def run(root, check=False, diff=False, **params):
 
 
 def facts_of(root):
-    return {aspm.NAME: aspm.read(Node(root))}
+    return {aspm.NAME: aspm_verify.read(Node(root))}
 
 
 def rows_of(root, want=None, ctx=None):
-    return {r["name"]: r for r in aspm.evaluate(facts_of(root), {aspm.NAME: dict(want or WANT)}, ctx or Context())}
+    return {r["name"]: r
+            for r in aspm_verify.evaluate(facts_of(root), {aspm.NAME: dict(want or WANT)}, ctx or Context())}
 
 
 def config(root, bdf):
@@ -83,7 +85,7 @@ def test_link_control_aspm_bits_as_lspci_decoded_them(real, name, lnkctl, suppor
 
 
 def test_read_finds_the_gpu_links_their_attributes_and_link_control(build_node):
-    facts = aspm.read(Node(node2(build_node, aspm="l1")))
+    facts = aspm_verify.read(Node(node2(build_node, aspm="l1")))
     assert facts["policy"] == "default" and facts["control"] == "os"
     assert [g["path"] for g in facts["gpus"]] == [[ROOT_PORTS[0], GPUS[0]], [ROOT_PORTS[1], GPUS[1]]]
     assert facts["links"][GPUS[0]] == {"up": ROOT_PORTS[0], "down": GPUS[0], "gpus": [GPUS[0]],
@@ -93,7 +95,7 @@ def test_read_finds_the_gpu_links_their_attributes_and_link_control(build_node):
 
 def test_a_switch_path_has_two_links_and_no_link_on_the_switch_bus(build_node):
     root = build_node("xeon-4gpu-switch", gpus=2, cpus=2, aspm="l1")
-    facts = aspm.read(Node(root))
+    facts = aspm_verify.read(Node(root))
     ports = {b: d["port_type"] for b, d in facts["devices"].items()}
     for gpu in facts["gpus"]:
         kinds = [ports[b] for b in gpu["path"]]
@@ -115,7 +117,7 @@ def test_runtime_sets_the_policy_clears_the_links_and_reruns_unchanged(build_nod
     assert [i["name"] for i in result["items"] if i["changed"]] == [
         "policy", GPUS[0] + "/l1_aspm", GPUS[1] + "/l1_aspm"]
     assert result["diff"]["after"]["policy"] == "performance"
-    facts = aspm.read(Node(root))
+    facts = aspm_verify.read(Node(root))
     assert facts["policy"] == "performance" and all(lk["attrs"]["l1_aspm"] == 0 for lk in facts["links"].values())
     assert {d["aspm"] for d in facts["devices"].values()} == {"Disabled"}
     assert all(r["state"] == "applied" for r in rows_of(root).values())
@@ -132,7 +134,7 @@ def test_only_what_was_asked_is_written(build_node):
     root = node2(build_node, aspm="l1")
     result = run(root, links="keep")
     assert [i["name"] for i in result["items"]] == ["policy"]
-    assert aspm.read(Node(root))["links"][GPUS[0]]["attrs"]["l1_aspm"] == 1
+    assert aspm_verify.read(Node(root))["links"][GPUS[0]]["attrs"]["l1_aspm"] == 1
     nothing = run(root, policy=None, links="keep")
     assert nothing["items"] == [] and "left as it is" in nothing["msg"]
 
@@ -168,7 +170,7 @@ def test_an_eperm_on_the_policy_write_is_unsupported_and_stops_every_write(build
     assert not result["changed"] and "EPERM" in result["unsupported"]["policy"]
     assert [i["name"] for i in result["items"] if i["skipped"]] == ["policy", GPUS[0] + "/l1_aspm",
                                                                      GPUS[1] + "/l1_aspm"]
-    assert aspm.read(Node(root))["links"][GPUS[0]]["attrs"]["l1_aspm"] == 1  # nothing written after the refusal
+    assert aspm_verify.read(Node(root))["links"][GPUS[0]]["attrs"]["l1_aspm"] == 1  # nothing written after the refusal
     assert Journal(Node(root), JOURNAL).entries(aspm.NAME) == {}  # nothing to restore
     assert any("unsupported" in w and "EPERM" in w for w in warnings)
 
@@ -222,10 +224,11 @@ def test_evaluate_names_the_functions_whose_aspm_is_on(build_node):
     rows = rows_of(root, ctx=Context(boot_unit=True))
     assert rows["policy"]["state"] == "drifted" and rows["policy"]["running"] == "default"
     row = rows[GPUS[0]]
-    assert row["state"] == "drifted" and row["desired"] == aspm.ASPM_DISABLED and row["persisted"] == "ASPM Disabled"
+    assert row["state"] == "drifted" and row["desired"] == aspm_verify.ASPM_DISABLED
+    assert row["persisted"] == "ASPM Disabled"
     assert row["running"] == "%s L1 Enabled; %s L1 Enabled" % (ROOT_PORTS[0], GPUS[0])
-    assert aspm.evaluate(facts_of(root), {aspm.NAME: None}, Context()) == []
-    assert aspm.evaluate({}, {aspm.NAME: WANT}, Context())[0]["state"] == "unsupported"
+    assert aspm_verify.evaluate(facts_of(root), {aspm.NAME: None}, Context()) == []
+    assert aspm_verify.evaluate({}, {aspm.NAME: WANT}, Context())[0]["state"] == "unsupported"
 
 
 def test_a_policy_by_kernel_argument_is_pending_until_the_reboot(build_node):
@@ -306,6 +309,6 @@ def test_a_simulated_reboot_boots_the_policy_argument(build_node):
     report = simnode.reboot(root)
     assert report["aspm_policy"] == "performance" and not report["problems"], report
     assert all(r["state"] == "applied" for r in rows_of(root, dict(WANT, persist="kernel_arg"), Context(
-        running_args=aspm.read(Node(root))["kernel_args"])).values())
+        running_args=aspm_verify.read(Node(root))["kernel_args"])).values())
     os.unlink(dropin)
     assert simnode.reboot(root)["aspm_policy"] is None

@@ -1,26 +1,9 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""PCIe link power management (ASPM) on the GPU paths: the ``pcie_aspm`` family (issue 44).
+"""PCIe link power management (ASPM) on the GPU paths: the ``pcie_aspm`` family (issue 44): the kernel's ASPM
+policy and the per-link ASPM attributes, run, boot re-apply and kernel argument (verification: pcie_aspm_verify.py).
 
-Two settings. The kernel's ASPM policy, ``/sys/module/pcie_aspm/parameters/policy`` (it reads
-``default [performance] powersave powersupersave``, the bracketed one current; ``performance``
-disables ASPM on every link the kernel controls; kernel-parameters.txt, ``pcie_aspm.policy=`` on the
-command line). And ASPM off on each GPU's link and the links of the switches above it, through the
-per-link attributes of Documentation/ABI/testing/sysfs-bus-pci (Linux 5.5 and later): ``link/l0s_aspm``,
-``l1_aspm``, ``l1_1_aspm``, ``l1_2_aspm``, ``l1_1_pcipm``, ``l1_2_pcipm`` (``clkpm`` is clock power
-management, not ASPM: read, never written). The kernel shows them on the link's downstream
-component (the GPU, a switch's upstream port) and only for the states the link supports.
-
-Verification reads the ASPM Control field (bits 1:0) of Link Control (PCIe capability + 0x10) of
-every function on each GPU's path from config space, both ends of every link.
-
-Fit before tuned: with ``pcie_aspm=off`` on the command line, or the firmware keeping ASPM control (the
-ACPI FADT "ASPM unsupported" flag, or ``_OSC`` not granting PCIe control), the kernel refuses policy
-writes (EPERM) and hides the link attributes; without CONFIG_PCIEASPM there is no policy file. Then the
-family is ``unsupported`` with the cause and writes nothing. A kernel before 5.5 has no link
-attributes: the policy is managed, the links are reported as unsupported there.
-
-Plain Python 3.8+, no Ansible import (the boot runner loads it on the node).
+How it works and why: docs/dev/node-code.md, "families/pcie_aspm.py".
 """
 
 from __future__ import annotations
@@ -49,78 +32,15 @@ POLICY_FILE = "sys/module/pcie_aspm/parameters/policy"
 POLICIES = ("default", "performance", "powersave", "powersupersave")
 LINKS = ("off", "keep")
 PERSIST = ("boot_unit", "kernel_arg")
-# The per-link ASPM attributes, in the order that enables them (L1 before its substates); "off" writes them
-# in the reverse order. clkpm is read only.
+# The per-link ASPM attributes, L1 before its substates ("off" writes them in reverse); clkpm is read only.
 ATTRS = ("l0s_aspm", "l1_aspm", "l1_1_aspm", "l1_2_aspm", "l1_1_pcipm", "l1_2_pcipm")
 LINK_ATTRS_SINCE = (5, 5)
 # Link Control and Link Capabilities in the PCIe capability (pci_regs.h PCI_EXP_LNKCTL, PCI_EXP_LNKCAP).
 PCI_EXP_LNKCTL = 0x10
 LNKCTL_ASPM_MASK = 0x0003  # PCI_EXP_LNKCTL_ASPMC: bit 0 L0s, bit 1 L1
 LNKCAP_ASPM_SHIFT = 10  # PCI_EXP_LNKCAP_ASPMS: bits 11:10
-ASPM_DISABLED = "ASPM Disabled"
-KERNEL_PARAMS_DOC = "https://docs.kernel.org/admin-guide/kernel-parameters.html"
 ABI_DOC = "https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-bus-pci"
-_KEY_POLICY = "policy"
-FACTS_DOC = r"""
-description:
-  - PCIe ASPM of the selected GPUs' paths (the C(pcie_aspm) family's read) and the kernel's ASPM policy.
-returned: always
-type: dict
-contains:
-  policy:
-    description: The current policy of C(/sys/module/pcie_aspm/parameters/policy); null when the file is absent.
-    type: str
-    returned: always
-    sample: default
-  policies:
-    description: The policies this kernel offers.
-    type: list
-    elements: str
-    returned: always
-    sample: [default, performance, powersave, powersupersave]
-  kernel_args:
-    description: The running kernel's C(pcie_aspm) arguments (C(pcie_aspm=off), C(pcie_aspm.policy=)).
-    type: list
-    elements: str
-    returned: always
-    sample: [pcie_aspm.policy=performance]
-  kernel:
-    description: The running kernel's release (per-link attributes exist from 5.5 on).
-    type: str
-    returned: always
-    sample: 6.8.0-45-generic
-  control:
-    description:
-      - Whether the kernel controls ASPM (V(os)), or why not (V(off) C(pcie_aspm=off), V(firmware) the firmware
-        keeps control, V(no_policy) no policy file), with C(control_reason).
-    type: str
-    returned: always
-    sample: os
-  control_reason:
-    description: Why the kernel does not control ASPM; empty when it does.
-    type: str
-    returned: always
-    sample: ""
-  gpus:
-    description: Per selected GPU its C(bdf) and C(path), the functions from its root port down to it.
-    type: list
-    elements: dict
-    returned: always
-    sample: [{bdf: "0000:41:00.0", path: ["0000:40:01.1", "0000:41:00.0"]}]
-  devices:
-    description:
-      - Per function on a GPU path, C(port_type), C(aspm_support) (Link Capabilities, V(L0s L1)), C(aspm) (Link
-        Control's ASPM Control field as lspci shows it, V(L1 Enabled), V(Disabled)), C(lnkctl_aspm) (bits 1:0)
-        and C(error) when its config space cannot be read.
-    type: dict
-    returned: always
-  links:
-    description:
-      - Per link (keyed by its downstream function) C(up), C(down), C(gpus) and C(attrs), the link attributes
-        the kernel shows (V(1) enabled, V(0) disabled; none before 5.5 or without ASPM control).
-    type: dict
-    returned: always
-"""
+KEY_POLICY = "policy"
 
 ARGUMENT_SPEC = dict(
     policy=dict(type="str", choices=list(POLICIES)),
@@ -135,9 +55,7 @@ ARGUMENT_SPEC = dict(
 )
 
 
-# ---------------------------------------------------------------------------------------------
 # Decoding
-# ---------------------------------------------------------------------------------------------
 
 
 def parse_policy(text: str | None) -> dict:
@@ -172,9 +90,7 @@ def decode_link(cfg: bytes) -> dict | None:
                                                                     if support & b) or "none"}
 
 
-# ---------------------------------------------------------------------------------------------
 # Reading the node
-# ---------------------------------------------------------------------------------------------
 
 
 def _read_device(path: str) -> dict:
@@ -200,9 +116,8 @@ def _read_attrs(path: str) -> dict:
     return out
 
 
-def read(node: Node, selector: pci.DeviceSelector | None = None, query: object = None) -> dict:
-    """The family's facts (``facts["pcie_aspm"]``): the policy, the kernel's control of ASPM, and each GPU path's
-    functions (Link Control's ASPM field) and links (their attributes)."""
+def scan(node: Node, selector: pci.DeviceSelector | None = None, query: object = None) -> dict:
+    """The policy, the kernel's control of ASPM, each GPU path's functions and links (pcie_aspm_verify.read)."""
     selector = selector or pci.DeviceSelector()
     text = read_small(node.path(POLICY_FILE))
     parsed = parse_policy(text)
@@ -236,13 +151,7 @@ def _enabled(facts: dict, link: dict) -> list:
 
 
 def control(facts: dict) -> tuple:
-    """``(control, reason)``: ``os`` when the kernel controls ASPM, else ``off``, ``firmware`` or ``no_policy``.
-
-    ``firmware`` is inferred, without writing, from Linux 5.5+ showing no link attribute on any GPU link while a
-    GPU link has ASPM enabled: the kernel shows the attributes of every state a link can take unless it does
-    not control ASPM, and where it controls ASPM but finds a state unusable (exit latency) it also disables it.
-    A policy write the kernel refuses (EPERM) says the same at runtime.
-    """
+    """``(control, reason)``: ``os`` when the kernel controls ASPM, else ``off``, ``firmware`` or ``no_policy``."""
     if "pcie_aspm=off" in facts.get("kernel_args", []):
         return "off", ("pcie_aspm=off is on the kernel command line: the kernel leaves ASPM as the firmware set it, "
                        "refuses policy writes (EPERM) and shows no link attributes; remove it to let the kernel "
@@ -273,9 +182,7 @@ def links_reason(facts: dict) -> str:
     return ""
 
 
-# ---------------------------------------------------------------------------------------------
-# The run: validate, plan, journal, write, read back (or restore the journal's originals)
-# ---------------------------------------------------------------------------------------------
+# The run: validate, plan, journal, write, read back (or restore)
 
 
 def _params_problems(want: dict) -> list:
@@ -318,8 +225,7 @@ def _attr_path(bdf: str, attr: str) -> str:
 
 
 def plan(facts: dict, policy: str | None, links: str) -> tuple:
-    """``(items, reasons)``: what a run writes (policy first, then each link's attributes to 0), and why a part is
-    left alone (``{"policy"|"links": why}``). Nothing is planned where the kernel does not control ASPM."""
+    """``(items, reasons)``: what a run writes, and why a part is left alone (``{"policy"|"links": why}``)."""
     reasons = {}
     if facts["control"] != "os":
         return [], {k: facts["control_reason"] for k, on in (("policy", policy), ("links", links == "off")) if on}
@@ -329,7 +235,7 @@ def plan(facts: dict, policy: str | None, links: str) -> tuple:
             reasons["policy"] = "this kernel offers the policies %s, not %s" % (
                 ", ".join(facts["policies"]) or "none", policy)
         else:
-            items.append(_item(_KEY_POLICY, POLICY_FILE, facts["policy"], policy))
+            items.append(_item(KEY_POLICY, POLICY_FILE, facts["policy"], policy))
     if links == "off":
         with_attrs = [lk for lk in facts["links"].values() if lk["attrs"]]
         if not with_attrs and links_reason(facts):
@@ -353,7 +259,7 @@ def _refusal(exc: NodeError, what: str) -> str:
 
 def _write(node: Node, item: dict, value: Any) -> Any:
     """Write one item and read it back (a simulated policy file is written as the kernel shows it)."""
-    if item["name"] == _KEY_POLICY:
+    if item["name"] == KEY_POLICY:
         choices = tuple(parse_policy(read_small(node.path(POLICY_FILE)))["choices"]) or POLICIES
         node.write(value if node.is_live else policy_text(value, choices), POLICY_FILE)
         return parse_policy(read_small(node.path(POLICY_FILE)))["current"]
@@ -363,9 +269,7 @@ def _write(node: Node, item: dict, value: Any) -> Any:
 
 
 def _apply(node: Node, items: list, journal: Any, restore: bool, reasons: dict, fresh: set) -> None:
-    """Write each item that changes and read it back. A policy write the kernel refuses (EPERM: it does not
-    control ASPM) makes the family unsupported (``reasons``) and stops every later write; a journal entry of an
-    item that was not written is dropped."""
+    """Write each item that changes and read it back; an EPERM refusal stops every later write."""
     refused = None
     for item in items:
         if not item["changed"]:
@@ -379,7 +283,7 @@ def _apply(node: Node, items: list, journal: Any, restore: bool, reasons: dict, 
                 refused = _refusal(exc, item["path"])
                 if refused.startswith("the kernel refused"):
                     item.update(changed=False, skipped=True, reason=refused)
-                    reasons[_KEY_POLICY if item["name"] == _KEY_POLICY else "links"] = refused
+                    reasons[KEY_POLICY if item["name"] == KEY_POLICY else "links"] = refused
                 else:
                     item.update(changed=False, failed=True, reason=refused)
                     refused = None
@@ -395,9 +299,8 @@ def _apply(node: Node, items: list, journal: Any, restore: bool, reasons: dict, 
 
 
 def simulate_link_control(node: Node) -> None:
-    """A simulated node has no kernel behind its files: set each GPU link's Link Control ASPM field (both ends) the
-    way the kernel would after the writes (policy performance: off; else the link attributes' L0s and L1)."""
-    facts = read(node)
+    """A simulated node: set Link Control's ASPM field of each GPU link's ends as the kernel would."""
+    facts = scan(node)
     off = facts["policy"] == "performance"
     for link in facts["links"].values():
         if not link["attrs"]:
@@ -415,15 +318,14 @@ def simulate_link_control(node: Node) -> None:
 
 
 def _restore_items(node: Node, journal: Any) -> list:
-    """The journaled originals as items: the policy first (what a link attribute reads depends on it: under
-    ``performance`` an enabled state reads 0), then the links, L1 before its substates."""
+    """The journaled originals as items: the policy first, then the links, L1 before its substates."""
     originals = journal.entries(NAME) if journal is not None else {}
     items = []
-    if _KEY_POLICY in originals:
-        items.append(_item(_KEY_POLICY, POLICY_FILE, parse_policy(read_small(node.path(POLICY_FILE)))["current"],
-                           originals[_KEY_POLICY]))
+    if KEY_POLICY in originals:
+        items.append(_item(KEY_POLICY, POLICY_FILE, parse_policy(read_small(node.path(POLICY_FILE)))["current"],
+                           originals[KEY_POLICY]))
     order = {a: i for i, a in enumerate(ATTRS)}
-    for key in sorted((k for k in originals if k != _KEY_POLICY), key=lambda k: (k.split("/")[0],
+    for key in sorted((k for k in originals if k != KEY_POLICY), key=lambda k: (k.split("/")[0],
                                                                                  order.get(k.split("/")[-1], 9))):
         bdf, _sep, attr = key.partition("/")
         path = _attr_path(bdf, attr)
@@ -445,7 +347,7 @@ def execute(call: family.Call, node: Node, journal: Any, selector: pci.DeviceSel
     if restore:
         items = _restore_items(node, journal)
     else:
-        facts = read(node, selector)
+        facts = scan(node, selector)
         if not facts["gpus"] and not params.get("allow_empty") and params.get("links") == "off":
             raise family.FamilyError("no PCI device matches the selection (%s); set allow_empty: true to accept a "
                                      "node without such devices" % selector.describe(), {"changed": False})
@@ -488,9 +390,7 @@ def run(call: family.Call) -> dict:
         raise family.FamilyError(str(exc), {"changed": False}) from None
 
 
-# ---------------------------------------------------------------------------------------------
-# Boot re-apply, persistence, verification
-# ---------------------------------------------------------------------------------------------
+# Boot re-apply, persistence, the controller's hooks
 
 
 def boot(node: Node, want: dict) -> tuple:
@@ -513,108 +413,18 @@ def kernel_arg(policy: str) -> str:
 
 
 def kernel_args(pc, remove: bool = False) -> list:
-    """``pcie_aspm.policy=<policy>`` when the policy persists by kernel argument (gpunode_tuning_pcie_aspm_persist:
-    kernel_arg); none on a node whose kernel does not control ASPM (fit before tuned: no argument, no reboot); with
-    ``remove``, every policy's argument."""
+    """``pcie_aspm.policy=<policy>`` with persist kernel_arg where the kernel controls ASPM; ``remove``: all."""
     if remove:
         return [kernel_arg(p) for p in POLICIES]
     want = pc.desired.get(NAME) or {}
     if want.get("persist") != "kernel_arg" or not want.get("policy"):
         return []
-    facts = read(pc.node)
+    facts = scan(pc.node)
     if facts["control"] != "os":
         if pc.unfit is not None:
             pc.unfit["%s.policy" % NAME] = facts["control_reason"]
         return []
     return [kernel_arg(want["policy"])]
-
-
-def reads_boot_config(desired: dict) -> bool:
-    want = desired.get(NAME) or {}
-    return want.get("persist") == "kernel_arg" and bool(want.get("policy"))
-
-
-def _persisted(want: dict, ctx: Any, value: Any) -> Any:
-    if want.get("persist") == "kernel_arg":
-        arg = kernel_arg(want["policy"]) if want.get("policy") else None
-        return arg if arg and ctx.arg(arg)["configured"] else None
-    return ctx.boot_persisted(value)
-
-
-def _unfit(name: str, desired: Any, running: Any, why: str) -> dict:
-    return dict(family.setting(NAME, name, desired, running, "unsupported", why), fit=True)
-
-
-def _policy_row(mine: dict, want: dict, ctx: Any) -> dict:
-    policy, running = want["policy"], mine.get("policy")
-    persisted = _persisted(want, ctx, policy)
-    if running == policy:
-        return family.setting(NAME, _KEY_POLICY, policy, running, "applied", "", persisted)
-    if policy not in (mine.get("policies") or []):
-        return _unfit(_KEY_POLICY, policy, running, "this kernel offers the policies %s" % (
-            ", ".join(mine.get("policies") or []) or "none"))
-    arg = kernel_arg(policy)
-    if want.get("persist") == "kernel_arg" and ctx.arg(arg)["configured"] and not ctx.arg(arg)["running"]:
-        return family.setting(NAME, _KEY_POLICY, policy, running, "pending_reboot",
-                              "%s is configured for the next boot, not running" % arg, persisted)
-    return family.setting(NAME, _KEY_POLICY, policy, running, "drifted",
-                          "the policy is %s, not %s (tune --tags runtime sets it)" % (running, policy), persisted)
-
-
-def _path_row(mine: dict, gpu: dict, want: dict, ctx: Any) -> dict:
-    """One GPU path: every function's Link Control ASPM field must be off."""
-    devices = [mine["devices"].get(b) or {"bdf": b, "error": "not read"} for b in gpu["path"]]
-    errors = ["%s: %s" % (d["bdf"], d["error"]) for d in devices if d.get("error")]
-    on = ["%s %s" % (d["bdf"], d["aspm"]) for d in devices if not d.get("error") and d.get("lnkctl_aspm")]
-    running = "; ".join(on) if on else ASPM_DISABLED
-    persisted = ctx.boot_persisted(ASPM_DISABLED) if want.get("links") == "off" else \
-        _persisted(want, ctx, ASPM_DISABLED)
-    if errors:
-        return family.setting(NAME, gpu["bdf"], ASPM_DISABLED, running, "unsupported", "; ".join(errors))
-    if not on:
-        return family.setting(NAME, gpu["bdf"], ASPM_DISABLED, running, "applied", "", persisted)
-    if want.get("links") == "off" and links_reason(mine) and mine.get("policy") != "performance":
-        return _unfit(gpu["bdf"], ASPM_DISABLED, running, links_reason(mine))
-    why = "ASPM is enabled on %s of the path of GPU %s (Link Control)" % (", ".join(on), gpu["bdf"])
-    if want.get("links") != "off":
-        why += "; policy %s is %s" % (want.get("policy"), mine.get("policy"))
-    return family.setting(NAME, gpu["bdf"], ASPM_DISABLED, running, "drifted",
-                          why + " (tune --tags runtime clears it)", persisted)
-
-
-def _uncontrolled_path_row(mine: dict, gpu: dict) -> dict:
-    """A GPU path where the kernel does not control ASPM: applied when the firmware left it off, else unsupported."""
-    devices = [mine["devices"].get(b) or {} for b in gpu["path"]]
-    on = ["%s %s" % (d["bdf"], d["aspm"]) for d in devices if d.get("lnkctl_aspm")]
-    if on:
-        return _unfit(gpu["bdf"], ASPM_DISABLED, "; ".join(on), mine.get("control_reason"))
-    return family.setting(NAME, gpu["bdf"], ASPM_DISABLED, ASPM_DISABLED, "applied",
-                          "off as the firmware set it (the kernel does not control ASPM here)")
-
-
-def evaluate(facts: dict, desired: dict, ctx: Any) -> list:
-    """The policy row and, with links off or policy performance, one row per GPU path (Link Control ASPM off)."""
-    want = desired.get(NAME) or {}
-    if not want or (want.get("policy") is None and want.get("links") != "off"):
-        return []
-    mine = facts.get(NAME)
-    if not isinstance(mine, dict):
-        return [family.setting(NAME, "links", ASPM_DISABLED, None, "unsupported",
-                               "the facts have no %s section (ASPM was not read)" % NAME)]
-    rows = []
-    if mine.get("control") != "os":
-        if want.get("policy"):
-            rows.append(_unfit(_KEY_POLICY, want["policy"], mine.get("policy"), mine.get("control_reason")))
-        if want.get("links") == "off" or want.get("policy") == "performance":
-            rows += [_uncontrolled_path_row(mine, gpu) for gpu in mine.get("gpus") or []]
-        return rows
-    if want.get("policy"):
-        rows.append(_policy_row(mine, want, ctx))
-    if want.get("links") == "off" or want.get("policy") == "performance":
-        if not mine.get("gpus"):
-            rows.append(family.setting(NAME, "links", ASPM_DISABLED, None, "not_applicable", "no GPU is selected"))
-        rows += [_path_row(mine, gpu, want, ctx) for gpu in mine["gpus"]]
-    return rows
 
 
 def from_role(v: dict, shared: dict) -> dict:
@@ -652,14 +462,20 @@ def summary(result: dict) -> str:
     return line
 
 
+def _verification():
+    """The verification half (families/pcie_aspm_verify.py), imported when verification first calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_verify
+    return pcie_aspm_verify
+
+
 DEFINITION = family.Family(
     name=NAME,
     titles={NAME: "PCIe ASPM"},
-    read=read,
-    facts_doc=FACTS_DOC,
+    read=family.later(_verification, "read"),
+    facts_doc=family.later(_verification, "FACTS_DOC"),
     run=run,
-    evaluate=evaluate,
-    reads_boot_config=reads_boot_config,
+    evaluate=family.later(_verification, "evaluate"),
+    reads_boot_config=family.later(_verification, "reads_boot_config"),
     boot=boot,
     from_role=from_role,
     role_problems=role_problems,
