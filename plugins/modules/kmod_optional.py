@@ -19,7 +19,7 @@ description:
     peer-memory symbols are absent; on a node without RDMA that is expected and harmless.
   - A module that is already loaded is never reloaded. When its parameters in
     C(/sys/module/NAME/parameters) differ from O(params), the difference is reported as
-    RV(modules[].param_drift): the role's persistent flow writes the options line and the module takes it at the
+    RV(modules[].param_drift); the role's persistent flow writes the options line and the module takes it at the
     next boot (verification says V(pending_reboot) until then). Values are compared as the kernel shows them (a
     bool parameter reads V(Y) or V(N)); a parameter the module does not show there is listed in
     RV(modules[].param_unsupported), not compared.
@@ -183,7 +183,7 @@ modules:
     param_unsupported:
       description:
         - Requested parameters that C(/sys/module/NAME/parameters) does not show (declared with mode 0, such as the
-          NVIDIA driver's C(NVreg_*), or not readable): they cannot be compared.
+          NVIDIA driver's C(NVreg_*), or not readable), so they cannot be compared.
       type: list
       elements: str
       sample: []
