@@ -13,7 +13,7 @@ from simnode import modparams as simnode_modparams
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_params as mp
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import HEADER, NodeFiles
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod_plan
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
@@ -118,7 +118,7 @@ def test_simulated_node_pending_then_applied_by_a_boot_then_failed_when_a_boot_d
     assert rows["kmod.nvidia_uvm.uvm_disable_hmm"]["state"] == "applied" and not result["reboot_required"]
 
     # Rollback (here in check mode: nothing removed) says the module keeps the value until it is loaded again.
-    out = kmod.remove_modules(SimpleNamespace(node=node, files=NodeFiles(node, check_mode=True)))
+    out = kmod_plan.remove_modules(SimpleNamespace(node=node, files=NodeFiles(node, check_mode=True)))
     assert out["still_running"] == ["nvidia_uvm uvm_disable_hmm=Y"] and "/" + UVM_FILE in out["summary"]
     assert os.path.exists(os.path.join(root, UVM_FILE))
 
@@ -151,7 +151,7 @@ def test_a_later_options_line_or_the_command_line_wins_and_is_no_reason_to_reboo
     # The persistent flow asks no reboot for it (fit before tuned) and says why; verification fails it, not pending.
     pc = SimpleNamespace(node=node, unfit={})
     drift = {"uvm_disable_hmm": {"requested": "1", "current": "N"}}
-    assert kmod.pending_params(pc, [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
+    assert kmod_plan.pending_params(pc, [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
     assert "/etc/modprobe.d/zz-uvm.conf sets uvm_disable_hmm=0" in pc.unfit["kmod.nvidia_uvm.uvm_disable_hmm"]
     with open(os.path.join(root, UVM_FILE), "w", encoding="utf-8") as fh:
         fh.write(mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", node.read(mp.BOOT_ID), None))
@@ -163,9 +163,9 @@ def test_a_later_options_line_or_the_command_line_wins_and_is_no_reason_to_reboo
     with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
         fh.write(" nvidia_uvm.uvm_disable_hmm=N")
     assert mp.overriding(node, "nvidia_uvm", own) == {"uvm_disable_hmm": {"value": "N", "source": mp.CMDLINE}}
-    assert kmod.pending_params(SimpleNamespace(node=node, unfit={}),
+    assert kmod_plan.pending_params(SimpleNamespace(node=node, unfit={}),
                                [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
     with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
         fh.write(" nvidia_uvm.uvm_disable_hmm=on")  # the last one wins, and it is the wanted value
-    assert kmod.pending_params(SimpleNamespace(node=node, unfit={}), [{"name": "nvidia_uvm", "param_drift": drift}]) \
+    assert kmod_plan.pending_params(SimpleNamespace(node=node, unfit={}), [{"name": "nvidia_uvm", "param_drift": drift}]) \
         == {"nvidia_uvm.uvm_disable_hmm": "1 (running N)"}

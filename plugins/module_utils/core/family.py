@@ -81,6 +81,23 @@ class GpuCommand(NamedTuple):
 GPU_COUNT_ARG = "{gpus}"
 
 
+class Concern(NamedTuple):
+    """One thing the persistent flow makes survive a reboot, and how rollback takes it away (``Family.persist``;
+    core/persistence.py gives its functions their ``PersistCall``)."""
+
+    name: str
+    # Tags that select it in the persistent flow and rollback (besides persistent / rollback).
+    tags: tuple
+    # (PersistCall) -> dict: write what the desired state asks; raises FamilyError.
+    persist: Callable[..., dict]
+    # (PersistCall) -> dict: remove everything it may have written; raises FamilyError.
+    remove: Callable[..., dict]
+    # Whether it writes the kernel arguments other families need: then their tags select it too.
+    kernel_args: bool = False
+    # What it writes, in a few words: tuning_persist's documentation of its ``concerns`` (tools/generate.py).
+    description: str = ""
+
+
 class Family(NamedTuple):
     """One knob family's entry in the registry (registry.py).
 

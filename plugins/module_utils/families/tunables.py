@@ -22,7 +22,6 @@ import re
 from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
@@ -260,46 +259,6 @@ def thp_problem(name: str, value: Any) -> str | None:
         return "%s: value %r is not accepted; allowed are %s (Documentation/admin-guide/mm/transhuge.rst)" % (
             key, value, ", ".join(THP_MODES[name]))
     return None
-
-
-def sysctl_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["sysctl"]`` (``{name: value}``): key grammar, a name given twice,
-    the value's text and a range the kernel documents. Whether the key exists on the node, and whether an
-    integer key gets integers, is the node's (``plan_sysctl``)."""
-    shape = contract.entry_problem("sysctl", want, "sysctl names to values")
-    if shape or want is None:
-        return shape
-    out, seen = [], {}
-    for key, value in want.items():
-        try:
-            name = canonical_key(key_components(key))
-        except TunableError as exc:
-            out.append((str(key), str(exc)))
-            continue
-        if name in seen:
-            out.append((key, "%s is given twice (as %r and %r)" % (name, seen[name], key)))
-        seen[name] = key
-        problem = value_problem(name, value)
-        if problem:
-            out.append((key, problem))
-    return out
-
-
-def thp_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["thp"]`` (``{enabled, defrag}``, None or "" for not managed)."""
-    shape = contract.entry_problem("thp", want, "enabled, defrag")
-    if shape or want is None:
-        return shape
-    return [(str(name), problem) for name, value in want.items() if value not in (None, "")
-            for problem in [thp_problem(name, value)] if problem]
-
-
-def numa_balancing_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["numa_balancing"]`` (kernel.numa_balancing's value; None: unmanaged)."""
-    if want is None:
-        return []
-    problem = value_problem("kernel.numa_balancing", want)
-    return [("", problem)] if problem else []
 
 
 def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) -> list[dict]:
@@ -621,80 +580,25 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def from_role(v: dict, shared: dict) -> dict:
-    """NUMA balancing, THP and the sysctls (NUMA balancing is a sysctl too: kernel.numa_balancing)."""
-    sysctl = {}
-    if v["gpunode_tuning_sysctl_enabled"]:
-        sysctl.update(v["gpunode_tuning_sysctl"] or {})
-        sysctl.update(v["gpunode_tuning_sysctl_extra"] or {})
-    numa = v["gpunode_tuning_numa_balancing"] if v["gpunode_tuning_numa_balancing_enabled"] else None
-    if v["gpunode_tuning_numa_balancing_enabled"]:
-        sysctl["kernel.numa_balancing"] = numa
-    thp = ({"enabled": v["gpunode_tuning_thp_mode"], "defrag": v["gpunode_tuning_thp_defrag"]}
-           if v["gpunode_tuning_thp_enabled"] else {})
-    return {"numa_balancing": numa, "thp": thp, "sysctl": sysctl}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """kernel_tunables' options: one call for the sysctls and THP; None when there is neither."""
-    if not desired.get("sysctl") and not desired.get("thp"):
-        return None
-    out = {"skip_readonly": v["gpunode_tuning_sysctl_skip_readonly"]}
-    if desired.get("sysctl"):
-        out["sysctl"] = desired["sysctl"]
-    if desired.get("thp"):
-        out["transparent_hugepage"] = desired["thp"]
-    return out
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True, "skip_readonly": v.get("gpunode_tuning_sysctl_skip_readonly", False)}
-
-
-def persist_sysctl(pc) -> dict:
-    """The sysctl drop-in: every valid key the node has; a key it lacks is left out and fails the concern.
-
-    The values are kernel_tunables' own plan (validated, normalized: lists joined, booleans 1/0), made in
-    check mode; bad input or an unwritable drop-in fails before anything is written.
-    """
-    sysctl = pc.desired.get("sysctl") or {}
-    if not sysctl:
-        return {"changed": False, "skipped": True, "reason": "no sysctl to persist"}
-    path = pc.settings["sysctl_file"]
-    try:
-        plan = pc.run_family(NAME, {"sysctl": sysctl, "sysctl_file": path}, check_mode=True)
-    except contract.FamilyError as exc:
-        if "failed_keys" not in exc.result:
-            raise
-        plan = exc.result
-    settings = plan["settings"]
-    lines = ["%s=%s" % (k, r["desired"]) for k, r in settings.items() if not r.get("failed")]
-    if pc.files.write(path, persistence.HEADER + "".join(line + "\n" for line in lines)) and not pc.settings.get(
-            "sysctl_skip_readonly"):
-        persistence.run_command(pc, ["sysctl", "-p", path], "loading the sysctl drop-in")
-    if plan["failed_keys"]:
-        raise contract.FamilyError("not persisted to %s (the other sysctls were): %s" % (
-            path, "; ".join(settings[k].get("reason") or k for k in plan["failed_keys"])))
-    return {"keys": [k for k, r in settings.items() if not r.get("failed")]}
-
-
-def remove_sysctl(pc) -> dict:
-    pc.files.remove(pc.settings["sysctl_file"])
-    return {}
-
-
-PERSIST = persistence.Concern("sysctl", ("numa_balancing", "sysctl", NAME), persist_sysctl, remove_sysctl,
-                              description="the sysctl drop-in (keys the node lacks are left out and fail the concern)")
-
-
 def summary(result: dict) -> str:
     return ", ".join("%s=%s" % (k, r.get("after")) for k, r in (result.get("settings") or {}).items())
+
+
+def _plan():
+    """The plan half (families/tunables_plan.py), imported when the controller or the persistent flow first calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_plan
+    return tunables_plan
 
 
 def _verification():
     """The verification half (families/tunables_verify.py), imported when verification first calls it."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_verify
     return tunables_verify
+
+
+PERSIST = contract.Concern("sysctl", ("numa_balancing", "sysctl", NAME), contract.later(_plan, "persist_sysctl"),
+                           contract.later(_plan, "remove_sysctl"),
+                           description="the sysctl drop-in (keys the node lacks are left out and fail the concern)")
 
 
 DEFINITION = Family(
@@ -711,12 +615,12 @@ DEFINITION = Family(
     boot=boot,
     boot_key="thp",
     tags=("numa_balancing", "thp", "sysctl"),
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    from_role=contract.later(_plan, "from_role"),
+    runtime_options=contract.later(_plan, "runtime_options"),
+    restore_options=contract.later(_plan, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     summary=summary,
     items="settings",
-    validate={"numa_balancing": numa_balancing_problems, "thp": thp_problems, "sysctl": sysctl_problems},
+    validate={key: contract.later(_plan, "%s_problems" % key) for key in ("numa_balancing", "thp", "sysctl")},
 )
