@@ -36,7 +36,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq impor
     NodeFreq,
     PlanError,
     boost_value,
-    driver_kernel_args,
     epp_allowed,
     group_by_value,
     order_governor_epp,
@@ -657,45 +656,6 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
     return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)
 
 
-def from_role(v: dict, shared: dict) -> dict:
-    """Governor, EPP, boost, the driver and its mode; unset ones (null or empty) are left alone."""
-    if not v["gpunode_tuning_cpufreq_enabled"]:
-        return {NAME: None}
-    boost = v["gpunode_tuning_cpufreq_boost"]
-    return {NAME: {
-        "governor": v["gpunode_tuning_cpufreq_governor"] or None, "epp": v["gpunode_tuning_cpufreq_epp"] or None,
-        "boost": None if boost is None else bool(boost), "driver": v["gpunode_tuning_cpufreq_driver"] or None,
-        "amd_pstate_mode": v["gpunode_tuning_cpufreq_amd_pstate_mode"] or None,
-        "intel_pstate_status": v["gpunode_tuning_cpufreq_intel_pstate_status"] or None}}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """cpu_freq's options: the set ones (it only plans the driver switch)."""
-    want = desired.get(NAME)
-    return None if want is None else {k: x for k, x in want.items() if x is not None}
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True}
-
-
-def kernel_args(pc, remove: bool = False) -> list:
-    """What a driver switch needs on the command line (amd_pstate=active on acpi-cpufreq), planned by cpu_freq
-    in check mode; with ``remove``, every argument the desired driver may have got on any node."""
-    want = pc.desired.get(NAME) or {}
-    driver, mode = pc.settings.get("cpufreq_driver"), pc.settings.get("cpufreq_amd_pstate_mode")
-    if remove:
-        return list(driver_kernel_args(driver, mode).removable) if driver else []
-    if not want:
-        return []
-    options = {k: want.get(k) for k in ("driver", "amd_pstate_mode", "intel_pstate_status") if want.get(k)}
-    result = pc.run_family(NAME, options, check_mode=True)
-    why = (result.get("unsupported") or {}).get("driver")
-    if why and pc.unfit is not None:  # no argument for a driver the node cannot take, and no reboot for it
-        pc.unfit["%s.driver" % NAME] = why
-    return list(result.get("kernel_args") or [])
-
-
 def summary(result: dict) -> str:
     if not result.get("supported", True):
         return "not applicable: %s" % result.get("reason")
@@ -704,6 +664,12 @@ def summary(result: dict) -> str:
         line += ("; switching the driver needs %s and a reboot (--tags persistent)"
                  % " ".join(result.get("kernel_args") or []))
     return line
+
+
+def _plan_half():
+    """The plan half (families/cpufreq_plan.py), imported when the controller or persistent flow calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_plan
+    return cpufreq_plan
 
 
 def _verification():
@@ -723,11 +689,11 @@ DEFINITION = Family(
     reads_boot_config=contract.later(_verification, "reads_boot_config"),
     runtime=contract.later(_verification, "runtime"),
     boot=boot,
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
-    kernel_args=kernel_args,
+    kernel_args=contract.later(_plan_half, "kernel_args"),
     per_cpu=("governor", "epp"),
     drifted_cpus=contract.later(_verification, "drifted_cpus"),
     summary=summary,

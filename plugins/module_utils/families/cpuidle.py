@@ -512,31 +512,6 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
     return True, "%s: %d file(s) written on CPUs %s" % (what, len(writes), format_cpulist(cpus))
 
 
-def from_role(v: dict, shared: dict) -> dict:
-    """States to disable by name, else by the exit-latency bound, on the selected CPUs."""
-    if not v["gpunode_tuning_cpuidle_enabled"]:
-        return {NAME: None}
-    names = v["gpunode_tuning_cpuidle_disable"] or []
-    latency = v["gpunode_tuning_cpuidle_max_latency_us"]
-    return {NAME: {"disable": names, "max_latency_us": None if names or latency is None else int(latency),
-                   "cpus": v["gpunode_tuning_cpuidle_cpus"] or None}}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """cpu_cstate's options: by name when states are listed, otherwise by latency; None when neither."""
-    want = desired.get(NAME)
-    if not want or not (want["disable"] or want["max_latency_us"] is not None):
-        return None
-    out = {"disable": want["disable"]} if want["disable"] else {"max_latency_us": want["max_latency_us"]}
-    if want["cpus"]:
-        out["cpus"] = want["cpus"]
-    return out
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True}
-
-
 def summary(result: dict) -> str:
     if not result.get("supported", True):
         return "not applicable: %s" % result.get("reason")
@@ -544,6 +519,12 @@ def summary(result: dict) -> str:
     disabled = [n for n, s in states.items() if s.get("desired") == "disabled"]
     changed = sum(s.get("cpus_changed") or 0 for s in states.values())
     return "disabled %s (%d CPU states changed)" % (", ".join(disabled) or "none", changed)
+
+
+def _plan_half():
+    """The plan half (families/cpuidle_plan.py), imported when the controller or persistent flow calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle_plan
+    return cpuidle_plan
 
 
 def _verification():
@@ -561,9 +542,9 @@ DEFINITION = Family(
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
     boot=boot,
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     per_cpu=("*",),
     drifted_cpus=contract.later(_verification, "drifted_cpus"),

@@ -489,8 +489,8 @@ def summary(result: dict) -> str:
     return "; ".join("%s: %s" % (m.get("name"), m.get("message")) for m in result.get("modules") or [])
 
 
-def _plan():
-    """The plan half (families/kmod_plan.py), imported when the controller or the persistent flow first calls it."""
+def _plan_half():
+    """The plan half (families/kmod_plan.py), imported when the controller or persistent flow calls it."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod_plan
     return kmod_plan
 
@@ -501,8 +501,8 @@ def _verification():
     return kmod_verify
 
 
-PERSIST = contract.Concern(NAME, (NAME,), contract.later(_plan, "persist_modules"),
-                           contract.later(_plan, "remove_modules"),
+PERSIST = contract.Concern(NAME, (NAME,), contract.later(_plan_half, "persist_modules"),
+                           contract.later(_plan_half, "remove_modules"),
                            description="modules-load.d and modprobe.d files for the optional modules that load")
 
 
@@ -517,13 +517,13 @@ DEFINITION = Family(
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
     runtime=contract.later(_verification, "runtime_row"),
-    from_role=contract.later(_plan, "from_role"),
-    runtime_options=contract.later(_plan, "runtime_options"),
-    restore_options=contract.later(_plan, "restore_options"),
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     persist_reboots=True,
     summary=summary,
     items="modules",
-    validate={NAME: contract.later(_plan, "desired_problems")},
+    validate={NAME: contract.later(_plan_half, "desired_problems")},
 )

@@ -155,7 +155,7 @@ def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _mode_problems(want: dict) -> list:
+def mode_problems(want: dict) -> list:
     out = []
     mode = want.get("mode") or "disable_redirect"
     if mode not in MODES:
@@ -163,21 +163,9 @@ def _mode_problems(want: dict) -> list:
     return out
 
 
-def desired_problems(want) -> list:
-    """``Family.validate`` of ``desired["pcie_acs"]``: ``{mode, persist, vendor, device, class_prefixes, bdfs,
-    allow_empty}`` (the selector is setpci_mrrs's, ``pci.selector_problems``)."""
-    shape = family.entry_problem(NAME, want, "mode, persist and the PCI selector keys")
-    if shape or want is None:
-        return shape
-    out = _mode_problems(want)
-    if want.get("persist") is not None and want["persist"] not in PERSIST:
-        out.append(("persist", "persist must be one of %s, got %r" % (", ".join(PERSIST), want["persist"])))
-    return out + pci.selector_problems(want)
-
-
 def check_params(params: dict) -> pci.DeviceSelector:
     """Validate the options before anything is read; FamilyError naming what is allowed."""
-    problems = _mode_problems(params) + pci.selector_problems(params)
+    problems = mode_problems(params) + pci.selector_problems(params)
     if problems:
         raise family.FamilyError("invalid input, nothing was written: %s" % family.problems_text(problems),
                                  {"changed": False})
@@ -529,60 +517,6 @@ def boot(node: Node, want: dict) -> tuple:
     return True, "ACS redirect disabled on %s" % (", ".join(done) if done else "no bridge (already off)")
 
 
-def from_role(v: dict, shared: dict) -> dict:
-    """ACS redirect on the GPUs' paths (the GPUs of the MRRS selectors), unless unmanaged."""
-    if v["gpunode_tuning_pcie_acs"] == "unmanaged":
-        return {NAME: None}
-    return {NAME: dict(mode=v["gpunode_tuning_pcie_acs"], persist=v["gpunode_tuning_pcie_acs_persist"],
-                       allow_empty=True, **shared["selector"])}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """pcie_acs' options for the runtime flow: only ``disable_redirect`` writes anything."""
-    want = desired.get(NAME)
-    if not want or want.get("mode") != "disable_redirect":
-        return None
-    return {k: x for k, x in want.items() if x is not None and k != "persist"}
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True}
-
-
-def kernel_args(pc, remove: bool = False) -> list:
-    """``pci=disable_acs_redir=<bridges>`` when the kernel argument persists ACS, planned by pcie_acs in check
-    mode (reading only); with ``remove``, the same plan whatever the variables say now, so that switching
-    ACS off and rolling back still removes it (a failed plan only leaves the argument out then).
-
-    Under kernel lockdown pcie_acs fails (no runtime write is possible) yet names the bridges: exactly the
-    case the kernel argument is for, so only a failure without it counts.
-    """
-    want = pc.desired.get(NAME) or {}
-    if not remove and not (want.get("mode") == "disable_redirect" and want.get("persist") == "kernel_arg"):
-        return []
-    selector = {k: pc.settings.get(k) for k in ("vendor", "device", "class_prefixes", "bdfs")}
-    options = dict({k: v for k, v in selector.items() if v}, mode="disable_redirect", allow_empty=True)
-    try:
-        arg = pc.run_family(NAME, options, check_mode=True).get("kernel_arg")
-    except family.FamilyError as exc:
-        arg = exc.result.get("kernel_arg")
-        if not arg and not remove:
-            raise
-    return [arg] if arg else []
-
-
-def role_problems(values: dict) -> list:
-    """ACS persisted by kernel argument needs the command-line family on: else nothing keeps it after a reboot."""
-    if (values.get("gpunode_tuning_pcie_acs") == "disable_redirect"
-            and values.get("gpunode_tuning_pcie_acs_persist") == "kernel_arg"
-            and values.get("gpunode_tuning_kernel_cmdline_enabled") is False):
-        return ["gpunode_tuning_pcie_acs_persist: kernel_arg needs gpunode_tuning_kernel_cmdline_enabled: true "
-                "(the kernel argument is written by the command-line family; with it off nothing would keep ACS "
-                "redirect off after a reboot); set gpunode_tuning_kernel_cmdline_enabled: true or "
-                "gpunode_tuning_pcie_acs_persist: boot_unit"]
-    return []
-
-
 def summary(result: dict) -> str:
     if result.get("not_applicable"):
         return "not applicable: no bridge on a GPU path has ACS"
@@ -591,6 +525,12 @@ def summary(result: dict) -> str:
     skipped = [b for b in bridges if b.get("skipped")]
     return "redirect disabled on %d bridge(s), %d already off, %d without ACS" % (
         len(changed), len(bridges) - len(changed) - len(skipped), len(skipped))
+
+
+def _plan_half():
+    """The plan half (families/pcie_acs_plan.py), imported when the controller or persistent flow calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_plan
+    return pcie_acs_plan
 
 
 def _verification():
@@ -609,13 +549,13 @@ DEFINITION = family.Family(
     evaluate=family.later(_verification, "evaluate"),
     reads_boot_config=family.later(_verification, "reads_boot_config"),
     boot=boot,
-    from_role=from_role,
-    role_problems=role_problems,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    from_role=family.later(_plan_half, "from_role"),
+    role_problems=family.later(_plan_half, "role_problems"),
+    runtime_options=family.later(_plan_half, "runtime_options"),
+    restore_options=family.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
-    kernel_args=kernel_args,
+    kernel_args=family.later(_plan_half, "kernel_args"),
     summary=summary,
     items="bridges",
-    validate={NAME: desired_problems},
+    validate={NAME: family.later(_plan_half, "desired_problems")},
 )

@@ -9,7 +9,7 @@ The PCI library (config space, capabilities, selection, setpci) is pci.py; this 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
@@ -44,20 +44,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  
 )
 
 NAME = "pcie_mrrs"
-
-
-def desired_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["pcie_mrrs"]``: ``{mrrs, vendor, device, class_prefixes, bdfs,
-    allow_empty}``."""
-    shape = contract.entry_problem(NAME, want, "mrrs, vendor, device, class_prefixes, bdfs, allow_empty")
-    if shape or want is None:
-        return shape
-    out = []
-    try:
-        encode_mrrs(want.get("mrrs"))
-    except ValueError as exc:
-        out.append(("mrrs", str(exc)))
-    return out + selector_problems(want)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,13 +389,6 @@ def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
         size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
 
 
-def hotplug(want: dict) -> list:
-    """The selected GPUs' vendor ids: a hot-added function (a GPU back after a reset) powers up at MRRS 512, and
-    the udev rule runs the boot runner only for these vendors (no Python start per unrelated device)."""
-    vendors = (want or {}).get("vendor")
-    return [vendors] if isinstance(vendors, str) else list(vendors or [])
-
-
 # The options of its module (setpci_mrrs): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(
     mrrs=dict(type="int", choices=list(MRRS_CHOICES)),
@@ -424,24 +403,6 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def from_role(v: dict, shared: dict) -> dict:
-    """The desired MRRS of the role's variables: the value and the GPUs it applies to."""
-    if not v["gpunode_tuning_pcie_mrrs_enabled"]:
-        return {NAME: None}
-    return {NAME: dict(mrrs=v["gpunode_tuning_pcie_mrrs"], allow_empty=bool(v["gpunode_tuning_gpu_allow_empty"]),
-                       **shared["selector"])}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """setpci_mrrs' options for the role's runtime flow (the selector's unset keys left out)."""
-    want = desired.get(NAME)
-    return None if want is None else {k: x for k, x in want.items() if x is not None}
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True, "allow_empty": True}
-
-
 def summary(result: dict) -> str:
     """The runtime report's line: how many devices were set, already there, skipped."""
     devices = result.get("devices") or []
@@ -452,6 +413,12 @@ def summary(result: dict) -> str:
     mrrs = next((d.get("mrrs_after") for d in devices if d.get("mrrs_after")), None)
     return "%d set%s, %d already there, %d skipped" % (len(changed), " to %s" % mrrs if mrrs else "",
                                                        len(devices) - len(changed) - len(skipped), len(skipped))
+
+
+def _plan_half():
+    """The plan half (families/pcie_mrrs_plan.py), imported when the controller or persistent flow calls it."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs_plan
+    return pcie_mrrs_plan
 
 
 def _verification():
@@ -467,12 +434,12 @@ DEFINITION = Family(
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
     boot=boot,
-    hotplug=hotplug,
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    hotplug=contract.later(_plan_half, "hotplug"),
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     summary=summary,
     items="devices",
-    validate={NAME: desired_problems},
+    validate={NAME: contract.later(_plan_half, "desired_problems")},
 )

@@ -584,8 +584,8 @@ def summary(result: dict) -> str:
     return ", ".join("%s=%s" % (k, r.get("after")) for k, r in (result.get("settings") or {}).items())
 
 
-def _plan():
-    """The plan half (families/tunables_plan.py), imported when the controller or the persistent flow first calls it."""
+def _plan_half():
+    """The plan half (families/tunables_plan.py), imported when the controller or persistent flow calls it."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_plan
     return tunables_plan
 
@@ -596,8 +596,8 @@ def _verification():
     return tunables_verify
 
 
-PERSIST = contract.Concern("sysctl", ("numa_balancing", "sysctl", NAME), contract.later(_plan, "persist_sysctl"),
-                           contract.later(_plan, "remove_sysctl"),
+PERSIST = contract.Concern("sysctl", ("numa_balancing", "sysctl", NAME), contract.later(_plan_half, "persist_sysctl"),
+                           contract.later(_plan_half, "remove_sysctl"),
                            description="the sysctl drop-in (keys the node lacks are left out and fail the concern)")
 
 
@@ -615,12 +615,12 @@ DEFINITION = Family(
     boot=boot,
     boot_key="thp",
     tags=("numa_balancing", "thp", "sysctl"),
-    from_role=contract.later(_plan, "from_role"),
-    runtime_options=contract.later(_plan, "runtime_options"),
-    restore_options=contract.later(_plan, "restore_options"),
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     summary=summary,
     items="settings",
-    validate={key: contract.later(_plan, "%s_problems" % key) for key in ("numa_balancing", "thp", "sysctl")},
+    validate={key: contract.later(_plan_half, "%s_problems" % key) for key in ("numa_balancing", "thp", "sysctl")},
 )
