@@ -55,13 +55,7 @@ class FactsQuery(NamedTuple):
 
 
 class GpuCommand(NamedTuple):
-    """One command the GPU probe of verification runs for a family (flows/verify.gpu_probe).
-
-    Its answer is ``ctx.gpu[key]``: ``{rc, stdout, stderr, timed_out}`` (plus ``fields`` and ``missing`` of
-    a negotiated query, ``not_run`` when the driver was down and it was not asked). nvidia-smi's commands
-    run only where nvidia-smi is installed, and once the driver is down nothing more is asked of it. The
-    fields: docs/dev/node-code.md, "core/family.py".
-    """
+    """One command the GPU probe of verification runs for a family (flows/verify.gpu_probe)."""
 
     key: str
     args: tuple = ()
@@ -99,13 +93,7 @@ class Concern(NamedTuple):
 
 
 class Family(NamedTuple):
-    """One knob family's entry in the registry (registry.py).
-
-    Every field but ``name`` and ``titles`` is optional; what each holds and which flow uses it:
-    docs/dev/adding-a-family.md (the table) and docs/dev/node-code.md (in full; this file runs on the node, so
-    the fields' documentation lives there). No code outside the family's own files and the registry names a
-    family: what the flows need to know of one is here.
-    """
+    """One knob family's entry in the registry (registry.py)."""
 
     name: str
     titles: dict
@@ -245,12 +233,7 @@ def preset_options_spec(options: list) -> dict:
 
 
 def warn_not_applicable(call: Call, reasons: dict) -> None:
-    """Warn, naming why, about each option in ``reasons`` that the caller asked for by name.
-
-    ``reasons`` is ``{option: why it does not apply on this node}``. An option listed in the call's
-    ``preset_options`` came from a preset that sets it for every node (the role): there "not applicable"
-    is the expected answer and stays in the result only.
-    """
+    """Warn, naming why, about each option in ``reasons`` that the caller asked for by name."""
     preset = set(call.params.get("preset_options") or [])
     for key, why in sorted(reasons.items()):
         if key not in preset:
@@ -258,12 +241,7 @@ def warn_not_applicable(call: Call, reasons: dict) -> None:
 
 
 def module_call(module: Any) -> Call:
-    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible).
-
-    Commands run through ``command.runner`` (bounded by the module's ``command_timeouts`` option, or the
-    defaults): AnsibleModule.run_command has no timeout in the ansible-core releases supported.
-    Raises FamilyError for timeouts that ``command.validate`` refuses.
-    """
+    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible)."""
     try:
         run = command.runner(module.params.get("command_timeouts"))
     except command.TimeoutsError as exc:

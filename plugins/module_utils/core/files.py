@@ -106,12 +106,7 @@ def write_file(path: str, data: bytes, check_mode: bool = False, mode: int = FIL
 
 def replace_file(path: str, data: bytes, mode: int = FILE_MODE, fsync: bool = False,
                  move: Callable[[str, str], None] = os.replace) -> None:
-    """Replace ``path`` by ``data`` (mode ``mode``) through a temporary file in the same directory.
-
-    ``move(temporary, path)`` does the rename (a module passes its ``atomic_move``, which also keeps
-    SELinux contexts); ``fsync`` flushes the file before and the directory after it. The directory
-    must exist; any ``OSError`` is raised after the temporary file is removed.
-    """
+    """Replace ``path`` by ``data`` (mode ``mode``) through a temporary file in the same directory."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
     try:

@@ -134,12 +134,7 @@ def _checked(flow: str, timeout: float, poll: float) -> None:
 
 
 class NodeLock:
-    """The node's lock, for one flow; a context manager (``with NodeLock(path, "persistent"): ...``).
-
-    ``path`` is the lock file's full path (``lock_path``). After ``acquire``: ``held``, ``waited``
-    (seconds), ``created`` (directories it made, outermost first), ``record`` (what it wrote) and
-    ``nested`` (this process already held it).
-    """
+    """The node's lock, for one flow; a context manager (``with NodeLock(path, "persistent"): ...``)."""
 
     def __init__(self, path: str, flow: str, timeout: float = DEFAULT_TIMEOUT, poll: float = POLL_INTERVAL,
                  on_wait: Callable[[dict | None], None] | None = None,
@@ -301,10 +296,7 @@ def _same_file(fd: int, path: str) -> bool:
 def node_lock(path: str, flow: str, check_mode: bool = False, timeout: float = DEFAULT_TIMEOUT,
               poll: float = POLL_INTERVAL, on_wait: Callable[[dict | None], None] | None = None
               ) -> Iterator[NodeLock | None]:
-    """``with node_lock(path, "persistent", check_mode=module.check_mode) as lock:`` the flow's writes.
-
-    In check mode nothing is taken or created and ``lock`` is None (check mode writes nothing).
-    """
+    """``with node_lock(path, "persistent", check_mode=module.check_mode) as lock:`` the flow's writes."""
     if check_mode:
         _checked(flow, timeout, poll)
         yield None

@@ -2,20 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Kernel module parameters: read them as the kernel shows them, compare, judge one that waits for a boot.
 
-A loaded module shows each parameter it exports in ``/sys/module/<module>/parameters/<name>``, formatted
-by the parameter's type: a ``bool`` (or ``invbool``) reads ``Y`` or ``N`` whatever was written (``1``,
-``y``, ``on``, ``true``), an integer in decimal, a string as given, an array comma-separated. A parameter
-declared with mode 0 has no file at all (the NVIDIA driver's ``NVreg_*``: ``module_param(x, int, 0)``;
-``/proc/driver/nvidia/params`` shows those), and a write-only one cannot be read: neither can be compared,
-so such a parameter is ``unsupported``, never a reason to reboot.
-
-A loaded module takes new options only when it is loaded again. This collection never unloads a loaded
-module for that (a GPU module in use cannot be, and unloading one drops the node's work); the options
-line goes to modprobe.d and the module takes it at the next boot. The line's file records the boot it was
-written in (its ``boot_id`` comment, ``stamp_line``): while the running boot is that one the value is
-``pending_reboot``; once the node booted since, a value that still differs is a failure (``drifted``): the
-boot did not apply it.
-"""
+How it works and why: docs/dev/node-code.md, "core/module_params.py"."""
 
 from __future__ import annotations
 
@@ -64,11 +51,7 @@ def kernel_form(requested: str, current: str | None) -> str:
 
 
 def compare(requested: Any, current: str | None) -> str:
-    """``same``, ``differs`` or ``unsupported`` (not readable in sysfs) for a requested and a shown value.
-
-    Bools as ``Y``/``N``; integers by value (``0x10`` is ``16``), arrays element by element; a bool word
-    against an integer parameter by truth (``on`` and ``1``); any other text exactly.
-    """
+    """``same``, ``differs`` or ``unsupported`` (not readable in sysfs) for a requested and a shown value."""
     if current is None:
         return UNSUPPORTED
     want, shown = kernel_form(str(requested), current), current.strip()
@@ -170,12 +153,7 @@ def override_reason(param: str, at_boot: dict) -> str:
 
 def judge(module: str, param: str, requested: str, current: str | None, persisted: str | None,
           written_in: str | None, boot_id: str | None, at_boot: dict | None = None) -> tuple[str, str]:
-    """``(state, reason)`` of one parameter of a loaded module.
-
-    ``persisted``: the value our options file gives it (None: no line of ours); ``written_in``: the boot id
-    that file was written in; ``boot_id``: the running boot's; ``at_boot``: what sets it after our line
-    (``overriding``), None when nothing does.
-    """
+    """``(state, reason)`` of one parameter of a loaded module."""
     verdict = compare(requested, current)
     if verdict == UNSUPPORTED:
         return "unsupported", ("%s does not export %s in /sys/module/%s/parameters (no file, or not readable): "

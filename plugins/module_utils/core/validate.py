@@ -118,11 +118,7 @@ def check_text(what: str, text: str, allowed: str = TEXT_ALLOWED) -> str:
 
 
 def sysctl_key_components(key: object) -> list[str]:
-    """Split a sysctl name into its file path components below /proc/sys.
-
-    As in sysctl(8), a name whose first separator is a dot is dotted (a ``/`` inside a component
-    stands for a dot in the file name); one whose first separator is a slash is a path.
-    """
+    """Split a sysctl name into its file path components below /proc/sys."""
     if not isinstance(key, str) or not key or len(key) > SYSCTL_KEY_MAX:
         raise ValidationError("sysctl key %r is invalid: allowed is %s" % (key, SYSCTL_KEY_ALLOWED))
     check_text("sysctl key %r" % key, key, SYSCTL_KEY_ALLOWED)
@@ -141,12 +137,7 @@ def sysctl_key_components(key: object) -> list[str]:
 
 
 def sysctl_value(key: str, text: str) -> str:
-    """Check the text of a sysctl value; return it with runs of spaces collapsed.
-
-    The same check serves /proc/sys (runtime) and the sysctl.d drop-in (persistent): a line break
-    would add a key to the drop-in, so no control character is accepted. A tab between fields
-    (as /proc shows tcp_rmem) is the one exception: it is written as a space.
-    """
+    """Check the text of a sysctl value; return it with runs of spaces collapsed."""
     if not isinstance(text, str):
         raise ValidationError("sysctl %s: value %r is not text: allowed is %s" % (key, text, SYSCTL_VALUE_ALLOWED))
     check_text("sysctl %s: value %r" % (key, text), text.replace("\t", " "), SYSCTL_VALUE_ALLOWED)
@@ -190,11 +181,7 @@ def kmod_param(module: str, name: object, value: object) -> str:
 
 
 def kernel_argument(arg: object) -> str:
-    """A kernel command-line argument that fits the GRUB drop-in's double quotes and grubby's --args.
-
-    In ``pci=`` every ``disable_acs_redir=`` list is checked address by address (``acs_redir_addresses``);
-    the rest of the argument, the list left out, must fit the plain grammar (no ';' anywhere else).
-    """
+    """A kernel command-line argument that fits the GRUB drop-in's double quotes and grubby's --args."""
     if not isinstance(arg, str):
         raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))
     key, sep, value = arg.partition("=")
@@ -311,14 +298,7 @@ def absolute_path(path: object) -> str:
 
 
 def write_problem(path: str) -> str | None:
-    """Why a file at the absolute ``path`` could not be written, or None when it looks writable.
-
-    Writers here replace a file through a temporary file in its directory and a rename, and
-    create a missing directory, so the nearest existing directory must accept new entries, and
-    an existing file must be a regular file that is not immutable. ``os.access`` asks the kernel,
-    which for root too refuses writes to immutable files and to read-only mounts. Nothing is
-    written.
-    """
+    """Why a file at the absolute ``path`` could not be written, or None when it looks writable."""
     if os.path.lexists(path) and not os.path.isfile(path):
         kind = "a directory" if os.path.isdir(path) else "not a regular file"
         return "%s is %s" % (path, kind)

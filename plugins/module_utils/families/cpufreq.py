@@ -2,11 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU frequency scaling: driver mode, governor, energy performance preference (EPP), boost.
 
-The family of the cpu_freq module. Reading the node and planning a change (``NodeFreq``, ``validate``,
-``driver_kernel_args``, ...) are core/cpu_freq.py's; here ``run`` (the module's whole flow: validate, journal,
-write in an order the driver accepts, read back), its restore, the boot re-apply and the role's hooks. The
-verification half (facts, rows) is families/cpufreq_verify.py, imported only when verification calls it.
-"""
+How it works and why: docs/dev/node-code.md, "families/cpufreq.py"."""
 
 from __future__ import annotations
 
@@ -75,12 +71,7 @@ ARGUMENT_SPEC.update(NODE_ARGUMENT_SPEC)
 
 
 def desired_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["cpufreq"]`` (and cpu_freq's options): names and types only.
-
-    ``{governor, epp, boost, driver, amd_pstate_mode, intel_pstate_status}``; None is "not asked". Whether
-    the node offers the governor or EPP, and whether a setting applies to its driver, is the node's
-    (``validate``, ``applicability``).
-    """
+    """``Family.validate`` of ``desired["cpufreq"]`` (and cpu_freq's options): names and types only."""
     shape = contract.entry_problem(NAME, want, ", ".join(DESIRED_OPTIONS))
     if shape or want is None:
         return shape
@@ -142,10 +133,7 @@ class Outcome:
 
 
 def _policy_writes(freq, governor, epp, targets=None):
-    """Writes for every policy, ordered: all governors first, then all EPPs.
-
-    ``targets`` (restore) maps a policy name to its own ``(governor, epp)``.
-    """
+    """Writes for every policy, ordered: all governors first, then all EPPs."""
     phases = {"governor": [], "epp": []}
     errors = {}
     for p in freq.policies:
@@ -175,11 +163,7 @@ def _policy_writes(freq, governor, epp, targets=None):
 
 
 def _journal_originals(journal, freq, plan, phases, boost):
-    """Record the originals of everything this run is about to change (never overwriting).
-
-    A governor change or a mode switch also moves the EPP (the performance governor forces it,
-    a mode switch resets both), so the EPP of those policies is recorded as well.
-    """
+    """Record the originals of everything this run is about to change (never overwriting)."""
     if plan["mode"] is not None:
         key = plan["mode"][1]
         journal.record(NAME, key, freq.amd_status if key == "amd_pstate_mode" else freq.intel_status)
@@ -237,11 +221,7 @@ def check_params(params: dict) -> None:
 
 
 def run(call: contract.Call) -> dict:
-    """The cpu_freq module: validate, plan, journal, write in a valid order, read back; returns the result.
-
-    The node (``root``) and the journal are opened once the options are known to be usable. Raises
-    CpufreqError (a FamilyError, with the result so far) where the module fails.
-    """
+    """The cpu_freq module: validate, plan, journal, write in a valid order, read back; returns the result."""
     params = call.params
     check_params(params)
     node, journal = open_node(params)
@@ -281,13 +261,7 @@ def run(call: contract.Call) -> dict:
 
 
 def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
-    """Boot re-apply (``boot.py``): the module's validation and writes for ``desired``, without a journal.
-
-    ``desired`` has the module's options (governor, epp, boost, driver, amd_pstate_mode,
-    intel_pstate_status; missing ones are None). Returns ``(changed, failure message or None,
-    {setting: why it does not apply})``; a node without cpufreq policies gives
-    ``{"cpufreq": why}`` there. Raises PlanError where the module fails before writing.
-    """
+    """Boot re-apply (``boot.py``): the module's validation and writes for ``desired``, without a journal."""
     params = dict.fromkeys(("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status"))
     params.update((k, v) for k, v in desired.items() if k in params)
     freq = NodeFreq(node)
@@ -361,13 +335,7 @@ def _switch_mode(node, freq, plan, outcome, governor, epp):
 
 
 def _check_run(node, freq, plan, phases, outcome, governor, epp, boost):
-    """Check mode: the state after the writes a real run could make; the others fail as they would then.
-
-    Exactly the files the run would write are probed. A mode file that cannot be written leaves
-    the driver as it is, so governor and EPP are planned on it, as the real run does after a
-    failed switch. After a switch that would take, the policy files are not probed: the
-    re-registering driver replaces them.
-    """
+    """Check mode: the state after the writes a real run could make; the others fail as they would then."""
     if plan["mode"] is not None and _refused(node, outcome, plan["mode"][1], plan["mode"][0]):
         plan = dict(plan, mode=None, driver_after=freq.driver)
         phases, errors = _policy_writes(freq, governor, epp)
@@ -513,12 +481,7 @@ def _finish(call, result, outcome, changed, restore=False):
 
 
 def _restore(call, node, journal, freq):
-    """Write back the journaled originals: driver mode first, then governor, EPP, boost.
-
-    Goes on past what cannot be restored (a vanished or immutable file, a CPU without its
-    policy). Returns ``(outcome, changed)``; restored entries leave the journal and exactly the
-    failed ones (per CPU for governor and EPP) stay for the next attempt.
-    """
+    """Write back the journaled originals: driver mode first, then governor, EPP, boost."""
     entries = journal.entries(NAME)
     outcome = Outcome()
     check = call.check_mode

@@ -3,12 +3,7 @@
 """CPU idle states (C-states): read, plan and apply the per-CPU ``disable`` files (facts and verification:
 cpuidle_verify.py).
 
-Layout: ``/sys/devices/system/cpu/cpuN/cpuidle/stateM/{name,latency,disable}``. States are
-matched by name on every CPU, never by index (indexes differ between platforms and can differ
-between CPUs). Planning is pure (``plan_by_names``, ``plan_by_latency``, ``plan_writes``,
-``summarize``); ``run`` is the module's whole flow (the family contract: options in, result or
-FamilyError out).
-"""
+How it works and why: docs/dev/node-code.md, "families/cpuidle.py"."""
 
 from __future__ import annotations
 
@@ -80,10 +75,7 @@ def idle_driver(node: Node) -> str | None:
 
 
 def select_cpus(node: Node, text: str | None) -> list[int]:
-    """Return the CPUs named by a cpulist string (all online CPUs when ``text`` is empty).
-
-    Raises PlanError for a malformed list or a CPU that is not online, naming the online CPUs.
-    """
+    """Return the CPUs named by a cpulist string (all online CPUs when ``text`` is empty)."""
     online = online_cpus(node)
     if text is None or not str(text).strip():
         return online
@@ -114,11 +106,7 @@ def _read_disabled(node, path):
 
 
 def read_states(node: Node, cpus: Iterable[int]) -> dict:
-    """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``.
-
-    ``disabled`` is None for a state whose ``disable`` file cannot be read: it is planned as a
-    write, which then fails naming the file, instead of being taken for enabled.
-    """
+    """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``."""
     out = {}
     for cpu in cpus:
         base = "%s/cpu%d/cpuidle" % (SYSFS_CPU, cpu)
@@ -146,10 +134,7 @@ def state_names(states_by_cpu: dict) -> list[str]:
 
 
 def plan_by_names(states_by_cpu: dict, names: list[str], desired: str) -> dict:
-    """Plan ``desired`` (disabled/enabled) for the named states: ``{(cpu, name): desired}``.
-
-    Raises PlanError for a name that no selected CPU has, listing the node's state names.
-    """
+    """Plan ``desired`` (disabled/enabled) for the named states: ``{(cpu, name): desired}``."""
     known = state_names(states_by_cpu)
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -161,10 +146,7 @@ def plan_by_names(states_by_cpu: dict, names: list[str], desired: str) -> dict:
 
 
 def plan_by_latency(states_by_cpu: dict, max_latency_us: int) -> dict:
-    """Plan by exit latency: states above ``max_latency_us`` disabled, the others enabled.
-
-    POLL is never disabled by a latency bound (it can only be disabled by name).
-    """
+    """Plan by exit latency: states above ``max_latency_us`` disabled, the others enabled."""
     if max_latency_us is None or max_latency_us < 0:
         raise PlanError("max_latency_us must be an integer >= 0 (microseconds), got %r" % (max_latency_us,))
     plan = {}
@@ -235,11 +217,7 @@ def _after_states(states_by_cpu, writes):
 
 
 def apply_writes(node: Node, writes: list[tuple[IdleState, str]]) -> dict:
-    """Write each ``disable`` file and read it back; return the failures as ``{name: {cpu: message}}``.
-
-    The value is written with a trailing newline, as ``echo`` does. A CPU that fails does not stop
-    the others.
-    """
+    """Write each ``disable`` file and read it back; return the failures as ``{name: {cpu: message}}``."""
     failed = {}
     for st, value in writes:
         try:
@@ -253,11 +231,7 @@ def apply_writes(node: Node, writes: list[tuple[IdleState, str]]) -> dict:
 
 
 def writable_writes(node: Node, writes: list[tuple[IdleState, str]], failed: dict) -> list[tuple[IdleState, str]]:
-    """Check mode: the writes a real run could make; each refused one goes to ``failed`` with its cause.
-
-    Only the files about to change are probed (``Node.write_problem``), so a run that changes
-    nothing probes nothing.
-    """
+    """Check mode: the writes a real run could make; each refused one goes to ``failed`` with its cause."""
     kept = []
     for st, value in writes:
         problem = node.write_problem(st.path("disable"))
@@ -295,12 +269,7 @@ def _latency_problem(value) -> str | None:
 
 
 def desired_problems(want) -> list:
-    """``Family.validate`` of ``desired["cpuidle"]``: ``{disable: [names], max_latency_us, cpus}``.
-
-    Node-free: state names of the shape cpuidle shows (validate.cstate_name), a latency bound >= 0, a cpulist
-    (validate.cpulist), not names and a bound together. Whether the node has those states or CPUs is the
-    module's (plan_by_names, select_cpus).
-    """
+    """``Family.validate`` of ``desired["cpuidle"]``: ``{disable: [names], max_latency_us, cpus}``."""
     shape = contract.entry_problem(NAME, want, "disable, max_latency_us, cpus")
     if shape or want is None:
         return shape
@@ -327,11 +296,7 @@ def desired_problems(want) -> list:
 
 
 def _check_params(params):
-    """FamilyError on option combinations that cannot be planned, before the node is read.
-
-    The state names are checked by ``desired_problems``' rule; a malformed ``cpus`` is refused by
-    ``select_cpus`` (same rule, its message names the node's online CPUs), still before any write.
-    """
+    """FamilyError on option combinations that cannot be planned, before the node is read."""
     names, max_latency = params["disable"], params["max_latency_us"]
     problem = None
     if _latency_problem(max_latency):
@@ -350,10 +315,7 @@ def _check_params(params):
 
 
 def run(call: contract.Call) -> dict:
-    """The cpu_cstate module: validate, plan, journal, write, read back; returns the result.
-
-    Raises FamilyError (with the result so far) where the module fails.
-    """
+    """The cpu_cstate module: validate, plan, journal, write, read back; returns the result."""
     params = call.params
     _check_params(params)
     restore = params["restore"]
@@ -386,11 +348,7 @@ def run(call: contract.Call) -> dict:
 
 
 def _apply(call, node, journal, journaled, writes, failed):
-    """Journal and write ``writes``, or in check mode probe them; returns ``(writes, disabled states after)``.
-
-    What does not take (or would not) is added to ``failed`` (``{name: {cpu: cause}}``). With
-    restore the journal then keeps exactly the originals that could not be written back.
-    """
+    """Journal and write ``writes``, or in check mode probe them; returns ``(writes, disabled states after)``."""
     restore = call.params["restore"]
     if writes and call.check_mode:
         writes = writable_writes(node, writes, failed)
@@ -408,10 +366,7 @@ def _apply(call, node, journal, journaled, writes, failed):
 
 
 def _unsupported(call, node, result, driver, cpus):
-    """The result (FamilyError with required=true): no cpuidle driver, or no states on the selected CPUs.
-
-    The options asked for by name (not from a preset: ``preset_options``) are warned about, naming why.
-    """
+    """The result (FamilyError with required=true): no cpuidle driver, or no states on the selected CPUs."""
     params = call.params
     result["supported"] = False
     why = "this node has no cpuidle driver (/%s is %r)" % (CURRENT_DRIVER, node.read(CURRENT_DRIVER, default=""))
@@ -464,11 +419,7 @@ def _keep_failed(journal, failed, wrote):
 
 
 def _restore_plan(node, journal, states_by_cpu):
-    """Plan writing back the journaled originals.
-
-    Returns (plan, states of the journaled CPUs, ``{name: {cpu: message}}`` for originals whose
-    CPU no longer has the state; those stay in the journal).
-    """
+    """Plan writing back the journaled originals."""
     entries = journal.entries(NAME)
     per_cpu = {name: Journal.per_cpu(original) for name, original in entries.items()}
     cpus = sorted({cpu for values in per_cpu.values() for cpu in values})

@@ -2,22 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Optional kernel modules: validate, plan, load or unload with modprobe, classify failures (core/modprobe_log.py).
 
-A loaded module is never unloaded to change its parameters: they go to modprobe.d and wait for the next boot,
-which verification checks per parameter (core/module_params.py).
-
-A module that does not load is reported with a reason class rather than failing the task
-(unless the caller marks it required). The class comes from modprobe's own output and the
-kernel log records written during the attempt:
-
-``not_found``, ``invalid_argument``, ``dependency_missing``, ``symbol_mismatch``, ``denied``,
-``in_use`` (unload only), ``builtin`` (unload of a built-in module), ``invalid_name`` (a journal
-entry that is not a module name: never passed to modprobe), ``no_modprobe`` (the node has no modprobe:
-nothing was run), ``unknown``.
-
-Loaded state is ``/sys/module/NAME`` (a built-in module with parameters has the directory but
-no ``initstate``). Everything here reads below a ``Node`` root; modprobe is whatever binary the
-caller found for that node.
-"""
+How it works and why: docs/dev/node-code.md, "families/kmod.py"."""
 
 from __future__ import annotations
 
@@ -69,11 +54,7 @@ def param_string(value: Any) -> str:
 
 
 def validate_request(req: dict) -> list[str]:
-    """Return a list of error messages for one request ``{name, params, state, required}``.
-
-    Names and parameters follow validate.py: nothing modprobe could read as an option, nothing
-    that splits its argument list or a modprobe.d line.
-    """
+    """Return a list of error messages for one request ``{name, params, state, required}``."""
     errors = []
     name = req.get("name")
     try:
@@ -213,11 +194,7 @@ def param_words(req: dict) -> list[str]:
 
 
 def modprobe_args(modprobe: str, req: dict, action: str) -> list[str]:
-    """The modprobe argument list for a load or unload (never a shell string).
-
-    Names are validated never to start with '-'; the ``--`` also stops GNU getopt (kmod's
-    modprobe permutes its arguments) from reading anything after it as an option.
-    """
+    """The modprobe argument list for a load or unload (never a shell string)."""
     if action == "unload":
         return [modprobe, "-r", "--", req["name"]]
     return [modprobe, "--", req["name"]] + param_words(req)
@@ -231,10 +208,7 @@ def modprobe_options(req: dict) -> str | None:
 
 def load(node: Node, req: dict, res: dict, run: Runner, modprobe: str,
          dmesg: list[str] | None = None) -> dict:
-    """Load a module. ``run(args) -> (rc, out, err)``; ``dmesg`` is a dmesg argument list or None.
-
-    Updates and returns ``res``; the kernel log is read only when the load failed.
-    """
+    """Load a module. ``run(args) -> (rc, out, err)``; ``dmesg`` is a dmesg argument list or None."""
     cursor = KmsgCursor(node)
     try:
         rc, out, err = run(modprobe_args(modprobe, req, "load"))
@@ -284,12 +258,7 @@ def unload(node: Node, req: dict, res: dict, run: Runner, modprobe: str) -> dict
 def apply_requests(node: Node, reqs: list[dict], run: Runner, find_modprobe: Callable[[], str],
                    journal: Journal | None = None, check_mode: bool = False,
                    dmesg: list[str] | None = None) -> list[dict]:
-    """Plan and apply every request; return the list of per-module results.
-
-    ``find_modprobe()`` returns the modprobe path; it is called only when something must run.
-    A module this call loads is recorded in the journal (saved before the first modprobe) so
-    that a restore can unload it; a load that fails is dropped from the journal again.
-    """
+    """Plan and apply every request; return the list of per-module results."""
     planned = [(req,) + plan(node, req) for req in reqs]
     if check_mode or not any(action for _req, _res, action in planned):
         return [res for _req, res, _action in planned]
@@ -331,11 +300,7 @@ def _modprobe_for(planned: list, find_modprobe: Callable[[], str]) -> str | None
 
 
 def plan_restore(node: Node, req: dict) -> tuple[dict, str | None]:
-    """Plan the unload of a journaled module; a name that fails validation is never passed on.
-
-    Such an entry was not written by this collection: it is reported (``invalid_name``) and
-    stays in the journal, and the other modules are still unloaded.
-    """
+    """Plan the unload of a journaled module; a name that fails validation is never passed on."""
     try:
         kmod_name(req["name"])
     except ValidationError as exc:
@@ -347,10 +312,7 @@ def plan_restore(node: Node, req: dict) -> tuple[dict, str | None]:
 
 def restore(node: Node, journal: Journal, run: Runner, find_modprobe: Callable[[], str],
             check_mode: bool = False) -> list[dict]:
-    """Unload the modules the journal records as loaded by this collection.
-
-    Returns the per-module results (state ``absent``); restored entries leave the journal.
-    """
+    """Unload the modules the journal records as loaded by this collection."""
     entries = journal.entries(NAME)
     planned = []
     for name in sorted(entries):
@@ -386,11 +348,7 @@ def requests_from(params: dict) -> list:
 
 
 def run(call: contract.Call) -> dict:
-    """The kmod_optional module: validate every request, then load or unload (or restore); returns the result.
-
-    An optional module that does not reach its state is a warning; FamilyError names the required
-    ones (and, with restore, the modules that stay in the journal), with the full result.
-    """
+    """The kmod_optional module: validate every request, then load or unload (or restore); returns the result."""
     params = call.params
     reqs = [] if params["restore"] else requests_from(params)
     if not params["restore"] and not reqs:

@@ -3,16 +3,7 @@
 """PCIe ACS on the GPU-to-GPU path: the ``pcie_acs`` module's run and the boot re-apply (facts and verification:
 pcie_acs_verify.py).
 
-ACS (Access Control Services, PCIe extended capability 0x000D) lives on bridges. With P2P Request
-Redirect / Completion Redirect set on a bridge between two GPUs, their peer-to-peer traffic is
-sent up to the root complex: slow or hung tensor parallelism (NCCL's troubleshooting guide).
-Firmware and the kernel set these bits at every boot, so the family re-applies them at boot.
-
-Only the bridges on the sysfs path of a selected GPU are touched, only bits 2, 3 and 5 of ACS
-Control, with a setpci mask write; a bridge with a device bound to ``vfio-pci`` below it is
-refused (ACS is what isolates passthrough devices). Reading is pure Python over the sysfs
-``config`` files; no Ansible import (the boot runner loads this on the node).
-"""
+How it works and why: docs/dev/node-code.md, "families/pcie_acs.py"."""
 
 from __future__ import annotations
 
@@ -70,10 +61,7 @@ ARGUMENT_SPEC.update(family.preset_options_spec(DESIRED_OPTIONS))
 
 
 def kernel_arg(bridges: list) -> str:
-    """``pci=disable_acs_redir=BDF;BDF`` for the bridges (the kernel clears the same three bits at boot).
-
-    GRUB's drop-in must quote it (``;`` separates shell commands in /etc/default/grub).
-    """
+    """``pci=disable_acs_redir=BDF;BDF`` for the bridges (the kernel clears the same three bits at boot)."""
     return "pci=disable_acs_redir=" + ";".join(sorted(bridges))
 
 
@@ -128,11 +116,7 @@ def _read_bridge(bridge: str, path: str) -> dict:
 
 
 def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) -> dict:
-    """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those.
-
-    ``{"gpus": [{bdf, bridges: [bdf, ...root port first], iommu_group, iommu_group_type}],
-    "bridges": {bdf: {bdf, port_type, acs, acs_state, error, gpus, vfio}}, "vfio_devices": [...]}``.
-    """
+    """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those."""
     devices = _all_devices(node, query)
     gpus, bridges = [], {}
     for dev in devices:
@@ -192,11 +176,7 @@ def _target(before: int, original: int | None) -> int:
 
 
 def _plan(paths: dict, originals: dict | None) -> tuple:
-    """One result per bridge on a GPU path (per journaled bridge with ``originals``) and the writes.
-
-    Returns ``(results, targets {bdf: (path, before, after)})``. A bridge with a vfio-pci device below
-    it is refused; one whose config cannot be read or written is failed, here, before any write.
-    """
+    """One result per bridge on a GPU path (per journaled bridge with ``originals``) and the writes."""
     results, targets = [], {}
     for bdf, entry in sorted(paths["bridges"].items()):
         if originals is not None and bdf not in originals:
@@ -255,10 +235,7 @@ def _read_ctl(path: str) -> int | None:
 
 
 def _setpci(call: family.Call, node: Node, targets: dict) -> tuple:
-    """One setpci process writes every target; after a failed batch each one not yet written is written alone.
-
-    setpci stops at the first device it cannot write. Returns ``({bdf: ctl read back}, {bdf: error}, calls)``.
-    """
+    """One setpci process writes every target; after a failed batch each one not yet written is written alone."""
     binary = node.bin_path(call.lookup, "setpci", "pciutils")
     base = [binary] + node.pciutils_args()
 
@@ -396,11 +373,7 @@ def _absent(bdf: str) -> dict:
 
 
 def execute(call: family.Call, node: Node, selector: pci.DeviceSelector | None, journal, restore: bool) -> dict:
-    """Plan, journal, write and read back (or restore the journal's originals); the result dict.
-
-    Raises FamilyError before any write (lockdown, bad selection, journal) and after the writes when a
-    bridge failed, with every other bridge written and reported.
-    """
+    """Plan, journal, write and read back (or restore the journal's originals); the result dict."""
     warnings = []
     if restore:
         originals = _originals(journal)

@@ -4,8 +4,7 @@
 restore and re-apply at boot, for the selected devices (default: the NVIDIA GPUs); verification is
 pcie_mrrs_verify.py.
 
-The PCI library (config space, capabilities, selection, setpci) is pci.py; this file is the family.
-"""
+How it works and why: docs/dev/node-code.md, "families/pcie_mrrs.py"."""
 
 from __future__ import annotations
 
@@ -97,11 +96,7 @@ def _restore_wanted(node, journal, base):
 
 
 def _plan(devices, wanted, base):
-    """Inspect ``devices`` and fill ``base["devices"]``; return ``{bdf: target}`` and ``{bdf: (dev, devctl)}``.
-
-    A device whose config space is unusable, or not writable where a write is needed, is
-    failed here with its cause and left out of the targets, so it cannot stop the others.
-    """
+    """Inspect ``devices`` and fill ``base["devices"]``; return ``{bdf: target}`` and ``{bdf: (dev, devctl)}``."""
     targets, planned = {}, {}
     for dev in devices:
         pcie, fault = inspect_device(dev)
@@ -158,16 +153,7 @@ def _base_result(node):
 def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal | None, check_mode: bool,
              mrrs: int | None = None, selector: DeviceSelector | None = None, restore: bool = False,
              allow_empty: bool = False) -> dict:
-    """Apply ``mrrs`` to the devices chosen by ``selector`` (or restore the journal's originals).
-
-    ``setpci_factory()`` returns a ``Setpci``; it is called only when something must be written,
-    so check mode and idempotent runs start no process. Returns the result dict (``devices``,
-    ``failed_devices``, ``changed``, ``lockdown``, ``pcie_bus_perf``, ``warnings``, ``diff``).
-    Raises MrrsError, before any write, when the task cannot proceed. A device that cannot be
-    set (predicted before writing, also in check mode, or found after) is listed in
-    ``failed_devices`` with its cause while every other device is still set; the caller fails
-    the task at the end (``failure_message``).
-    """
+    """Apply ``mrrs`` to the devices chosen by ``selector`` (or restore the journal's originals)."""
     if not restore:
         encode_mrrs(mrrs)  # ValueError naming the allowed sizes
         selector = selector or DeviceSelector()
@@ -208,13 +194,7 @@ def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal 
 
 
 def _write_and_read_back(setpci, targets, warnings):
-    """One setpci process writes every target and one reads them back (the normal path).
-
-    setpci stops at the first device it cannot write, leaving the ones after it unwritten:
-    after a failed batch, each device not yet at its target is written alone, so a bad device
-    neither keeps the others at their old value nor lends them its error. Returns
-    ``(after {bdf: devctl}, read_errors {bdf: msg}, write_errors {bdf: msg})``.
-    """
+    """One setpci process writes every target and one reads them back (the normal path)."""
     wrc, werr = setpci.write_mrrs(targets)
     after, read_errors = setpci.read_devctl(sorted(targets))
     if not (wrc or werr):
@@ -283,12 +263,7 @@ def failure_message(result: dict, restore: bool, check_mode: bool, journal_path:
 
 
 def run(call: contract.Call) -> dict:
-    """The setpci_mrrs module: check the options, open the node, ``run_mrrs``; returns the module's result.
-
-    Raises FamilyError (with the result so far) where the module fails: a bad option or root
-    before anything is read, a selection or lockdown that stops the task before any write, and
-    at the end every device that could not be set (``failure_message``).
-    """
+    """The setpci_mrrs module: check the options, open the node, ``run_mrrs``; returns the module's result."""
     params = call.params
     if params["mrrs"] is None and not params["restore"]:
         raise contract.FamilyError("mrrs is required (one of %s bytes) unless restore=true"

@@ -2,17 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Runtime kernel tunables: /proc/sys keys and transparent hugepage settings.
 
-Keys are sysctl names. As in sysctl(8), a name whose first separator is a dot is dotted
-(``net.ipv4.conf.eth0/100.rp_filter``: a ``/`` inside a component stands for a dot in the
-file name); one whose first separator is a slash is a path below /proc/sys. Transparent
-hugepage settings are the multiple-choice files ``enabled`` and ``defrag`` under
-/sys/kernel/mm/transparent_hugepage, named ``transparent_hugepage.enabled`` / ``.defrag`` in
-results and in the journal.
-
-The flow is validate (every key and value, nothing written) -> plan -> journal -> write ->
-read back; ``run`` is the kernel_tunables module's whole flow. Nothing here knows about Ansible. The
-verification half (facts, rows) is families/tunables_verify.py, imported only when verification calls it.
-"""
+How it works and why: docs/dev/node-code.md, "families/tunables.py"."""
 
 from __future__ import annotations
 
@@ -101,11 +91,7 @@ def value_string(value: Any) -> str:
 
 
 def key_components(key: str) -> list[str]:
-    """Split a sysctl name into its file path components below /proc/sys.
-
-    Raises ``TunableError`` for names outside the sysctl key grammar (validate.py): empty,
-    absolute, traversing, option-like or holding control characters.
-    """
+    """Split a sysctl name into its file path components below /proc/sys."""
     try:
         return sysctl_key_components(key)
     except ValidationError as exc:
@@ -163,13 +149,7 @@ def value_problem(name: str, value: Any) -> str | None:
 
 
 def validate_sysctl_value(key: str, desired: str, current: str) -> str:
-    """Check a desired value (text) against the current one; return the text to write.
-
-    The text check is the one the persistent drop-in gets too (``validate.sysctl_value``: no
-    control characters, no line breaks, no option-like leading '-'). Where every field of the
-    current value is an integer, the desired value must be integers too, with no more fields
-    than the current value has.
-    """
+    """Check a desired value (text) against the current one; return the text to write."""
     try:
         text = sysctl_value(key, desired)
     except ValidationError as exc:
@@ -262,12 +242,7 @@ def thp_problem(name: str, value: Any) -> str | None:
 
 
 def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) -> list[dict]:
-    """Validate every requested item and return the plan, or raise ``TunableError`` listing all bad input.
-
-    Each item: ``{key, path, kind, desired, before, before_raw, choices, problem}``. ``problem``
-    is set for a key this node does not have: that item fails alone, the others are applied.
-    Nothing is written.
-    """
+    """Validate every requested item and return the plan, or raise ``TunableError`` listing all bad input."""
     items = []
     errors = []
     seen = {}
@@ -289,10 +264,7 @@ def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) 
 
 
 def sysctl_file_problem(node: Node, path: str) -> str | None:
-    """Why the sysctl drop-in ``path`` (absolute on the node) could not be written, or None.
-
-    Raises ``TunableError`` for a path that is not a plain absolute path.
-    """
+    """Why the sysctl drop-in ``path`` (absolute on the node) could not be written, or None."""
     try:
         absolute_path(path)
     except ValidationError as exc:
@@ -330,12 +302,7 @@ def read_current(node: Node, item: dict) -> str | None:
 
 
 def write_item(node: Node, item: dict, value: str) -> str | None:
-    """Write one value and read it back; returns the value read.
-
-    A simulated node has no kernel behind its files, so for a multiple-choice file the choice
-    list is written the way the kernel would show it after the write (``always [madvise] never``);
-    on a live node the choice alone is written.
-    """
+    """Write one value and read it back; returns the value read."""
     if item["kind"] == "thp" and not node.is_live:
         data = " ".join("[%s]" % c if c == value else c for c in item["choices"]) + "\n"
     else:
@@ -383,12 +350,7 @@ def _sort_out(node, items, check_mode, skip_readonly):
 
 def apply(node: Node, items: list[dict], journal: Journal | None = None, check_mode: bool = False,
           skip_readonly: bool = False) -> tuple[dict, list[str]]:
-    """Apply planned items. Returns ``(results by key, list of failed keys)``.
-
-    Originals are recorded in the journal (and it is saved) before the first write; an item
-    that cannot be applied here (``problem``) or whose value does not read back as desired is
-    failed, the others are still applied.
-    """
+    """Apply planned items. Returns ``(results by key, list of failed keys)``."""
     results, todo = _sort_out(node, items, check_mode, skip_readonly)
     if not todo:
         return results, failed_keys(results)
@@ -466,12 +428,7 @@ def restore_items(node: Node, journal: Journal) -> list[dict]:
 
 def restore(node: Node, journal: Journal, check_mode: bool = False,
             skip_readonly: bool = False) -> tuple[dict, list[str]]:
-    """Write the journaled originals back, read back, drop restored entries, save.
-
-    The original text is written as recorded (a tab-separated tcp_rmem stays tab-separated). An
-    entry that cannot be restored is failed and stays in the journal for the next attempt; the
-    others are restored. Returns ``(results by key, failed keys)``.
-    """
+    """Write the journaled originals back, read back, drop restored entries, save."""
     results = {}
     for item in restore_items(node, journal):
         res = results[item["key"]] = new_result(item)
@@ -510,11 +467,7 @@ def _restore_one(node, journal, item, res):
 
 
 def run(call: contract.Call) -> dict:
-    """The kernel_tunables module: validate every key and value, journal, write, read back; returns the result.
-
-    Raises FamilyError on bad input (nothing written) and, after every other key was applied or
-    restored, naming each key that was not with its reason (the full result goes with it).
-    """
+    """The kernel_tunables module: validate every key and value, journal, write, read back; returns the result."""
     params = call.params
     node, journal = open_node(params)
     items = None
