@@ -215,7 +215,7 @@ def test_acs_kernel_arg_pending_then_applied_after_reboot(build_node, run_module
 
     # The reboot: the argument is on /proc/cmdline and the kernel cleared redirect on those bridges.
     reboot(root, [ACS_ARG])
-    ok, msg = acs.boot(Node(root), dict(want, persist="boot_unit"))
+    ok, msg = acs.DEFINITION.boot(Node(root), dict(want, persist="boot_unit"))
     assert ok, msg
     states = {k: r["state"] for k, r in rows(root, {"pcie_acs": want}).items() if k.startswith("pcie_acs.")}
     assert set(states.values()) == {"applied"}

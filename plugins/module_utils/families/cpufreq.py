@@ -39,7 +39,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq impor
     read_policies,
     validate,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -594,31 +594,6 @@ def _keep_failed(journal, entries, outcome):
 # ---------------------------------------------------------------------------------------------
 
 
-def _settle_udev(node: Node) -> str:
-    """On a live node without a cpufreq policy yet, wait (bounded) for udev to load the driver; a note if not."""
-    if not node.is_live or any(n.startswith("policy") for n in node.listdir(CPUFREQ_DIR)):
-        return ""
-    udevadm = SystemLookup.get_bin_path("udevadm")
-    if not udevadm:
-        return ""
-    rc, _out, err = run_argv([udevadm, "settle", "--timeout=%d" % UDEV_SETTLE_TIMEOUT])
-    if rc:
-        return "; udev did not settle within %d s (%s): cpufreq may not have been ready" % (
-            UDEV_SETTLE_TIMEOUT, err.strip() or "rc %d" % rc)
-    return ""
-
-
-def boot(node: Node, want: dict) -> tuple[bool, str]:
-    """cpu_freq's validation and writes (pstate mode, then governor, then EPP, then boost), no journal."""
-    settle = _settle_udev(node)
-    changed, failure, skipped = reapply(node, want)
-    notes = settle + "".join("; %s not applied: %s" % (k, why) for k, why in sorted(skipped.items()))
-    if failure:
-        return False, failure + notes
-    asked = ", ".join("%s=%s" % (k, want[k]) for k in ("governor", "epp", "boost") if want.get(k) is not None)
-    return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)
-
-
 def summary(result: dict) -> str:
     if not result.get("supported", True):
         return "not applicable: %s" % result.get("reason")
@@ -651,7 +626,7 @@ DEFINITION = Family(
     evaluate=contract.later(_verification, "evaluate"),
     reads_boot_config=contract.later(_verification, "reads_boot_config"),
     runtime=contract.later(_verification, "runtime"),
-    boot=boot,
+    boot=contract.later(_plan_half, "boot"),
     from_role=contract.later(_plan_half, "from_role"),
     runtime_options=contract.later(_plan_half, "runtime_options"),
     restore_options=contract.later(_plan_half, "restore_options"),

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The cpufreq family's plan half: what the controller calls (the desired state from the role's variables, its
-validation, the module's options) and what the persistent flow asks of it.
+validation, the module's options) and what the persistent flow and the boot re-apply (flows/boot.py) ask of it.
 
 Imported when one of them is first called (``family.later`` in families/cpufreq.py), never by a run that only
 applies (docs/dev/adding-a-family.md).
@@ -9,8 +9,10 @@ applies (docs/dev/adding-a-family.md).
 
 from __future__ import annotations
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import driver_kernel_args
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import NAME
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import CPUFREQ_DIR, driver_kernel_args
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import NAME, UDEV_SETTLE_TIMEOUT, reapply
 
 
 def from_role(v: dict, shared: dict) -> dict:
@@ -50,3 +52,28 @@ def kernel_args(pc, remove: bool = False) -> list:
     if why and pc.unfit is not None:  # no argument for a driver the node cannot take, and no reboot for it
         pc.unfit["%s.driver" % NAME] = why
     return list(result.get("kernel_args") or [])
+
+
+def _settle_udev(node: Node) -> str:
+    """On a live node without a cpufreq policy yet, wait (bounded) for udev to load the driver; a note if not."""
+    if not node.is_live or any(n.startswith("policy") for n in node.listdir(CPUFREQ_DIR)):
+        return ""
+    udevadm = SystemLookup.get_bin_path("udevadm")
+    if not udevadm:
+        return ""
+    rc, _out, err = run_argv([udevadm, "settle", "--timeout=%d" % UDEV_SETTLE_TIMEOUT])
+    if rc:
+        return "; udev did not settle within %d s (%s): cpufreq may not have been ready" % (
+            UDEV_SETTLE_TIMEOUT, err.strip() or "rc %d" % rc)
+    return ""
+
+
+def boot(node: Node, want: dict) -> tuple[bool, str]:
+    """cpu_freq's validation and writes (pstate mode, then governor, then EPP, then boost), no journal."""
+    settle = _settle_udev(node)
+    changed, failure, skipped = reapply(node, want)
+    notes = settle + "".join("; %s not applied: %s" % (k, why) for k, why in sorted(skipped.items()))
+    if failure:
+        return False, failure + notes
+    asked = ", ".join("%s=%s" % (k, want[k]) for k in ("governor", "epp", "boost") if want.get(k) is not None)
+    return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)

@@ -440,29 +440,6 @@ def _restore_plan(node, journal, states_by_cpu):
 # --- boot: its re-apply at boot (its verification is cpuidle_verify.py) ---
 
 
-def boot(node: Node, want: dict) -> tuple[bool, str]:
-    """cpu_cstate's plan (by names, else by the latency bound) and writes, without a journal."""
-    names = validate.cstate_names(want.get("disable") or [])
-    latency = want.get("max_latency_us")
-    if not names and latency is None:
-        return True, "no state names and no latency bound: idle states left alone"
-    cpus = select_cpus(node, want.get("cpus"))
-    if not idle_driver(node):
-        return True, "not applicable: this node has no cpuidle driver"
-    states = read_states(node, cpus)
-    if names:
-        plan = plan_by_names(states, names, DISABLED)
-        what = "disable %s" % ", ".join(names)
-    else:
-        plan = plan_by_latency(states, latency)
-        what = "exit latency above %d us disabled" % latency
-    writes = plan_writes(states, plan)
-    failed = apply_writes(node, writes)
-    if failed:
-        return False, failure_message(failed)
-    return True, "%s: %d file(s) written on CPUs %s" % (what, len(writes), format_cpulist(cpus))
-
-
 def summary(result: dict) -> str:
     if not result.get("supported", True):
         return "not applicable: %s" % result.get("reason")
@@ -492,7 +469,7 @@ DEFINITION = Family(
     facts_doc=contract.later(_verification, "FACTS_DOC"),
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
-    boot=boot,
+    boot=contract.later(_plan_half, "boot"),
     from_role=contract.later(_plan_half, "from_role"),
     runtime_options=contract.later(_plan_half, "runtime_options"),
     restore_options=contract.later(_plan_half, "restore_options"),

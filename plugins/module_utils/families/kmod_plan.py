@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_params, persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_options, module_params, persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import kmod_name
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.kmod import NAME, module_state, validate_requests
 
@@ -84,7 +84,7 @@ def persist_modules(pc) -> dict:
         pc.files.write("%s/%s%s.conf" % (LOAD_DIR, persistence.FILE_PREFIX, name), persistence.HEADER + name + "\n")
         if res.get("modprobe_options"):
             keep.add(options_file(name))
-            pc.files.write(options_file(name), module_params.options_text(
+            pc.files.write(options_file(name), module_options.options_text(
                 persistence.HEADER, res["modprobe_options"], boot_id, pc.files.read(options_file(name))))
     for path in pc.files.ours(LOAD_DIR) + pc.files.ours(OPTIONS_DIR):
         if path not in keep:
@@ -105,12 +105,12 @@ def pending_params(pc, loaded: list) -> dict:
     line sets after our line is no reason to reboot (fit before tuned): ``pc.unfit`` names it."""
     out = {}
     for res in loaded:
-        later = module_params.overriding(pc.node, res["name"], options_file(res["name"])) if res["param_drift"] else {}
+        later = module_options.overriding(pc.node, res["name"], options_file(res["name"])) if res["param_drift"] else {}
         for param, drift in sorted(res["param_drift"].items()):
             at_boot = later.get(param)
             if at_boot and module_params.compare(drift["requested"], module_params.kernel_form(
                     at_boot["value"], drift["current"])) != module_params.SAME:
-                pc.unfit["%s.%s.%s" % (NAME, res["name"], param)] = module_params.override_reason(param, at_boot)
+                pc.unfit["%s.%s.%s" % (NAME, res["name"], param)] = module_options.override_reason(param, at_boot)
                 continue
             out["%s.%s" % (res["name"], param)] = "%s (running %s)" % (drift["requested"], drift["current"])
     return out
@@ -133,7 +133,7 @@ def remove_modules(pc) -> dict:
     running = []
     for path in pc.files.ours(OPTIONS_DIR):
         name = os.path.basename(path)[len(persistence.FILE_PREFIX):-len(".conf")]
-        for param, value in sorted(module_params.parse_options(pc.files.read(path))["params"].items()):
+        for param, value in sorted(module_options.parse_options(pc.files.read(path))["params"].items()):
             current = module_params.read_value(pc.node, name, param) if module_state(pc.node, name)[0] else None
             if module_params.compare(value, current) == module_params.SAME:
                 running.append("%s %s=%s" % (name, param, current))

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_params
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_options, module_params
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError, read_all
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import setting
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, read_small
@@ -91,9 +91,9 @@ def read(node: Node, selector: Any = None, query: contract.FactsQuery | None = N
         for p in node.listdir("sys/module", key, "parameters"):
             params[p] = read_small(os.path.join(base, "parameters", p))
         text = read_all(node.path(options_file(name))) if os.path.isfile(node.path(options_file(name))) else None
-        options = module_params.parse_options(text) if text is not None else None
+        options = module_options.parse_options(text) if text is not None else None
         if options is not None:
-            options["overridden"] = module_params.overriding(node, name, options_file(name))
+            options["overridden"] = module_options.overriding(node, name, options_file(name))
         by_name[name] = {"loaded": present, "builtin": builtin, "parameters": params, "options": options}
     return {"loaded": sorted(loaded), "boot_id": node.read(module_params.BOOT_ID, default="") or None,
             "by_name": by_name}
@@ -153,7 +153,7 @@ def param_rows(name: str, params: dict, info: dict, boot_id: str | None) -> list
     for param in sorted(params):
         requested = param_string(params[param])
         shown = current.get(param)
-        state, why = module_params.judge(name, param, requested, shown, written.get(param),
+        state, why = module_options.judge(name, param, requested, shown, written.get(param),
                                          options.get("boot_id"), boot_id, (options.get("overridden") or {}).get(param))
         out.append(setting(NAME, "%s.%s" % (name, param), module_params.kernel_form(requested, shown), shown,
                            state, why, written.get(param)))

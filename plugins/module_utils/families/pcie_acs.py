@@ -8,7 +8,6 @@ How it works and why: docs/dev/node-code.md, "families/pcie_acs.py"."""
 from __future__ import annotations
 
 import os
-import shutil
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
@@ -36,7 +35,6 @@ MODES = ("disable_redirect", "unmanaged")
 # the kernel argument pci=disable_acs_redir= (written through the command-line family).
 PERSIST = ("boot_unit", "kernel_arg")
 NO_ACS = "no ACS capability"
-_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 ARGUMENT_SPEC = dict(
     mode=dict(type="str", default="disable_redirect", choices=list(MODES)),
@@ -465,31 +463,6 @@ def run(call: family.Call) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Finder:
-    """What Node.bin_path asks of a module at boot: a PATH lookup in systemd's minimal environment."""
-
-    @staticmethod
-    def get_bin_path(name):
-        return shutil.which(name, path=_SYSTEM_PATH)
-
-
-def boot(node: Node, want: dict) -> tuple:
-    """Re-apply ``desired["pcie_acs"]`` at boot (firmware and the kernel set redirect again): ``(ok, message)``."""
-    if (want.get("mode") or "disable_redirect") != "disable_redirect":
-        return True, "mode %s: ACS is left as it is" % want.get("mode")
-    call = family.Call(params=dict(want, restore=False, journal=None), run_command=family.run_argv, lookup=_Finder())
-    try:
-        result = execute(call, node, check_params(call.params), None, False)
-    except family.FamilyError as exc:
-        return False, str(exc)
-    except NodeError as exc:
-        return False, str(exc)
-    if result["not_applicable"]:
-        return True, "no bridge on a GPU path has ACS: nothing to do"
-    done = [r["bdf"] for r in result["bridges"] if r["changed"]]
-    return True, "ACS redirect disabled on %s" % (", ".join(done) if done else "no bridge (already off)")
-
-
 def summary(result: dict) -> str:
     if result.get("not_applicable"):
         return "not applicable: no bridge on a GPU path has ACS"
@@ -521,7 +494,7 @@ DEFINITION = family.Family(
     run=run,
     evaluate=family.later(_verification, "evaluate"),
     reads_boot_config=family.later(_verification, "reads_boot_config"),
-    boot=boot,
+    boot=family.later(_plan_half, "boot"),
     from_role=family.later(_plan_half, "from_role"),
     role_problems=family.later(_plan_half, "role_problems"),
     runtime_options=family.later(_plan_half, "runtime_options"),

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The pcie_acs family's plan half: what the controller calls (the desired state from the role's variables, its
-validation, the module's options) and what the persistent flow asks of it.
+validation, the module's options) and what the persistent flow and the boot re-apply (flows/boot.py) ask of it.
 
 Imported when one of them is first called (``family.later`` in families/pcie_acs.py), never by a run that only
 applies (docs/dev/adding-a-family.md).
@@ -10,7 +10,14 @@ applies (docs/dev/adding-a-family.md).
 from __future__ import annotations
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_acs import NAME, PERSIST, mode_problems
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_acs import (
+    NAME,
+    PERSIST,
+    check_params,
+    execute,
+    mode_problems,
+)
 
 
 def desired_problems(want) -> list:
@@ -77,3 +84,21 @@ def role_problems(values: dict) -> list:
                 "redirect off after a reboot); set gpunode_tuning_kernel_cmdline_enabled: true or "
                 "gpunode_tuning_pcie_acs_persist: boot_unit"]
     return []
+
+
+def boot(node: Node, want: dict) -> tuple:
+    """Re-apply ``desired["pcie_acs"]`` at boot (firmware and the kernel set redirect again): ``(ok, message)``."""
+    if (want.get("mode") or "disable_redirect") != "disable_redirect":
+        return True, "mode %s: ACS is left as it is" % want.get("mode")
+    call = family.Call(params=dict(want, restore=False, journal=None), run_command=family.run_argv,
+                       lookup=family.SystemLookup())
+    try:
+        result = execute(call, node, check_params(call.params), None, False)
+    except family.FamilyError as exc:
+        return False, str(exc)
+    except NodeError as exc:
+        return False, str(exc)
+    if result["not_applicable"]:
+        return True, "no bridge on a GPU path has ACS: nothing to do"
+    done = [r["bdf"] for r in result["bridges"] if r["changed"]]
+    return True, "ACS redirect disabled on %s" % (", ".join(done) if done else "no bridge (already off)")

@@ -12,7 +12,7 @@ from typing import Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -325,45 +325,6 @@ def _public(call, result, **overrides):
 # --- boot: its re-apply at boot and on hot-plug (its verification is pcie_mrrs_verify.py) ---
 
 
-def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
-    """The module's selector for ``want``; with ``bdf`` (udev) restricted to it, None when not selected."""
-    selector = DeviceSelector(vendor=want.get("vendor"), device=want.get("device"),
-                              class_prefixes=want.get("class_prefixes"), bdfs=want.get("bdfs"))
-    if bdf is None:
-        return selector
-    bdf = normalize_bdf(bdf)
-    if selector.bdfs is not None and bdf not in selector.bdfs:
-        return None
-    # The default selector is resolved already (vendor 0x10de, GPU classes): keep it with the BDF.
-    return DeviceSelector(vendor=selector.vendors, device=selector.device,
-                          class_prefixes=selector.class_prefixes, bdfs=[bdf])
-
-
-def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
-    """``run_mrrs`` without a journal; ``bdf`` restricts it to one device (udev ACTION=add)."""
-    size = want.get("mrrs")
-    encode_mrrs(size)
-    selector = boot_selector(want, bdf)
-    if selector is None:
-        return True, "%s is not one of the selected bdfs (%s): nothing to do" % (bdf, ", ".join(want["bdfs"]))
-
-    def setpci_factory():
-        return Setpci(run_argv, node.bin_path(SystemLookup(), "setpci", "pciutils"), node.pciutils_args())
-
-    allow_empty = bdf is not None or bool(want.get("allow_empty"))
-    result = run_mrrs(node, setpci_factory, None, False, mrrs=size, selector=selector,
-                      allow_empty=allow_empty)
-    notes = "".join("; warning: %s" % w for w in result["warnings"])
-    if result["failed_devices"]:
-        return False, failure_message(result, False, False) + notes
-    done = [d["bdf"] for d in result["devices"] if d["changed"]]
-    kept = [d["bdf"] for d in result["devices"] if not d["changed"] and not d["skipped"]]
-    if not result["devices"]:
-        return True, "no PCI Express device matches (%s)%s" % (selector.describe(), notes)
-    return True, "MRRS %d set on %d device(s)%s, %d already at it%s" % (
-        size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
-
-
 # The options of its module (setpci_mrrs): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(
     mrrs=dict(type="int", choices=list(MRRS_CHOICES)),
@@ -408,7 +369,7 @@ DEFINITION = Family(
     module="setpci_mrrs",
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
-    boot=boot,
+    boot=contract.later(_plan_half, "boot"),
     hotplug=contract.later(_plan_half, "hotplug"),
     from_role=contract.later(_plan_half, "from_role"),
     runtime_options=contract.later(_plan_half, "runtime_options"),

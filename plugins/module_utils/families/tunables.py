@@ -509,16 +509,6 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
 # --- boot, and the role's hooks ---
 
 
-def boot(node: Node, want: dict) -> tuple[bool, str]:
-    """kernel_tunables' plan and writes of the transparent hugepage settings, without a journal."""
-    items = plan_items(node, thp=want)
-    results, failed = apply(node, items)
-    if failed:
-        return False, "; ".join("%s: %s" % (k, results[k]["reason"]) for k in failed)
-    return True, ", ".join("%s=%s%s" % (k, r["after"], " (changed)" if r["changed"] else "")
-                           for k, r in sorted(results.items()))
-
-
 # The options of its module (kernel_tunables): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(
     sysctl=dict(type="dict", default={}),
@@ -565,7 +555,7 @@ DEFINITION = Family(
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
     boot_sysctls=contract.later(_verification, "boot_sysctls"),
-    boot=boot,
+    boot=contract.later(_plan_half, "boot"),
     boot_key="thp",
     tags=("numa_balancing", "thp", "sysctl"),
     from_role=contract.later(_plan_half, "from_role"),

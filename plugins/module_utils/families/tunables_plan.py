@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The tunables family's plan half: what the controller calls (the desired state from the role's variables, its
-validation, the module's options) and what the persistent flow writes (the sysctl drop-in).
+validation, the module's options), what the persistent flow writes (the sysctl drop-in) and the boot re-apply of
+the transparent hugepage settings (flows/boot.py).
 
 Imported when one of them is first called (``family.later`` in families/tunables.py), never by a run that only
 applies (docs/dev/adding-a-family.md).
@@ -13,11 +14,14 @@ from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.tunables import (
     NAME,
     TunableError,
+    apply,
     canonical_key,
     key_components,
+    plan_items,
     thp_problem,
     value_problem,
 )
@@ -123,3 +127,13 @@ def persist_sysctl(pc) -> dict:
 def remove_sysctl(pc) -> dict:
     pc.files.remove(pc.settings["sysctl_file"])
     return {}
+
+
+def boot(node: Node, want: dict) -> tuple[bool, str]:
+    """kernel_tunables' plan and writes of the transparent hugepage settings, without a journal."""
+    items = plan_items(node, thp=want)
+    results, failed = apply(node, items)
+    if failed:
+        return False, "; ".join("%s: %s" % (k, results[k]["reason"]) for k in failed)
+    return True, ", ".join("%s=%s%s" % (k, r["after"], " (changed)" if r["changed"] else "")
+                           for k, r in sorted(results.items()))
