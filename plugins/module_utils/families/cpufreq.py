@@ -16,18 +16,13 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import (  
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import (
     AMD_PSTATE_MODES,
-    AMD_PSTATE_STATUS,
-    BOOST,
     CPUFREQ_DIR,
     DESIRED_OPTIONS,
     DRIVER_FAMILIES,
     EPP_NAMES,
     EPP_RAW_MAX,
     GOVERNORS,
-    INTEL_NO_TURBO,
     INTEL_PSTATE_MODES,
-    INTEL_PSTATE_STATUS,
-    MODE_SETTINGS,
     POLICY_FILES,
     NodeFreq,
     PlanError,
@@ -36,13 +31,11 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq impor
     group_by_value,
     order_governor_epp,
     per_cpu,
-    read_policies,
     validate,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
-    Journal,
     open_node,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
@@ -101,7 +94,7 @@ def _count(values, value):
 # ---------------------------------------------------------------------------------------------
 
 
-def _write(node, path, value):
+def write_value(node, path, value):
     """Write a sysfs attribute (with a newline, as ``echo`` does) and read it back."""
     node.write(value + "\n", path)
     got = node.read(path)
@@ -132,7 +125,7 @@ class Outcome:
         return "; ".join(parts)
 
 
-def _policy_writes(freq, governor, epp, targets=None):
+def policy_writes(freq, governor, epp, targets=None):
     """Writes for every policy, ordered: all governors first, then all EPPs."""
     phases = {"governor": [], "epp": []}
     errors = {}
@@ -182,17 +175,17 @@ def _journal_originals(journal, freq, plan, phases, boost):
         journal.record(NAME, "boost", freq.boost)
 
 
-def _write_policies(node, phases, outcome):
+def write_policies(node, phases, outcome):
     """Write every governor, then every EPP; each is read back. A failing policy does not stop the others."""
     for setting in ("governor", "epp"):
         for p, value in phases[setting]:
             try:
-                _write(node, p.path(POLICY_FILES[setting]), value)
+                write_value(node, p.path(POLICY_FILES[setting]), value)
             except NodeError as exc:
                 outcome.fail(setting, "CPUs %s: %s" % (format_cpulist(p.cpus), exc), p.cpus)
 
 
-def _note_errors(outcome, errors):
+def note_errors(outcome, errors):
     for msg, cpus in errors.items():
         outcome.fail("epp" if msg.startswith("epp") else "governor", "%s (CPUs %s)" % (msg, format_cpulist(cpus)),
                      cpus)
@@ -238,7 +231,9 @@ def run(call: contract.Call) -> dict:
         return result
 
     if params["restore"]:
-        outcome, changed = _restore(call, node, journal, freq)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_restore
+
+        outcome, changed = cpufreq_restore.restore(call, node, journal, freq)
         result["driver"] = freq.driver
         return _finish(call, result, outcome, changed, restore=True)
 
@@ -297,8 +292,8 @@ def _run_writes(call, node, journal, freq, plan, outcome):
     epp = None if "epp" in plan["skip"] else params["epp"]
     boost = None if "boost" in plan["skip"] else params["boost"]
     switching = plan["mode"] is not None
-    phases, errors = ({"governor": [], "epp": []}, {}) if switching else _policy_writes(freq, governor, epp)
-    _note_errors(outcome, errors)  # empty after validate(); kept for mixed-policy nodes
+    phases, errors = ({"governor": [], "epp": []}, {}) if switching else policy_writes(freq, governor, epp)
+    note_errors(outcome, errors)  # empty after validate(); kept for mixed-policy nodes
     boost_changes = boost is not None and freq.boost != boost
     changed = switching or bool(phases["governor"] or phases["epp"]) or boost_changes
     if call.check_mode:
@@ -309,10 +304,10 @@ def _run_writes(call, node, journal, freq, plan, outcome):
         journal.save()
     if switching:
         phases = _switch_mode(node, freq, plan, outcome, governor, epp)
-    _write_policies(node, phases, outcome)
+    write_policies(node, phases, outcome)
     if boost_changes:
         try:
-            _write(node, freq.boost_file, boost_value(freq.boost_file, boost))
+            write_value(node, freq.boost_file, boost_value(freq.boost_file, boost))
         except NodeError as exc:
             outcome.fail("boost", str(exc))
     freq.refresh(policies=bool(switching or phases["governor"] or phases["epp"]))
@@ -323,31 +318,31 @@ def _switch_mode(node, freq, plan, outcome, governor, epp):
     """Write the pstate mode; the driver re-registers, so governor and EPP are planned on what it offers then."""
     path, key, value = plan["mode"]
     try:
-        _write(node, path, value)
+        write_value(node, path, value)
     except NodeError as exc:
         outcome.fail(key, str(exc))
     freq.refresh()
     if governor is None and epp is None:
         return {"governor": [], "epp": []}
-    phases, errors = _policy_writes(freq, governor, epp)
-    _note_errors(outcome, errors)
+    phases, errors = policy_writes(freq, governor, epp)
+    note_errors(outcome, errors)
     return phases
 
 
 def _check_run(node, freq, plan, phases, outcome, governor, epp, boost):
     """Check mode: the state after the writes a real run could make; the others fail as they would then."""
-    if plan["mode"] is not None and _refused(node, outcome, plan["mode"][1], plan["mode"][0]):
+    if plan["mode"] is not None and write_refused(node, outcome, plan["mode"][1], plan["mode"][0]):
         plan = dict(plan, mode=None, driver_after=freq.driver)
-        phases, errors = _policy_writes(freq, governor, epp)
-        _note_errors(outcome, errors)
+        phases, errors = policy_writes(freq, governor, epp)
+        note_errors(outcome, errors)
     if plan["mode"] is None:
-        phases = _writable_phases(node, phases, outcome)
-    if boost is not None and _refused(node, outcome, "boost", freq.boost_file):
+        phases = writable_phases(node, phases, outcome)
+    if boost is not None and write_refused(node, outcome, "boost", freq.boost_file):
         boost = None
     return _predicted_state(freq, plan, phases, governor, epp, freq.boost if boost is None else boost)
 
 
-def _refused(node, outcome, key, path, cpus=(), where=""):
+def write_refused(node, outcome, key, path, cpus=(), where=""):
     """Check mode: True, failing ``key`` as a real run would, when ``path`` cannot be written."""
     problem = node.write_problem(path)
     if problem is None:
@@ -356,13 +351,13 @@ def _refused(node, outcome, key, path, cpus=(), where=""):
     return True
 
 
-def _writable_phases(node, phases, outcome):
+def writable_phases(node, phases, outcome):
     """Check mode: the policy writes a real run could make; a refused one fails its setting on its CPUs."""
     kept = {"governor": [], "epp": []}
     for setting, writes in phases.items():
         for p, value in writes:
             where = "CPUs %s: " % format_cpulist(p.cpus)
-            if not _refused(node, outcome, setting, p.path(POLICY_FILES[setting]), p.cpus, where):
+            if not write_refused(node, outcome, setting, p.path(POLICY_FILES[setting]), p.cpus, where):
                 kept[setting].append((p, value))
     return kept
 
@@ -370,7 +365,7 @@ def _writable_phases(node, phases, outcome):
 def _predicted_state(freq, plan, phases, governor, epp, boost):
     """Check mode: the state after the planned writes (after the mode switch, as planned for the new driver)."""
     mode = plan["mode"]
-    predicted = _predict(freq, governor, epp) if mode is not None else _predict_writes(freq, phases)
+    predicted = _predict(freq, governor, epp) if mode is not None else predict_writes(freq, phases)
     return dict(driver=plan["driver_after"],
                 governor=predicted.get("governor", per_cpu(freq.policies, "governor")),
                 epp=predicted.get("epp", per_cpu(freq.policies, "epp")), boost=boost,
@@ -383,13 +378,13 @@ def _report(outcome, params, plan, before, after, freq):
     settings, skip = outcome.settings, plan["skip"]
     for key, side in (("amd_pstate_mode", "amd"), ("intel_pstate_status", "intel")):
         if params[key] is not None:
-            settings[key] = _node_setting(params[key], before[side], after[side], skip.get(key))
+            settings[key] = node_setting(params[key], before[side], after[side], skip.get(key))
     if params["governor"] is not None:
-        settings["governor"] = _cpu_setting(params["governor"], before["governor"], after["governor"])
+        settings["governor"] = cpu_setting(params["governor"], before["governor"], after["governor"])
     if params["epp"] is not None:
-        settings["epp"] = _cpu_setting(params["epp"], before["epp"], after["epp"], skip.get("epp"))
+        settings["epp"] = cpu_setting(params["epp"], before["epp"], after["epp"], skip.get("epp"))
     if params["boost"] is not None:
-        settings["boost"] = _node_setting(params["boost"], before["boost"], after["boost"], skip.get("boost"))
+        settings["boost"] = node_setting(params["boost"], before["boost"], after["boost"], skip.get("boost"))
         settings["boost"]["file"] = "/" + freq.boost_file if freq.boost_file else None
     if params["driver"] is not None:
         reason = skip.get("driver")
@@ -411,7 +406,7 @@ def _predict(freq, governor, epp):
     return out
 
 
-def _predict_writes(freq, phases):
+def predict_writes(freq, phases):
     """Check mode: per-CPU values after the planned writes."""
     gov = per_cpu(freq.policies, "governor")
     epp = per_cpu(freq.policies, "epp")
@@ -424,7 +419,7 @@ def _predict_writes(freq, phases):
     return {"governor": gov, "epp": epp}
 
 
-def _cpu_setting(desired, before, after, skipped_reason=None):
+def cpu_setting(desired, before, after, skipped_reason=None):
     changed_cpus = sum(1 for cpu, v in after.items() if before.get(cpu) != v)
     at_desired = _count(after, desired) if not isinstance(desired, dict) else None
     return dict(desired=desired, before=group_by_value(before), after=group_by_value(after),
@@ -432,7 +427,7 @@ def _cpu_setting(desired, before, after, skipped_reason=None):
                 changed=changed_cpus > 0, skipped=skipped_reason is not None, reason=skipped_reason)
 
 
-def _node_setting(desired, before, after, skipped_reason):
+def node_setting(desired, before, after, skipped_reason):
     return dict(desired=desired, before=before, after=after, changed=before != after,
                 cpus_changed=0, skipped=skipped_reason is not None, reason=skipped_reason)
 
@@ -473,125 +468,6 @@ def _finish(call, result, outcome, changed, restore=False):
                     if restore else "cpufreq settings did not take (the others were applied): ")
         raise CpufreqError(what + outcome.message(), result)
     return result
-
-
-# ---------------------------------------------------------------------------------------------
-# Restore
-# ---------------------------------------------------------------------------------------------
-
-
-def _restore(call, node, journal, freq):
-    """Write back the journaled originals: driver mode first, then governor, EPP, boost."""
-    entries = journal.entries(NAME)
-    outcome = Outcome()
-    check = call.check_mode
-    changed = False
-    for key in MODE_SETTINGS:
-        if key in entries:
-            changed |= _restore_mode(node, freq, key, entries[key], outcome, check)
-    changed |= _restore_policies(node, freq, entries, outcome, check)
-    if "boost" in entries:
-        changed |= _restore_boost(node, freq, bool(entries["boost"]), outcome, check)
-    if not check:
-        _keep_failed(journal, entries, outcome)
-        if changed:
-            journal.mark_applied(NAME)
-        journal.save()
-    return outcome, changed
-
-
-def _restore_mode(node, freq, key, original, outcome, check):
-    amd = key == "amd_pstate_mode"
-    path = AMD_PSTATE_STATUS if amd else INTEL_PSTATE_STATUS
-    current = after = freq.amd_status if amd else freq.intel_status
-    if original == current:
-        outcome.settings[key] = _node_setting(original, current, after, None)
-        return False
-    if not node.exists(path):
-        outcome.fail(key, "/%s is gone; cannot restore %s" % (path, original))
-    elif check:
-        after = current if _refused(node, outcome, key, path) else original
-    else:
-        try:
-            _write(node, path, original)
-        except NodeError as exc:
-            outcome.fail(key, str(exc))
-        freq.refresh()
-        after = freq.amd_status if amd else freq.intel_status
-    outcome.settings[key] = _node_setting(original, current, after, None)
-    return True
-
-
-def _restore_policies(node, freq, entries, outcome, check):
-    """Governor and EPP of every journaled CPU, per policy, in the order the driver accepts."""
-    originals = {key: Journal.per_cpu(entries[key]) for key in ("governor", "epp") if key in entries}
-    if not originals:
-        return False
-    targets = {}
-    gov, epp = originals.get("governor", {}), originals.get("epp", {})
-    for p in freq.policies:
-        g = next((gov[c] for c in p.cpus if c in gov), None)
-        e = next((epp[c] for c in p.cpus if c in epp), None)
-        if g is not None or e is not None:
-            targets[p.name] = (g, e)
-    covered = {cpu for p in freq.policies for cpu in p.cpus}
-    for key, values in originals.items():
-        gone = sorted(set(values) - covered)
-        if gone:
-            outcome.fail(key, "CPUs %s have no cpufreq policy (offline, or the driver went away)"
-                         % format_cpulist(gone), gone)
-    before = {key: per_cpu(freq.policies, key) for key in originals}
-    phases, errors = _policy_writes(freq, None, None, targets)
-    _note_errors(outcome, errors)
-    changed = bool(phases["governor"] or phases["epp"])
-    if changed and check:
-        predicted = _predict_writes(freq, _writable_phases(node, phases, outcome))
-    else:
-        if changed:
-            _write_policies(node, phases, outcome)
-            freq.policies = read_policies(node)
-        predicted = {key: per_cpu(freq.policies, key) for key in ("governor", "epp")}
-    for key, values in originals.items():
-        outcome.settings[key] = _cpu_setting(group_by_value(values), before[key], predicted[key])
-    return changed
-
-
-def _restore_boost(node, freq, original, outcome, check):
-    before = after = freq.boost
-    changed = False
-    if freq.boost_file is None:
-        outcome.fail("boost", "neither /%s nor /%s exists; cannot restore boost" % (BOOST, INTEL_NO_TURBO))
-    elif before != original:
-        changed = True
-        if check:
-            after = before if _refused(node, outcome, "boost", freq.boost_file) else original
-        else:
-            try:
-                _write(node, freq.boost_file, boost_value(freq.boost_file, original))
-            except NodeError as exc:
-                outcome.fail("boost", str(exc))
-            freq.refresh(policies=False)
-            after = freq.boost
-    outcome.settings["boost"] = _node_setting(original, before, after, None)
-    return changed
-
-
-def _keep_failed(journal, entries, outcome):
-    """Drop the restored entries; keep exactly the failed ones (for governor and EPP, the failed CPUs)."""
-    for key, original in entries.items():
-        if key not in outcome.settings and key not in outcome.failed:
-            continue  # not a setting this version restores: left for whoever wrote it
-        if key not in outcome.failed:
-            journal.drop(NAME, key)
-        elif key in ("governor", "epp") and outcome.failed_cpus.get(key):
-            kept = {cpu: v for cpu, v in Journal.per_cpu(original).items() if cpu in outcome.failed_cpus[key]}
-            journal.drop(NAME, key)
-            journal.record_per_cpu(NAME, key, kept)
-
-
-# ---------------------------------------------------------------------------------------------
-# The boot re-apply and the role's hooks
-# ---------------------------------------------------------------------------------------------
 
 
 def summary(result: dict) -> str:

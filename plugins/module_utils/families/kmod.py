@@ -299,43 +299,6 @@ def _modprobe_for(planned: list, find_modprobe: Callable[[], str]) -> str | None
         return None
 
 
-def plan_restore(node: Node, req: dict) -> tuple[dict, str | None]:
-    """Plan the unload of a journaled module; a name that fails validation is never passed on."""
-    try:
-        kmod_name(req["name"])
-    except ValidationError as exc:
-        res = new_result(dict(req, name=str(req["name"])))
-        res.update(reason_class="invalid_name", message="journal entry not restored: %s" % exc)
-        return res, None
-    return plan(node, req)
-
-
-def restore(node: Node, journal: Journal, run: Runner, find_modprobe: Callable[[], str],
-            check_mode: bool = False) -> list[dict]:
-    """Unload the modules the journal records as loaded by this collection."""
-    entries = journal.entries(NAME)
-    planned = []
-    for name in sorted(entries):
-        req = {"name": name, "state": "absent", "params": {}, "required": True}
-        planned.append((req,) + plan_restore(node, req))
-    if not check_mode and any(action for _req, _res, action in planned):
-        modprobe = find_modprobe()
-    results = []
-    for req, res, action in planned:
-        if check_mode:
-            results.append(res)
-            continue
-        if action == "unload":
-            unload(node, req, res, run, modprobe)
-            if res["changed"]:
-                journal.drop(NAME, req["name"])
-        elif res["reason_class"] is None:
-            journal.drop(NAME, req["name"])  # already gone: nothing to undo
-        results.append(res)
-    journal.save(check_mode=check_mode)
-    return results
-
-
 def requests_from(params: dict) -> list:
     """The list of requests ``{name, params, state, required}`` from the module options."""
     if params["name"] is not None:
@@ -363,7 +326,9 @@ def run(call: contract.Call) -> dict:
 
     try:
         if params["restore"]:
-            results = restore(node, journal, call.run_command, find_modprobe, check_mode=call.check_mode)
+            from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod_restore
+
+            results = kmod_restore.restore(node, journal, call.run_command, find_modprobe, check_mode=call.check_mode)
         else:
             results = apply_requests(node, reqs, call.run_command, find_modprobe, journal=journal,
                                      check_mode=call.check_mode, dmesg=_dmesg(node, call.lookup))

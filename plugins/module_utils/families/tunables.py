@@ -114,7 +114,7 @@ def _inside(node, rel, base):
     return real == top or real.startswith(top + os.sep)
 
 
-def _read_raw(node, rel):
+def read_raw(node, rel):
     """Current content of an attribute with surrounding whitespace stripped (NodeError if unreadable)."""
     full = node.path(rel)
     if not os.path.isfile(full):
@@ -194,7 +194,7 @@ def plan_sysctl(node: Node, key: str, value: Any, seen: dict) -> dict:
                             "sysctl key %s does not exist on this node (no %s); allowed are existing keys under "
                             "/proc/sys" % (key, "/" + rel))
     try:
-        before_raw = _read_raw(node, rel)
+        before_raw = read_raw(node, rel)
     except NodeError as exc:
         return missing_item(name, rel, "sysctl", normalize(text),
                             "%s cannot be read (%s): only readable keys can be tuned and restored; write-only "
@@ -213,7 +213,7 @@ def plan_thp(node: Node, name: str, value: Any) -> dict:
     desired = value_string(value).strip()
     rel = "%s/%s" % (THP_DIR, name)
     try:
-        text = _read_raw(node, rel)
+        text = read_raw(node, rel)
     except NodeError as exc:
         return missing_item(key, rel, "thp", desired,
                             "%s: transparent hugepages are not available on this node (%s)" % (key, exc))
@@ -294,7 +294,7 @@ def write_errno(exc: NodeError) -> int | None:
 
 def read_current(node: Node, item: dict) -> str | None:
     """Read back an item: normalized sysctl value or the selected THP choice."""
-    text = _read_raw(node, item["path"])
+    text = read_raw(node, item["path"])
     if item["kind"] == "thp":
         choices = bracket_choices(text)
         return selected_bracket(text) or (text if len(choices) == 1 else None)
@@ -392,80 +392,6 @@ def write_failure(item: dict, value: str, exc: NodeError) -> str:
     return str(exc)
 
 
-def restore_item(node: Node, key: str, original: Any) -> dict:
-    """The item that puts one journaled original back; ``problem`` says why it cannot be restored."""
-    if key.startswith(THP_PREFIX):
-        name = key[len(THP_PREFIX):]
-        rel = "%s/%s" % (THP_DIR, name)
-        if name not in THP_FILES:  # never build a path from a journal entry we did not write
-            return missing_item(key, rel, "thp", original, "%s is not a transparent hugepage setting" % key)
-        try:
-            text = _read_raw(node, rel)
-        except NodeError as exc:
-            return missing_item(key, rel, "thp", original, "%s: %s" % (key, exc))
-        choices = bracket_choices(text)
-        return dict(key=key, path=rel, kind="thp", desired=original, before_raw=None, choices=choices,
-                    before=selected_bracket(text) or (text if len(choices) == 1 else None), problem=None)
-    try:
-        rel = sysctl_path(key_components(key))
-    except TunableError as exc:
-        return missing_item(key, PROC_SYS, "sysctl", original, str(exc))
-    try:
-        # The original is written back as recorded: a tab between fields (tcp_rmem) is what the
-        # kernel showed, any other control character is not.
-        check_text("journaled value of %s" % key, str(original).replace("\t", " "))
-        before_raw = _read_raw(node, rel)
-    except (ValidationError, NodeError) as exc:
-        return missing_item(key, rel, "sysctl", original, str(exc))
-    return dict(key=key, path=rel, kind="sysctl", desired=original, before=normalize(before_raw),
-                before_raw=before_raw, choices=None, problem=None)
-
-
-def restore_items(node: Node, journal: Journal) -> list[dict]:
-    """Items that put the journaled originals back, one per journal entry (sorted by key)."""
-    return [restore_item(node, key, original) for key, original in sorted(journal.entries(NAME).items())]
-
-
-def restore(node: Node, journal: Journal, check_mode: bool = False,
-            skip_readonly: bool = False) -> tuple[dict, list[str]]:
-    """Write the journaled originals back, read back, drop restored entries, save."""
-    results = {}
-    for item in restore_items(node, journal):
-        res = results[item["key"]] = new_result(item)
-        if res["failed"]:
-            continue
-        res["desired"] = normalize(item["desired"]) if item["kind"] == "sysctl" else item["desired"]
-        if res["before"] == res["desired"]:
-            if not check_mode:
-                journal.drop(NAME, item["key"])
-            continue
-        reason = readonly_reason(node, item["path"])
-        if reason and skip_readonly:
-            res.update(skipped=True, reason=reason + "; skipped (skip_readonly)")
-            continue
-        if check_mode:
-            res.update(changed=True, after=res["desired"])
-            continue
-        _restore_one(node, journal, item, res)
-    journal.save(check_mode=check_mode)
-    return results, failed_keys(results)
-
-
-def _restore_one(node, journal, item, res):
-    """Write one original back; drop its journal entry only when it reads back."""
-    try:
-        after = write_item(node, item, item["desired"])
-    except NodeError as exc:
-        res.update(failed=True, reason=str(exc))
-        return
-    res["after"] = after
-    if after == res["desired"]:
-        res["changed"] = True
-        journal.drop(NAME, item["key"])
-    else:
-        res.update(failed=True, reason="wrote %r but read back %r" % (item["desired"], after))
-
-
 def run(call: contract.Call) -> dict:
     """The kernel_tunables module: validate every key and value, journal, write, read back; returns the result."""
     params = call.params
@@ -481,7 +407,10 @@ def run(call: contract.Call) -> dict:
         raise contract.FamilyError("%s; nothing was written" % problem)
     try:
         if params["restore"]:
-            results, failed = restore(node, journal, check_mode=call.check_mode, skip_readonly=params["skip_readonly"])
+            from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_restore
+
+            results, failed = tunables_restore.restore(node, journal, check_mode=call.check_mode,
+                                                       skip_readonly=params["skip_readonly"])
         else:
             results, failed = apply(node, items, journal=journal, check_mode=call.check_mode,
                                     skip_readonly=params["skip_readonly"])
@@ -505,8 +434,6 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
         return "these keys were not restored and stay in the journal for the next rollback: %s. Restored or " \
                "already original: %s" % (causes, ", ".join(applied) or "none")
     return "these keys were not applied: %s. Applied: %s" % (causes, ", ".join(applied) or "none")
-
-# --- boot, and the role's hooks ---
 
 
 # The options of its module (kernel_tunables): the flow module completes each family's options with it too.
