@@ -40,7 +40,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
-    Node,
     NodeError,
     format_cpulist,
 )
@@ -249,23 +248,10 @@ def run(call: contract.Call) -> dict:
         result["unsupported"] = plan["unsupported"]
     before = _state(freq)
     outcome = Outcome()
-    after, changed = _run_writes(call, node, journal, freq, plan, outcome)
+    after, changed = run_writes(call, node, journal, freq, plan, outcome)
     result["driver"] = after["driver"]
     _report(outcome, params, plan, before, after, freq)
     return _finish(call, result, outcome, changed)
-
-
-def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
-    """Boot re-apply (``boot.py``): the module's validation and writes for ``desired``, without a journal."""
-    params = dict.fromkeys(("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status"))
-    params.update((k, v) for k, v in desired.items() if k in params)
-    freq = NodeFreq(node)
-    if not freq.policies:
-        return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ_DIR}
-    plan = validate(params, freq, cpu_vendor(node), node)
-    outcome = Outcome()
-    _after, changed = _run_writes(Call(params), node, None, freq, plan, outcome)
-    return changed, outcome.message() or None, plan["skip"]
 
 
 def _cmdline_warnings(node, plan, freq):
@@ -285,7 +271,7 @@ def _state(freq):
                 boost=freq.boost, amd=freq.amd_status, intel=freq.intel_status)
 
 
-def _run_writes(call, node, journal, freq, plan, outcome):
+def run_writes(call, node, journal, freq, plan, outcome):
     """Journal the originals, then write (check mode: predict); returns ``(after, changed)``."""
     params = call.params
     governor = params["governor"]

@@ -9,10 +9,21 @@ applies (docs/dev/adding-a-family.md).
 
 from __future__ import annotations
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import CPUFREQ_DIR, driver_kernel_args
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import cpu_vendor
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import (
+    CPUFREQ_DIR,
+    NodeFreq,
+    driver_kernel_args,
+    validate,
+)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import NAME, UDEV_SETTLE_TIMEOUT, reapply
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import (
+    NAME,
+    UDEV_SETTLE_TIMEOUT,
+    Outcome,
+    run_writes,
+)
 
 
 def from_role(v: dict, shared: dict) -> dict:
@@ -77,3 +88,16 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
         return False, failure + notes
     asked = ", ".join("%s=%s" % (k, want[k]) for k in ("governor", "epp", "boost") if want.get(k) is not None)
     return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)
+
+
+def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
+    """Boot re-apply (``boot.py``): the module's validation and writes for ``desired``, without a journal."""
+    params = dict.fromkeys(("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status"))
+    params.update((k, v) for k, v in desired.items() if k in params)
+    freq = NodeFreq(node)
+    if not freq.policies:
+        return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ_DIR}
+    plan = validate(params, freq, cpu_vendor(node), node)
+    outcome = Outcome()
+    _after, changed = run_writes(Call(params), node, None, freq, plan, outcome)
+    return changed, outcome.message() or None, plan["skip"]

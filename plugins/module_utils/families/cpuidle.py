@@ -332,7 +332,9 @@ def run(call: contract.Call) -> dict:
         return _unsupported(call, node, result, driver, cpus)
 
     if restore:
-        plan, journaled, failed = _restore_plan(node, journal, states_by_cpu)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle_restore
+
+        plan, journaled, failed = cpuidle_restore.restore_plan(node, journal, states_by_cpu)
     else:
         plan, journaled, failed = _plan(params, states_by_cpu, result), states_by_cpu, {}
     writes, after = _apply(call, node, journal, journaled, plan_writes(journaled, plan), failed)
@@ -417,25 +419,6 @@ def _keep_failed(journal, failed, wrote):
         journal.mark_applied(NAME)
     journal.save()
 
-
-def _restore_plan(node, journal, states_by_cpu):
-    """Plan writing back the journaled originals."""
-    entries = journal.entries(NAME)
-    per_cpu = {name: Journal.per_cpu(original) for name, original in entries.items()}
-    cpus = sorted({cpu for values in per_cpu.values() for cpu in values})
-    missing = [c for c in cpus if c not in states_by_cpu]
-    states = dict((c, states_by_cpu[c]) for c in cpus if c in states_by_cpu)
-    if missing:
-        states.update(read_states(node, missing))
-    plan = {}
-    lost = {}
-    for name, values in per_cpu.items():
-        for cpu, value in values.items():
-            if name in states.get(cpu, {}):
-                plan[(cpu, name)] = DISABLED if value == "1" else ENABLED
-            else:
-                lost.setdefault(name, {})[cpu] = "cpu%d has no idle state %s any more (offline?)" % (cpu, name)
-    return plan, states, lost
 
 # --- boot: its re-apply at boot (its verification is cpuidle_verify.py) ---
 

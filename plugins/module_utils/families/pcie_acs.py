@@ -89,7 +89,7 @@ def _all_devices(node: Node, query: object = None) -> list:
     return out
 
 
-def _read_bridge(bridge: str, path: str) -> dict:
+def read_bridge(bridge: str, path: str) -> dict:
     """One bridge: its port type and ACS, or the error that hides them."""
     entry = {"bdf": bridge, "port_type": None, "acs": None, "acs_state": NO_ACS, "error": None}
     try:
@@ -126,7 +126,7 @@ def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) ->
                      "iommu_group": group, "iommu_group_type": group_type})
         for bdf, path in chain:
             if bdf not in bridges:
-                bridges[bdf] = dict(_read_bridge(bdf, path), path=path, gpus=[], vfio=vfio_below(devices, path))
+                bridges[bdf] = dict(read_bridge(bdf, path), path=path, gpus=[], vfio=vfio_below(devices, path))
             bridges[bdf]["gpus"].append(dev["bdf"])
     vfio = sorted({b for entry in bridges.values() for b in entry["vfio"]})
     return {"gpus": gpus, "bridges": bridges, "vfio_devices": vfio}
@@ -204,18 +204,6 @@ def _plan(paths: dict, originals: dict | None) -> tuple:
         targets[bdf] = (entry["path"], before, after)
         r["acs_ctl_after"], r["changed"] = after, True
     return results, targets
-
-
-def _journal_bridges(node: Node, originals: dict) -> tuple:
-    """The journaled bridges as ``gpu_paths`` entries (restore needs no GPU selection), and the absent ones."""
-    bridges, absent = {}, []
-    for bdf in sorted(originals):
-        if not os.path.isdir(node.path(SYSFS_PCI_DEVICES, bdf)):
-            absent.append(bdf)
-            continue
-        path = device_dir(node, bdf)
-        bridges[bdf] = dict(_read_bridge(bdf, path), path=path, gpus=[], vfio=[])
-    return {"bridges": bridges}, absent
 
 
 def _assignment(after: int) -> str:
@@ -340,15 +328,6 @@ def _record(journal, results, targets, restore, check_mode) -> None:
                                  {"changed": False}) from exc
 
 
-def _originals(journal) -> dict:
-    originals = journal.entries(NAME)
-    bad = {b: v for b, v in originals.items() if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFF}
-    if bad:
-        raise family.FamilyError("journal %s holds invalid ACSCtl originals %s (a 16-bit integer each); fix or remove "
-                                 "those entries" % (journal.path, bad), {"changed": False})
-    return originals
-
-
 def _select_paths(node: Node, selector: pci.DeviceSelector, allow_empty: bool) -> dict:
     """The GPU paths of the selection; FamilyError (nothing written) for absent BDFs or an empty selection."""
     if selector.bdfs:
@@ -374,8 +353,10 @@ def execute(call: family.Call, node: Node, selector: pci.DeviceSelector | None, 
     """Plan, journal, write and read back (or restore the journal's originals); the result dict."""
     warnings = []
     if restore:
-        originals = _originals(journal)
-        paths, absent = _journal_bridges(node, originals)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_restore
+
+        originals = pcie_acs_restore.originals(journal)
+        paths, absent = pcie_acs_restore.journal_bridges(node, originals)
         gpus = []
     else:
         originals, absent = None, []

@@ -75,26 +75,6 @@ def _device_result(dev, pcie):
     }
 
 
-def _absent_result(bdf):
-    return {"bdf": bdf, "vendor": None, "device": None, "class": None, "numa_node": None, "mps": None,
-            "mrrs_before": None, "mrrs_after": None, "changed": False, "skipped": True, "failed": False,
-            "reason": "recorded in the journal but not present on the node; journal entry kept"}
-
-
-def _restore_wanted(node, journal, base):
-    """The journal's originals and the devices to restore; absent devices are reported skipped."""
-    originals = journal.entries(NAME)
-    bad = {b: v for b, v in originals.items() if v not in MRRS_CHOICES}
-    if bad:
-        raise MrrsError("journal %s holds invalid MRRS originals %s (allowed %s); fix or remove those entries"
-                        % (journal.path, bad, ", ".join(map(str, MRRS_CHOICES))), base)
-    by_bdf = {d["bdf"]: d for d in list_devices(node)}
-    for bdf in sorted(set(originals) - set(by_bdf)):
-        base["devices"].append(_absent_result(bdf))
-        base["warnings"].append("%s: %s" % (bdf, base["devices"][-1]["reason"]))
-    return originals, [by_bdf[b] for b in sorted(originals) if b in by_bdf]
-
-
 def _plan(devices, wanted, base):
     """Inspect ``devices`` and fill ``base["devices"]``; return ``{bdf: target}`` and ``{bdf: (dev, devctl)}``."""
     targets, planned = {}, {}
@@ -159,7 +139,9 @@ def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal 
         selector = selector or DeviceSelector()
     base = _base_result(node)
     if restore:
-        wanted, devices = _restore_wanted(node, journal, base)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs_restore
+
+        wanted, devices = pcie_mrrs_restore.restore_wanted(node, journal, base)
     else:
         devices = select_devices(node, selector)
         wanted = {d["bdf"]: mrrs for d in devices}
