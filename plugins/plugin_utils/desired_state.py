@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate, validate_boot
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import as_role_options
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import as_role_options
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
     describe_characters,
     forbidden_characters,

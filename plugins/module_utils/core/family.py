@@ -157,7 +157,7 @@ class Later:
 
 def later(load: Callable[[], Any], attr: str) -> Later:
     """``load().<attr>``, imported on first use: a Family field an apply run never calls (docs/dev/adding-a-family.md,
-    "The verification half"). ``load`` holds the import statement, so that Ansible's packer ships the file."""
+    "The verification half")."""
     return Later(load, attr)
 
 
@@ -273,10 +273,3 @@ def run_argv(argv: list) -> tuple:
     return command.run(argv, command.DEFAULT_TIMEOUTS[command.kind_of(argv)], {"PATH": SYSTEM_PATH})
 
 
-def as_role_options(fam: Family, options: dict) -> dict:
-    """``options`` as the role passes them: every value is the role's (a preset's, for every node), so
-    the module does not warn about one that does not apply here (``preset_options``, where it has them)."""
-    spec = (fam.argument_spec or {}).get("preset_options")
-    if not spec:
-        return options
-    return dict(options, preset_options=[k for k in spec["choices"] if k in options])

@@ -64,8 +64,8 @@ def missing_dirs(directory: str) -> list:
 
 
 def make_dirs(directory: str, mode: int = DIR_MODE, on_created: Callable[[list], None] | None = None) -> list:
-    """Create ``directory`` and its missing parents (``mode``); tell ``on_created`` which (full paths, outermost
-    first: a writing flow journals them, so that rollback removes them). The directories created."""
+    """Create ``directory`` and its missing parents (``mode``); tell ``on_created`` which (full paths, outermost first:
+    a writing flow journals them, so that rollback removes them)."""
     missing = missing_dirs(directory)
     if missing:
         os.makedirs(directory, mode=mode, exist_ok=True)

@@ -235,8 +235,8 @@ class Journal:
 
 
 def remove_empty_dirs(node: Node, paths) -> list:
-    """Remove these node directories, deepest first, each only when it is an empty directory (not a link);
-    the node paths removed. One that is not empty, or not there, stays: never an error."""
+    """Remove these node directories, deepest first, each only when it is an empty directory (not a link); the node
+    paths removed."""
     removed = []
     for path in sorted(set(paths), key=lambda p: (-p.count("/"), p)):
         full = node.path(path)

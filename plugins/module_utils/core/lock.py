@@ -73,9 +73,8 @@ def holder_record(flow: str, clock: Callable[[], float] = time.time) -> dict:
 
 
 def read_holder(path: str) -> dict | None:
-    """The holder record in the lock file at ``path``, without taking the lock and without creating
-    anything; None when there is no file or no readable record. ``alive`` is False when the record
-    names a process of this host that no longer runs (a stale record: it does not block)."""
+    """The holder record in the lock file at ``path``, without taking the lock and without creating anything; None when
+    there is no file or no readable record."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -246,8 +245,8 @@ class NodeLock:
                                                    errno.errorcode.get(exc.errno, exc.errno)))
 
     def remove_on_release(self, directories: Iterable[str]) -> None:
-        """Also remove these directories on release (deepest first, only when empty): rollback hands
-        over those its journal recorded as ours. Only the lock file's own ancestors are accepted."""
+        """Also remove these directories on release (deepest first, only when empty): rollback hands over those its
+        journal recorded as ours."""
         target = self._outer if self.nested else self
         for directory in directories:
             directory = os.path.abspath(directory)

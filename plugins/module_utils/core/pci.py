@@ -30,8 +30,6 @@ ACS_BITS = (("SrcValid", 0), ("TransBlk", 1), ("ReqRedir", 2), ("CmpltRedir", 3)
             ("EgressCtrl", 5), ("DirectTrans", 6))
 # ReqRedir, CmpltRedir, EgressCtrl: what pci=disable_acs_redir= clears too.
 ACS_REDIRECT_MASK = 0x002C
-# The kernel arguments that choose the IOMMU's mode (kernel-parameters.txt).
-IOMMU_ARG_PREFIXES = ("iommu=", "iommu.", "amd_iommu=", "intel_iommu=")
 _BDF_COMPONENT = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 PCI_CAP_ID_EXP = 0x10
@@ -389,8 +387,8 @@ class Setpci:
         return values, errors
 
     def write_mrrs(self, targets: dict) -> tuple[int, str]:
-        """Write MRRS (mask 0x7000 only) for ``{bdf: bytes}``; returns ``(rc, stderr)`` of the last batch
-        that failed, or ``(0, "")``. Success per device is decided by reading back."""
+        """Write MRRS (mask 0x7000 only) for ``{bdf: bytes}``; returns ``(rc, stderr)`` of the last batch that failed,
+        or ``(0, "")``."""
         items = sorted(targets.items())
         result = (0, "")
         for start in range(0, len(items), self.BATCH):
@@ -589,27 +587,6 @@ def listed(node: Node, query: object = None) -> list:
     return list(devices) if devices is not None else list_devices(node)
 
 
-def redirecting_bridges(node: Node, selector: DeviceSelector, devices: list | None = None) -> dict:
-    """``{device bdf: [bridge bdf, ...]}``: the bridges above each selected device with ACS ReqRedir or CmpltRedir
-    on (peer traffic sent up to the root complex). A bridge whose config space cannot be read counts as not."""
-    out, seen = {}, {}
-    for dev in list_devices(node) if devices is None else devices:
-        if not selector.matches(dev):
-            continue
-        for bdf, path in bridge_chain(node, dev["bdf"]):
-            if bdf not in seen:
-                try:
-                    with open(os.path.join(path, "config"), "rb") as fh:
-                        acs = decode_acs(fh.read())
-                except OSError:
-                    acs = None
-                bits = (acs or {}).get("ctl_bits") or {}
-                seen[bdf] = bool(bits.get("ReqRedir") or bits.get("CmpltRedir"))
-            if seen[bdf]:
-                out.setdefault(dev["bdf"], []).append(bdf)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # The IOMMU that translates the devices' DMA
 # ---------------------------------------------------------------------------------------------
@@ -624,8 +601,3 @@ def iommu_group(node: Node, bdf: str) -> tuple:
     return group, node.read("sys/kernel/iommu_groups", group, "type", default="") or None
 
 
-def iommu_state(node: Node) -> dict:
-    """Whether an IOMMU is active (/sys/class/iommu), its units, and the IOMMU arguments of the running kernel."""
-    units = node.listdir("sys/class/iommu")
-    args = [a for a in cmdline_args(node) if a.startswith(IOMMU_ARG_PREFIXES)]
-    return {"active": bool(units), "units": units, "kernel_args": args}

@@ -167,3 +167,12 @@ def run_command(pc: PersistCall, argv: list, what: str) -> str:
 def systemd_running(node: Node) -> bool:
     """Whether the node's PID 1 is systemd (sd_booted: /run/systemd/system); never on a simulated root."""
     return node.is_live and os.path.isdir("/run/systemd/system")
+
+
+def as_role_options(fam: Any, options: dict) -> dict:
+    """``options`` as the role passes them: every value is the role's (a preset's, for every node), so
+    the module does not warn about one that does not apply here (``preset_options``, where it has them)."""
+    spec = (fam.argument_spec or {}).get("preset_options")
+    if not spec:
+        return options
+    return dict(options, preset_options=[k for k in spec["choices"] if k in options])

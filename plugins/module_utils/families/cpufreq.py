@@ -467,13 +467,13 @@ def summary(result: dict) -> str:
 
 
 def _plan_half():
-    """The plan half (families/cpufreq_plan.py), imported when the controller or persistent flow calls it."""
+    """The plan half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_plan
     return cpufreq_plan
 
 
 def _verification():
-    """The verification half (families/cpufreq_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_verify
     return cpufreq_verify
 

@@ -433,13 +433,13 @@ def summary(result: dict) -> str:
 
 
 def _plan_half():
-    """The plan half (families/cpuidle_plan.py), imported when the controller or persistent flow calls it."""
+    """The plan half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle_plan
     return cpuidle_plan
 
 
 def _verification():
-    """The verification half (families/cpuidle_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle_verify
     return cpuidle_verify
 

@@ -413,13 +413,13 @@ def summary(result: dict) -> str:
 
 
 def _plan_half():
-    """The plan half (families/kmod_plan.py), imported when the controller or persistent flow calls it."""
+    """The plan half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod_plan
     return kmod_plan
 
 
 def _verification():
-    """The verification half (families/kmod_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod_verify
     return kmod_verify
 

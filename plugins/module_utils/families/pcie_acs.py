@@ -455,13 +455,13 @@ def summary(result: dict) -> str:
 
 
 def _plan_half():
-    """The plan half (families/pcie_acs_plan.py), imported when the controller or persistent flow calls it."""
+    """The plan half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_plan
     return pcie_acs_plan
 
 
 def _verification():
-    """The verification half (families/pcie_acs_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_verify
     return pcie_acs_verify
 

@@ -27,11 +27,9 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
     ValidationError,
-    absolute_path,
     check_text,
     sysctl_key_components,
     sysctl_value,
-    write_problem,
 )
 
 NAME = "tunables"
@@ -177,8 +175,7 @@ def missing_item(key: str, path: str, kind: str, desired: Any, problem: str) -> 
 
 
 def plan_sysctl(node: Node, key: str, value: Any, seen: dict) -> dict:
-    """Plan one sysctl. Raises ``TunableError`` for bad input; a key missing on this node is an item
-    with ``problem`` set, so that the other keys are still applied."""
+    """Plan one sysctl."""
     parts = key_components(key)
     name = canonical_key(parts)
     if name in seen:
@@ -261,18 +258,6 @@ def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) 
     if errors:
         raise TunableError("; ".join(errors))
     return items
-
-
-def sysctl_file_problem(node: Node, path: str) -> str | None:
-    """Why the sysctl drop-in ``path`` (absolute on the node) could not be written, or None."""
-    try:
-        absolute_path(path)
-    except ValidationError as exc:
-        raise TunableError("sysctl_file: %s" % exc) from None
-    problem = write_problem(node.path(path))
-    if problem:
-        return "the sysctl drop-in %s cannot be written: %s" % (node.path(path), problem)
-    return None
 
 
 def readonly_reason(node: Node, rel: str) -> str | None:
@@ -400,7 +385,11 @@ def run(call: contract.Call) -> dict:
     try:
         if not params["restore"]:
             items = plan_items(node, params["sysctl"], params["transparent_hugepage"])
-        problem = sysctl_file_problem(node, params["sysctl_file"]) if params["sysctl_file"] else None
+        problem = None
+        if params["sysctl_file"]:  # the persistent flow's check of its drop-in
+            from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_plan
+
+            problem = tunables_plan.sysctl_file_problem(node, params["sysctl_file"])
     except TunableError as exc:
         raise contract.FamilyError("invalid input, nothing was written: %s" % exc) from None
     if problem:
@@ -455,13 +444,13 @@ def summary(result: dict) -> str:
 
 
 def _plan_half():
-    """The plan half (families/tunables_plan.py), imported when the controller or persistent flow calls it."""
+    """The plan half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_plan
     return tunables_plan
 
 
 def _verification():
-    """The verification half (families/tunables_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_verify
     return tunables_verify
 

@@ -15,6 +15,11 @@ from typing import Any
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
+    ValidationError,
+    absolute_path,
+    write_problem,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.tunables import (
     NAME,
     TunableError,
@@ -137,3 +142,15 @@ def boot(node: Node, want: dict) -> tuple[bool, str]:
         return False, "; ".join("%s: %s" % (k, results[k]["reason"]) for k in failed)
     return True, ", ".join("%s=%s%s" % (k, r["after"], " (changed)" if r["changed"] else "")
                            for k, r in sorted(results.items()))
+
+
+def sysctl_file_problem(node: Node, path: str) -> str | None:
+    """Why the sysctl drop-in ``path`` (absolute on the node) could not be written, or None."""
+    try:
+        absolute_path(path)
+    except ValidationError as exc:
+        raise TunableError("sysctl_file: %s" % exc) from None
+    problem = write_problem(node.path(path))
+    if problem:
+        return "the sysctl drop-in %s cannot be written: %s" % (node.path(path), problem)
+    return None
