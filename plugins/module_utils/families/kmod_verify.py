@@ -47,7 +47,7 @@ contains:
       - Each name of O(modules) -> C(loaded) (bool, C(/sys/module/NAME) exists), C(builtin) (bool, built
         into the kernel), C(parameters) (dict, parameter name -> current value from
         C(/sys/module/NAME/parameters), null when unreadable) and C(options) (the modprobe.d file of this
-        collection for the module: C(params), parameter name -> value, C(boot_id), the boot it was written
+        collection for the module, with C(params), parameter name -> value, C(boot_id), the boot it was written
         in, and C(overridden), parameter name -> C(value) and C(source) of what a boot sets after it, another
         modprobe.d file or the kernel command line; null without such a file).
     type: dict
