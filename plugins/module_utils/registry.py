@@ -2,10 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The registry: every knob family, in the order runtime, boot re-apply and the reports use.
 
-Verification evaluates each entry's ``evaluate``, the boot runner runs each entry's ``boot``, and
-the fleet summary has a column per report family of each entry. A new family is one line here
-(docs/dev/adding-a-family.md).
-"""
+How it works and why: docs/dev/node-code.md, "registry.py"."""
 
 from __future__ import annotations
 
@@ -150,10 +147,7 @@ def boot_families() -> list[tuple[str, Family]]:
 
 
 def desired_problems(desired: dict) -> list[tuple[str, str, str]]:
-    """``(desired-state key, key inside it, message)`` of every family's ``validate`` for ``desired``.
-
-    What can be judged without the node (docs/precheck.md); an entry that is absent or None has none.
-    """
+    """``(desired-state key, key inside it, message)`` of every family's ``validate`` for ``desired``."""
     out = []
     for fam in _every():
         for entry, check in (fam.validate or {}).items():

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import as_role_options
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence, validate, validate_boot
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import as_role_options
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
     describe_characters,
     forbidden_characters,
@@ -71,7 +71,7 @@ def combination_problems(values: dict, entry_point: str = "main") -> list:
     there must not stop a node from being rolled back.
     """
     out = [line for fam in registry.FAMILIES if fam.role_problems is not None for line in fam.role_problems(values)]
-    for name, check in (("gpunode_tuning_boot_unit_before", validate.systemd_unit_names),
+    for name, check in (("gpunode_tuning_boot_unit_before", validate_boot.systemd_unit_names),
                         ("gpunode_tuning_boot_script", validate.absolute_path),
                         ("gpunode_tuning_boot_python", validate.absolute_path),
                         ("gpunode_tuning_udev_rule", validate.absolute_path)):

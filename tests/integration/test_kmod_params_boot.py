@@ -3,7 +3,7 @@
 uvm_disable_hmm=1 requested (gpunode_tuning_kmod_modules) where nvidia_uvm runs with HMM on (N): the module is
 never unloaded, the options line is written, the persistent flow asks for a reboot, verification says
 pending_reboot (not drifted), and rollback removes the line. (A second run keeps the file byte for byte: the unit
-test of module_params.options_text; the boot that applies it: tests/unit/test_module_params.py.)
+test of module_options.options_text; the boot that applies it: tests/unit/test_module_params.py.)
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate_boot as vb
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
@@ -76,7 +77,7 @@ def rows(root, desired):
     "pci=disable_acs_redir=" + ";".join("0000:%02x:01.1" % b for b in range(64)),  # longer than other arguments
 ])
 def test_validator_accepts_the_acs_redirect_list(arg):
-    assert v.kernel_argument(arg) == arg
+    assert vb.kernel_argument(arg) == arg
 
 
 @pytest.mark.parametrize("arg", [
@@ -98,7 +99,7 @@ def test_validator_accepts_the_acs_redirect_list(arg):
 ])
 def test_validator_refuses_semicolon_elsewhere(arg):
     with pytest.raises(v.ValidationError, match="only between the PCI addresses of pci=disable_acs_redir="):
-        v.kernel_argument(arg)
+        vb.kernel_argument(arg)
 
 
 # --- the drop-in text ------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_acs_kernel_arg_pending_then_applied_after_reboot(build_node, run_module
 
     # The reboot: the argument is on /proc/cmdline and the kernel cleared redirect on those bridges.
     reboot(root, [ACS_ARG])
-    ok, msg = acs.boot(Node(root), dict(want, persist="boot_unit"))
+    ok, msg = acs.DEFINITION.boot(Node(root), dict(want, persist="boot_unit"))
     assert ok, msg
     states = {k: r["state"] for k, r in rows(root, {"pcie_acs": want}).items() if k.startswith("pcie_acs.")}
     assert set(states.values()) == {"applied"}

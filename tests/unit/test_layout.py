@@ -3,8 +3,8 @@
 module_utils holds three packages and the registry between them:
 
 - ``core``: the libraries and the family contract; a core library imports core only.
-- ``families``: one file per knob family (and its verification half, ``<name>_verify.py``); a family imports core
-  only, never another family (its two halves may import each other).
+- ``families``: one file per knob family (and its halves, ``<name>_verify.py``, ``_plan.py``, ``_restore.py``);
+  a family imports core only, never another family (a family's own files may import each other).
 - ``registry``: the list of families, the only file that imports them.
 - ``flows``: what runs on the node (apply, persist, boot, verify, the guard), driven by the
   registry; a flow imports core, the registry and other flows, never a family.
@@ -27,8 +27,10 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "plugins", "module_utils")
 PKG = "ansible_collections.gpunode.tuning.plugins.module_utils"
 LAYERS = ("core", "families", "flows")
-# A family's verification half: families/<name>_verify.py beside families/<name>.py.
-VERIFY_SUFFIX = "_verify"
+# A family's halves beside families/<name>.py: verification (<name>_verify.py), what the controller, the
+# persistent flow and the boot re-apply call (<name>_plan.py), the restore (<name>_restore.py):
+# docs/dev/adding-a-family.md.
+HALF_SUFFIXES = ("_verify", "_plan", "_restore")
 # What each layer may import (by the first component of a module_utils name).
 ALLOWED = {"core": {"core"}, "families": {"core"}, "registry": {"core", "families"},
            "flows": {"core", "flows", "registry"}}
@@ -72,15 +74,18 @@ def layer(name):
 
 
 def family_of(name):
-    """The family a ``families.<name>`` or ``families.<name>_verify`` module belongs to (its verification half:
-    docs/dev/adding-a-family.md)."""
+    """The family a ``families.<name>`` module or one of its halves (``<name>_verify``, ``_plan``, ``_restore``)
+    belongs to (docs/dev/adding-a-family.md)."""
     base = name.split(".", 1)[1] if "." in name else name
-    return base[:-len(VERIFY_SUFFIX)] if base.endswith(VERIFY_SUFFIX) else base
+    for suffix in HALF_SUFFIXES:
+        if base.endswith(suffix):
+            return base[:-len(suffix)]
+    return base
 
 
 def violations(name, deps):
     """The imports of module ``name`` that its layer does not allow (a family importing another family too; a
-    family's two halves, ``<name>.py`` and ``<name>_verify.py``, may import each other)."""
+    family's own files, ``<name>.py`` and its halves, may import each other)."""
     allowed = ALLOWED.get(layer(name))
     if allowed is None:
         return ["%s is in no layer (module_utils holds only %s and registry.py)" % (name, ", ".join(LAYERS))]
@@ -121,6 +126,11 @@ def test_rule_catches_each_layer_crossing():
     assert violations("families.iommu_verify", {"families.iommu", "core.pci"}) == []
     assert violations("families.iommu_verify", {"families.pcie_acs"}) == ["families.pcie_acs"]
     assert violations("families.iommu_verify", {"families.pcie_acs_verify"}) == ["families.pcie_acs_verify"]
+    assert violations("families.kmod_verify", {"families.kmod_plan", "families.kmod"}) == []
+    assert violations("families.kmod_plan", {"families.tunables_plan"}) == ["families.tunables_plan"]
+    assert violations("families.kmod_plan", {"families.tunables"}) == ["families.tunables"]
+    assert violations("families.kmod_restore", {"families.kmod", "core.journal"}) == []
+    assert violations("families.kmod_restore", {"families.tunables_restore"}) == ["families.tunables_restore"]
     assert violations("flows.boot", {"families.pcie_mrrs", "registry", "core.node"}) == ["families.pcie_mrrs"]
     assert violations("registry", {"families.iommu", "core.family"}) == []
     assert violations("stray_module", set()) != []
@@ -251,7 +261,8 @@ def own_files(families=None):
     out = {}
     for fam in families or registry.FAMILIES:
         out["plugins/module_utils/families/%s.py" % fam.name] = fam.name
-        out["plugins/module_utils/families/%s%s.py" % (fam.name, VERIFY_SUFFIX)] = fam.name
+        for suffix in HALF_SUFFIXES:
+            out["plugins/module_utils/families/%s%s.py" % (fam.name, suffix)] = fam.name
         if fam.module:
             out["plugins/modules/%s.py" % fam.module] = fam.name
     return out

@@ -10,10 +10,11 @@ import pytest
 import simnode
 from simnode import modparams as simnode_modparams
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_options as mo
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_params as mp
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import HEADER, NodeFiles
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod_plan
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification as v
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
@@ -50,19 +51,19 @@ def test_kernel_form_of_a_bool_is_Y_or_N():
     ("N", "1", None, "pending_reboot", "next boot"),  # no stamp: cannot tell, not a failure
 ])
 def test_judge(current, persisted, written_in, state, words):
-    got, reason = mp.judge("nvidia_uvm", "uvm_disable_hmm", "1", current, persisted, written_in, "A")
+    got, reason = mo.judge("nvidia_uvm", "uvm_disable_hmm", "1", current, persisted, written_in, "A")
     assert got == state and words in reason
 
 
 def test_options_file_keeps_its_boot_while_its_line_is_the_same():
-    first = mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", "A", None)
+    first = mo.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", "A", None)
     assert first.splitlines()[2] == "options nvidia_uvm uvm_disable_hmm=1"
-    assert mp.parse_options(first) == {"params": {"uvm_disable_hmm": "1"}, "boot_id": "A"}
-    assert mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", "B", first) == first
-    again = mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=0", "B", first)
-    assert mp.parse_options(again) == {"params": {"uvm_disable_hmm": "0"}, "boot_id": "B"}
+    assert mo.parse_options(first) == {"params": {"uvm_disable_hmm": "1"}, "boot_id": "A"}
+    assert mo.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", "B", first) == first
+    again = mo.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=0", "B", first)
+    assert mo.parse_options(again) == {"params": {"uvm_disable_hmm": "0"}, "boot_id": "B"}
     unstamped = HEADER + "options nvidia_uvm uvm_disable_hmm=1\n"  # written before the stamp existed
-    assert mp.parse_options(mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", "B", unstamped)) == {
+    assert mo.parse_options(mo.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", "B", unstamped)) == {
         "params": {"uvm_disable_hmm": "1"}, "boot_id": "B"}
 
 
@@ -76,7 +77,7 @@ def test_real_gpu_operator_example_reads_Y_for_1(real):
     shown = parts["cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm"].strip()
     assert (key, value, shown) == ("uvm_disable_hmm", "1", "Y")
     assert "uvm_disable_hmm" in parts["ls /sys/module/nvidia_uvm/parameters/"].split()
-    assert mp.judge("nvidia_uvm", key, value, shown, value, "A", "B") == ("applied", "")
+    assert mo.judge("nvidia_uvm", key, value, shown, value, "A", "B") == ("applied", "")
 
 
 def test_real_modinfo_names_what_the_simulated_node_exports(real):
@@ -105,7 +106,7 @@ def test_simulated_node_pending_then_applied_by_a_boot_then_failed_when_a_boot_d
 
     boot = node.read(mp.BOOT_ID)
     with open(os.path.join(root, UVM_FILE), "w", encoding="utf-8") as fh:
-        fh.write(mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1 NVreg_Nope=1", boot, None))
+        fh.write(mo.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1 NVreg_Nope=1", boot, None))
     rows, result = _rows(root)
     hmm = rows["kmod.nvidia_uvm.uvm_disable_hmm"]
     assert (hmm["state"], hmm["desired"], hmm["running"], hmm["persisted"]) == ("pending_reboot", "Y", "N", "1")
@@ -118,7 +119,7 @@ def test_simulated_node_pending_then_applied_by_a_boot_then_failed_when_a_boot_d
     assert rows["kmod.nvidia_uvm.uvm_disable_hmm"]["state"] == "applied" and not result["reboot_required"]
 
     # Rollback (here in check mode: nothing removed) says the module keeps the value until it is loaded again.
-    out = kmod.remove_modules(SimpleNamespace(node=node, files=NodeFiles(node, check_mode=True)))
+    out = kmod_plan.remove_modules(SimpleNamespace(node=node, files=NodeFiles(node, check_mode=True)))
     assert out["still_running"] == ["nvidia_uvm uvm_disable_hmm=Y"] and "/" + UVM_FILE in out["summary"]
     assert os.path.exists(os.path.join(root, UVM_FILE))
 
@@ -142,19 +143,19 @@ def test_a_later_options_line_or_the_command_line_wins_and_is_no_reason_to_reboo
         os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
         with open(os.path.join(root, rel), "w", encoding="utf-8") as fh:
             fh.write(text)
-    assert mp.overriding(node, "nvidia_uvm", own) == {
+    assert mo.overriding(node, "nvidia_uvm", own) == {
         "uvm_perf_prefetch_enable": {"value": "0", "source": "/etc/modprobe.d/zz-uvm.conf"}}
     with open(os.path.join(root, "etc/modprobe.d/zz-uvm.conf"), "a", encoding="utf-8") as fh:
         fh.write("options nvidia_uvm uvm_disable_hmm=0\n")
-    assert mp.overriding(node, "nvidia_uvm", own)["uvm_disable_hmm"]["source"] == "/etc/modprobe.d/zz-uvm.conf"
+    assert mo.overriding(node, "nvidia_uvm", own)["uvm_disable_hmm"]["source"] == "/etc/modprobe.d/zz-uvm.conf"
 
     # The persistent flow asks no reboot for it (fit before tuned) and says why; verification fails it, not pending.
     pc = SimpleNamespace(node=node, unfit={})
     drift = {"uvm_disable_hmm": {"requested": "1", "current": "N"}}
-    assert kmod.pending_params(pc, [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
+    assert kmod_plan.pending_params(pc, [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
     assert "/etc/modprobe.d/zz-uvm.conf sets uvm_disable_hmm=0" in pc.unfit["kmod.nvidia_uvm.uvm_disable_hmm"]
     with open(os.path.join(root, UVM_FILE), "w", encoding="utf-8") as fh:
-        fh.write(mp.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", node.read(mp.BOOT_ID), None))
+        fh.write(mo.options_text(HEADER, "options nvidia_uvm uvm_disable_hmm=1", node.read(mp.BOOT_ID), None))
     rows, result = _rows(root)
     assert rows["kmod.nvidia_uvm.uvm_disable_hmm"]["state"] == "drifted" and not result["reboot_required"]
     assert "zz-uvm.conf sets uvm_disable_hmm=0" in rows["kmod.nvidia_uvm.uvm_disable_hmm"]["reason"]
@@ -162,10 +163,11 @@ def test_a_later_options_line_or_the_command_line_wins_and_is_no_reason_to_reboo
     os.remove(os.path.join(root, "etc/modprobe.d/zz-uvm.conf"))  # the command line comes after every file
     with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
         fh.write(" nvidia_uvm.uvm_disable_hmm=N")
-    assert mp.overriding(node, "nvidia_uvm", own) == {"uvm_disable_hmm": {"value": "N", "source": mp.CMDLINE}}
-    assert kmod.pending_params(SimpleNamespace(node=node, unfit={}),
+    assert mo.overriding(node, "nvidia_uvm", own) == {"uvm_disable_hmm": {"value": "N", "source": mo.CMDLINE}}
+    assert kmod_plan.pending_params(SimpleNamespace(node=node, unfit={}),
                                [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
     with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
         fh.write(" nvidia_uvm.uvm_disable_hmm=on")  # the last one wins, and it is the wanted value
-    assert kmod.pending_params(SimpleNamespace(node=node, unfit={}), [{"name": "nvidia_uvm", "param_drift": drift}]) \
-        == {"nvidia_uvm.uvm_disable_hmm": "1 (running N)"}
+    assert kmod_plan.pending_params(SimpleNamespace(node=node, unfit={}),
+                                    [{"name": "nvidia_uvm", "param_drift": drift}]) == {
+        "nvidia_uvm.uvm_disable_hmm": "1 (running N)"}

@@ -292,11 +292,11 @@ def test_evaluate_drifted_then_applied_and_boot_reapplies(build_node):
     rows = acs_verify.evaluate({"pcie_acs": acs_verify.read(node)}, desired, _Ctx(boot_unit=True))
     assert [(r["name"], r["state"]) for r in rows] == [("0000:40:01.1", "drifted"), ("0000:60:01.1", "drifted")]
     assert "root complex" in rows[0]["reason"] and rows[0]["persisted"] == acs_verify.DESIRED_TEXT
-    ok, msg = acs.boot(node, desired["pcie_acs"])
+    ok, msg = acs.DEFINITION.boot(node, desired["pcie_acs"])
     assert ok, msg
     rows = acs_verify.evaluate({"pcie_acs": acs_verify.read(node)}, desired, _Ctx())
     assert {r["state"] for r in rows} == {"applied"} and rows[0]["id"] == "pcie_acs.0000:40:01.1"
-    assert acs.boot(node, desired["pcie_acs"]) == (True, "ACS redirect disabled on no bridge (already off)")
+    assert acs.DEFINITION.boot(node, desired["pcie_acs"]) == (True, "ACS redirect disabled on no bridge (already off)")
 
 
 def test_evaluate_pending_reboot_unmanaged_and_vfio(build_node):

@@ -35,10 +35,11 @@ FAMILIES_IMPORTED = "sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.starts
 def test_names_are_the_families_in_registry_order():
     assert registry.NAMES == tuple(fam.name for fam in registry.FAMILIES)
     families_dir = os.path.join(REPO, "plugins", "module_utils", "families")
-    # A family's verification half (<name>_verify.py, docs/dev/adding-a-family.md) is no family of its own.
+    # A family's halves (<name>_verify.py, _plan.py, _restore.py: docs/dev/adding-a-family.md) are no families.
     files = [f[:-3] for f in os.listdir(families_dir) if f.endswith(".py") and f != "__init__.py"]
-    assert sorted(registry.NAMES) == sorted(f for f in files if not f.endswith("_verify"))
-    assert {f[:-len("_verify")] for f in files if f.endswith("_verify")} <= set(registry.NAMES)
+    halves = [f for f in files if f.endswith(("_verify", "_plan", "_restore"))]
+    assert sorted(registry.NAMES) == sorted(set(files) - set(halves))
+    assert {f.rsplit("_", 1)[0] for f in halves} <= set(registry.NAMES)
 
 
 def test_the_apply_module_imports_no_family_until_one_is_asked_for():

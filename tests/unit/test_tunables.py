@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import sysctl_boot
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables, tunables_plan
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
 
@@ -121,11 +121,11 @@ def test_plan_treats_symlink_escaping_proc_sys_as_missing(build_node, tmp_path):
 def test_sysctl_file_problem(build_node):
     root = build_node("tiny-vm")
     node = Node(root)
-    assert tunables.sysctl_file_problem(node, "/etc/sysctl.d/90-gpunode-tuning.conf") is None
+    assert tunables_plan.sysctl_file_problem(node, "/etc/sysctl.d/90-gpunode-tuning.conf") is None
     os.mkdir(os.path.join(root, "etc/sysctl.d/90-gpunode-tuning.conf"))
-    assert "is a directory" in tunables.sysctl_file_problem(node, "/etc/sysctl.d/90-gpunode-tuning.conf")
+    assert "is a directory" in tunables_plan.sysctl_file_problem(node, "/etc/sysctl.d/90-gpunode-tuning.conf")
     with pytest.raises(tunables.TunableError, match="allowed is an absolute path"):
-        tunables.sysctl_file_problem(node, "/etc/sysctl.d/x\n.conf")
+        tunables_plan.sysctl_file_problem(node, "/etc/sysctl.d/x\n.conf")
 
 
 def test_plan_same_key_twice(build_node):

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate as v
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate_boot as vb
 
 
 @pytest.mark.parametrize("text,names", [
@@ -87,7 +88,7 @@ def test_kmod_name_and_param():
 @pytest.mark.parametrize("arg", ["-rf", "--args=x", "quiet\n", 'a="b"', "a=b c", "a=$x", "a\u2028b", "", None])
 def test_kernel_argument_refuses(arg):
     with pytest.raises(v.ValidationError, match="no quotes, whitespace, control characters"):
-        v.kernel_argument(arg)
+        vb.kernel_argument(arg)
 
 
 @pytest.mark.parametrize("name", [
@@ -95,7 +96,7 @@ def test_kernel_argument_refuses(arg):
     "multi-user.target", "a:b_c.d.socket",
 ])
 def test_unit_names_accepted(name):
-    assert v.systemd_unit_name(name) == name
+    assert vb.systemd_unit_name(name) == name
 
 
 @pytest.mark.parametrize("name", [
@@ -104,16 +105,16 @@ def test_unit_names_accepted(name):
 ])
 def test_unit_names_refused(name):
     with pytest.raises(v.ValidationError, match="allowed is a systemd unit name"):
-        v.systemd_unit_name(name)
+        vb.systemd_unit_name(name)
 
 
 def test_unit_name_list_names_every_bad_one():
     with pytest.raises(v.ValidationError) as exc:
-        v.systemd_unit_names(["ok.service", "bad one", "-x.service"])
+        vb.systemd_unit_names(["ok.service", "bad one", "-x.service"])
     assert "'bad one'" in str(exc.value) and "'-x.service'" in str(exc.value) and "ok.service" not in str(exc.value)
-    assert v.systemd_unit_names([]) == []
+    assert vb.systemd_unit_names([]) == []
     with pytest.raises(v.ValidationError, match="not a list"):
-        v.systemd_unit_names("vllm.service")
+        vb.systemd_unit_names("vllm.service")
 
 
 @pytest.mark.parametrize("path", ["relative/x", "/a b", "/a/../b", "/a/..", "/a\n", "/a%i", "/a'b", "", None])

@@ -80,10 +80,7 @@ class TimeoutsError(ValueError):
 
 
 def validate(timeouts: Any) -> dict:
-    """The timeouts per kind: ``DEFAULT_TIMEOUTS`` with ``timeouts`` (a partial mapping) over them.
-
-    Raises TimeoutsError naming the allowed kinds for an unknown kind or a value that is not a number > 0.
-    """
+    """The timeouts per kind: ``DEFAULT_TIMEOUTS`` with ``timeouts`` (a partial mapping) over them."""
     if timeouts is None:
         return dict(DEFAULT_TIMEOUTS)
     if not isinstance(timeouts, dict):

@@ -2,9 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The node's CPU as several families see it: its vendor (/proc/cpuinfo) and the cpufreq driver family.
 
-A named core piece: the cpufreq and command-line families, the facts and verification share it, so
-no family imports another. Plain Python (3.8+), no Ansible import.
-"""
+How it works and why: docs/dev/node-code.md, "core/cpu.py"."""
 
 from __future__ import annotations
 
@@ -18,11 +16,7 @@ ARM64_VENDOR = "arm64"
 
 
 def vendor_from_cpuinfo(lines: Iterable[str]) -> str | None:
-    """The CPU vendor in /proc/cpuinfo ``lines`` (first CPU): ``vendor_id`` on x86.
-
-    arm64 has no vendor_id; its ``CPU implementer`` gives ``arm64 (CPU implementer 0x41)``. None
-    when neither is there.
-    """
+    """The CPU vendor in /proc/cpuinfo ``lines`` (first CPU): ``vendor_id`` on x86."""
     for line in lines:
         key, sep, value = line.partition(":")
         if not sep:

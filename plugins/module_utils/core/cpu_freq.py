@@ -2,16 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU frequency scaling on the node: reading it and planning a change (the cpu_freq module's family uses it).
 
-Per-policy files live in ``/sys/devices/system/cpu/cpufreq/policyN`` (``cpuN/cpufreq`` links
-there); one policy may cover several CPUs (``affected_cpus``), so writes go once per policy.
-Node-wide files: ``cpufreq/boost``, ``amd_pstate/status``, ``intel_pstate/{status,no_turbo}``.
-
-Pure planning: ``driver_for_mode``, ``driver_kernel_args`` (the one driver -> kernel argument mapping:
-cpu_freq's plan, verification, tuning_info and the rollback filter use it), ``driver_change``,
-``order_governor_epp``, ``group_by_value``. Reading: ``Policy``, ``read_policies``, ``NodeFreq``.
-``validate`` checks a request against the node and returns the plan the family applies.
-Plain Python (3.8+), no Ansible import.
-"""
+How it works and why: docs/dev/node-code.md, "core/cpu_freq.py"."""
 
 from __future__ import annotations
 
@@ -86,12 +77,7 @@ def driver_for_mode(family: str, mode: str) -> str:
 
 
 def resolve_driver(wanted: str | None, cpu_vendor: str | None) -> str | None:
-    """Resolve ``native`` to the CPU vendor's own pstate driver; other values pass through.
-
-    ``native`` lets one desired state serve a mixed fleet: amd-pstate on AMD, intel_pstate on
-    Intel. A CPU without a vendor pstate driver (arm64, another x86 vendor, an unreadable
-    /proc/cpuinfo) gives None: the running driver is kept (``keep_driver_reason`` says why).
-    """
+    """Resolve ``native`` to the CPU vendor's own pstate driver; other values pass through."""
     if wanted != "native":
         return wanted
     return NATIVE_DRIVERS.get(cpu_vendor)
@@ -105,19 +91,7 @@ def keep_driver_reason(cpu_vendor: str | None, running_driver: str | None) -> st
 
 
 def applicability(desired: dict, cpu_vendor: str | None, running: dict) -> tuple[str | None, dict]:
-    """Decide which requested cpufreq settings apply to the driver this node is meant to run.
-
-    One function for the module and for verification, so that both agree. ``desired`` has the
-    module's options (``driver``, ``amd_pstate_mode``, ``intel_pstate_status``, ``epp``, ``boost``;
-    None when not asked). ``running`` describes the node: ``driver`` (scaling driver), ``amd_status``
-    and ``intel_status`` (the pstate status files, None when absent), ``epp`` (a policy has an
-    EPP file), ``boost`` (a boost control exists).
-
-    Returns ``(wanted, reasons)``: the desired driver family (None: keep the running one) and
-    ``{setting: why it does not apply}``. A preset's knob for another driver (amd_pstate_mode when
-    the driver is acpi-cpufreq, EPP on a driver without EPP, boost without a boost file) is
-    not applicable, never an error.
-    """
+    """Decide which requested cpufreq settings apply to the driver this node is meant to run."""
     wanted = resolve_driver(desired.get("driver"), cpu_vendor)
     reasons = {}
     running_driver = running.get("driver")
@@ -191,19 +165,7 @@ class DriverArgs(NamedTuple):
 
 def driver_kernel_args(wanted: str | None, amd_pstate_mode: str | None = None, cpu_vendor: str | None = None,
                        running_driver: str | None = None) -> DriverArgs:
-    """The one mapping of a desired cpufreq driver to kernel arguments.
-
-    ``wanted``: a ``driver`` choice (``native``, ``amd-pstate``, ``acpi-cpufreq``, ``intel_pstate``) or
-    None; ``amd_pstate_mode`` the desired amd_pstate mode (None: active); ``cpu_vendor`` as
-    ``cpu_vendor()`` says it (None: unknown, not checked); ``running_driver`` the scaling driver
-    the node runs now. amd-pstate and intel_pstate are chosen with ``amd_pstate=MODE`` and
-    ``intel_pstate=active``; acpi-cpufreq by switching the running pstate driver off
-    (``amd_pstate=disable``, ``intel_pstate=disable``). Used by cpu_freq's plan, verification,
-    tuning_info and the rollback filter, so they cannot disagree.
-
-    Raises PlanError when the CPU cannot run the desired driver (amd-pstate on Intel,
-    intel_pstate on AMD, any of them on arm64) and the node would have to switch to it.
-    """
+    """The one mapping of a desired cpufreq driver to kernel arguments."""
     family = driver_family(wanted)
     if family == "native":
         removable = selecting_args("amd-pstate", amd_pstate_mode) + selecting_args("intel_pstate")
@@ -235,26 +197,14 @@ def _check_vendor(family, cpu_vendor, running_driver):
 
 def driver_change(current_driver: str | None, wanted_family: str | None, cpu_vendor: str | None,
                   amd_pstate_mode: str | None = None) -> tuple[bool, list[str]]:
-    """Plan a driver change, which only a reboot can make: ``(reboot_required, kernel_args)``.
-
-    ``driver_kernel_args``' ``needed`` for cpu_freq's plan; raises PlanError as it does.
-    """
+    """Plan a driver change, which only a reboot can make: ``(reboot_required, kernel_args)``."""
     needed = driver_kernel_args(wanted_family, amd_pstate_mode, cpu_vendor, current_driver).needed
     return bool(needed), needed
 
 
 def order_governor_epp(driver: str | None, current_governor: str | None, governor: str | None = None,
                        epp: str | None = None) -> list[tuple[str, str]]:
-    """Return the writes that take one policy to ``governor``/``epp``, in an order the driver accepts.
-
-    The result is a list of ``(setting, value)`` with setting ``governor`` or ``epp``; settings
-    already at their value are left out. amd-pstate-epp and intel_pstate refuse an EPP other
-    than ``performance`` while the governor is ``performance`` (EBUSY), so:
-
-    * final governor performance with a non-performance EPP is impossible: PlanError;
-    * the governor is written first, then the EPP: leaving ``performance`` first unlocks the EPP,
-      and entering ``performance`` is accepted whatever the EPP is.
-    """
+    """Return the writes that take one policy to ``governor``/``epp``, in an order the driver accepts."""
     final_governor = governor or current_governor
     if epp is not None and epp != "performance" and final_governor == "performance" \
             and driver in EPP_LOCKED_UNDER_PERFORMANCE:
@@ -383,13 +333,7 @@ def boost_value(boost_file: str, boost: bool) -> str:
 
 
 def validate(params: dict, freq: NodeFreq, vendor: str | None, node: Node | None = None) -> dict:
-    """Check every desired value against the node; return the plan or raise PlanError.
-
-    The plan is a dict: ``driver_wanted`` (family, None to keep the running one),
-    ``reboot_required``, ``kernel_args``, ``mode`` (``(file, key, value)`` or None), ``skip``
-    (``{setting: reason}``: not applicable, or applying only after a reboot), ``deferred``
-    (governor validated after a mode switch), ``driver_after`` (predicted scaling driver).
-    """
+    """Check every desired value against the node; return the plan or raise PlanError."""
     plan = dict(reboot_required=False, kernel_args=[], mode=None, skip={}, deferred=False,
                 driver_after=freq.driver, warnings=[])
     wanted, plan["skip"] = applicability(params, vendor, freq.view())

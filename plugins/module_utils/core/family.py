@@ -55,13 +55,7 @@ class FactsQuery(NamedTuple):
 
 
 class GpuCommand(NamedTuple):
-    """One command the GPU probe of verification runs for a family (flows/verify.gpu_probe).
-
-    Its answer is ``ctx.gpu[key]``: ``{rc, stdout, stderr, timed_out}`` (plus ``fields`` and ``missing`` of
-    a negotiated query, ``not_run`` when the driver was down and it was not asked). nvidia-smi's commands
-    run only where nvidia-smi is installed, and once the driver is down nothing more is asked of it. The
-    fields: docs/dev/node-code.md, "core/family.py".
-    """
+    """One command the GPU probe of verification runs for a family (flows/verify.gpu_probe)."""
 
     key: str
     args: tuple = ()
@@ -81,14 +75,25 @@ class GpuCommand(NamedTuple):
 GPU_COUNT_ARG = "{gpus}"
 
 
-class Family(NamedTuple):
-    """One knob family's entry in the registry (registry.py).
+class Concern(NamedTuple):
+    """One thing the persistent flow makes survive a reboot, and how rollback takes it away (``Family.persist``;
+    core/persistence.py gives its functions their ``PersistCall``)."""
 
-    Every field but ``name`` and ``titles`` is optional; what each holds and which flow uses it:
-    docs/dev/adding-a-family.md (the table) and docs/dev/node-code.md (in full; this file runs on the node, so
-    the fields' documentation lives there). No code outside the family's own files and the registry names a
-    family: what the flows need to know of one is here.
-    """
+    name: str
+    # Tags that select it in the persistent flow and rollback (besides persistent / rollback).
+    tags: tuple
+    # (PersistCall) -> dict: write what the desired state asks; raises FamilyError.
+    persist: Callable[..., dict]
+    # (PersistCall) -> dict: remove everything it may have written; raises FamilyError.
+    remove: Callable[..., dict]
+    # Whether it writes the kernel arguments other families need: then their tags select it too.
+    kernel_args: bool = False
+    # What it writes, in a few words: tuning_persist's documentation of its ``concerns`` (tools/generate.py).
+    description: str = ""
+
+
+class Family(NamedTuple):
+    """One knob family's entry in the registry (registry.py)."""
 
     name: str
     titles: dict
@@ -152,7 +157,7 @@ class Later:
 
 def later(load: Callable[[], Any], attr: str) -> Later:
     """``load().<attr>``, imported on first use: a Family field an apply run never calls (docs/dev/adding-a-family.md,
-    "The verification half"). ``load`` holds the import statement, so that Ansible's packer ships the file."""
+    "The verification half")."""
     return Later(load, attr)
 
 
@@ -228,12 +233,7 @@ def preset_options_spec(options: list) -> dict:
 
 
 def warn_not_applicable(call: Call, reasons: dict) -> None:
-    """Warn, naming why, about each option in ``reasons`` that the caller asked for by name.
-
-    ``reasons`` is ``{option: why it does not apply on this node}``. An option listed in the call's
-    ``preset_options`` came from a preset that sets it for every node (the role): there "not applicable"
-    is the expected answer and stays in the result only.
-    """
+    """Warn, naming why, about each option in ``reasons`` that the caller asked for by name."""
     preset = set(call.params.get("preset_options") or [])
     for key, why in sorted(reasons.items()):
         if key not in preset:
@@ -241,12 +241,7 @@ def warn_not_applicable(call: Call, reasons: dict) -> None:
 
 
 def module_call(module: Any) -> Call:
-    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible).
-
-    Commands run through ``command.runner`` (bounded by the module's ``command_timeouts`` option, or the
-    defaults): AnsibleModule.run_command has no timeout in the ansible-core releases supported.
-    Raises FamilyError for timeouts that ``command.validate`` refuses.
-    """
+    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible)."""
     try:
         run = command.runner(module.params.get("command_timeouts"))
     except command.TimeoutsError as exc:
@@ -278,10 +273,3 @@ def run_argv(argv: list) -> tuple:
     return command.run(argv, command.DEFAULT_TIMEOUTS[command.kind_of(argv)], {"PATH": SYSTEM_PATH})
 
 
-def as_role_options(fam: Family, options: dict) -> dict:
-    """``options`` as the role passes them: every value is the role's (a preset's, for every node), so
-    the module does not warn about one that does not apply here (``preset_options``, where it has them)."""
-    spec = (fam.argument_spec or {}).get("preset_options")
-    if not spec:
-        return options
-    return dict(options, preset_options=[k for k in spec["choices"] if k in options])

@@ -64,8 +64,8 @@ def missing_dirs(directory: str) -> list:
 
 
 def make_dirs(directory: str, mode: int = DIR_MODE, on_created: Callable[[list], None] | None = None) -> list:
-    """Create ``directory`` and its missing parents (``mode``); tell ``on_created`` which (full paths, outermost
-    first: a writing flow journals them, so that rollback removes them). The directories created."""
+    """Create ``directory`` and its missing parents (``mode``); tell ``on_created`` which (full paths, outermost first:
+    a writing flow journals them, so that rollback removes them)."""
     missing = missing_dirs(directory)
     if missing:
         os.makedirs(directory, mode=mode, exist_ok=True)
@@ -106,12 +106,7 @@ def write_file(path: str, data: bytes, check_mode: bool = False, mode: int = FIL
 
 def replace_file(path: str, data: bytes, mode: int = FILE_MODE, fsync: bool = False,
                  move: Callable[[str, str], None] = os.replace) -> None:
-    """Replace ``path`` by ``data`` (mode ``mode``) through a temporary file in the same directory.
-
-    ``move(temporary, path)`` does the rename (a module passes its ``atomic_move``, which also keeps
-    SELinux contexts); ``fsync`` flushes the file before and the directory after it. The directory
-    must exist; any ``OSError`` is raised after the temporary file is removed.
-    """
+    """Replace ``path`` by ``data`` (mode ``mode``) through a temporary file in the same directory."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
     try:

@@ -122,11 +122,7 @@ class Journal:
         return out
 
     def mark_applied(self, family: str) -> None:
-        """Note that ``family`` changed the node now (wall clock, boot-relative time and boot id).
-
-        Verification reads the kernel log from this point on; the boot id tells whether the
-        boot-relative time still refers to the running boot.
-        """
+        """Note that ``family`` changed the node now (wall clock, boot-relative time and boot id)."""
         try:
             uptime = float(self.node.read("proc/uptime", default="0").split()[0])
         except (IndexError, ValueError):
@@ -214,11 +210,7 @@ class Journal:
         return any(os.path.isdir(self.node.path(p)) for p in self.created_dirs() if p not in own)
 
     def save(self, check_mode: bool = False) -> bool:
-        """Write the journal atomically (0600 in a 0700 directory). Nothing happens in check mode.
-
-        An empty journal removes the file (and its directory when empty) so that a full
-        rollback leaves nothing behind.
-        """
+        """Write the journal atomically (0600 in a 0700 directory). Nothing happens in check mode."""
         if check_mode or not self.dirty:
             return False
         directory = os.path.dirname(self.path)
@@ -243,8 +235,8 @@ class Journal:
 
 
 def remove_empty_dirs(node: Node, paths) -> list:
-    """Remove these node directories, deepest first, each only when it is an empty directory (not a link);
-    the node paths removed. One that is not empty, or not there, stays: never an error."""
+    """Remove these node directories, deepest first, each only when it is an empty directory (not a link); the node
+    paths removed."""
     removed = []
     for path in sorted(set(paths), key=lambda p: (-p.count("/"), p)):
         full = node.path(path)
@@ -259,11 +251,7 @@ def remove_empty_dirs(node: Node, paths) -> list:
 
 
 def resolve_path(node: Node, path: str) -> str:
-    """The journal's full path below the node root; NodeError when ``path`` is not absolute or leaves the root.
-
-    ``..`` is resolved first and then every symlink on the way, so neither can put the journal (and
-    the originals rollback needs) outside the node.
-    """
+    """The journal's full path below the node root; NodeError when ``path`` is not absolute or leaves the root."""
     if not isinstance(path, str) or not path.startswith("/"):
         raise NodeError("journal path must be absolute on the node, got %r" % (path,))
     if any(ord(c) < 32 or ord(c) == 127 for c in path):
@@ -353,11 +341,7 @@ def _entry_problem(family, key, entry):
 
 
 def open_journal(node: Node, params: dict) -> Journal | None:
-    """Open the journal named by the ``journal`` option in ``params``, or return None when unset.
-
-    Raises NodeError (before any write) when the node root is not a node's root, when the journal
-    cannot be read, or when ``restore`` is asked without a journal.
-    """
+    """Open the journal named by the ``journal`` option in ``params``, or return None when unset."""
     # Families build their node with Node.open; checking here too keeps a caller that built it
     # with plain Node() from reading or writing below a root that is not a node.
     node.check_root()
@@ -370,10 +354,7 @@ def open_journal(node: Node, params: dict) -> Journal | None:
 
 
 def open_node(params: dict) -> tuple[Node, Journal | None]:
-    """A family run's node (``Node.open(params["root"])``) and journal, before anything is read or written.
-
-    Raises FamilyError naming the bad root or journal, so that the module fails with that message.
-    """
+    """A family run's node (``Node.open(params["root"])``) and journal, before anything is read or written."""
     try:
         node = Node.open(params["root"])
         return node, open_journal(node, params)

@@ -1,7 +1,9 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """/dev/kmsg records parsed (``parse_kmsg``): what a run that applies needs of the kernel log (kmod reads the
-records a module load wrote). Filtering, classifying and summarizing them for verification is kernel_log.py."""
+records a module load wrote). Filtering, classifying and summarizing them for verification is kernel_log.py.
+
+How it works and why: docs/dev/node-code.md, "core/kmsg.py"."""
 
 from __future__ import annotations
 
@@ -16,23 +18,13 @@ _HEAD = re.compile(rb"\n[0-9]+,([0-9]+),([0-9]+),[^;\n]*;")
 
 
 def _record_regex(levels):
-    """Regex of the record heads whose priority may be at one of ``levels``.
-
-    Kernel records have facility 0, so PRI is the level, one digit: a character class selects
-    them without Python work. Multi-digit PRIs (records user space wrote) are checked afterwards.
-    """
+    """Regex of the record heads whose priority may be at one of ``levels``."""
     digits = "".join(str(level) for level in sorted(levels))
     return re.compile(rb"\n([" + digits.encode() + rb"]|[0-9]{2,}),([0-9]+),([0-9]+),[^;\n]*;([^\n]*)")
 
 
 def parse_kmsg(data: bytes, levels: Iterable[int] | None = None, since_usec: int = 0) -> tuple[list, dict]:
-    """Parse kmsg bytes; return ``(records, stats)``.
-
-    ``records`` is a list of ``(level, usec, seq, message)`` for the records at one of ``levels``
-    (numeric set; default: every level) with a timestamp at or after ``since_usec``. ``stats`` has
-    ``total`` (well-formed records), ``malformed`` (skipped lines), ``selected`` and ``last_usec``
-    (timestamp of the newest record at any level, None when there is none).
-    """
+    """Parse kmsg bytes; return ``(records, stats)``."""
     if levels is None:
         levels = frozenset(range(8))
     buf = b"\n" + data if data[:1] != b"\n" else data

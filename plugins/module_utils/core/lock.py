@@ -73,9 +73,8 @@ def holder_record(flow: str, clock: Callable[[], float] = time.time) -> dict:
 
 
 def read_holder(path: str) -> dict | None:
-    """The holder record in the lock file at ``path``, without taking the lock and without creating
-    anything; None when there is no file or no readable record. ``alive`` is False when the record
-    names a process of this host that no longer runs (a stale record: it does not block)."""
+    """The holder record in the lock file at ``path``, without taking the lock and without creating anything; None when
+    there is no file or no readable record."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -134,12 +133,7 @@ def _checked(flow: str, timeout: float, poll: float) -> None:
 
 
 class NodeLock:
-    """The node's lock, for one flow; a context manager (``with NodeLock(path, "persistent"): ...``).
-
-    ``path`` is the lock file's full path (``lock_path``). After ``acquire``: ``held``, ``waited``
-    (seconds), ``created`` (directories it made, outermost first), ``record`` (what it wrote) and
-    ``nested`` (this process already held it).
-    """
+    """The node's lock, for one flow; a context manager (``with NodeLock(path, "persistent"): ...``)."""
 
     def __init__(self, path: str, flow: str, timeout: float = DEFAULT_TIMEOUT, poll: float = POLL_INTERVAL,
                  on_wait: Callable[[dict | None], None] | None = None,
@@ -251,8 +245,8 @@ class NodeLock:
                                                    errno.errorcode.get(exc.errno, exc.errno)))
 
     def remove_on_release(self, directories: Iterable[str]) -> None:
-        """Also remove these directories on release (deepest first, only when empty): rollback hands
-        over those its journal recorded as ours. Only the lock file's own ancestors are accepted."""
+        """Also remove these directories on release (deepest first, only when empty): rollback hands over those its
+        journal recorded as ours."""
         target = self._outer if self.nested else self
         for directory in directories:
             directory = os.path.abspath(directory)
@@ -301,10 +295,7 @@ def _same_file(fd: int, path: str) -> bool:
 def node_lock(path: str, flow: str, check_mode: bool = False, timeout: float = DEFAULT_TIMEOUT,
               poll: float = POLL_INTERVAL, on_wait: Callable[[dict | None], None] | None = None
               ) -> Iterator[NodeLock | None]:
-    """``with node_lock(path, "persistent", check_mode=module.check_mode) as lock:`` the flow's writes.
-
-    In check mode nothing is taken or created and ``lock`` is None (check mode writes nothing).
-    """
+    """``with node_lock(path, "persistent", check_mode=module.check_mode) as lock:`` the flow's writes."""
     if check_mode:
         _checked(flow, timeout, poll)
         yield None

@@ -2,11 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Why modprobe failed: the kernel log records of the attempt, and the reason class of a failed load or unload.
 
-The kmod family (families/kmod.py) reads the log with ``KmsgCursor`` around each load and classifies a
-failure with ``classify_failure`` (``not_found``, ``invalid_argument``, ``dependency_missing``,
-``symbol_mismatch``, ``denied``, ``unknown``) or ``classify_unload_failure`` (``builtin``, ``in_use``,
-``denied``, ``unknown``). Plain Python, no Ansible import.
-"""
+How it works and why: docs/dev/node-code.md, "core/modprobe_log.py"."""
 
 from __future__ import annotations
 
@@ -29,13 +25,7 @@ PEERMEM_MESSAGE = (
 
 
 class KmsgCursor:
-    """Kernel log records written after the cursor was opened.
-
-    Opens ``<root>/dev/kmsg`` non-blocking and seeks to its end before the attempt, then reads
-    only what came after. On a live node that is the kernel's record interface (one record per
-    read, EAGAIN at the end); on a simulated node it is a plain file in the same format. When
-    the log cannot be opened, ``available`` is False and the caller may fall back to dmesg.
-    """
+    """Kernel log records written after the cursor was opened."""
 
     def __init__(self, node):
         self.fd = None
@@ -87,12 +77,7 @@ def relevant_log_lines(lines: list[str], name: str, limit: int = 20) -> list[str
 
 
 def classify_failure(name: str, output: str, log_lines: Iterable[str] = ()) -> tuple[str, str]:
-    """Classify a failed modprobe from its output and the kernel log lines of the attempt.
-
-    Returns ``(reason_class, message)``. The order matters: a symbol version mismatch makes
-    modprobe say "Invalid argument" too, and an unknown symbol is reported by modprobe as
-    "Unknown symbol in module, or unknown parameter".
-    """
+    """Classify a failed modprobe from its output and the kernel log lines of the attempt."""
     out = (output or "").strip()
     log = "\n".join(log_lines or ())
     both = out + "\n" + log

@@ -22,21 +22,14 @@ class NodeError(Exception):
 
 
 class BinaryNotFound(NodeError, LookupError):
-    """A command the node lacks (``Node.bin_path``); the message names the package that provides it.
-
-    A LookupError too, so that a caller for which "not found" is an answer can catch just that.
-    """
+    """A command the node lacks (``Node.bin_path``); the message names the package that provides it."""
 
 
 ROOT_ALLOWED = "'/' for the running system, or the directory of a simulated node (tools/simnode)"
 
 
 class Node:
-    """A Linux node seen through a root directory.
-
-    ``Node(root)`` only refuses an empty root; modules build their node with ``Node.open``, which
-    also checks that the root is a directory with ``sys/`` before anything is read or written.
-    """
+    """A Linux node seen through a root directory."""
 
     def __init__(self, root: str = "/"):
         if not isinstance(root, str) or not root.strip():
@@ -88,10 +81,7 @@ class Node:
             return []
 
     def read(self, *parts: str, default: str | None = None) -> str:
-        """Return a file's content with surrounding whitespace stripped.
-
-        A missing file returns ``default`` when one is given, otherwise raises ``NodeError``.
-        """
+        """Return a file's content with surrounding whitespace stripped."""
         full = self.path(*parts)
         try:
             with open(full, encoding="utf-8", errors="replace") as fh:
@@ -106,11 +96,7 @@ class Node:
             raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
 
     def write(self, value: Any, *parts: str) -> None:
-        """Write ``value`` (newline-terminated, as ``echo`` would) to a sysfs/procfs attribute.
-
-        One write call of the whole value: sysfs attributes take no temp file and no rename.
-        Raises ``NodeError`` naming the path and the errno.
-        """
+        """Write ``value`` (newline-terminated, as ``echo`` would) to a sysfs/procfs attribute."""
         full = self.path(*parts)
         data = str(value)
         if not data.endswith("\n"):
@@ -133,12 +119,7 @@ class Node:
             os.close(fd)
 
     def write_problem(self, *parts: str) -> str | None:
-        """Why ``Node.write`` of the attribute at ``parts`` would fail: a short reason, or None.
-
-        Check mode asks this of exactly the files a real run would write, so that it fails where
-        the real run would (``write_refusal`` is the probe). The reason reads after the path:
-        "does not exist", "is a directory", "is not writable (...)".
-        """
+        """Why ``Node.write`` of the attribute at ``parts`` would fail: a short reason, or None."""
         exc = write_refusal(self.path(*parts))
         if exc is None:
             return None
@@ -155,13 +136,7 @@ class Node:
         return ["-O", "sysfs.path=%s" % self.path(SYSFS_PCI_DEVICES.rsplit("/", 1)[0])]
 
     def bin_path(self, module: Any, name: str, package: str, host: bool = True) -> str:
-        """Find a system command for this node; ``BinaryNotFound`` names the package that provides it.
-
-        ``module`` only needs ``get_bin_path(name)`` (the PATH lookup of the live system). On a
-        simulated node, a command the node ships (``<root>/usr/sbin/NAME``) is preferred so that
-        no real system command acts on the controller's host; with ``host=False`` it is the only
-        one (a boot configuration tool must never change the controller's boot entries).
-        """
+        """Find a system command for this node; ``BinaryNotFound`` names the package that provides it."""
         if not self.is_live:
             for d in ("usr/sbin", "sbin", "usr/bin", "bin"):
                 candidate = self.path(d, name)
@@ -177,10 +152,7 @@ class Node:
 
 
 def read_small(path: str) -> str | None:
-    """Stripped text of a small sysfs/procfs file (a full path), or None when it cannot be read.
-
-    One open and one read, no Python file object: the facts read thousands of these on a big node.
-    """
+    """Stripped text of a small sysfs/procfs file (a full path), or None when it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -194,13 +166,7 @@ def read_small(path: str) -> str | None:
 
 
 def write_refusal(full: str) -> OSError | None:
-    """The OSError that opening the file ``full`` for writing raises, or None when it would open.
-
-    ``os.access`` asks the kernel without opening anything: False for an immutable file or a
-    read-only mount even for root, but True for a directory. Only then is the file opened
-    (nothing is written) to learn the errno. The one definition of "writable" that every check
-    mode uses (sysfs attributes and PCI config space alike).
-    """
+    """The OSError that opening the file ``full`` for writing raises, or None when it would open."""
     if os.access(full, os.W_OK) and not os.path.isdir(full):
         return None
     try:

@@ -30,8 +30,6 @@ ACS_BITS = (("SrcValid", 0), ("TransBlk", 1), ("ReqRedir", 2), ("CmpltRedir", 3)
             ("EgressCtrl", 5), ("DirectTrans", 6))
 # ReqRedir, CmpltRedir, EgressCtrl: what pci=disable_acs_redir= clears too.
 ACS_REDIRECT_MASK = 0x002C
-# The kernel arguments that choose the IOMMU's mode (kernel-parameters.txt).
-IOMMU_ARG_PREFIXES = ("iommu=", "iommu.", "amd_iommu=", "intel_iommu=")
 _BDF_COMPONENT = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 PCI_CAP_ID_EXP = 0x10
@@ -78,20 +76,14 @@ _HEX_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]+)$")
 
 
 def encode_mrrs(size: int) -> int:
-    """Return the Device Control MRRS field (0..5) for a size in bytes (128..4096).
-
-    Raises ``ValueError`` naming the allowed sizes for anything else.
-    """
+    """Return the Device Control MRRS field (0..5) for a size in bytes (128..4096)."""
     if isinstance(size, bool) or size not in MRRS_CHOICES:
         raise ValueError("mrrs must be one of %s bytes, got %r" % (", ".join(str(c) for c in MRRS_CHOICES), size))
     return MRRS_CHOICES.index(size)
 
 
 def decode_mrrs(field: int) -> int:
-    """Return the size in bytes of an MRRS (or MPS) field value 0..7: ``128 << field``.
-
-    The encodings 6 and 7 are reserved by the specification: they return None.
-    """
+    """Return the size in bytes of an MRRS (or MPS) field value 0..7: ``128 << field``."""
     if isinstance(field, bool) or not isinstance(field, int) or not 0 <= field <= 7:
         raise ValueError("an MRRS field is 3 bits (0..7), got %r" % (field,))
     return 128 << field if field <= 5 else None
@@ -108,19 +100,12 @@ def mps_of_devctl(devctl: int) -> int | None:
 
 
 def setpci_mrrs_assignment(size: int) -> str:
-    """The setpci ``value:mask`` write of an MRRS, e.g. ``CAP_EXP+08.w=5000:7000`` for 4096.
-
-    The mask is exactly 0x7000: MPS (bits 7:5) and bit 15 (FLR on endpoints) are never written.
-    """
+    """The setpci ``value:mask`` write of an MRRS, e.g. ``CAP_EXP+08.w=5000:7000`` for 4096."""
     return "%s=%04x:%04x" % (SETPCI_DEVCTL_REG, encode_mrrs(size) << DEVCTL_MRRS_SHIFT, DEVCTL_MRRS_MASK)
 
 
 def find_capability(config_bytes: bytes, cap_id: int) -> int | None:
-    """Offset of the first capability ``cap_id`` in the standard list, or None when absent.
-
-    Walks from the pointer at 0x34 (only when the Status register says a list exists), guarding
-    against loops and pointers into the header, as the kernel's ``pci_find_capability`` does.
-    """
+    """Offset of the first capability ``cap_id`` in the standard list, or None when absent."""
     cfg = bytes(config_bytes)
     if len(cfg) < 0x40:
         return None
@@ -140,16 +125,7 @@ def find_capability(config_bytes: bytes, cap_id: int) -> int | None:
 
 
 def decode_pcie(config_bytes: bytes) -> dict | None:
-    """Decode the PCI Express capability of a config space; None when the device has none.
-
-    Returns a dict:
-    ``cap_offset`` (int), ``port_type`` (str, e.g. endpoint, root_port), ``devcap`` (int),
-    ``devcap_mps_max`` (largest supported MPS, bytes), ``devctl`` (int), ``mps`` and ``mrrs``
-    (bytes, None for a reserved encoding), ``link_speed_capable`` / ``link_speed_current``
-    (``"32.0 GT/s"``, None when unknown), ``link_speed_capable_code`` / ``link_speed_current_code``
-    (the register's speed code, 1 = 2.5 GT/s ... 6 = 64 GT/s), ``link_width_capable`` /
-    ``link_width_current`` (lanes, int).
-    """
+    """Decode the PCI Express capability of a config space; None when the device has none."""
     cfg = bytes(config_bytes)
     cap = find_capability(cfg, PCI_CAP_ID_EXP)
     if cap is None or cap + PCI_EXP_LNKSTA + 2 > len(cfg):
@@ -217,12 +193,7 @@ def normalize_class_prefix(value: str) -> str:
 
 
 def selector_problems(want: dict) -> list:
-    """``[(key, message)]`` of the PCI selector keys ``vendor``, ``device``, ``class_prefixes``, ``bdfs``.
-
-    The rules are ``DeviceSelector``'s (normalize_hex_id, normalize_class_prefix, normalize_bdf), applied
-    to every value so that one message lists them all. Shared by setpci_mrrs, pcie_acs and the desired
-    state's ``pcie_mrrs`` and ``pcie_acs`` entries; no node is read.
-    """
+    """``[(key, message)]`` of the PCI selector keys ``vendor``, ``device``, ``class_prefixes``, ``bdfs``."""
     out = []
     for key in ("vendor", "device"):
         value = want.get(key)
@@ -252,16 +223,7 @@ def selector_problems(want: dict) -> list:
 
 
 class DeviceSelector:
-    """Which PCI functions a task applies to. Every given criterion must match (AND).
-
-    ``vendor``: a hex id (``"10de"``, ``"0x10de"`` or int) or a list of them (any of them matches);
-    ``device``: a hex id; ``class_prefixes``:
-    list of 2/4/6-hex-digit class prefixes matched against the 24-bit class; ``bdfs``: list of
-    addresses (``DDDD:BB:DD.F`` or ``BB:DD.F``). With no criterion at all the selector is the
-    default: the GPUs of ``GPU_VENDORS`` (NVIDIA 0x10de, AMD 0x1002) with a class of
-    ``GPU_CLASS_PREFIXES`` (not their HDMI-audio functions, not NVSwitch bridges). Raises
-    ``ValueError`` on malformed input.
-    """
+    """Which PCI functions a task applies to. Every given criterion must match (AND)."""
 
     def __init__(self, vendor=None, device=None, class_prefixes=None, bdfs=None):
         vendors = list(vendor) if isinstance(vendor, (list, tuple)) else [] if vendor is None else [vendor]
@@ -345,12 +307,7 @@ def _read_int(text, default):
 
 
 def list_devices(node: Node) -> list[dict]:
-    """Every PCI function of the node, sorted by BDF, from sysfs attribute files.
-
-    Each dict: ``bdf``, ``vendor``, ``device``, ``class`` (sysfs hex strings, see the module
-    docstring), ``numa_node`` (int, -1 unknown) and ``path`` (the device's sysfs directory).
-    The config space is not read here (see ``read_config``).
-    """
+    """Every PCI function of the node, sorted by BDF, from sysfs attribute files."""
     devices = []
     for bdf in node.listdir(SYSFS_PCI_DEVICES):
         vendor = node.read(SYSFS_PCI_DEVICES, bdf, "vendor", default="")
@@ -391,13 +348,7 @@ def pcie_bus_perf(node: Node) -> bool:
 
 
 class Setpci:
-    """Batched setpci calls: one process reads or writes Device Control of many devices.
-
-    ``run`` is ``run(argv) -> (rc, stdout, stderr)`` (the module passes ``run_command`` with
-    ``LC_ALL=C``); ``binary`` the setpci path; ``extra_args`` e.g. ``Node.pciutils_args()``.
-    setpci takes several ``-s BDF REG`` groups on one command line and prints one value per
-    line for each read, in order.
-    """
+    """Batched setpci calls: one process reads or writes Device Control of many devices."""
 
     # Arguments per process: keeps the command line far below ARG_MAX on any node.
     BATCH = 512
@@ -436,8 +387,8 @@ class Setpci:
         return values, errors
 
     def write_mrrs(self, targets: dict) -> tuple[int, str]:
-        """Write MRRS (mask 0x7000 only) for ``{bdf: bytes}``; returns ``(rc, stderr)`` of the last batch
-        that failed, or ``(0, "")``. Success per device is decided by reading back."""
+        """Write MRRS (mask 0x7000 only) for ``{bdf: bytes}``; returns ``(rc, stderr)`` of the last batch that failed,
+        or ``(0, "")``."""
         items = sorted(targets.items())
         result = (0, "")
         for start in range(0, len(items), self.BATCH):
@@ -464,12 +415,7 @@ def _not_root():
 
 
 def not_responding(cfg: bytes) -> str | None:
-    """Why a device that reads all ``0xff`` (or vendor id ``ffff``) has stopped answering; None when it answers.
-
-    A function that fell off the bus (an Xid 79 GPU, a link down, a device reset that never completed)
-    answers config reads with all ones: lspci shows ``rev ff`` and ``Unknown header type 7f``, while sysfs
-    still has the vendor and class the kernel read at enumeration.
-    """
+    """Why a device that reads all ``0xff`` (or vendor id ``ffff``) has stopped answering; None when it answers."""
     cfg = bytes(cfg)
     if len(cfg) < 2 or cfg[:2] != b"\xff\xff":
         return None
@@ -480,11 +426,7 @@ def not_responding(cfg: bytes) -> str | None:
 
 def config_fault(cfg: bytes) -> str | None:
     """Why config bytes read in full are unusable: the device does not respond, or they are too short to hold
-    the PCIe capability; None when usable.
-
-    A config file is 256 or 4096 bytes for root; the kernel shows only the 64-byte header to
-    other users. A device without a capability list needs no more than its header.
-    """
+    the PCIe capability; None when usable."""
     dead = not_responding(cfg)
     if dead:
         return dead
@@ -518,11 +460,7 @@ def _access_fault(dev_path, exc):
 
 
 def write_fault(dev: dict) -> str | None:
-    """Why the config file of ``dev`` cannot be opened for writing; None when it can.
-
-    ``write_refusal`` (the probe every check mode shares) names the errno; the root hint is
-    given only to a process that is not root.
-    """
+    """Why the config file of ``dev`` cannot be opened for writing; None when it can."""
     full = os.path.join(dev["path"], "config")
     cause = write_refusal(full)
     if cause is None:
@@ -591,11 +529,7 @@ def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
 
 
 def find_ext_capability(cfg: bytes, cap_id: int) -> int | None:
-    """Offset of the first extended capability ``cap_id`` (walked from 0x100), None when absent.
-
-    A 256-byte config (no root, or a conventional PCI device) has no extended space. Pointers
-    below 0x100 end the walk and a step limit guards against loops, as pci_find_ext_capability.
-    """
+    """Offset of the first extended capability ``cap_id`` (walked from 0x100), None when absent."""
     pos = EXT_CAP_START
     for _step in range((len(cfg) - EXT_CAP_START) // 8 + 1):
         if pos < EXT_CAP_START or pos + 4 > len(cfg):
@@ -635,12 +569,7 @@ def device_dir(node: Node, bdf: str) -> str:
 
 
 def bridge_chain(node: Node, bdf: str) -> list:
-    """``[(bridge bdf, its sysfs dir)]`` from the root port down to the device's parent.
-
-    The kernel nests a function's directory below every bridge on its path
-    (``/sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0``), so the BDF components
-    before the device's own are its bridges. Components that are not a BDF (``pci0000:00``) are skipped.
-    """
+    """``[(bridge bdf, its sysfs dir)]`` from the root port down to the device's parent."""
     path = device_dir(node, bdf)
     base = os.path.realpath(node.path("sys/devices"))
     rel = os.path.relpath(path, base) if path.startswith(base + os.sep) else path
@@ -658,27 +587,6 @@ def listed(node: Node, query: object = None) -> list:
     return list(devices) if devices is not None else list_devices(node)
 
 
-def redirecting_bridges(node: Node, selector: DeviceSelector, devices: list | None = None) -> dict:
-    """``{device bdf: [bridge bdf, ...]}``: the bridges above each selected device with ACS ReqRedir or CmpltRedir
-    on (peer traffic sent up to the root complex). A bridge whose config space cannot be read counts as not."""
-    out, seen = {}, {}
-    for dev in list_devices(node) if devices is None else devices:
-        if not selector.matches(dev):
-            continue
-        for bdf, path in bridge_chain(node, dev["bdf"]):
-            if bdf not in seen:
-                try:
-                    with open(os.path.join(path, "config"), "rb") as fh:
-                        acs = decode_acs(fh.read())
-                except OSError:
-                    acs = None
-                bits = (acs or {}).get("ctl_bits") or {}
-                seen[bdf] = bool(bits.get("ReqRedir") or bits.get("CmpltRedir"))
-            if seen[bdf]:
-                out.setdefault(dev["bdf"], []).append(bdf)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # The IOMMU that translates the devices' DMA
 # ---------------------------------------------------------------------------------------------
@@ -693,8 +601,3 @@ def iommu_group(node: Node, bdf: str) -> tuple:
     return group, node.read("sys/kernel/iommu_groups", group, "type", default="") or None
 
 
-def iommu_state(node: Node) -> dict:
-    """Whether an IOMMU is active (/sys/class/iommu), its units, and the IOMMU arguments of the running kernel."""
-    units = node.listdir("sys/class/iommu")
-    args = [a for a in cmdline_args(node) if a.startswith(IOMMU_ARG_PREFIXES)]
-    return {"active": bool(units), "units": units, "kernel_args": args}

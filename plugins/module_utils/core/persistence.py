@@ -12,28 +12,16 @@ import stat
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as node_files
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (  # noqa: F401 (Concern: re-exported)
+    Call,
+    Concern,
+    FamilyError,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 
 HEADER = "# Managed by gpunode.tuning (role tuning); removed by playbooks/rollback.yml.\n"
 FILE_PREFIX = "gpunode-tuning-"
 FILE_MODE = 0o644
-
-
-class Concern(NamedTuple):
-    """One thing the persistent flow makes survive a reboot, and how rollback takes it away."""
-
-    name: str
-    # Tags that select it in the persistent flow and rollback (besides persistent / rollback).
-    tags: tuple
-    # (PersistCall) -> dict: write what the desired state asks; raises FamilyError.
-    persist: Callable[..., dict]
-    # (PersistCall) -> dict: remove everything it may have written; raises FamilyError.
-    remove: Callable[..., dict]
-    # Whether it writes the kernel arguments other families need: then their tags select it too.
-    kernel_args: bool = False
-    # What it writes, in a few words: tuning_persist's documentation of its ``concerns`` (tools/generate.py).
-    description: str = ""
 
 
 class PersistCall(NamedTuple):
@@ -179,3 +167,12 @@ def run_command(pc: PersistCall, argv: list, what: str) -> str:
 def systemd_running(node: Node) -> bool:
     """Whether the node's PID 1 is systemd (sd_booted: /run/systemd/system); never on a simulated root."""
     return node.is_live and os.path.isdir("/run/systemd/system")
+
+
+def as_role_options(fam: Any, options: dict) -> dict:
+    """``options`` as the role passes them: every value is the role's (a preset's, for every node), so
+    the module does not warn about one that does not apply here (``preset_options``, where it has them)."""
+    spec = (fam.argument_spec or {}).get("preset_options")
+    if not spec:
+        return options
+    return dict(options, preset_options=[k for k in spec["choices"] if k in options])

@@ -2,23 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the node can take (issue 43, "fit before tuned"): read-only platform facts and the floors.
 
-Readers, from files only (a node built by anyone can be read; no command runs): the kernel release
-parsed into numbers (``proc/sys/kernel/osrelease``), the running kernel's configuration for the options
-a setting needs (``boot/config-<release>``, else ``proc/config.gz``), whether a driver is built in or in
-the module tree (``lib/modules/<release>/modules.builtin``, the tree itself), the CPU's vendor, family,
-model and ``cppc`` flag (``proc/cpuinfo``), ACPI CPPC (``sys/devices/system/cpu/cpuN/acpi_cppc/``, there
-only when the firmware has ``_CPC`` objects) and the NVIDIA driver's version and flavour
-(``proc/driver/nvidia/version``, ``sys/module/nvidia/version``; no nvidia-smi).
-
-Judgements, pure functions over those facts: ``amd_pstate_feasibility`` (can this node boot into
-amd-pstate in a mode, and does it need an argument for it); what the GPUs need of the driver and the
-kernel (``driver_fitness``, ``gpu_generation``, the floors) is core/fitness.py, which only verification and
-the precheck load. ``FLOORS`` is the one table of what each setting and each GPU generation needs, each
-entry with its source.
-
-A named core piece: cpu_freq (before it plans a kernel argument), verification's cpufreq and GPU
-health rows and the fleet summary share it. Plain Python (3.8+), no Ansible import.
-"""
+How it works and why: docs/dev/node-code.md, "core/platform.py"."""
 
 from __future__ import annotations
 
@@ -249,14 +233,7 @@ def amd_pstate_default(platform: dict) -> bool:
 
 
 def amd_pstate_feasibility(platform: dict | None, mode: str | None, cmdline: Iterable[str] = ()) -> dict:
-    """Can this node boot into amd-pstate ``mode`` (None: active)? ``{ok, reason, default}``.
-
-    Decided from the kernel's configuration and the driver's presence first (distribution kernels
-    backport the driver: RHEL 9 runs 5.14), from the release only where neither is known. ACPI CPPC
-    must be on in the firmware. ``default``: no argument is needed (the kernel loads it by itself),
-    so none is written and no reboot is asked for; ``reason`` then names why it does not run.
-    Unknown facts (no platform section) never refuse.
-    """
+    """Can this node boot into amd-pstate ``mode`` (None: active)? ``{ok, reason, default}``."""
     if not platform:
         return {"ok": True, "reason": "", "default": False}
     floor = FLOORS["amd_pstate"]

@@ -4,10 +4,7 @@
 # when it is stale.
 """What core libraries must know of every family, derived from the registry (core imports core only).
 
-The journal refuses a file whose per-CPU original is not a value -> cpulist mapping, for every family in it,
-whichever family's module opened it: that needs every family's per-CPU keys (``Family.per_cpu``) without
-importing the families.
-"""
+How it works and why: docs/dev/node-code.md, "core/registry_tables.py"."""
 
 from __future__ import annotations
 

@@ -42,32 +42,6 @@ KMOD_PARAM_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:/+@%=-]{1,256}")
 KMOD_PARAM_VALUE_ALLOWED = (
     "1 to 256 of letters, digits and , . _ : / + @ % = - (no whitespace, quotes, control or shell characters)")
 
-KERNEL_ARG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}")
-KERNEL_ARG_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-# The one argument that needs ';': pci=disable_acs_redir= with a list of PCI addresses (the kernel's
-# separator; the GRUB drop-in quotes it, families/kernel_cmdline.py's grub_word). Addresses only: no other ';' passes.
-# pci= takes comma-separated options (kernel-parameters.txt), so the list is one option of pci=;
-# every address in it is checked, one or many: domain (4-8 hex digits, optional), bus, device 00-1f,
-# function 0-7.
-ACS_REDIR_OPTION = "disable_acs_redir="
-ACS_REDIR_MAX = 128
-PCI_ADDR_RE = re.compile(r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[01][0-9a-fA-F]\.[0-7]")
-PCI_ADDR_ALLOWED = "[DDDD:]BB:DD.F in hex (domain of 4 to 8 digits, device 00-1f, function 0-7)"
-KERNEL_ARG_ALLOWED = (
-    "KEY or KEY=VALUE; KEY of letters, digits, '_', '.', '-' (not starting with '-'); VALUE of letters, digits "
-    "and , . _ : / + @ % = ~ ^ - (no quotes, whitespace, control characters or shell characters such as $ ` ; |); "
-    "';' only between the PCI addresses of pci=disable_acs_redir=DDDD:BB:DD.F;DDDD:BB:DD.F")
-
-UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
-              "scope")
-_UNIT_CHAR = r"(?:[A-Za-z0-9:_.-]|\\x[0-9a-fA-F]{2})"
-UNIT_NAME_RE = re.compile(r"%s+(?:@%s*)?\.(?:%s)" % (_UNIT_CHAR, _UNIT_CHAR, "|".join(UNIT_TYPES)))
-UNIT_NAME_MAX = 255
-UNIT_NAME_ALLOWED = (
-    "a systemd unit name NAME.TYPE (NAME of letters, digits, ':', '_', '.', '-' and \\xHH escapes, optionally "
-    "TEMPLATE@INSTANCE; not starting with '-'; TYPE one of %s), at most %d characters"
-    % (", ".join(UNIT_TYPES), UNIT_NAME_MAX))
-
 PATH_RE = re.compile(r"/[A-Za-z0-9_.+@:/-]*")
 PATH_ALLOWED = ("an absolute path of letters, digits and _ . + @ : - / (no whitespace, quotes, '%', control "
                 "characters or '..')")
@@ -118,11 +92,7 @@ def check_text(what: str, text: str, allowed: str = TEXT_ALLOWED) -> str:
 
 
 def sysctl_key_components(key: object) -> list[str]:
-    """Split a sysctl name into its file path components below /proc/sys.
-
-    As in sysctl(8), a name whose first separator is a dot is dotted (a ``/`` inside a component
-    stands for a dot in the file name); one whose first separator is a slash is a path.
-    """
+    """Split a sysctl name into its file path components below /proc/sys."""
     if not isinstance(key, str) or not key or len(key) > SYSCTL_KEY_MAX:
         raise ValidationError("sysctl key %r is invalid: allowed is %s" % (key, SYSCTL_KEY_ALLOWED))
     check_text("sysctl key %r" % key, key, SYSCTL_KEY_ALLOWED)
@@ -141,12 +111,7 @@ def sysctl_key_components(key: object) -> list[str]:
 
 
 def sysctl_value(key: str, text: str) -> str:
-    """Check the text of a sysctl value; return it with runs of spaces collapsed.
-
-    The same check serves /proc/sys (runtime) and the sysctl.d drop-in (persistent): a line break
-    would add a key to the drop-in, so no control character is accepted. A tab between fields
-    (as /proc shows tcp_rmem) is the one exception: it is written as a space.
-    """
+    """Check the text of a sysctl value; return it with runs of spaces collapsed."""
     if not isinstance(text, str):
         raise ValidationError("sysctl %s: value %r is not text: allowed is %s" % (key, text, SYSCTL_VALUE_ALLOWED))
     check_text("sysctl %s: value %r" % (key, text), text.replace("\t", " "), SYSCTL_VALUE_ALLOWED)
@@ -184,60 +149,6 @@ def kmod_param(module: str, name: object, value: object) -> str:
         raise ValidationError("%s: value %r of parameter %s is invalid: allowed are %s"
                               % (module, value, name, KMOD_PARAM_VALUE_ALLOWED))
     return "%s=%s" % (name, kmod_param_value(value))
-
-
-# --- kernel command line ------------------------------------------------------------------------
-
-
-def kernel_argument(arg: object) -> str:
-    """A kernel command-line argument that fits the GRUB drop-in's double quotes and grubby's --args.
-
-    In ``pci=`` every ``disable_acs_redir=`` list is checked address by address (``acs_redir_addresses``);
-    the rest of the argument, the list left out, must fit the plain grammar (no ';' anywhere else).
-    """
-    if not isinstance(arg, str):
-        raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))
-    key, sep, value = arg.partition("=")
-    plain = arg
-    if key == "pci" and sep:
-        options = value.split(",")
-        for i, option in enumerate(options):
-            if option.startswith(ACS_REDIR_OPTION):
-                acs_redir_addresses(arg, option[len(ACS_REDIR_OPTION):])
-                options[i] = ACS_REDIR_OPTION + "0"  # checked: the plain grammar sees a stand-in
-        plain = "pci=" + ",".join(options)
-    if not KERNEL_ARG_RE.fullmatch(plain) or not KERNEL_ARG_KEY_RE.fullmatch(key):
-        raise ValidationError("argument %r is invalid: allowed is %s" % (arg, KERNEL_ARG_ALLOWED))
-    return arg
-
-
-def acs_redir_addresses(arg: str, text: str) -> list[str]:
-    """The addresses of a ``disable_acs_redir=`` list (``;``-separated, at most 128); the error names the bad one."""
-    addresses = text.split(";")
-    if len(addresses) > ACS_REDIR_MAX:
-        raise ValidationError("argument %r is invalid: its disable_acs_redir= list has %d addresses, at most %d are "
-                              "allowed: allowed is %s" % (arg, len(addresses), ACS_REDIR_MAX, KERNEL_ARG_ALLOWED))
-    for address in addresses:
-        if not PCI_ADDR_RE.fullmatch(address):
-            raise ValidationError("argument %r is invalid: %r in its disable_acs_redir= list is not a PCI address %s: "
-                                  "allowed is %s" % (arg, address, PCI_ADDR_ALLOWED, KERNEL_ARG_ALLOWED))
-    return addresses
-
-
-# --- systemd ------------------------------------------------------------------------------------
-
-
-def systemd_unit_name(name: object) -> str:
-    """A unit name for Before=/After= lists: no whitespace (it would split the list), no '%' specifiers."""
-    if (not isinstance(name, str) or len(name) > UNIT_NAME_MAX or name.startswith("-")
-            or not UNIT_NAME_RE.fullmatch(name)):
-        raise ValidationError("unit name %r is invalid: allowed is %s" % (name, UNIT_NAME_ALLOWED))
-    return name
-
-
-def systemd_unit_names(names: object) -> list[str]:
-    """Validate a list of unit names; the error lists every invalid one."""
-    return each(names, systemd_unit_name, "unit names", UNIT_NAME_ALLOWED)
 
 
 def each(values: object, validator: Callable[[Any], Any], noun: str, allowed: str) -> list:
@@ -311,14 +222,7 @@ def absolute_path(path: object) -> str:
 
 
 def write_problem(path: str) -> str | None:
-    """Why a file at the absolute ``path`` could not be written, or None when it looks writable.
-
-    Writers here replace a file through a temporary file in its directory and a rename, and
-    create a missing directory, so the nearest existing directory must accept new entries, and
-    an existing file must be a regular file that is not immutable. ``os.access`` asks the kernel,
-    which for root too refuses writes to immutable files and to read-only mounts. Nothing is
-    written.
-    """
+    """Why a file at the absolute ``path`` could not be written, or None when it looks writable."""
     if os.path.lexists(path) and not os.path.isfile(path):
         kind = "a directory" if os.path.isdir(path) else "not a regular file"
         return "%s is %s" % (path, kind)

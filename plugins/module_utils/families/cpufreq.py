@@ -2,11 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU frequency scaling: driver mode, governor, energy performance preference (EPP), boost.
 
-The family of the cpu_freq module. Reading the node and planning a change (``NodeFreq``, ``validate``,
-``driver_kernel_args``, ...) are core/cpu_freq.py's; here ``run`` (the module's whole flow: validate, journal,
-write in an order the driver accepts, read back), its restore, the boot re-apply and the role's hooks. The
-verification half (facts, rows) is families/cpufreq_verify.py, imported only when verification calls it.
-"""
+How it works and why: docs/dev/node-code.md, "families/cpufreq.py"."""
 
 from __future__ import annotations
 
@@ -20,39 +16,30 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import (  
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import (
     AMD_PSTATE_MODES,
-    AMD_PSTATE_STATUS,
-    BOOST,
     CPUFREQ_DIR,
     DESIRED_OPTIONS,
     DRIVER_FAMILIES,
     EPP_NAMES,
     EPP_RAW_MAX,
     GOVERNORS,
-    INTEL_NO_TURBO,
     INTEL_PSTATE_MODES,
-    INTEL_PSTATE_STATUS,
-    MODE_SETTINGS,
     POLICY_FILES,
     NodeFreq,
     PlanError,
     boost_value,
-    driver_kernel_args,
     epp_allowed,
     group_by_value,
     order_governor_epp,
     per_cpu,
-    read_policies,
     validate,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
-    Journal,
     open_node,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
-    Node,
     NodeError,
     format_cpulist,
 )
@@ -76,12 +63,7 @@ ARGUMENT_SPEC.update(NODE_ARGUMENT_SPEC)
 
 
 def desired_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["cpufreq"]`` (and cpu_freq's options): names and types only.
-
-    ``{governor, epp, boost, driver, amd_pstate_mode, intel_pstate_status}``; None is "not asked". Whether
-    the node offers the governor or EPP, and whether a setting applies to its driver, is the node's
-    (``validate``, ``applicability``).
-    """
+    """``Family.validate`` of ``desired["cpufreq"]`` (and cpu_freq's options): names and types only."""
     shape = contract.entry_problem(NAME, want, ", ".join(DESIRED_OPTIONS))
     if shape or want is None:
         return shape
@@ -111,7 +93,7 @@ def _count(values, value):
 # ---------------------------------------------------------------------------------------------
 
 
-def _write(node, path, value):
+def write_value(node, path, value):
     """Write a sysfs attribute (with a newline, as ``echo`` does) and read it back."""
     node.write(value + "\n", path)
     got = node.read(path)
@@ -142,11 +124,8 @@ class Outcome:
         return "; ".join(parts)
 
 
-def _policy_writes(freq, governor, epp, targets=None):
-    """Writes for every policy, ordered: all governors first, then all EPPs.
-
-    ``targets`` (restore) maps a policy name to its own ``(governor, epp)``.
-    """
+def policy_writes(freq, governor, epp, targets=None):
+    """Writes for every policy, ordered: all governors first, then all EPPs."""
     phases = {"governor": [], "epp": []}
     errors = {}
     for p in freq.policies:
@@ -176,11 +155,7 @@ def _policy_writes(freq, governor, epp, targets=None):
 
 
 def _journal_originals(journal, freq, plan, phases, boost):
-    """Record the originals of everything this run is about to change (never overwriting).
-
-    A governor change or a mode switch also moves the EPP (the performance governor forces it,
-    a mode switch resets both), so the EPP of those policies is recorded as well.
-    """
+    """Record the originals of everything this run is about to change (never overwriting)."""
     if plan["mode"] is not None:
         key = plan["mode"][1]
         journal.record(NAME, key, freq.amd_status if key == "amd_pstate_mode" else freq.intel_status)
@@ -199,17 +174,17 @@ def _journal_originals(journal, freq, plan, phases, boost):
         journal.record(NAME, "boost", freq.boost)
 
 
-def _write_policies(node, phases, outcome):
+def write_policies(node, phases, outcome):
     """Write every governor, then every EPP; each is read back. A failing policy does not stop the others."""
     for setting in ("governor", "epp"):
         for p, value in phases[setting]:
             try:
-                _write(node, p.path(POLICY_FILES[setting]), value)
+                write_value(node, p.path(POLICY_FILES[setting]), value)
             except NodeError as exc:
                 outcome.fail(setting, "CPUs %s: %s" % (format_cpulist(p.cpus), exc), p.cpus)
 
 
-def _note_errors(outcome, errors):
+def note_errors(outcome, errors):
     for msg, cpus in errors.items():
         outcome.fail("epp" if msg.startswith("epp") else "governor", "%s (CPUs %s)" % (msg, format_cpulist(cpus)),
                      cpus)
@@ -238,11 +213,7 @@ def check_params(params: dict) -> None:
 
 
 def run(call: contract.Call) -> dict:
-    """The cpu_freq module: validate, plan, journal, write in a valid order, read back; returns the result.
-
-    The node (``root``) and the journal are opened once the options are known to be usable. Raises
-    CpufreqError (a FamilyError, with the result so far) where the module fails.
-    """
+    """The cpu_freq module: validate, plan, journal, write in a valid order, read back; returns the result."""
     params = call.params
     check_params(params)
     node, journal = open_node(params)
@@ -259,7 +230,9 @@ def run(call: contract.Call) -> dict:
         return result
 
     if params["restore"]:
-        outcome, changed = _restore(call, node, journal, freq)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_restore
+
+        outcome, changed = cpufreq_restore.restore(call, node, journal, freq)
         result["driver"] = freq.driver
         return _finish(call, result, outcome, changed, restore=True)
 
@@ -275,29 +248,10 @@ def run(call: contract.Call) -> dict:
         result["unsupported"] = plan["unsupported"]
     before = _state(freq)
     outcome = Outcome()
-    after, changed = _run_writes(call, node, journal, freq, plan, outcome)
+    after, changed = run_writes(call, node, journal, freq, plan, outcome)
     result["driver"] = after["driver"]
     _report(outcome, params, plan, before, after, freq)
     return _finish(call, result, outcome, changed)
-
-
-def reapply(node: Node, desired: dict) -> tuple[bool, str | None, dict]:
-    """Boot re-apply (``boot.py``): the module's validation and writes for ``desired``, without a journal.
-
-    ``desired`` has the module's options (governor, epp, boost, driver, amd_pstate_mode,
-    intel_pstate_status; missing ones are None). Returns ``(changed, failure message or None,
-    {setting: why it does not apply})``; a node without cpufreq policies gives
-    ``{"cpufreq": why}`` there. Raises PlanError where the module fails before writing.
-    """
-    params = dict.fromkeys(("governor", "epp", "boost", "driver", "amd_pstate_mode", "intel_pstate_status"))
-    params.update((k, v) for k, v in desired.items() if k in params)
-    freq = NodeFreq(node)
-    if not freq.policies:
-        return False, None, {"cpufreq": "this node has no cpufreq policies (/%s is empty or missing)" % CPUFREQ_DIR}
-    plan = validate(params, freq, cpu_vendor(node), node)
-    outcome = Outcome()
-    _after, changed = _run_writes(Call(params), node, None, freq, plan, outcome)
-    return changed, outcome.message() or None, plan["skip"]
 
 
 def _cmdline_warnings(node, plan, freq):
@@ -317,15 +271,15 @@ def _state(freq):
                 boost=freq.boost, amd=freq.amd_status, intel=freq.intel_status)
 
 
-def _run_writes(call, node, journal, freq, plan, outcome):
+def run_writes(call, node, journal, freq, plan, outcome):
     """Journal the originals, then write (check mode: predict); returns ``(after, changed)``."""
     params = call.params
     governor = params["governor"]
     epp = None if "epp" in plan["skip"] else params["epp"]
     boost = None if "boost" in plan["skip"] else params["boost"]
     switching = plan["mode"] is not None
-    phases, errors = ({"governor": [], "epp": []}, {}) if switching else _policy_writes(freq, governor, epp)
-    _note_errors(outcome, errors)  # empty after validate(); kept for mixed-policy nodes
+    phases, errors = ({"governor": [], "epp": []}, {}) if switching else policy_writes(freq, governor, epp)
+    note_errors(outcome, errors)  # empty after validate(); kept for mixed-policy nodes
     boost_changes = boost is not None and freq.boost != boost
     changed = switching or bool(phases["governor"] or phases["epp"]) or boost_changes
     if call.check_mode:
@@ -336,10 +290,10 @@ def _run_writes(call, node, journal, freq, plan, outcome):
         journal.save()
     if switching:
         phases = _switch_mode(node, freq, plan, outcome, governor, epp)
-    _write_policies(node, phases, outcome)
+    write_policies(node, phases, outcome)
     if boost_changes:
         try:
-            _write(node, freq.boost_file, boost_value(freq.boost_file, boost))
+            write_value(node, freq.boost_file, boost_value(freq.boost_file, boost))
         except NodeError as exc:
             outcome.fail("boost", str(exc))
     freq.refresh(policies=bool(switching or phases["governor"] or phases["epp"]))
@@ -350,37 +304,31 @@ def _switch_mode(node, freq, plan, outcome, governor, epp):
     """Write the pstate mode; the driver re-registers, so governor and EPP are planned on what it offers then."""
     path, key, value = plan["mode"]
     try:
-        _write(node, path, value)
+        write_value(node, path, value)
     except NodeError as exc:
         outcome.fail(key, str(exc))
     freq.refresh()
     if governor is None and epp is None:
         return {"governor": [], "epp": []}
-    phases, errors = _policy_writes(freq, governor, epp)
-    _note_errors(outcome, errors)
+    phases, errors = policy_writes(freq, governor, epp)
+    note_errors(outcome, errors)
     return phases
 
 
 def _check_run(node, freq, plan, phases, outcome, governor, epp, boost):
-    """Check mode: the state after the writes a real run could make; the others fail as they would then.
-
-    Exactly the files the run would write are probed. A mode file that cannot be written leaves
-    the driver as it is, so governor and EPP are planned on it, as the real run does after a
-    failed switch. After a switch that would take, the policy files are not probed: the
-    re-registering driver replaces them.
-    """
-    if plan["mode"] is not None and _refused(node, outcome, plan["mode"][1], plan["mode"][0]):
+    """Check mode: the state after the writes a real run could make; the others fail as they would then."""
+    if plan["mode"] is not None and write_refused(node, outcome, plan["mode"][1], plan["mode"][0]):
         plan = dict(plan, mode=None, driver_after=freq.driver)
-        phases, errors = _policy_writes(freq, governor, epp)
-        _note_errors(outcome, errors)
+        phases, errors = policy_writes(freq, governor, epp)
+        note_errors(outcome, errors)
     if plan["mode"] is None:
-        phases = _writable_phases(node, phases, outcome)
-    if boost is not None and _refused(node, outcome, "boost", freq.boost_file):
+        phases = writable_phases(node, phases, outcome)
+    if boost is not None and write_refused(node, outcome, "boost", freq.boost_file):
         boost = None
     return _predicted_state(freq, plan, phases, governor, epp, freq.boost if boost is None else boost)
 
 
-def _refused(node, outcome, key, path, cpus=(), where=""):
+def write_refused(node, outcome, key, path, cpus=(), where=""):
     """Check mode: True, failing ``key`` as a real run would, when ``path`` cannot be written."""
     problem = node.write_problem(path)
     if problem is None:
@@ -389,13 +337,13 @@ def _refused(node, outcome, key, path, cpus=(), where=""):
     return True
 
 
-def _writable_phases(node, phases, outcome):
+def writable_phases(node, phases, outcome):
     """Check mode: the policy writes a real run could make; a refused one fails its setting on its CPUs."""
     kept = {"governor": [], "epp": []}
     for setting, writes in phases.items():
         for p, value in writes:
             where = "CPUs %s: " % format_cpulist(p.cpus)
-            if not _refused(node, outcome, setting, p.path(POLICY_FILES[setting]), p.cpus, where):
+            if not write_refused(node, outcome, setting, p.path(POLICY_FILES[setting]), p.cpus, where):
                 kept[setting].append((p, value))
     return kept
 
@@ -403,7 +351,7 @@ def _writable_phases(node, phases, outcome):
 def _predicted_state(freq, plan, phases, governor, epp, boost):
     """Check mode: the state after the planned writes (after the mode switch, as planned for the new driver)."""
     mode = plan["mode"]
-    predicted = _predict(freq, governor, epp) if mode is not None else _predict_writes(freq, phases)
+    predicted = _predict(freq, governor, epp) if mode is not None else predict_writes(freq, phases)
     return dict(driver=plan["driver_after"],
                 governor=predicted.get("governor", per_cpu(freq.policies, "governor")),
                 epp=predicted.get("epp", per_cpu(freq.policies, "epp")), boost=boost,
@@ -416,13 +364,13 @@ def _report(outcome, params, plan, before, after, freq):
     settings, skip = outcome.settings, plan["skip"]
     for key, side in (("amd_pstate_mode", "amd"), ("intel_pstate_status", "intel")):
         if params[key] is not None:
-            settings[key] = _node_setting(params[key], before[side], after[side], skip.get(key))
+            settings[key] = node_setting(params[key], before[side], after[side], skip.get(key))
     if params["governor"] is not None:
-        settings["governor"] = _cpu_setting(params["governor"], before["governor"], after["governor"])
+        settings["governor"] = cpu_setting(params["governor"], before["governor"], after["governor"])
     if params["epp"] is not None:
-        settings["epp"] = _cpu_setting(params["epp"], before["epp"], after["epp"], skip.get("epp"))
+        settings["epp"] = cpu_setting(params["epp"], before["epp"], after["epp"], skip.get("epp"))
     if params["boost"] is not None:
-        settings["boost"] = _node_setting(params["boost"], before["boost"], after["boost"], skip.get("boost"))
+        settings["boost"] = node_setting(params["boost"], before["boost"], after["boost"], skip.get("boost"))
         settings["boost"]["file"] = "/" + freq.boost_file if freq.boost_file else None
     if params["driver"] is not None:
         reason = skip.get("driver")
@@ -444,7 +392,7 @@ def _predict(freq, governor, epp):
     return out
 
 
-def _predict_writes(freq, phases):
+def predict_writes(freq, phases):
     """Check mode: per-CPU values after the planned writes."""
     gov = per_cpu(freq.policies, "governor")
     epp = per_cpu(freq.policies, "epp")
@@ -457,7 +405,7 @@ def _predict_writes(freq, phases):
     return {"governor": gov, "epp": epp}
 
 
-def _cpu_setting(desired, before, after, skipped_reason=None):
+def cpu_setting(desired, before, after, skipped_reason=None):
     changed_cpus = sum(1 for cpu, v in after.items() if before.get(cpu) != v)
     at_desired = _count(after, desired) if not isinstance(desired, dict) else None
     return dict(desired=desired, before=group_by_value(before), after=group_by_value(after),
@@ -465,7 +413,7 @@ def _cpu_setting(desired, before, after, skipped_reason=None):
                 changed=changed_cpus > 0, skipped=skipped_reason is not None, reason=skipped_reason)
 
 
-def _node_setting(desired, before, after, skipped_reason):
+def node_setting(desired, before, after, skipped_reason):
     return dict(desired=desired, before=before, after=after, changed=before != after,
                 cpus_changed=0, skipped=skipped_reason is not None, reason=skipped_reason)
 
@@ -508,194 +456,6 @@ def _finish(call, result, outcome, changed, restore=False):
     return result
 
 
-# ---------------------------------------------------------------------------------------------
-# Restore
-# ---------------------------------------------------------------------------------------------
-
-
-def _restore(call, node, journal, freq):
-    """Write back the journaled originals: driver mode first, then governor, EPP, boost.
-
-    Goes on past what cannot be restored (a vanished or immutable file, a CPU without its
-    policy). Returns ``(outcome, changed)``; restored entries leave the journal and exactly the
-    failed ones (per CPU for governor and EPP) stay for the next attempt.
-    """
-    entries = journal.entries(NAME)
-    outcome = Outcome()
-    check = call.check_mode
-    changed = False
-    for key in MODE_SETTINGS:
-        if key in entries:
-            changed |= _restore_mode(node, freq, key, entries[key], outcome, check)
-    changed |= _restore_policies(node, freq, entries, outcome, check)
-    if "boost" in entries:
-        changed |= _restore_boost(node, freq, bool(entries["boost"]), outcome, check)
-    if not check:
-        _keep_failed(journal, entries, outcome)
-        if changed:
-            journal.mark_applied(NAME)
-        journal.save()
-    return outcome, changed
-
-
-def _restore_mode(node, freq, key, original, outcome, check):
-    amd = key == "amd_pstate_mode"
-    path = AMD_PSTATE_STATUS if amd else INTEL_PSTATE_STATUS
-    current = after = freq.amd_status if amd else freq.intel_status
-    if original == current:
-        outcome.settings[key] = _node_setting(original, current, after, None)
-        return False
-    if not node.exists(path):
-        outcome.fail(key, "/%s is gone; cannot restore %s" % (path, original))
-    elif check:
-        after = current if _refused(node, outcome, key, path) else original
-    else:
-        try:
-            _write(node, path, original)
-        except NodeError as exc:
-            outcome.fail(key, str(exc))
-        freq.refresh()
-        after = freq.amd_status if amd else freq.intel_status
-    outcome.settings[key] = _node_setting(original, current, after, None)
-    return True
-
-
-def _restore_policies(node, freq, entries, outcome, check):
-    """Governor and EPP of every journaled CPU, per policy, in the order the driver accepts."""
-    originals = {key: Journal.per_cpu(entries[key]) for key in ("governor", "epp") if key in entries}
-    if not originals:
-        return False
-    targets = {}
-    gov, epp = originals.get("governor", {}), originals.get("epp", {})
-    for p in freq.policies:
-        g = next((gov[c] for c in p.cpus if c in gov), None)
-        e = next((epp[c] for c in p.cpus if c in epp), None)
-        if g is not None or e is not None:
-            targets[p.name] = (g, e)
-    covered = {cpu for p in freq.policies for cpu in p.cpus}
-    for key, values in originals.items():
-        gone = sorted(set(values) - covered)
-        if gone:
-            outcome.fail(key, "CPUs %s have no cpufreq policy (offline, or the driver went away)"
-                         % format_cpulist(gone), gone)
-    before = {key: per_cpu(freq.policies, key) for key in originals}
-    phases, errors = _policy_writes(freq, None, None, targets)
-    _note_errors(outcome, errors)
-    changed = bool(phases["governor"] or phases["epp"])
-    if changed and check:
-        predicted = _predict_writes(freq, _writable_phases(node, phases, outcome))
-    else:
-        if changed:
-            _write_policies(node, phases, outcome)
-            freq.policies = read_policies(node)
-        predicted = {key: per_cpu(freq.policies, key) for key in ("governor", "epp")}
-    for key, values in originals.items():
-        outcome.settings[key] = _cpu_setting(group_by_value(values), before[key], predicted[key])
-    return changed
-
-
-def _restore_boost(node, freq, original, outcome, check):
-    before = after = freq.boost
-    changed = False
-    if freq.boost_file is None:
-        outcome.fail("boost", "neither /%s nor /%s exists; cannot restore boost" % (BOOST, INTEL_NO_TURBO))
-    elif before != original:
-        changed = True
-        if check:
-            after = before if _refused(node, outcome, "boost", freq.boost_file) else original
-        else:
-            try:
-                _write(node, freq.boost_file, boost_value(freq.boost_file, original))
-            except NodeError as exc:
-                outcome.fail("boost", str(exc))
-            freq.refresh(policies=False)
-            after = freq.boost
-    outcome.settings["boost"] = _node_setting(original, before, after, None)
-    return changed
-
-
-def _keep_failed(journal, entries, outcome):
-    """Drop the restored entries; keep exactly the failed ones (for governor and EPP, the failed CPUs)."""
-    for key, original in entries.items():
-        if key not in outcome.settings and key not in outcome.failed:
-            continue  # not a setting this version restores: left for whoever wrote it
-        if key not in outcome.failed:
-            journal.drop(NAME, key)
-        elif key in ("governor", "epp") and outcome.failed_cpus.get(key):
-            kept = {cpu: v for cpu, v in Journal.per_cpu(original).items() if cpu in outcome.failed_cpus[key]}
-            journal.drop(NAME, key)
-            journal.record_per_cpu(NAME, key, kept)
-
-
-# ---------------------------------------------------------------------------------------------
-# The boot re-apply and the role's hooks
-# ---------------------------------------------------------------------------------------------
-
-
-def _settle_udev(node: Node) -> str:
-    """On a live node without a cpufreq policy yet, wait (bounded) for udev to load the driver; a note if not."""
-    if not node.is_live or any(n.startswith("policy") for n in node.listdir(CPUFREQ_DIR)):
-        return ""
-    udevadm = SystemLookup.get_bin_path("udevadm")
-    if not udevadm:
-        return ""
-    rc, _out, err = run_argv([udevadm, "settle", "--timeout=%d" % UDEV_SETTLE_TIMEOUT])
-    if rc:
-        return "; udev did not settle within %d s (%s): cpufreq may not have been ready" % (
-            UDEV_SETTLE_TIMEOUT, err.strip() or "rc %d" % rc)
-    return ""
-
-
-def boot(node: Node, want: dict) -> tuple[bool, str]:
-    """cpu_freq's validation and writes (pstate mode, then governor, then EPP, then boost), no journal."""
-    settle = _settle_udev(node)
-    changed, failure, skipped = reapply(node, want)
-    notes = settle + "".join("; %s not applied: %s" % (k, why) for k, why in sorted(skipped.items()))
-    if failure:
-        return False, failure + notes
-    asked = ", ".join("%s=%s" % (k, want[k]) for k in ("governor", "epp", "boost") if want.get(k) is not None)
-    return True, "%s%s%s" % (asked or "nothing asked", " (changed)" if changed else " (already set)", notes)
-
-
-def from_role(v: dict, shared: dict) -> dict:
-    """Governor, EPP, boost, the driver and its mode; unset ones (null or empty) are left alone."""
-    if not v["gpunode_tuning_cpufreq_enabled"]:
-        return {NAME: None}
-    boost = v["gpunode_tuning_cpufreq_boost"]
-    return {NAME: {
-        "governor": v["gpunode_tuning_cpufreq_governor"] or None, "epp": v["gpunode_tuning_cpufreq_epp"] or None,
-        "boost": None if boost is None else bool(boost), "driver": v["gpunode_tuning_cpufreq_driver"] or None,
-        "amd_pstate_mode": v["gpunode_tuning_cpufreq_amd_pstate_mode"] or None,
-        "intel_pstate_status": v["gpunode_tuning_cpufreq_intel_pstate_status"] or None}}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """cpu_freq's options: the set ones (it only plans the driver switch)."""
-    want = desired.get(NAME)
-    return None if want is None else {k: x for k, x in want.items() if x is not None}
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True}
-
-
-def kernel_args(pc, remove: bool = False) -> list:
-    """What a driver switch needs on the command line (amd_pstate=active on acpi-cpufreq), planned by cpu_freq
-    in check mode; with ``remove``, every argument the desired driver may have got on any node."""
-    want = pc.desired.get(NAME) or {}
-    driver, mode = pc.settings.get("cpufreq_driver"), pc.settings.get("cpufreq_amd_pstate_mode")
-    if remove:
-        return list(driver_kernel_args(driver, mode).removable) if driver else []
-    if not want:
-        return []
-    options = {k: want.get(k) for k in ("driver", "amd_pstate_mode", "intel_pstate_status") if want.get(k)}
-    result = pc.run_family(NAME, options, check_mode=True)
-    why = (result.get("unsupported") or {}).get("driver")
-    if why and pc.unfit is not None:  # no argument for a driver the node cannot take, and no reboot for it
-        pc.unfit["%s.driver" % NAME] = why
-    return list(result.get("kernel_args") or [])
-
-
 def summary(result: dict) -> str:
     if not result.get("supported", True):
         return "not applicable: %s" % result.get("reason")
@@ -706,8 +466,14 @@ def summary(result: dict) -> str:
     return line
 
 
+def _plan_half():
+    """The plan half, imported on first use (family.later)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_plan
+    return cpufreq_plan
+
+
 def _verification():
-    """The verification half (families/cpufreq_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq_verify
     return cpufreq_verify
 
@@ -722,12 +488,12 @@ DEFINITION = Family(
     evaluate=contract.later(_verification, "evaluate"),
     reads_boot_config=contract.later(_verification, "reads_boot_config"),
     runtime=contract.later(_verification, "runtime"),
-    boot=boot,
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    boot=contract.later(_plan_half, "boot"),
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
-    kernel_args=kernel_args,
+    kernel_args=contract.later(_plan_half, "kernel_args"),
     per_cpu=("governor", "epp"),
     drifted_cpus=contract.later(_verification, "drifted_cpus"),
     summary=summary,

@@ -3,12 +3,7 @@
 """CPU idle states (C-states): read, plan and apply the per-CPU ``disable`` files (facts and verification:
 cpuidle_verify.py).
 
-Layout: ``/sys/devices/system/cpu/cpuN/cpuidle/stateM/{name,latency,disable}``. States are
-matched by name on every CPU, never by index (indexes differ between platforms and can differ
-between CPUs). Planning is pure (``plan_by_names``, ``plan_by_latency``, ``plan_writes``,
-``summarize``); ``run`` is the module's whole flow (the family contract: options in, result or
-FamilyError out).
-"""
+How it works and why: docs/dev/node-code.md, "families/cpuidle.py"."""
 
 from __future__ import annotations
 
@@ -80,10 +75,7 @@ def idle_driver(node: Node) -> str | None:
 
 
 def select_cpus(node: Node, text: str | None) -> list[int]:
-    """Return the CPUs named by a cpulist string (all online CPUs when ``text`` is empty).
-
-    Raises PlanError for a malformed list or a CPU that is not online, naming the online CPUs.
-    """
+    """Return the CPUs named by a cpulist string (all online CPUs when ``text`` is empty)."""
     online = online_cpus(node)
     if text is None or not str(text).strip():
         return online
@@ -114,11 +106,7 @@ def _read_disabled(node, path):
 
 
 def read_states(node: Node, cpus: Iterable[int]) -> dict:
-    """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``.
-
-    ``disabled`` is None for a state whose ``disable`` file cannot be read: it is planned as a
-    write, which then fails naming the file, instead of being taken for enabled.
-    """
+    """Read the idle states of ``cpus``: ``{cpu: {name: IdleState}}``."""
     out = {}
     for cpu in cpus:
         base = "%s/cpu%d/cpuidle" % (SYSFS_CPU, cpu)
@@ -146,10 +134,7 @@ def state_names(states_by_cpu: dict) -> list[str]:
 
 
 def plan_by_names(states_by_cpu: dict, names: list[str], desired: str) -> dict:
-    """Plan ``desired`` (disabled/enabled) for the named states: ``{(cpu, name): desired}``.
-
-    Raises PlanError for a name that no selected CPU has, listing the node's state names.
-    """
+    """Plan ``desired`` (disabled/enabled) for the named states: ``{(cpu, name): desired}``."""
     known = state_names(states_by_cpu)
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -161,10 +146,7 @@ def plan_by_names(states_by_cpu: dict, names: list[str], desired: str) -> dict:
 
 
 def plan_by_latency(states_by_cpu: dict, max_latency_us: int) -> dict:
-    """Plan by exit latency: states above ``max_latency_us`` disabled, the others enabled.
-
-    POLL is never disabled by a latency bound (it can only be disabled by name).
-    """
+    """Plan by exit latency: states above ``max_latency_us`` disabled, the others enabled."""
     if max_latency_us is None or max_latency_us < 0:
         raise PlanError("max_latency_us must be an integer >= 0 (microseconds), got %r" % (max_latency_us,))
     plan = {}
@@ -235,11 +217,7 @@ def _after_states(states_by_cpu, writes):
 
 
 def apply_writes(node: Node, writes: list[tuple[IdleState, str]]) -> dict:
-    """Write each ``disable`` file and read it back; return the failures as ``{name: {cpu: message}}``.
-
-    The value is written with a trailing newline, as ``echo`` does. A CPU that fails does not stop
-    the others.
-    """
+    """Write each ``disable`` file and read it back; return the failures as ``{name: {cpu: message}}``."""
     failed = {}
     for st, value in writes:
         try:
@@ -253,11 +231,7 @@ def apply_writes(node: Node, writes: list[tuple[IdleState, str]]) -> dict:
 
 
 def writable_writes(node: Node, writes: list[tuple[IdleState, str]], failed: dict) -> list[tuple[IdleState, str]]:
-    """Check mode: the writes a real run could make; each refused one goes to ``failed`` with its cause.
-
-    Only the files about to change are probed (``Node.write_problem``), so a run that changes
-    nothing probes nothing.
-    """
+    """Check mode: the writes a real run could make; each refused one goes to ``failed`` with its cause."""
     kept = []
     for st, value in writes:
         problem = node.write_problem(st.path("disable"))
@@ -295,12 +269,7 @@ def _latency_problem(value) -> str | None:
 
 
 def desired_problems(want) -> list:
-    """``Family.validate`` of ``desired["cpuidle"]``: ``{disable: [names], max_latency_us, cpus}``.
-
-    Node-free: state names of the shape cpuidle shows (validate.cstate_name), a latency bound >= 0, a cpulist
-    (validate.cpulist), not names and a bound together. Whether the node has those states or CPUs is the
-    module's (plan_by_names, select_cpus).
-    """
+    """``Family.validate`` of ``desired["cpuidle"]``: ``{disable: [names], max_latency_us, cpus}``."""
     shape = contract.entry_problem(NAME, want, "disable, max_latency_us, cpus")
     if shape or want is None:
         return shape
@@ -327,11 +296,7 @@ def desired_problems(want) -> list:
 
 
 def _check_params(params):
-    """FamilyError on option combinations that cannot be planned, before the node is read.
-
-    The state names are checked by ``desired_problems``' rule; a malformed ``cpus`` is refused by
-    ``select_cpus`` (same rule, its message names the node's online CPUs), still before any write.
-    """
+    """FamilyError on option combinations that cannot be planned, before the node is read."""
     names, max_latency = params["disable"], params["max_latency_us"]
     problem = None
     if _latency_problem(max_latency):
@@ -350,10 +315,7 @@ def _check_params(params):
 
 
 def run(call: contract.Call) -> dict:
-    """The cpu_cstate module: validate, plan, journal, write, read back; returns the result.
-
-    Raises FamilyError (with the result so far) where the module fails.
-    """
+    """The cpu_cstate module: validate, plan, journal, write, read back; returns the result."""
     params = call.params
     _check_params(params)
     restore = params["restore"]
@@ -370,7 +332,9 @@ def run(call: contract.Call) -> dict:
         return _unsupported(call, node, result, driver, cpus)
 
     if restore:
-        plan, journaled, failed = _restore_plan(node, journal, states_by_cpu)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle_restore
+
+        plan, journaled, failed = cpuidle_restore.restore_plan(node, journal, states_by_cpu)
     else:
         plan, journaled, failed = _plan(params, states_by_cpu, result), states_by_cpu, {}
     writes, after = _apply(call, node, journal, journaled, plan_writes(journaled, plan), failed)
@@ -386,11 +350,7 @@ def run(call: contract.Call) -> dict:
 
 
 def _apply(call, node, journal, journaled, writes, failed):
-    """Journal and write ``writes``, or in check mode probe them; returns ``(writes, disabled states after)``.
-
-    What does not take (or would not) is added to ``failed`` (``{name: {cpu: cause}}``). With
-    restore the journal then keeps exactly the originals that could not be written back.
-    """
+    """Journal and write ``writes``, or in check mode probe them; returns ``(writes, disabled states after)``."""
     restore = call.params["restore"]
     if writes and call.check_mode:
         writes = writable_writes(node, writes, failed)
@@ -408,10 +368,7 @@ def _apply(call, node, journal, journaled, writes, failed):
 
 
 def _unsupported(call, node, result, driver, cpus):
-    """The result (FamilyError with required=true): no cpuidle driver, or no states on the selected CPUs.
-
-    The options asked for by name (not from a preset: ``preset_options``) are warned about, naming why.
-    """
+    """The result (FamilyError with required=true): no cpuidle driver, or no states on the selected CPUs."""
     params = call.params
     result["supported"] = False
     why = "this node has no cpuidle driver (/%s is %r)" % (CURRENT_DRIVER, node.read(CURRENT_DRIVER, default=""))
@@ -463,78 +420,7 @@ def _keep_failed(journal, failed, wrote):
     journal.save()
 
 
-def _restore_plan(node, journal, states_by_cpu):
-    """Plan writing back the journaled originals.
-
-    Returns (plan, states of the journaled CPUs, ``{name: {cpu: message}}`` for originals whose
-    CPU no longer has the state; those stay in the journal).
-    """
-    entries = journal.entries(NAME)
-    per_cpu = {name: Journal.per_cpu(original) for name, original in entries.items()}
-    cpus = sorted({cpu for values in per_cpu.values() for cpu in values})
-    missing = [c for c in cpus if c not in states_by_cpu]
-    states = dict((c, states_by_cpu[c]) for c in cpus if c in states_by_cpu)
-    if missing:
-        states.update(read_states(node, missing))
-    plan = {}
-    lost = {}
-    for name, values in per_cpu.items():
-        for cpu, value in values.items():
-            if name in states.get(cpu, {}):
-                plan[(cpu, name)] = DISABLED if value == "1" else ENABLED
-            else:
-                lost.setdefault(name, {})[cpu] = "cpu%d has no idle state %s any more (offline?)" % (cpu, name)
-    return plan, states, lost
-
 # --- boot: its re-apply at boot (its verification is cpuidle_verify.py) ---
-
-
-def boot(node: Node, want: dict) -> tuple[bool, str]:
-    """cpu_cstate's plan (by names, else by the latency bound) and writes, without a journal."""
-    names = validate.cstate_names(want.get("disable") or [])
-    latency = want.get("max_latency_us")
-    if not names and latency is None:
-        return True, "no state names and no latency bound: idle states left alone"
-    cpus = select_cpus(node, want.get("cpus"))
-    if not idle_driver(node):
-        return True, "not applicable: this node has no cpuidle driver"
-    states = read_states(node, cpus)
-    if names:
-        plan = plan_by_names(states, names, DISABLED)
-        what = "disable %s" % ", ".join(names)
-    else:
-        plan = plan_by_latency(states, latency)
-        what = "exit latency above %d us disabled" % latency
-    writes = plan_writes(states, plan)
-    failed = apply_writes(node, writes)
-    if failed:
-        return False, failure_message(failed)
-    return True, "%s: %d file(s) written on CPUs %s" % (what, len(writes), format_cpulist(cpus))
-
-
-def from_role(v: dict, shared: dict) -> dict:
-    """States to disable by name, else by the exit-latency bound, on the selected CPUs."""
-    if not v["gpunode_tuning_cpuidle_enabled"]:
-        return {NAME: None}
-    names = v["gpunode_tuning_cpuidle_disable"] or []
-    latency = v["gpunode_tuning_cpuidle_max_latency_us"]
-    return {NAME: {"disable": names, "max_latency_us": None if names or latency is None else int(latency),
-                   "cpus": v["gpunode_tuning_cpuidle_cpus"] or None}}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """cpu_cstate's options: by name when states are listed, otherwise by latency; None when neither."""
-    want = desired.get(NAME)
-    if not want or not (want["disable"] or want["max_latency_us"] is not None):
-        return None
-    out = {"disable": want["disable"]} if want["disable"] else {"max_latency_us": want["max_latency_us"]}
-    if want["cpus"]:
-        out["cpus"] = want["cpus"]
-    return out
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True}
 
 
 def summary(result: dict) -> str:
@@ -546,8 +432,14 @@ def summary(result: dict) -> str:
     return "disabled %s (%d CPU states changed)" % (", ".join(disabled) or "none", changed)
 
 
+def _plan_half():
+    """The plan half, imported on first use (family.later)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle_plan
+    return cpuidle_plan
+
+
 def _verification():
-    """The verification half (families/cpuidle_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpuidle_verify
     return cpuidle_verify
 
@@ -560,10 +452,10 @@ DEFINITION = Family(
     facts_doc=contract.later(_verification, "FACTS_DOC"),
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
-    boot=boot,
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    boot=contract.later(_plan_half, "boot"),
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     per_cpu=("*",),
     drifted_cpus=contract.later(_verification, "drifted_cpus"),

@@ -35,6 +35,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     nvidia_smi,
     pci,
     pci_bar,
+    pci_isolation,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.nvidia_smi import (
@@ -162,7 +163,7 @@ def read(node: Node, selector: pci.DeviceSelector | None = None, query: Any = No
     devices = pci.listed(node, query)
     bars = {d["bdf"]: pci_bar.read_gpu(dict(d, vendor_name=pci.gpu_vendor(d))) for d in devices
             if pci.gpu_vendor(d) and selector.matches(d)}
-    return {"redirect": pci.redirecting_bridges(node, selector, devices), "bars": bars}
+    return {"redirect": pci_isolation.redirecting_bridges(node, selector, devices), "bars": bars}
 
 
 def _redirecting(facts: dict) -> dict:

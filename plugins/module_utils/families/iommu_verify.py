@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci, pci_isolation
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import iommu_kernel_args
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.iommu import (
@@ -64,7 +64,7 @@ def read(node: Node, selector: pci.DeviceSelector | None = None, query: object =
         if selector.matches(dev):
             group, group_type = pci.iommu_group(node, dev["bdf"])
             gpus.append({"bdf": dev["bdf"], "iommu_group": group, "iommu_group_type": group_type})
-    return dict(pci.iommu_state(node), gpus=gpus)
+    return dict(pci_isolation.iommu_state(node), gpus=gpus)
 
 
 def _args_state(args: list, ctx: Any) -> tuple:

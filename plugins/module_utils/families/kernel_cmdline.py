@@ -52,11 +52,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
     NodeError,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
-    ValidationError,
-    kernel_argument,
-    write_problem,
-)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, write_problem
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate_boot import kernel_argument
 
 STATES = ("present", "absent")
 
@@ -76,7 +73,7 @@ class CmdlineError(ValueError):
 
 
 def argument_problems(arguments: list, unique_keys: bool = True) -> list:
-    """``[(index, message)]`` of every invalid argument (validate.kernel_argument) and, with ``unique_keys``,
+    """``[(index, message)]`` of every invalid argument (validate_boot.kernel_argument) and, with ``unique_keys``,
     every key given twice with another value. Removing two values of one key is fine (rollback removes
     every value it may have added)."""
     out = []
@@ -242,7 +239,7 @@ def grub_word(arg: str) -> str:
     The shell that sources the drop-in keeps ';' and "'" inside the double quotes; grub-mkconfig
     copies the words into grub.cfg's ``linux`` line unquoted, where GRUB's own parser would take
     ';' for a command separator; its quotes keep the word whole and are removed before the kernel
-    sees it (validate.kernel_argument allows ';' and no "'" otherwise, so ``grub_unquote`` undoes it).
+    sees it (validate_boot.kernel_argument allows ';' and no "'" otherwise, so ``grub_unquote`` undoes it).
     """
     if ";" not in arg:
         return arg

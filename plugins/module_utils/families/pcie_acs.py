@@ -3,21 +3,11 @@
 """PCIe ACS on the GPU-to-GPU path: the ``pcie_acs`` module's run and the boot re-apply (facts and verification:
 pcie_acs_verify.py).
 
-ACS (Access Control Services, PCIe extended capability 0x000D) lives on bridges. With P2P Request
-Redirect / Completion Redirect set on a bridge between two GPUs, their peer-to-peer traffic is
-sent up to the root complex: slow or hung tensor parallelism (NCCL's troubleshooting guide).
-Firmware and the kernel set these bits at every boot, so the family re-applies them at boot.
-
-Only the bridges on the sysfs path of a selected GPU are touched, only bits 2, 3 and 5 of ACS
-Control, with a setpci mask write; a bridge with a device bound to ``vfio-pci`` below it is
-refused (ACS is what isolates passthrough devices). Reading is pure Python over the sysfs
-``config`` files; no Ansible import (the boot runner loads this on the node).
-"""
+How it works and why: docs/dev/node-code.md, "families/pcie_acs.py"."""
 
 from __future__ import annotations
 
 import os
-import shutil
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
@@ -45,7 +35,6 @@ MODES = ("disable_redirect", "unmanaged")
 # the kernel argument pci=disable_acs_redir= (written through the command-line family).
 PERSIST = ("boot_unit", "kernel_arg")
 NO_ACS = "no ACS capability"
-_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 ARGUMENT_SPEC = dict(
     mode=dict(type="str", default="disable_redirect", choices=list(MODES)),
@@ -70,10 +59,7 @@ ARGUMENT_SPEC.update(family.preset_options_spec(DESIRED_OPTIONS))
 
 
 def kernel_arg(bridges: list) -> str:
-    """``pci=disable_acs_redir=BDF;BDF`` for the bridges (the kernel clears the same three bits at boot).
-
-    GRUB's drop-in must quote it (``;`` separates shell commands in /etc/default/grub).
-    """
+    """``pci=disable_acs_redir=BDF;BDF`` for the bridges (the kernel clears the same three bits at boot)."""
     return "pci=disable_acs_redir=" + ";".join(sorted(bridges))
 
 
@@ -103,7 +89,7 @@ def _all_devices(node: Node, query: object = None) -> list:
     return out
 
 
-def _read_bridge(bridge: str, path: str) -> dict:
+def read_bridge(bridge: str, path: str) -> dict:
     """One bridge: its port type and ACS, or the error that hides them."""
     entry = {"bdf": bridge, "port_type": None, "acs": None, "acs_state": NO_ACS, "error": None}
     try:
@@ -128,11 +114,7 @@ def _read_bridge(bridge: str, path: str) -> dict:
 
 
 def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) -> dict:
-    """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those.
-
-    ``{"gpus": [{bdf, bridges: [bdf, ...root port first], iommu_group, iommu_group_type}],
-    "bridges": {bdf: {bdf, port_type, acs, acs_state, error, gpus, vfio}}, "vfio_devices": [...]}``.
-    """
+    """The selected GPUs, the bridges on their paths (ACS decoded) and the vfio-pci devices below those."""
     devices = _all_devices(node, query)
     gpus, bridges = [], {}
     for dev in devices:
@@ -144,7 +126,7 @@ def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) ->
                      "iommu_group": group, "iommu_group_type": group_type})
         for bdf, path in chain:
             if bdf not in bridges:
-                bridges[bdf] = dict(_read_bridge(bdf, path), path=path, gpus=[], vfio=vfio_below(devices, path))
+                bridges[bdf] = dict(read_bridge(bdf, path), path=path, gpus=[], vfio=vfio_below(devices, path))
             bridges[bdf]["gpus"].append(dev["bdf"])
     vfio = sorted({b for entry in bridges.values() for b in entry["vfio"]})
     return {"gpus": gpus, "bridges": bridges, "vfio_devices": vfio}
@@ -155,7 +137,7 @@ def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _mode_problems(want: dict) -> list:
+def mode_problems(want: dict) -> list:
     out = []
     mode = want.get("mode") or "disable_redirect"
     if mode not in MODES:
@@ -163,21 +145,9 @@ def _mode_problems(want: dict) -> list:
     return out
 
 
-def desired_problems(want) -> list:
-    """``Family.validate`` of ``desired["pcie_acs"]``: ``{mode, persist, vendor, device, class_prefixes, bdfs,
-    allow_empty}`` (the selector is setpci_mrrs's, ``pci.selector_problems``)."""
-    shape = family.entry_problem(NAME, want, "mode, persist and the PCI selector keys")
-    if shape or want is None:
-        return shape
-    out = _mode_problems(want)
-    if want.get("persist") is not None and want["persist"] not in PERSIST:
-        out.append(("persist", "persist must be one of %s, got %r" % (", ".join(PERSIST), want["persist"])))
-    return out + pci.selector_problems(want)
-
-
 def check_params(params: dict) -> pci.DeviceSelector:
     """Validate the options before anything is read; FamilyError naming what is allowed."""
-    problems = _mode_problems(params) + pci.selector_problems(params)
+    problems = mode_problems(params) + pci.selector_problems(params)
     if problems:
         raise family.FamilyError("invalid input, nothing was written: %s" % family.problems_text(problems),
                                  {"changed": False})
@@ -204,11 +174,7 @@ def _target(before: int, original: int | None) -> int:
 
 
 def _plan(paths: dict, originals: dict | None) -> tuple:
-    """One result per bridge on a GPU path (per journaled bridge with ``originals``) and the writes.
-
-    Returns ``(results, targets {bdf: (path, before, after)})``. A bridge with a vfio-pci device below
-    it is refused; one whose config cannot be read or written is failed, here, before any write.
-    """
+    """One result per bridge on a GPU path (per journaled bridge with ``originals``) and the writes."""
     results, targets = [], {}
     for bdf, entry in sorted(paths["bridges"].items()):
         if originals is not None and bdf not in originals:
@@ -240,18 +206,6 @@ def _plan(paths: dict, originals: dict | None) -> tuple:
     return results, targets
 
 
-def _journal_bridges(node: Node, originals: dict) -> tuple:
-    """The journaled bridges as ``gpu_paths`` entries (restore needs no GPU selection), and the absent ones."""
-    bridges, absent = {}, []
-    for bdf in sorted(originals):
-        if not os.path.isdir(node.path(SYSFS_PCI_DEVICES, bdf)):
-            absent.append(bdf)
-            continue
-        path = device_dir(node, bdf)
-        bridges[bdf] = dict(_read_bridge(bdf, path), path=path, gpus=[], vfio=[])
-    return {"bridges": bridges}, absent
-
-
 def _assignment(after: int) -> str:
     """``ECAP_ACS+6.w=VVVV:002c``: the mask keeps setpci from writing any other ACSCtl bit."""
     return "%s=%04x:%04x" % (SETPCI_ACS_CTRL, after & REDIRECT_MASK, REDIRECT_MASK)
@@ -267,10 +221,7 @@ def _read_ctl(path: str) -> int | None:
 
 
 def _setpci(call: family.Call, node: Node, targets: dict) -> tuple:
-    """One setpci process writes every target; after a failed batch each one not yet written is written alone.
-
-    setpci stops at the first device it cannot write. Returns ``({bdf: ctl read back}, {bdf: error}, calls)``.
-    """
+    """One setpci process writes every target; after a failed batch each one not yet written is written alone."""
     binary = node.bin_path(call.lookup, "setpci", "pciutils")
     base = [binary] + node.pciutils_args()
 
@@ -377,15 +328,6 @@ def _record(journal, results, targets, restore, check_mode) -> None:
                                  {"changed": False}) from exc
 
 
-def _originals(journal) -> dict:
-    originals = journal.entries(NAME)
-    bad = {b: v for b, v in originals.items() if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFF}
-    if bad:
-        raise family.FamilyError("journal %s holds invalid ACSCtl originals %s (a 16-bit integer each); fix or remove "
-                                 "those entries" % (journal.path, bad), {"changed": False})
-    return originals
-
-
 def _select_paths(node: Node, selector: pci.DeviceSelector, allow_empty: bool) -> dict:
     """The GPU paths of the selection; FamilyError (nothing written) for absent BDFs or an empty selection."""
     if selector.bdfs:
@@ -408,15 +350,13 @@ def _absent(bdf: str) -> dict:
 
 
 def execute(call: family.Call, node: Node, selector: pci.DeviceSelector | None, journal, restore: bool) -> dict:
-    """Plan, journal, write and read back (or restore the journal's originals); the result dict.
-
-    Raises FamilyError before any write (lockdown, bad selection, journal) and after the writes when a
-    bridge failed, with every other bridge written and reported.
-    """
+    """Plan, journal, write and read back (or restore the journal's originals); the result dict."""
     warnings = []
     if restore:
-        originals = _originals(journal)
-        paths, absent = _journal_bridges(node, originals)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_restore
+
+        originals = pcie_acs_restore.originals(journal)
+        paths, absent = pcie_acs_restore.journal_bridges(node, originals)
         gpus = []
     else:
         originals, absent = None, []
@@ -504,85 +444,6 @@ def run(call: family.Call) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Finder:
-    """What Node.bin_path asks of a module at boot: a PATH lookup in systemd's minimal environment."""
-
-    @staticmethod
-    def get_bin_path(name):
-        return shutil.which(name, path=_SYSTEM_PATH)
-
-
-def boot(node: Node, want: dict) -> tuple:
-    """Re-apply ``desired["pcie_acs"]`` at boot (firmware and the kernel set redirect again): ``(ok, message)``."""
-    if (want.get("mode") or "disable_redirect") != "disable_redirect":
-        return True, "mode %s: ACS is left as it is" % want.get("mode")
-    call = family.Call(params=dict(want, restore=False, journal=None), run_command=family.run_argv, lookup=_Finder())
-    try:
-        result = execute(call, node, check_params(call.params), None, False)
-    except family.FamilyError as exc:
-        return False, str(exc)
-    except NodeError as exc:
-        return False, str(exc)
-    if result["not_applicable"]:
-        return True, "no bridge on a GPU path has ACS: nothing to do"
-    done = [r["bdf"] for r in result["bridges"] if r["changed"]]
-    return True, "ACS redirect disabled on %s" % (", ".join(done) if done else "no bridge (already off)")
-
-
-def from_role(v: dict, shared: dict) -> dict:
-    """ACS redirect on the GPUs' paths (the GPUs of the MRRS selectors), unless unmanaged."""
-    if v["gpunode_tuning_pcie_acs"] == "unmanaged":
-        return {NAME: None}
-    return {NAME: dict(mode=v["gpunode_tuning_pcie_acs"], persist=v["gpunode_tuning_pcie_acs_persist"],
-                       allow_empty=True, **shared["selector"])}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """pcie_acs' options for the runtime flow: only ``disable_redirect`` writes anything."""
-    want = desired.get(NAME)
-    if not want or want.get("mode") != "disable_redirect":
-        return None
-    return {k: x for k, x in want.items() if x is not None and k != "persist"}
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True}
-
-
-def kernel_args(pc, remove: bool = False) -> list:
-    """``pci=disable_acs_redir=<bridges>`` when the kernel argument persists ACS, planned by pcie_acs in check
-    mode (reading only); with ``remove``, the same plan whatever the variables say now, so that switching
-    ACS off and rolling back still removes it (a failed plan only leaves the argument out then).
-
-    Under kernel lockdown pcie_acs fails (no runtime write is possible) yet names the bridges: exactly the
-    case the kernel argument is for, so only a failure without it counts.
-    """
-    want = pc.desired.get(NAME) or {}
-    if not remove and not (want.get("mode") == "disable_redirect" and want.get("persist") == "kernel_arg"):
-        return []
-    selector = {k: pc.settings.get(k) for k in ("vendor", "device", "class_prefixes", "bdfs")}
-    options = dict({k: v for k, v in selector.items() if v}, mode="disable_redirect", allow_empty=True)
-    try:
-        arg = pc.run_family(NAME, options, check_mode=True).get("kernel_arg")
-    except family.FamilyError as exc:
-        arg = exc.result.get("kernel_arg")
-        if not arg and not remove:
-            raise
-    return [arg] if arg else []
-
-
-def role_problems(values: dict) -> list:
-    """ACS persisted by kernel argument needs the command-line family on: else nothing keeps it after a reboot."""
-    if (values.get("gpunode_tuning_pcie_acs") == "disable_redirect"
-            and values.get("gpunode_tuning_pcie_acs_persist") == "kernel_arg"
-            and values.get("gpunode_tuning_kernel_cmdline_enabled") is False):
-        return ["gpunode_tuning_pcie_acs_persist: kernel_arg needs gpunode_tuning_kernel_cmdline_enabled: true "
-                "(the kernel argument is written by the command-line family; with it off nothing would keep ACS "
-                "redirect off after a reboot); set gpunode_tuning_kernel_cmdline_enabled: true or "
-                "gpunode_tuning_pcie_acs_persist: boot_unit"]
-    return []
-
-
 def summary(result: dict) -> str:
     if result.get("not_applicable"):
         return "not applicable: no bridge on a GPU path has ACS"
@@ -593,8 +454,14 @@ def summary(result: dict) -> str:
         len(changed), len(bridges) - len(changed) - len(skipped), len(skipped))
 
 
+def _plan_half():
+    """The plan half, imported on first use (family.later)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_plan
+    return pcie_acs_plan
+
+
 def _verification():
-    """The verification half (families/pcie_acs_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_verify
     return pcie_acs_verify
 
@@ -608,14 +475,14 @@ DEFINITION = family.Family(
     run=run,
     evaluate=family.later(_verification, "evaluate"),
     reads_boot_config=family.later(_verification, "reads_boot_config"),
-    boot=boot,
-    from_role=from_role,
-    role_problems=role_problems,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    boot=family.later(_plan_half, "boot"),
+    from_role=family.later(_plan_half, "from_role"),
+    role_problems=family.later(_plan_half, "role_problems"),
+    runtime_options=family.later(_plan_half, "runtime_options"),
+    restore_options=family.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
-    kernel_args=kernel_args,
+    kernel_args=family.later(_plan_half, "kernel_args"),
     summary=summary,
     items="bridges",
-    validate={NAME: desired_problems},
+    validate={NAME: family.later(_plan_half, "desired_problems")},
 )

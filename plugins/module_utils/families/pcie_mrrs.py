@@ -4,16 +4,15 @@
 restore and re-apply at boot, for the selected devices (default: the NVIDIA GPUs); verification is
 pcie_mrrs_verify.py.
 
-The PCI library (config space, capabilities, selection, setpci) is pci.py; this file is the family.
-"""
+How it works and why: docs/dev/node-code.md, "families/pcie_mrrs.py"."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family, SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
     Journal,
@@ -46,20 +45,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  
 NAME = "pcie_mrrs"
 
 
-def desired_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["pcie_mrrs"]``: ``{mrrs, vendor, device, class_prefixes, bdfs,
-    allow_empty}``."""
-    shape = contract.entry_problem(NAME, want, "mrrs, vendor, device, class_prefixes, bdfs, allow_empty")
-    if shape or want is None:
-        return shape
-    out = []
-    try:
-        encode_mrrs(want.get("mrrs"))
-    except ValueError as exc:
-        out.append(("mrrs", str(exc)))
-    return out + selector_problems(want)
-
-
 # ---------------------------------------------------------------------------------------------
 # The MRRS task: plan, journal, write, read back
 # ---------------------------------------------------------------------------------------------
@@ -90,32 +75,8 @@ def _device_result(dev, pcie):
     }
 
 
-def _absent_result(bdf):
-    return {"bdf": bdf, "vendor": None, "device": None, "class": None, "numa_node": None, "mps": None,
-            "mrrs_before": None, "mrrs_after": None, "changed": False, "skipped": True, "failed": False,
-            "reason": "recorded in the journal but not present on the node; journal entry kept"}
-
-
-def _restore_wanted(node, journal, base):
-    """The journal's originals and the devices to restore; absent devices are reported skipped."""
-    originals = journal.entries(NAME)
-    bad = {b: v for b, v in originals.items() if v not in MRRS_CHOICES}
-    if bad:
-        raise MrrsError("journal %s holds invalid MRRS originals %s (allowed %s); fix or remove those entries"
-                        % (journal.path, bad, ", ".join(map(str, MRRS_CHOICES))), base)
-    by_bdf = {d["bdf"]: d for d in list_devices(node)}
-    for bdf in sorted(set(originals) - set(by_bdf)):
-        base["devices"].append(_absent_result(bdf))
-        base["warnings"].append("%s: %s" % (bdf, base["devices"][-1]["reason"]))
-    return originals, [by_bdf[b] for b in sorted(originals) if b in by_bdf]
-
-
 def _plan(devices, wanted, base):
-    """Inspect ``devices`` and fill ``base["devices"]``; return ``{bdf: target}`` and ``{bdf: (dev, devctl)}``.
-
-    A device whose config space is unusable, or not writable where a write is needed, is
-    failed here with its cause and left out of the targets, so it cannot stop the others.
-    """
+    """Inspect ``devices`` and fill ``base["devices"]``; return ``{bdf: target}`` and ``{bdf: (dev, devctl)}``."""
     targets, planned = {}, {}
     for dev in devices:
         pcie, fault = inspect_device(dev)
@@ -172,22 +133,15 @@ def _base_result(node):
 def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal | None, check_mode: bool,
              mrrs: int | None = None, selector: DeviceSelector | None = None, restore: bool = False,
              allow_empty: bool = False) -> dict:
-    """Apply ``mrrs`` to the devices chosen by ``selector`` (or restore the journal's originals).
-
-    ``setpci_factory()`` returns a ``Setpci``; it is called only when something must be written,
-    so check mode and idempotent runs start no process. Returns the result dict (``devices``,
-    ``failed_devices``, ``changed``, ``lockdown``, ``pcie_bus_perf``, ``warnings``, ``diff``).
-    Raises MrrsError, before any write, when the task cannot proceed. A device that cannot be
-    set (predicted before writing, also in check mode, or found after) is listed in
-    ``failed_devices`` with its cause while every other device is still set; the caller fails
-    the task at the end (``failure_message``).
-    """
+    """Apply ``mrrs`` to the devices chosen by ``selector`` (or restore the journal's originals)."""
     if not restore:
         encode_mrrs(mrrs)  # ValueError naming the allowed sizes
         selector = selector or DeviceSelector()
     base = _base_result(node)
     if restore:
-        wanted, devices = _restore_wanted(node, journal, base)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs_restore
+
+        wanted, devices = pcie_mrrs_restore.restore_wanted(node, journal, base)
     else:
         devices = select_devices(node, selector)
         wanted = {d["bdf"]: mrrs for d in devices}
@@ -222,13 +176,7 @@ def run_mrrs(node: Node, setpci_factory: Callable[[], Setpci], journal: Journal 
 
 
 def _write_and_read_back(setpci, targets, warnings):
-    """One setpci process writes every target and one reads them back (the normal path).
-
-    setpci stops at the first device it cannot write, leaving the ones after it unwritten:
-    after a failed batch, each device not yet at its target is written alone, so a bad device
-    neither keeps the others at their old value nor lends them its error. Returns
-    ``(after {bdf: devctl}, read_errors {bdf: msg}, write_errors {bdf: msg})``.
-    """
+    """One setpci process writes every target and one reads them back (the normal path)."""
     wrc, werr = setpci.write_mrrs(targets)
     after, read_errors = setpci.read_devctl(sorted(targets))
     if not (wrc or werr):
@@ -297,12 +245,7 @@ def failure_message(result: dict, restore: bool, check_mode: bool, journal_path:
 
 
 def run(call: contract.Call) -> dict:
-    """The setpci_mrrs module: check the options, open the node, ``run_mrrs``; returns the module's result.
-
-    Raises FamilyError (with the result so far) where the module fails: a bad option or root
-    before anything is read, a selection or lockdown that stops the task before any write, and
-    at the end every device that could not be set (``failure_message``).
-    """
+    """The setpci_mrrs module: check the options, open the node, ``run_mrrs``; returns the module's result."""
     params = call.params
     if params["mrrs"] is None and not params["restore"]:
         raise contract.FamilyError("mrrs is required (one of %s bytes) unless restore=true"
@@ -364,52 +307,6 @@ def _public(call, result, **overrides):
 # --- boot: its re-apply at boot and on hot-plug (its verification is pcie_mrrs_verify.py) ---
 
 
-def boot_selector(want: dict, bdf: str | None = None) -> DeviceSelector | None:
-    """The module's selector for ``want``; with ``bdf`` (udev) restricted to it, None when not selected."""
-    selector = DeviceSelector(vendor=want.get("vendor"), device=want.get("device"),
-                              class_prefixes=want.get("class_prefixes"), bdfs=want.get("bdfs"))
-    if bdf is None:
-        return selector
-    bdf = normalize_bdf(bdf)
-    if selector.bdfs is not None and bdf not in selector.bdfs:
-        return None
-    # The default selector is resolved already (vendor 0x10de, GPU classes): keep it with the BDF.
-    return DeviceSelector(vendor=selector.vendors, device=selector.device,
-                          class_prefixes=selector.class_prefixes, bdfs=[bdf])
-
-
-def boot(node: Node, want: dict, bdf: str | None = None) -> tuple[bool, str]:
-    """``run_mrrs`` without a journal; ``bdf`` restricts it to one device (udev ACTION=add)."""
-    size = want.get("mrrs")
-    encode_mrrs(size)
-    selector = boot_selector(want, bdf)
-    if selector is None:
-        return True, "%s is not one of the selected bdfs (%s): nothing to do" % (bdf, ", ".join(want["bdfs"]))
-
-    def setpci_factory():
-        return Setpci(run_argv, node.bin_path(SystemLookup(), "setpci", "pciutils"), node.pciutils_args())
-
-    allow_empty = bdf is not None or bool(want.get("allow_empty"))
-    result = run_mrrs(node, setpci_factory, None, False, mrrs=size, selector=selector,
-                      allow_empty=allow_empty)
-    notes = "".join("; warning: %s" % w for w in result["warnings"])
-    if result["failed_devices"]:
-        return False, failure_message(result, False, False) + notes
-    done = [d["bdf"] for d in result["devices"] if d["changed"]]
-    kept = [d["bdf"] for d in result["devices"] if not d["changed"] and not d["skipped"]]
-    if not result["devices"]:
-        return True, "no PCI Express device matches (%s)%s" % (selector.describe(), notes)
-    return True, "MRRS %d set on %d device(s)%s, %d already at it%s" % (
-        size, len(done), (" (%s)" % ", ".join(done)) if done else "", len(kept), notes)
-
-
-def hotplug(want: dict) -> list:
-    """The selected GPUs' vendor ids: a hot-added function (a GPU back after a reset) powers up at MRRS 512, and
-    the udev rule runs the boot runner only for these vendors (no Python start per unrelated device)."""
-    vendors = (want or {}).get("vendor")
-    return [vendors] if isinstance(vendors, str) else list(vendors or [])
-
-
 # The options of its module (setpci_mrrs): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(
     mrrs=dict(type="int", choices=list(MRRS_CHOICES)),
@@ -424,24 +321,6 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def from_role(v: dict, shared: dict) -> dict:
-    """The desired MRRS of the role's variables: the value and the GPUs it applies to."""
-    if not v["gpunode_tuning_pcie_mrrs_enabled"]:
-        return {NAME: None}
-    return {NAME: dict(mrrs=v["gpunode_tuning_pcie_mrrs"], allow_empty=bool(v["gpunode_tuning_gpu_allow_empty"]),
-                       **shared["selector"])}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """setpci_mrrs' options for the role's runtime flow (the selector's unset keys left out)."""
-    want = desired.get(NAME)
-    return None if want is None else {k: x for k, x in want.items() if x is not None}
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True, "allow_empty": True}
-
-
 def summary(result: dict) -> str:
     """The runtime report's line: how many devices were set, already there, skipped."""
     devices = result.get("devices") or []
@@ -454,8 +333,14 @@ def summary(result: dict) -> str:
                                                        len(devices) - len(changed) - len(skipped), len(skipped))
 
 
+def _plan_half():
+    """The plan half, imported on first use (family.later)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs_plan
+    return pcie_mrrs_plan
+
+
 def _verification():
-    """The verification half (families/pcie_mrrs_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_mrrs_verify
     return pcie_mrrs_verify
 
@@ -466,13 +351,13 @@ DEFINITION = Family(
     module="setpci_mrrs",
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
-    boot=boot,
-    hotplug=hotplug,
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    boot=contract.later(_plan_half, "boot"),
+    hotplug=contract.later(_plan_half, "hotplug"),
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     summary=summary,
     items="devices",
-    validate={NAME: desired_problems},
+    validate={NAME: contract.later(_plan_half, "desired_problems")},
 )

@@ -2,17 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Runtime kernel tunables: /proc/sys keys and transparent hugepage settings.
 
-Keys are sysctl names. As in sysctl(8), a name whose first separator is a dot is dotted
-(``net.ipv4.conf.eth0/100.rp_filter``: a ``/`` inside a component stands for a dot in the
-file name); one whose first separator is a slash is a path below /proc/sys. Transparent
-hugepage settings are the multiple-choice files ``enabled`` and ``defrag`` under
-/sys/kernel/mm/transparent_hugepage, named ``transparent_hugepage.enabled`` / ``.defrag`` in
-results and in the journal.
-
-The flow is validate (every key and value, nothing written) -> plan -> journal -> write ->
-read back; ``run`` is the kernel_tunables module's whole flow. Nothing here knows about Ansible. The
-verification half (facts, rows) is families/tunables_verify.py, imported only when verification calls it.
-"""
+How it works and why: docs/dev/node-code.md, "families/tunables.py"."""
 
 from __future__ import annotations
 
@@ -22,7 +12,6 @@ import re
 from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
     JOURNAL_ARGUMENT_SPEC,
@@ -38,11 +27,9 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
     ValidationError,
-    absolute_path,
     check_text,
     sysctl_key_components,
     sysctl_value,
-    write_problem,
 )
 
 NAME = "tunables"
@@ -102,11 +89,7 @@ def value_string(value: Any) -> str:
 
 
 def key_components(key: str) -> list[str]:
-    """Split a sysctl name into its file path components below /proc/sys.
-
-    Raises ``TunableError`` for names outside the sysctl key grammar (validate.py): empty,
-    absolute, traversing, option-like or holding control characters.
-    """
+    """Split a sysctl name into its file path components below /proc/sys."""
     try:
         return sysctl_key_components(key)
     except ValidationError as exc:
@@ -129,7 +112,7 @@ def _inside(node, rel, base):
     return real == top or real.startswith(top + os.sep)
 
 
-def _read_raw(node, rel):
+def read_raw(node, rel):
     """Current content of an attribute with surrounding whitespace stripped (NodeError if unreadable)."""
     full = node.path(rel)
     if not os.path.isfile(full):
@@ -164,13 +147,7 @@ def value_problem(name: str, value: Any) -> str | None:
 
 
 def validate_sysctl_value(key: str, desired: str, current: str) -> str:
-    """Check a desired value (text) against the current one; return the text to write.
-
-    The text check is the one the persistent drop-in gets too (``validate.sysctl_value``: no
-    control characters, no line breaks, no option-like leading '-'). Where every field of the
-    current value is an integer, the desired value must be integers too, with no more fields
-    than the current value has.
-    """
+    """Check a desired value (text) against the current one; return the text to write."""
     try:
         text = sysctl_value(key, desired)
     except ValidationError as exc:
@@ -198,8 +175,7 @@ def missing_item(key: str, path: str, kind: str, desired: Any, problem: str) -> 
 
 
 def plan_sysctl(node: Node, key: str, value: Any, seen: dict) -> dict:
-    """Plan one sysctl. Raises ``TunableError`` for bad input; a key missing on this node is an item
-    with ``problem`` set, so that the other keys are still applied."""
+    """Plan one sysctl."""
     parts = key_components(key)
     name = canonical_key(parts)
     if name in seen:
@@ -215,7 +191,7 @@ def plan_sysctl(node: Node, key: str, value: Any, seen: dict) -> dict:
                             "sysctl key %s does not exist on this node (no %s); allowed are existing keys under "
                             "/proc/sys" % (key, "/" + rel))
     try:
-        before_raw = _read_raw(node, rel)
+        before_raw = read_raw(node, rel)
     except NodeError as exc:
         return missing_item(name, rel, "sysctl", normalize(text),
                             "%s cannot be read (%s): only readable keys can be tuned and restored; write-only "
@@ -234,7 +210,7 @@ def plan_thp(node: Node, name: str, value: Any) -> dict:
     desired = value_string(value).strip()
     rel = "%s/%s" % (THP_DIR, name)
     try:
-        text = _read_raw(node, rel)
+        text = read_raw(node, rel)
     except NodeError as exc:
         return missing_item(key, rel, "thp", desired,
                             "%s: transparent hugepages are not available on this node (%s)" % (key, exc))
@@ -262,53 +238,8 @@ def thp_problem(name: str, value: Any) -> str | None:
     return None
 
 
-def sysctl_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["sysctl"]`` (``{name: value}``): key grammar, a name given twice,
-    the value's text and a range the kernel documents. Whether the key exists on the node, and whether an
-    integer key gets integers, is the node's (``plan_sysctl``)."""
-    shape = contract.entry_problem("sysctl", want, "sysctl names to values")
-    if shape or want is None:
-        return shape
-    out, seen = [], {}
-    for key, value in want.items():
-        try:
-            name = canonical_key(key_components(key))
-        except TunableError as exc:
-            out.append((str(key), str(exc)))
-            continue
-        if name in seen:
-            out.append((key, "%s is given twice (as %r and %r)" % (name, seen[name], key)))
-        seen[name] = key
-        problem = value_problem(name, value)
-        if problem:
-            out.append((key, problem))
-    return out
-
-
-def thp_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["thp"]`` (``{enabled, defrag}``, None or "" for not managed)."""
-    shape = contract.entry_problem("thp", want, "enabled, defrag")
-    if shape or want is None:
-        return shape
-    return [(str(name), problem) for name, value in want.items() if value not in (None, "")
-            for problem in [thp_problem(name, value)] if problem]
-
-
-def numa_balancing_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["numa_balancing"]`` (kernel.numa_balancing's value; None: unmanaged)."""
-    if want is None:
-        return []
-    problem = value_problem("kernel.numa_balancing", want)
-    return [("", problem)] if problem else []
-
-
 def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) -> list[dict]:
-    """Validate every requested item and return the plan, or raise ``TunableError`` listing all bad input.
-
-    Each item: ``{key, path, kind, desired, before, before_raw, choices, problem}``. ``problem``
-    is set for a key this node does not have: that item fails alone, the others are applied.
-    Nothing is written.
-    """
+    """Validate every requested item and return the plan, or raise ``TunableError`` listing all bad input."""
     items = []
     errors = []
     seen = {}
@@ -327,21 +258,6 @@ def plan_items(node: Node, sysctl: dict | None = None, thp: dict | None = None) 
     if errors:
         raise TunableError("; ".join(errors))
     return items
-
-
-def sysctl_file_problem(node: Node, path: str) -> str | None:
-    """Why the sysctl drop-in ``path`` (absolute on the node) could not be written, or None.
-
-    Raises ``TunableError`` for a path that is not a plain absolute path.
-    """
-    try:
-        absolute_path(path)
-    except ValidationError as exc:
-        raise TunableError("sysctl_file: %s" % exc) from None
-    problem = write_problem(node.path(path))
-    if problem:
-        return "the sysctl drop-in %s cannot be written: %s" % (node.path(path), problem)
-    return None
 
 
 def readonly_reason(node: Node, rel: str) -> str | None:
@@ -363,7 +279,7 @@ def write_errno(exc: NodeError) -> int | None:
 
 def read_current(node: Node, item: dict) -> str | None:
     """Read back an item: normalized sysctl value or the selected THP choice."""
-    text = _read_raw(node, item["path"])
+    text = read_raw(node, item["path"])
     if item["kind"] == "thp":
         choices = bracket_choices(text)
         return selected_bracket(text) or (text if len(choices) == 1 else None)
@@ -371,12 +287,7 @@ def read_current(node: Node, item: dict) -> str | None:
 
 
 def write_item(node: Node, item: dict, value: str) -> str | None:
-    """Write one value and read it back; returns the value read.
-
-    A simulated node has no kernel behind its files, so for a multiple-choice file the choice
-    list is written the way the kernel would show it after the write (``always [madvise] never``);
-    on a live node the choice alone is written.
-    """
+    """Write one value and read it back; returns the value read."""
     if item["kind"] == "thp" and not node.is_live:
         data = " ".join("[%s]" % c if c == value else c for c in item["choices"]) + "\n"
     else:
@@ -424,12 +335,7 @@ def _sort_out(node, items, check_mode, skip_readonly):
 
 def apply(node: Node, items: list[dict], journal: Journal | None = None, check_mode: bool = False,
           skip_readonly: bool = False) -> tuple[dict, list[str]]:
-    """Apply planned items. Returns ``(results by key, list of failed keys)``.
-
-    Originals are recorded in the journal (and it is saved) before the first write; an item
-    that cannot be applied here (``problem``) or whose value does not read back as desired is
-    failed, the others are still applied.
-    """
+    """Apply planned items. Returns ``(results by key, list of failed keys)``."""
     results, todo = _sort_out(node, items, check_mode, skip_readonly)
     if not todo:
         return results, failed_keys(results)
@@ -471,105 +377,29 @@ def write_failure(item: dict, value: str, exc: NodeError) -> str:
     return str(exc)
 
 
-def restore_item(node: Node, key: str, original: Any) -> dict:
-    """The item that puts one journaled original back; ``problem`` says why it cannot be restored."""
-    if key.startswith(THP_PREFIX):
-        name = key[len(THP_PREFIX):]
-        rel = "%s/%s" % (THP_DIR, name)
-        if name not in THP_FILES:  # never build a path from a journal entry we did not write
-            return missing_item(key, rel, "thp", original, "%s is not a transparent hugepage setting" % key)
-        try:
-            text = _read_raw(node, rel)
-        except NodeError as exc:
-            return missing_item(key, rel, "thp", original, "%s: %s" % (key, exc))
-        choices = bracket_choices(text)
-        return dict(key=key, path=rel, kind="thp", desired=original, before_raw=None, choices=choices,
-                    before=selected_bracket(text) or (text if len(choices) == 1 else None), problem=None)
-    try:
-        rel = sysctl_path(key_components(key))
-    except TunableError as exc:
-        return missing_item(key, PROC_SYS, "sysctl", original, str(exc))
-    try:
-        # The original is written back as recorded: a tab between fields (tcp_rmem) is what the
-        # kernel showed, any other control character is not.
-        check_text("journaled value of %s" % key, str(original).replace("\t", " "))
-        before_raw = _read_raw(node, rel)
-    except (ValidationError, NodeError) as exc:
-        return missing_item(key, rel, "sysctl", original, str(exc))
-    return dict(key=key, path=rel, kind="sysctl", desired=original, before=normalize(before_raw),
-                before_raw=before_raw, choices=None, problem=None)
-
-
-def restore_items(node: Node, journal: Journal) -> list[dict]:
-    """Items that put the journaled originals back, one per journal entry (sorted by key)."""
-    return [restore_item(node, key, original) for key, original in sorted(journal.entries(NAME).items())]
-
-
-def restore(node: Node, journal: Journal, check_mode: bool = False,
-            skip_readonly: bool = False) -> tuple[dict, list[str]]:
-    """Write the journaled originals back, read back, drop restored entries, save.
-
-    The original text is written as recorded (a tab-separated tcp_rmem stays tab-separated). An
-    entry that cannot be restored is failed and stays in the journal for the next attempt; the
-    others are restored. Returns ``(results by key, failed keys)``.
-    """
-    results = {}
-    for item in restore_items(node, journal):
-        res = results[item["key"]] = new_result(item)
-        if res["failed"]:
-            continue
-        res["desired"] = normalize(item["desired"]) if item["kind"] == "sysctl" else item["desired"]
-        if res["before"] == res["desired"]:
-            if not check_mode:
-                journal.drop(NAME, item["key"])
-            continue
-        reason = readonly_reason(node, item["path"])
-        if reason and skip_readonly:
-            res.update(skipped=True, reason=reason + "; skipped (skip_readonly)")
-            continue
-        if check_mode:
-            res.update(changed=True, after=res["desired"])
-            continue
-        _restore_one(node, journal, item, res)
-    journal.save(check_mode=check_mode)
-    return results, failed_keys(results)
-
-
-def _restore_one(node, journal, item, res):
-    """Write one original back; drop its journal entry only when it reads back."""
-    try:
-        after = write_item(node, item, item["desired"])
-    except NodeError as exc:
-        res.update(failed=True, reason=str(exc))
-        return
-    res["after"] = after
-    if after == res["desired"]:
-        res["changed"] = True
-        journal.drop(NAME, item["key"])
-    else:
-        res.update(failed=True, reason="wrote %r but read back %r" % (item["desired"], after))
-
-
 def run(call: contract.Call) -> dict:
-    """The kernel_tunables module: validate every key and value, journal, write, read back; returns the result.
-
-    Raises FamilyError on bad input (nothing written) and, after every other key was applied or
-    restored, naming each key that was not with its reason (the full result goes with it).
-    """
+    """The kernel_tunables module: validate every key and value, journal, write, read back; returns the result."""
     params = call.params
     node, journal = open_node(params)
     items = None
     try:
         if not params["restore"]:
             items = plan_items(node, params["sysctl"], params["transparent_hugepage"])
-        problem = sysctl_file_problem(node, params["sysctl_file"]) if params["sysctl_file"] else None
+        problem = None
+        if params["sysctl_file"]:  # the persistent flow's check of its drop-in
+            from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_plan
+
+            problem = tunables_plan.sysctl_file_problem(node, params["sysctl_file"])
     except TunableError as exc:
         raise contract.FamilyError("invalid input, nothing was written: %s" % exc) from None
     if problem:
         raise contract.FamilyError("%s; nothing was written" % problem)
     try:
         if params["restore"]:
-            results, failed = restore(node, journal, check_mode=call.check_mode, skip_readonly=params["skip_readonly"])
+            from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_restore
+
+            results, failed = tunables_restore.restore(node, journal, check_mode=call.check_mode,
+                                                       skip_readonly=params["skip_readonly"])
         else:
             results, failed = apply(node, items, journal=journal, check_mode=call.check_mode,
                                     skip_readonly=params["skip_readonly"])
@@ -594,18 +424,6 @@ def failure_message(results: dict, failed: list, applied: list, restore: bool = 
                "already original: %s" % (causes, ", ".join(applied) or "none")
     return "these keys were not applied: %s. Applied: %s" % (causes, ", ".join(applied) or "none")
 
-# --- boot, and the role's hooks ---
-
-
-def boot(node: Node, want: dict) -> tuple[bool, str]:
-    """kernel_tunables' plan and writes of the transparent hugepage settings, without a journal."""
-    items = plan_items(node, thp=want)
-    results, failed = apply(node, items)
-    if failed:
-        return False, "; ".join("%s: %s" % (k, results[k]["reason"]) for k in failed)
-    return True, ", ".join("%s=%s%s" % (k, r["after"], " (changed)" if r["changed"] else "")
-                           for k, r in sorted(results.items()))
-
 
 # The options of its module (kernel_tunables): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(
@@ -621,80 +439,25 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def from_role(v: dict, shared: dict) -> dict:
-    """NUMA balancing, THP and the sysctls (NUMA balancing is a sysctl too: kernel.numa_balancing)."""
-    sysctl = {}
-    if v["gpunode_tuning_sysctl_enabled"]:
-        sysctl.update(v["gpunode_tuning_sysctl"] or {})
-        sysctl.update(v["gpunode_tuning_sysctl_extra"] or {})
-    numa = v["gpunode_tuning_numa_balancing"] if v["gpunode_tuning_numa_balancing_enabled"] else None
-    if v["gpunode_tuning_numa_balancing_enabled"]:
-        sysctl["kernel.numa_balancing"] = numa
-    thp = ({"enabled": v["gpunode_tuning_thp_mode"], "defrag": v["gpunode_tuning_thp_defrag"]}
-           if v["gpunode_tuning_thp_enabled"] else {})
-    return {"numa_balancing": numa, "thp": thp, "sysctl": sysctl}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    """kernel_tunables' options: one call for the sysctls and THP; None when there is neither."""
-    if not desired.get("sysctl") and not desired.get("thp"):
-        return None
-    out = {"skip_readonly": v["gpunode_tuning_sysctl_skip_readonly"]}
-    if desired.get("sysctl"):
-        out["sysctl"] = desired["sysctl"]
-    if desired.get("thp"):
-        out["transparent_hugepage"] = desired["thp"]
-    return out
-
-
-def restore_options(v: dict) -> dict:
-    return {"restore": True, "skip_readonly": v.get("gpunode_tuning_sysctl_skip_readonly", False)}
-
-
-def persist_sysctl(pc) -> dict:
-    """The sysctl drop-in: every valid key the node has; a key it lacks is left out and fails the concern.
-
-    The values are kernel_tunables' own plan (validated, normalized: lists joined, booleans 1/0), made in
-    check mode; bad input or an unwritable drop-in fails before anything is written.
-    """
-    sysctl = pc.desired.get("sysctl") or {}
-    if not sysctl:
-        return {"changed": False, "skipped": True, "reason": "no sysctl to persist"}
-    path = pc.settings["sysctl_file"]
-    try:
-        plan = pc.run_family(NAME, {"sysctl": sysctl, "sysctl_file": path}, check_mode=True)
-    except contract.FamilyError as exc:
-        if "failed_keys" not in exc.result:
-            raise
-        plan = exc.result
-    settings = plan["settings"]
-    lines = ["%s=%s" % (k, r["desired"]) for k, r in settings.items() if not r.get("failed")]
-    if pc.files.write(path, persistence.HEADER + "".join(line + "\n" for line in lines)) and not pc.settings.get(
-            "sysctl_skip_readonly"):
-        persistence.run_command(pc, ["sysctl", "-p", path], "loading the sysctl drop-in")
-    if plan["failed_keys"]:
-        raise contract.FamilyError("not persisted to %s (the other sysctls were): %s" % (
-            path, "; ".join(settings[k].get("reason") or k for k in plan["failed_keys"])))
-    return {"keys": [k for k, r in settings.items() if not r.get("failed")]}
-
-
-def remove_sysctl(pc) -> dict:
-    pc.files.remove(pc.settings["sysctl_file"])
-    return {}
-
-
-PERSIST = persistence.Concern("sysctl", ("numa_balancing", "sysctl", NAME), persist_sysctl, remove_sysctl,
-                              description="the sysctl drop-in (keys the node lacks are left out and fail the concern)")
-
-
 def summary(result: dict) -> str:
     return ", ".join("%s=%s" % (k, r.get("after")) for k, r in (result.get("settings") or {}).items())
 
 
+def _plan_half():
+    """The plan half, imported on first use (family.later)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_plan
+    return tunables_plan
+
+
 def _verification():
-    """The verification half (families/tunables_verify.py), imported when verification first calls it."""
+    """The verification half, imported on first use (family.later)."""
     from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables_verify
     return tunables_verify
+
+
+PERSIST = contract.Concern("sysctl", ("numa_balancing", "sysctl", NAME), contract.later(_plan_half, "persist_sysctl"),
+                           contract.later(_plan_half, "remove_sysctl"),
+                           description="the sysctl drop-in (keys the node lacks are left out and fail the concern)")
 
 
 DEFINITION = Family(
@@ -708,15 +471,15 @@ DEFINITION = Family(
     run=run,
     evaluate=contract.later(_verification, "evaluate"),
     boot_sysctls=contract.later(_verification, "boot_sysctls"),
-    boot=boot,
+    boot=contract.later(_plan_half, "boot"),
     boot_key="thp",
     tags=("numa_balancing", "thp", "sysctl"),
-    from_role=from_role,
-    runtime_options=runtime_options,
-    restore_options=restore_options,
+    from_role=contract.later(_plan_half, "from_role"),
+    runtime_options=contract.later(_plan_half, "runtime_options"),
+    restore_options=contract.later(_plan_half, "restore_options"),
     argument_spec=ARGUMENT_SPEC,
     persist=PERSIST,
     summary=summary,
     items="settings",
-    validate={"numa_balancing": numa_balancing_problems, "thp": thp_problems, "sysctl": sysctl_problems},
+    validate={key: contract.later(_plan_half, "%s_problems" % key) for key in ("numa_balancing", "thp", "sysctl")},
 )

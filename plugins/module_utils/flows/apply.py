@@ -31,12 +31,7 @@ ARGUMENT_SPEC = dict(
 
 
 def run_families(requests: list, make_call: Callable[[Any, dict], Call]) -> dict:
-    """``{family name: result}`` of each ``{"name", "options"}`` request, in the order given.
-
-    ``make_call(family, options)`` completes the options (defaults, types) and returns the Call; it
-    raises FamilyError for options the family's module would refuse. A failed family's result has
-    ``failed: true`` and ``msg``, plus whatever it returned of what it did.
-    """
+    """``{family name: result}`` of each ``{"name", "options"}`` request, in the order given."""
     results = {}
     for request in requests:
         fam = registry.by_name(request["name"])
@@ -130,12 +125,7 @@ def not_runnable(names) -> list:
 
 
 def run(module, make_call: Callable[[Any, dict], Call]) -> dict:
-    """tuning_apply's work on ``module.params`` (ARGUMENT_SPEC's): every requested family under the node's lock.
-
-    ``module``: what an AnsibleModule offers (``params``, ``check_mode``, ``_diff``); ``make_call``: the module's
-    module_calls.call_maker. Returns ``changed``, ``families``, ``failed_families``, ``summary`` (and ``diff``);
-    raises ValueError naming the families that cannot run, NodeError or LockError.
-    """
+    """tuning_apply's work on ``module.params`` (ARGUMENT_SPEC's): every requested family under the node's lock."""
     params = module.params
     unknown = not_runnable([r["name"] for r in params["families"]])
     if unknown:

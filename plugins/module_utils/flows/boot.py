@@ -32,7 +32,7 @@ import os
 import sys
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock, persistence, validate
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock, persistence, validate, validate_boot
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 
@@ -348,7 +348,7 @@ def _boot_settings(settings: dict) -> tuple:
     try:
         python = validate.absolute_path(settings["boot_python"])
         script = validate.absolute_path(settings["boot_script"])
-        before = validate.systemd_unit_names(settings.get("boot_unit_before") or [])
+        before = validate_boot.systemd_unit_names(settings.get("boot_unit_before") or [])
     except validate.ValidationError as exc:
         raise FamilyError("%s; nothing was written" % exc) from None
     return python, script, before

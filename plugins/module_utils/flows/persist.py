@@ -18,11 +18,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
-    FamilyError,
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import (
+    NodeFiles,
+    PersistCall,
     as_role_options,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence import NodeFiles, PersistCall
 
 
 def persist_call(node, call, desired: dict, settings: dict, make_call: Callable[..., Any]) -> PersistCall:

@@ -45,8 +45,8 @@ def _open(node: Node, journal: str | None):
 
 
 def finish(node: Node, journal: str | None, writing: Writing) -> list:
-    """Record the created directories in the journal, and remove the recorded ones that are empty now (nothing of
-    ours left in them: rollback, or a concern turned off); the node paths removed. Called still holding the lock."""
+    """Record the created directories in the journal, and remove the recorded ones that are empty now (nothing of ours
+    left in them: rollback, or a concern turned off); the node paths removed."""
     jr = _open(node, journal)
     if jr is None:
         return []
