@@ -18,6 +18,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm as aspm
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_plan as aspm_plan
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_verify as aspm_verify
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import Context
 
@@ -145,7 +146,7 @@ def test_bad_input_names_what_is_allowed_and_writes_nothing(build_node, digest):
     with pytest.raises(family.FamilyError, match="policy must be one of default, performance, powersave, "
                                                  "powersupersave"):
         run(root, policy="fast")
-    assert aspm.desired_problems({"links": "on", "persist": "grub"}) == [
+    assert aspm_plan.desired_problems({"links": "on", "persist": "grub"}) == [
         ("links", "links must be one of off, keep, got 'on'"),
         ("persist", "persist must be one of boot_unit, kernel_arg, got 'grub'")]
     assert digest(root) == before
@@ -195,7 +196,7 @@ def test_a_kernel_without_aspm_control_is_unsupported_and_nothing_is_written(bui
         "policy": ("unsupported", True), GPUS[0]: ("unsupported", True), GPUS[1]: ("unsupported", True)}
     assert rows[GPUS[0]]["running"] == "%s L1 Enabled; %s L1 Enabled" % (ROOT_PORTS[0], GPUS[0])
     assert words in rows["policy"]["reason"]
-    assert aspm.boot(Node(root), WANT)[0] is True and digest(root) == before
+    assert aspm_plan.boot(Node(root), WANT)[0] is True and digest(root) == before
 
 
 def test_pcie_aspm_off_with_aspm_left_off_by_the_firmware_is_applied_for_the_links(build_node):
@@ -250,19 +251,19 @@ class _PC:
 def test_kernel_args_only_for_kernel_arg_persistence_and_a_node_that_can_take_it(build_node):
     root, off = node2(build_node), node2(build_node, aspm="off")
     unfit = {}
-    assert aspm.kernel_args(_PC(root, dict(WANT, persist="boot_unit"), unfit)) == []
-    assert aspm.kernel_args(_PC(root, dict(WANT, persist="kernel_arg"), unfit)) == ["pcie_aspm.policy=performance"]
-    assert aspm.kernel_args(_PC(off, dict(WANT, persist="kernel_arg"), unfit)) == [] and "pcie_aspm=off" in unfit[
+    assert aspm_plan.kernel_args(_PC(root, dict(WANT, persist="boot_unit"), unfit)) == []
+    assert aspm_plan.kernel_args(_PC(root, dict(WANT, persist="kernel_arg"), unfit)) == ["pcie_aspm.policy=performance"]
+    assert aspm_plan.kernel_args(_PC(off, dict(WANT, persist="kernel_arg"), unfit)) == [] and "pcie_aspm=off" in unfit[
         "pcie_aspm.policy"]
-    assert len(aspm.kernel_args(_PC(root, None, {}), remove=True)) == 4
+    assert len(aspm_plan.kernel_args(_PC(root, None, {}), remove=True)) == 4
 
 
 def test_boot_reapplies_links_and_policy_without_a_journal(build_node):
     root = node2(build_node, aspm="l1")
-    ok, msg = aspm.boot(Node(root), dict(WANT, persist="boot_unit"))
+    ok, msg = aspm_plan.boot(Node(root), dict(WANT, persist="boot_unit"))
     assert ok and "policy" in msg and not os.path.exists(os.path.join(root, JOURNAL.lstrip("/")))
     assert all(r["state"] == "applied" for r in rows_of(root).values())
-    assert aspm.boot(Node(root), dict(WANT))[1] == "already set"
+    assert aspm_plan.boot(Node(root), dict(WANT))[1] == "already set"
 
 
 def test_the_family_is_registered_with_its_tag_variables_and_role_rules():
@@ -270,10 +271,10 @@ def test_the_family_is_registered_with_its_tag_variables_and_role_rules():
     assert registry.selecting_tags(fam) == ("pcie_aspm",) and fam.boot is not None and fam.kernel_args is not None
     values = {"gpunode_tuning_pcie_aspm_policy": "performance", "gpunode_tuning_pcie_aspm_links": "off",
               "gpunode_tuning_pcie_aspm_persist": "kernel_arg", "gpunode_tuning_kernel_cmdline_enabled": False}
-    assert aspm.from_role(values, {"selector": {}})[aspm.NAME]["persist"] == "kernel_arg"
-    assert "gpunode_tuning_kernel_cmdline_enabled" in aspm.role_problems(values)[0]
-    assert aspm.from_role(dict(values, gpunode_tuning_pcie_aspm_policy=None, gpunode_tuning_pcie_aspm_links="keep"),
-                          {"selector": {}}) == {aspm.NAME: None}
+    assert aspm_plan.from_role(values, {"selector": {}})[aspm.NAME]["persist"] == "kernel_arg"
+    assert "gpunode_tuning_kernel_cmdline_enabled" in aspm_plan.role_problems(values)[0]
+    kept = dict(values, gpunode_tuning_pcie_aspm_policy=None, gpunode_tuning_pcie_aspm_links="keep")
+    assert aspm_plan.from_role(kept, {"selector": {}}) == {aspm.NAME: None}
 
 
 def test_the_guard_names_aspm_drift_and_reapplies_it(build_node):

@@ -11,6 +11,10 @@ import os
 import re
 from typing import Iterable
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_release import (  # noqa: F401 (re-exported)
+    parse_release,
+    release_text,
+)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import SYSFS_CPU, Node, read_small
 
 # Kernel options a setting needs (read from the running kernel's configuration).
@@ -56,18 +60,6 @@ FLOORS = {
 
 
 # --- readers ---
-
-
-def parse_release(text: str | None) -> tuple | None:
-    """``(major, minor, patch)`` of a kernel release such as ``5.15.0-91-generic``; None when it has none."""
-    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
-
-def release_text(release: tuple | None) -> str:
-    return "%d.%d" % release[:2] if release else "unknown"
 
 
 def parse_kernel_config(text: str, options: Iterable[str] = KERNEL_OPTIONS) -> dict:

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """PCIe link power management (ASPM) on the GPU paths: the ``pcie_aspm`` family (issue 44): the kernel's ASPM
-policy and the per-link ASPM attributes, run, boot re-apply and kernel argument (verification: pcie_aspm_verify.py).
+policy and the per-link ASPM attributes, and the run (plan half: pcie_aspm_plan.py; verification: pcie_aspm_verify.py).
 
 How it works and why: docs/dev/node-code.md, "families/pcie_aspm.py".
 """
@@ -14,7 +14,7 @@ import struct
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import platform as fit
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import kernel_release as fit
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import JOURNAL_ARGUMENT_SPEC, open_node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     NODE_ARGUMENT_SPEC,
@@ -185,7 +185,7 @@ def links_reason(facts: dict) -> str:
 # The run: validate, plan, journal, write, read back (or restore)
 
 
-def _params_problems(want: dict) -> list:
+def params_problems(want: dict) -> list:
     out = []
     if want.get("policy") is not None and want["policy"] not in POLICIES:
         out.append(("policy", "policy must be one of %s (or null: leave it), got %r"
@@ -195,19 +195,8 @@ def _params_problems(want: dict) -> list:
     return out
 
 
-def desired_problems(want: Any) -> list:
-    """``Family.validate`` of ``desired["pcie_aspm"]``: ``{policy, links, persist}`` and the PCI selector keys."""
-    shape = family.entry_problem(NAME, want, "policy, links, persist and the PCI selector keys")
-    if shape or want is None:
-        return shape
-    out = _params_problems(want)
-    if want.get("persist") is not None and want["persist"] not in PERSIST:
-        out.append(("persist", "persist must be one of %s, got %r" % (", ".join(PERSIST), want["persist"])))
-    return out + pci.selector_problems(want)
-
-
-def _selector(params: dict) -> pci.DeviceSelector:
-    problems = _params_problems(params) + pci.selector_problems(params)
+def device_selector(params: dict) -> pci.DeviceSelector:
+    problems = params_problems(params) + pci.selector_problems(params)
     if problems:
         raise family.FamilyError("invalid input, nothing was written: %s" % family.problems_text(problems),
                                  {"changed": False})
@@ -378,7 +367,7 @@ def execute(call: family.Call, node: Node, journal: Any, selector: pci.DeviceSel
 
 def run(call: family.Call) -> dict:
     """The family's run (the runtime and rollback flows): options in, the items' results out."""
-    selector = _selector(call.params)
+    selector = device_selector(call.params)
     node, journal = open_node(call.params)
     if not call.params.get("restore") and call.params.get("policy") is None \
             and (call.params.get("links") or "keep") == "keep":
@@ -390,67 +379,6 @@ def run(call: family.Call) -> dict:
         raise family.FamilyError(str(exc), {"changed": False}) from None
 
 
-# Boot re-apply, persistence, the controller's hooks
-
-
-def boot(node: Node, want: dict) -> tuple:
-    """Re-apply ``desired["pcie_aspm"]`` at boot (link attributes and the policy start from the kernel's defaults)."""
-    params = dict(want, restore=False, journal=None, allow_empty=True)
-    params.pop("persist", None)
-    call = family.Call(params=params)
-    try:
-        result = execute(call, node, None, _selector(params))
-    except (family.FamilyError, NodeError) as exc:
-        return False, str(exc)
-    if result["unsupported"]:
-        return True, "; ".join("%s unsupported: %s" % kv for kv in sorted(result["unsupported"].items()))
-    done = [i["name"] for i in result["items"] if i["changed"]]
-    return True, "set %s" % ", ".join(done) if done else "already set"
-
-
-def kernel_arg(policy: str) -> str:
-    return "pcie_aspm.policy=%s" % policy
-
-
-def kernel_args(pc, remove: bool = False) -> list:
-    """``pcie_aspm.policy=<policy>`` with persist kernel_arg where the kernel controls ASPM; ``remove``: all."""
-    if remove:
-        return [kernel_arg(p) for p in POLICIES]
-    want = pc.desired.get(NAME) or {}
-    if want.get("persist") != "kernel_arg" or not want.get("policy"):
-        return []
-    facts = scan(pc.node)
-    if facts["control"] != "os":
-        if pc.unfit is not None:
-            pc.unfit["%s.policy" % NAME] = facts["control_reason"]
-        return []
-    return [kernel_arg(want["policy"])]
-
-
-def from_role(v: dict, shared: dict) -> dict:
-    policy, links = v.get("gpunode_tuning_pcie_aspm_policy"), v.get("gpunode_tuning_pcie_aspm_links") or "keep"
-    if policy is None and links == "keep":
-        return {NAME: None}
-    return {NAME: dict(policy=policy, links=links, persist=v.get("gpunode_tuning_pcie_aspm_persist") or "boot_unit",
-                       allow_empty=True, **shared["selector"])}
-
-
-def runtime_options(desired: dict, v: dict) -> dict | None:
-    want = desired.get(NAME)
-    if not want:
-        return None
-    return {k: x for k, x in want.items() if x is not None and k != "persist"}
-
-
-def role_problems(values: dict) -> list:
-    """The policy persisted by kernel argument needs the command-line family on."""
-    if (values.get("gpunode_tuning_pcie_aspm_policy") and values.get("gpunode_tuning_pcie_aspm_persist") == "kernel_arg"
-            and values.get("gpunode_tuning_kernel_cmdline_enabled") is False):
-        return ["gpunode_tuning_pcie_aspm_persist: kernel_arg needs gpunode_tuning_kernel_cmdline_enabled: true (the "
-                "command-line family writes pcie_aspm.policy=); set it, or gpunode_tuning_pcie_aspm_persist: boot_unit"]
-    return []
-
-
 def summary(result: dict) -> str:
     if result.get("msg"):
         return result["msg"]
@@ -460,6 +388,12 @@ def summary(result: dict) -> str:
     for key, why in sorted((result.get("unsupported") or {}).items()):
         line += "; %s unsupported: %s" % (key, why)
     return line
+
+
+def _plan_half():
+    """The plan half (families/pcie_aspm_plan.py), imported on first use (family.later)."""
+    from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_plan
+    return pcie_aspm_plan
 
 
 def _verification():
@@ -476,14 +410,14 @@ DEFINITION = family.Family(
     run=run,
     evaluate=family.later(_verification, "evaluate"),
     reads_boot_config=family.later(_verification, "reads_boot_config"),
-    boot=boot,
-    from_role=from_role,
-    role_problems=role_problems,
-    runtime_options=runtime_options,
+    boot=family.later(_plan_half, "boot"),
+    from_role=family.later(_plan_half, "from_role"),
+    role_problems=family.later(_plan_half, "role_problems"),
+    runtime_options=family.later(_plan_half, "runtime_options"),
     restore_options=lambda v: {"restore": True},
     argument_spec=ARGUMENT_SPEC,
-    kernel_args=kernel_args,
+    kernel_args=family.later(_plan_half, "kernel_args"),
     summary=summary,
     items="items",
-    validate={NAME: desired_problems},
+    validate={NAME: family.later(_plan_half, "desired_problems")},
 )
