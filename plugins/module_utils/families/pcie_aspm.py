@@ -379,6 +379,11 @@ def run(call: family.Call) -> dict:
         raise family.FamilyError(str(exc), {"changed": False}) from None
 
 
+def kernel_arg(policy: str) -> str:
+    """The kernel argument that sets the policy at boot."""
+    return "pcie_aspm.policy=%s" % policy
+
+
 def summary(result: dict) -> str:
     if result.get("msg"):
         return result["msg"]

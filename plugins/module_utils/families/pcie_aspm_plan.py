@@ -19,6 +19,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_aspm 
     POLICIES,
     device_selector,
     execute,
+    kernel_arg,
     params_problems,
     scan,
 )
@@ -48,10 +49,6 @@ def boot(node: Node, want: dict) -> tuple:
         return True, "; ".join("%s unsupported: %s" % kv for kv in sorted(result["unsupported"].items()))
     done = [i["name"] for i in result["items"] if i["changed"]]
     return True, "set %s" % ", ".join(done) if done else "already set"
-
-
-def kernel_arg(policy: str) -> str:
-    return "pcie_aspm.policy=%s" % policy
 
 
 def kernel_args(pc, remove: bool = False) -> list:
