@@ -151,7 +151,7 @@ class ActionModule(ActionBase):
                 given = hostvars[host].get("gpunode_tuning_drain_slurm_node") if host in hostvars else None
                 node_of[host] = reboot.slurm_node_name(host, self._templar.template(given))
             return SlurmBackend(self._slurm_runner(task_vars), node_of, claim=self._claim,
-                                    fleet_partitions=self._vars["gpunode_tuning_drain_slurm_fleet_partitions"])
+                                fleet_partitions=self._vars["gpunode_tuning_drain_slurm_fleet_partitions"])
         if name == "command":
             commands = {"drain": self._vars["gpunode_tuning_drain_command"],
                         "check": self._vars["gpunode_tuning_drain_check_command"],

@@ -155,7 +155,7 @@ def test_the_rx6600_capture_reads_its_cap_and_level_and_has_no_partition(real):
     probe = _probe(real, "amd-smi-static-json-list-rx6600-luckylinux.txt",
                    "amd-smi-metric-json-list-rx6600-luckylinux.txt")
     rows = {r["name"]: r for r in gpu_settings_verify.amd_rows({"power_limit": 100, "perf_level": "auto",
-                                                         "compute_partition": "SPX"}, probe)}
+                                                                "compute_partition": "SPX"}, probe)}
     assert rows["power_limit"]["state"] == "applied" and rows["perf_level"]["state"] == "applied"
     assert rows["compute_partition"]["state"] == "unsupported"
     assert "no compute partition (N/A) for GPU 0 (0000:0b:00.0)" in rows["compute_partition"]["reason"]

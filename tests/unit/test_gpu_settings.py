@@ -126,7 +126,7 @@ def test_evaluate_reads_the_health_query():
             "0x0000000000000001, 0, 570.124.06")
     facts = {"gpu_probe": {"probe": "present", "health": {"rc": 0, "stdout": line}}}
     rows = {r["name"]: r for r in gpu_settings_verify.evaluate(facts, {"gpu_settings": {"persistence": True,
-                                                                                 "power_limit": 400}}, None)}
+                                                                                        "power_limit": 400}}, None)}
     assert rows["persistence"]["state"] == "applied"
     assert rows["power_limit"]["state"] == "drifted" and "0000:41:00.0 450.00 W of 400 W" in rows["power_limit"][
         "reason"]

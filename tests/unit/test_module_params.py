@@ -20,7 +20,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify
 
 UVM_FILE = "etc/modprobe.d/gpunode-tuning-nvidia_uvm.conf"
 WANT = {"kmod": {"modules": [{"name": "nvidia_uvm", "params": {"uvm_disable_hmm": 1, "uvm_perf_prefetch_threshold":
-                                                                   "0x33", "NVreg_Nope": 1}}]}}
+                                                               "0x33", "NVreg_Nope": 1}}]}}
 
 
 @pytest.mark.parametrize("requested,current,verdict", [
@@ -165,7 +165,7 @@ def test_a_later_options_line_or_the_command_line_wins_and_is_no_reason_to_reboo
         fh.write(" nvidia_uvm.uvm_disable_hmm=N")
     assert mo.overriding(node, "nvidia_uvm", own) == {"uvm_disable_hmm": {"value": "N", "source": mo.CMDLINE}}
     assert kmod_plan.pending_params(SimpleNamespace(node=node, unfit={}),
-                               [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
+                                    [{"name": "nvidia_uvm", "param_drift": drift}]) == {}
     with open(os.path.join(root, "proc/cmdline"), "a", encoding="utf-8") as fh:
         fh.write(" nvidia_uvm.uvm_disable_hmm=on")  # the last one wins, and it is the wanted value
     assert kmod_plan.pending_params(SimpleNamespace(node=node, unfit={}),

@@ -170,7 +170,7 @@ def test_an_eperm_on_the_policy_write_is_unsupported_and_stops_every_write(build
                                   warn=warnings.append))
     assert not result["changed"] and "EPERM" in result["unsupported"]["policy"]
     assert [i["name"] for i in result["items"] if i["skipped"]] == ["policy", GPUS[0] + "/l1_aspm",
-                                                                     GPUS[1] + "/l1_aspm"]
+                                                                    GPUS[1] + "/l1_aspm"]
     assert aspm_verify.read(Node(root))["links"][GPUS[0]]["attrs"]["l1_aspm"] == 1  # nothing written after the refusal
     assert Journal(Node(root), JOURNAL).entries(aspm.NAME) == {}  # nothing to restore
     assert any("unsupported" in w and "EPERM" in w for w in warnings)
@@ -182,7 +182,7 @@ def test_an_eperm_on_the_policy_write_is_unsupported_and_stops_every_write(build
     ("no-policy", "no_policy", "CONFIG_PCIEASPM"),
 ])
 def test_a_kernel_without_aspm_control_is_unsupported_and_nothing_is_written(build_node, digest, mode, control,
-                                                                                words):
+                                                                             words):
     root = node2(build_node, aspm=mode)
     before = digest(root)
     warnings = []

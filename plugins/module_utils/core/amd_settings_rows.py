@@ -45,7 +45,6 @@ def amd_probe_gpus(probe: dict, need_metric: bool) -> tuple:
              "memory_partition": r.get("memory_partition")} for r in static["gpus"]], None
 
 
-
 def _power_row(row: Callable, key: str, power: dict, gpus: list) -> dict:
     listed = {g["bdf"] for g in gpus}
     off = ["amd-smi lists no GPU at %s" % b for b in sorted(power) if b != "*" and b not in listed]

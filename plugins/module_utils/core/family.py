@@ -271,5 +271,3 @@ def run_argv(argv: list) -> tuple:
     """``(rc, stdout, stderr)`` of a command in the C locale on the system PATH (boot re-apply), bounded by
     the default timeout of its kind (``command.DEFAULT_TIMEOUTS``)."""
     return command.run(argv, command.DEFAULT_TIMEOUTS[command.kind_of(argv)], {"PATH": SYSTEM_PATH})
-
-

@@ -599,5 +599,3 @@ def iommu_group(node: Node, bdf: str) -> tuple:
     except OSError:
         return None, None
     return group, node.read("sys/kernel/iommu_groups", group, "type", default="") or None
-
-

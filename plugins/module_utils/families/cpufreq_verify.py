@@ -367,7 +367,6 @@ def _cpufreq_setting(cf, key, want, driver_state, family, ctx):
                        "%d CPUs differ" % agg.get("cpus_differing") if agg.get("cpus_differing") else "", persisted)
 
 
-
 def _driver_switch(row: dict, cf: dict) -> bool:
     """Whether a driver row wants another driver family than the running one."""
     wanted = str(row.get("desired") or "").split(" ", maxsplit=1)[0]  # "amd-pstate (active)" -> amd-pstate
@@ -410,5 +409,3 @@ def drifted_cpus(row: dict, online: int) -> int | None:
 def reads_boot_config(desired: dict) -> bool:
     """A driver is judged against the kernel argument configured for the next boot (pending_reboot)."""
     return bool((desired.get(NAME) or {}).get("driver"))
-
-

@@ -430,7 +430,6 @@ def validate(want: Any) -> dict:
     return {"remote_irqs_fail": bool(want.get("remote_irqs_fail")), "export": path}
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The export document (topology.json)
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ STATES = ("present", "absent")
 # run(argv) -> (rc, stdout, stderr): the module's run_command in the C locale.
 Runner = Callable[[list], tuple]
 
+
 def param_string(value: Any) -> str:
     """Render a parameter value as modprobe takes it (booleans as 1/0)."""
     return kmod_param_value(value)
@@ -389,6 +390,7 @@ def _diff(results, check_mode):
         return "loaded" if loaded else "not loaded"
     return dict(before={r["name"]: shown(r, False) for r in results},
                 after={r["name"]: shown(r, True) for r in results})
+
 
 # The options of its module (kmod_optional): the flow module completes each family's options with it too.
 ARGUMENT_SPEC = dict(

@@ -58,7 +58,6 @@ contains:
 """
 
 
-
 # --- facts: what tuning_info reads of this family (facts["kmod"]) ---
 
 
@@ -154,7 +153,7 @@ def param_rows(name: str, params: dict, info: dict, boot_id: str | None) -> list
         requested = param_string(params[param])
         shown = current.get(param)
         state, why = module_options.judge(name, param, requested, shown, written.get(param),
-                                         options.get("boot_id"), boot_id, (options.get("overridden") or {}).get(param))
+                                          options.get("boot_id"), boot_id, (options.get("overridden") or {}).get(param))
         out.append(setting(NAME, "%s.%s" % (name, param), module_params.kernel_form(requested, shown), shown,
                            state, why, written.get(param)))
     return out

@@ -87,7 +87,7 @@ def decode_link(cfg: bytes) -> dict | None:
     return {"port_type": decoded["port_type"], "lnkctl_offset": cap + PCI_EXP_LNKCTL,
             "lnkctl_aspm": lnkctl & LNKCTL_ASPM_MASK, "aspm": aspm_text(lnkctl & LNKCTL_ASPM_MASK),
             "aspm_support_bits": support, "aspm_support": " ".join(n for n, b in (("L0s", 1), ("L1", 2))
-                                                                    if support & b) or "none"}
+                                                                   if support & b) or "none"}
 
 
 # Reading the node
@@ -315,7 +315,7 @@ def _restore_items(node: Node, journal: Any) -> list:
                            originals[KEY_POLICY]))
     order = {a: i for i, a in enumerate(ATTRS)}
     for key in sorted((k for k in originals if k != KEY_POLICY), key=lambda k: (k.split("/")[0],
-                                                                                 order.get(k.split("/")[-1], 9))):
+                                                                                order.get(k.split("/")[-1], 9))):
         bdf, _sep, attr = key.partition("/")
         path = _attr_path(bdf, attr)
         text = read_small(node.path(path))
@@ -353,7 +353,7 @@ def execute(call: family.Call, node: Node, journal: Any, selector: pci.DeviceSel
             journal.save()
     result = {"changed": any(i["changed"] for i in items), "items": items, "unsupported": reasons,
               "control": facts["control"] if facts else None, "failed_items": [i["name"] for i in items
-                                                                             if i["failed"]]}
+                                                                               if i["failed"]]}
     if call.diff:
         result["diff"] = {"before": {i["name"]: i["before"] for i in items},
                           "after": {i["name"]: i["after"] for i in items}}

@@ -64,8 +64,6 @@ contains:
 """
 
 
-
-
 # --- facts: what tuning_info reads of this family (facts["tunables"]) ---
 
 
