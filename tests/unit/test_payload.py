@@ -29,11 +29,13 @@ RUNTIME = [
     {"name": "cpufreq", "options": {"governor": "performance"}},
     {"name": "tunables", "options": {"sysctl": {"vm.swappiness": "1"}}},
     {"name": "kmod", "options": {"modules": [{"name": "nvidia_peermem"}]}},
+    {"name": "pcie_aspm", "options": {"policy": "performance", "links": "off"}},
 ]
-# What the runtime run may compile of the collection (its modules' source bytes, the module included): issue 41's
-# target, 300 KB, reached (docs/performance.md "The payload"); this fails when the payload grows again.
-# benchmarks/bench_payload.py measures the same on a real run (299,820 bytes when the cap was set).
-COMPILED_BUDGET = 300_000
+# What the runtime run may compile of the collection (its modules' source bytes, the module included); this fails
+# when the payload grows again. Issue 41's target, 300 KB, was reached for the six families above without pcie_aspm
+# (299,820 bytes in benchmarks/bench_payload.py's real run); pcie_aspm's apply half (issue 44) brings this run to
+# 308,469 bytes (the benchmark's audited node, which also plans a switch to amd-pstate: 321 KB). docs/performance.md.
+COMPILED_BUDGET = 310_000
 # Imported by no run that only applies: verification's flows and readers, the kernel log's summaries, and what only
 # the persistent flow writes with (core.persistence; core.platform stays: a planned switch to amd-pstate reads it).
 VERIFY_ONLY = ("flows.verify", "flows.verification", "core.amdgpu_log", "core.facts", "core.kernel_log",
