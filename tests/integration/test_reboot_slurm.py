@@ -258,7 +258,9 @@ def test_a_drain_timeout_and_a_host_that_never_returns_stay_drained_and_stop_the
         tmp_path, {}, gpunode_tuning_reboot_max_unavailable=2, gpunode_tuning_drain_timeout=3,
         gpunode_tuning_reboot_timeout=4, gpunode_tuning_reboot_wait_timeout=60)
     open(os.path.join(roots["n2"], simnode.REBOOT_NEVER_RETURNS), "w").close()
-    job = cluster.submit("n1", 60)
+    # the job outlasts the rollout however slow the machine (with 60 s, a loaded run reached the drain after the
+    # job had ended); the next test's ``fresh`` cancels it
+    job = cluster.submit("n1", 900)
     cluster.wait_for("the job on n1 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
     with cluster.monitor() as seen, reboot_watcher(cluster, roots) as watcher:
         proc, summary = rollout(cluster, inventory, reports)
