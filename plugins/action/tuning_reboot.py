@@ -21,6 +21,7 @@ Documented in plugins/modules/tuning_reboot.py.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import shlex
@@ -61,6 +62,9 @@ BOOT_ID = "proc/sys/kernel/random/boot_id"
 BOOT_UNIT = "gpunode-tuning-boot.service"
 # How long the boot unit and the GPUs may take after the host answers again (bounded by the reboot timeout).
 BOOT_SETTLE = 600
+# How long a Slurm command that did not reach slurmctld is asked again before it fails the sequence: Slurm's
+# own SlurmctldTimeout default (how long a backup controller waits before it takes over).
+SLURM_RETRY = 120
 # What the claim's lease adds to the measure gate's runs (hold_for): the reading and tasks around them.
 HOLD_SLACK = 600
 VARS = ("gpunode_tuning_reboot_ok", "gpunode_tuning_drain", "gpunode_tuning_reboot_max_unavailable",
@@ -72,9 +76,17 @@ VARS = ("gpunode_tuning_reboot_ok", "gpunode_tuning_drain", "gpunode_tuning_rebo
         "gpunode_tuning_drain_fleet_command")
 
 
+def run_pid() -> int:
+    """The ansible-playbook process this worker belongs to: the one that started it (multiprocessing keeps its pid),
+    not the current parent, which after the run was killed is whoever adopted the orphan (a worker that was
+    starting when the run was killed must not take its adopter for the run, and go on draining and rebooting)."""
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None and parent.pid else os.getppid()
+
+
 def run_id() -> str:
     """This ansible-playbook run: the pid of the process whose workers run the tasks, and its start time."""
-    ppid = os.getppid()
+    ppid = run_pid()
     try:
         with open("/proc/%d/stat" % ppid, encoding="utf-8") as fh:
             started = fh.read().rsplit(")", 1)[1].split()[19]
@@ -86,13 +98,19 @@ def run_id() -> str:
 def run_started() -> float:
     """When this ansible-playbook run started (the controller's clock; shown in the claim, never compared)."""
     try:
-        with open("/proc/%d/stat" % os.getppid(), encoding="utf-8") as fh:
+        with open("/proc/%d/stat" % run_pid(), encoding="utf-8") as fh:
             ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/stat", encoding="utf-8") as fh:
             boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
         return boot + ticks / float(os.sysconf("SC_CLK_TCK"))
     except (OSError, IndexError, ValueError, StopIteration):
         return time.time()
+
+
+def _pause(seconds):
+    """A backend's pause before it asks again: stops (RunEnded) once the run that started it is gone."""
+    seq.check_run()
+    time.sleep(seconds)
 
 
 class ActionModule(ActionBase):
@@ -126,7 +144,7 @@ class ActionModule(ActionBase):
                                       settings["claim_lease"])
         self._touched, self._drain_started = 0.0, None
         self._delegate = None
-        seq.guard_run(os.getppid())
+        seq.guard_run(run_pid())
         try:
             self._backend = self._make_backend(settings["drain"], task_vars)
             if args["phase"] == "survey":
@@ -151,7 +169,8 @@ class ActionModule(ActionBase):
                 given = hostvars[host].get("gpunode_tuning_drain_slurm_node") if host in hostvars else None
                 node_of[host] = reboot.slurm_node_name(host, self._templar.template(given))
             return SlurmBackend(self._slurm_runner(task_vars), node_of, claim=self._claim,
-                                fleet_partitions=self._vars["gpunode_tuning_drain_slurm_fleet_partitions"])
+                                fleet_partitions=self._vars["gpunode_tuning_drain_slurm_fleet_partitions"],
+                                retry_for=SLURM_RETRY, pause=_pause)
         if name == "command":
             commands = {"drain": self._vars["gpunode_tuning_drain_command"],
                         "check": self._vars["gpunode_tuning_drain_check_command"],
@@ -392,8 +411,9 @@ class ActionModule(ActionBase):
 
         def check():
             ok = self._backend.drained(self._host)
-            if ok and len(errors) > state["errors"]:
-                state["errors"] = len(errors)
+            seen = len(errors) + len(getattr(self._backend, "retried", ()))
+            if ok and seen > state["errors"]:
+                state["errors"] = seen
                 return False  # ask again: the scheduler has just come back
             return ok
 

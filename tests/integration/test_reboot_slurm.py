@@ -22,7 +22,7 @@ from support.background import Background
 from support.checkout import REPO, VENV_BIN, ansible_env
 from support.inventory import write_inventory
 from support.nodes import BootWatcher
-from support.slurm import SlurmCluster, missing_tools
+from support.slurm import SlurmCluster, SlurmError, missing_tools
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain.slurm import SlurmBackend
 
@@ -133,6 +133,45 @@ class StateAtBoot(BootWatcher):
         super().__init__(roots, on_boot)
 
 
+# The longest a drain over the budget may last: two runs that decided at the same moment (each on a poll that did
+# not show the other's drain yet) both drain, read again, and step back (docs/rebooting.md, "Two runs deciding at
+# the same moment"): a scheduler read and a resume, each bounded by the command timeout.
+STEP_BACK_S = 30
+
+
+def out_spans(seen, node):
+    """``[(first, last)]``: the monotonic times of each stretch of consecutive samples with ``node`` out."""
+    spans, start, last = [], None, None
+    for sample in seen.samples:
+        if node in sample.out:
+            start = sample.when if start is None else start
+            last = sample.when
+        elif start is not None:
+            spans.append((start, last))
+            start = None
+    return spans + ([(start, last)] if start is not None else [])
+
+
+def assert_budget_held_for_reboots(seen, watcher, budget):
+    """Two runs' budget as docs/rebooting.md promises it: no node is rebooted while more than ``budget`` are out
+    (the stretch out of service around each reboot overlaps no other rebooted node's), and more than ``budget``
+    out happens only in the moment two runs drained at once, before one stepped back (at most STEP_BACK_S)."""
+    around = {}
+    for host, at in watcher.when.items():
+        around[host] = next(((a, b) for a, b in out_spans(seen, host) if a - 2.0 <= at <= b + 2.0), (at, at))
+    for host, (a, b) in around.items():
+        for other, (c, d) in around.items():
+            assert other == host or b < c or d < a, ("rebooted while another rebooted node was out", around)
+    over, since = [], None
+    for sample in seen.samples:
+        if len(sample.out) > budget:
+            since = sample.when if since is None else since
+            over.append(sample)
+            assert sample.when - since <= STEP_BACK_S, ("over the budget longer than a step back", over)
+        else:
+            since = None
+
+
 def start_rollout(cluster, inventory, *extra):
     return subprocess.Popen(rollout_command(inventory, *extra), cwd=REPO, env=ansible_env(SLURM_CONF=cluster.conf),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -219,7 +258,9 @@ def test_a_drain_timeout_and_a_host_that_never_returns_stay_drained_and_stop_the
         tmp_path, {}, gpunode_tuning_reboot_max_unavailable=2, gpunode_tuning_drain_timeout=3,
         gpunode_tuning_reboot_timeout=4, gpunode_tuning_reboot_wait_timeout=60)
     open(os.path.join(roots["n2"], simnode.REBOOT_NEVER_RETURNS), "w").close()
-    job = cluster.submit("n1", 60)
+    # the job outlasts the rollout however slow the machine (with 60 s, a loaded run reached the drain after the
+    # job had ended); the next test's ``fresh`` cancels it
+    job = cluster.submit("n1", 900)
     cluster.wait_for("the job on n1 to run", lambda: cluster.jobs().get(job, ("", ""))[0] == "RUNNING", 20)
     with cluster.monitor() as seen, reboot_watcher(cluster, roots) as watcher:
         proc, summary = rollout(cluster, inventory, reports)
@@ -307,6 +348,21 @@ def processes_of(inventory):
     return out
 
 
+def where_waiting(pids):
+    """``{pid: "state wchan ppid"}`` of ``pids``: where a process that should have stopped waits."""
+    out = {}
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid, encoding="utf-8") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            with open("/proc/%d/wchan" % pid, encoding="utf-8") as fh:
+                wchan = fh.read().strip()
+        except OSError:
+            continue
+        out[pid] = "state %s, waits in %s, parent %s" % (fields[0], wchan or "-", fields[1])
+    return out
+
+
 def add_login_node(inventory, cluster, tmp_path):
     """An inventory host ``slurm-login`` outside the group of the nodes (local connection): the only one whose
     shell knows the cluster (its ansible_shell_executable exports SLURM_CONF), like a site's login node."""
@@ -385,8 +441,24 @@ def test_an_interrupted_rollout_is_adopted_by_the_next_run(fresh, tmp_path):
             os.killpg(first.pid, signal.SIGKILL)
             output = first.communicate(timeout=60)[0]
         # Ansible's workers run in sessions of their own: each host's reboot task outlives the killed group, and
-        # must stop by itself (reboot_sequence.guard_run) before it drains, reboots or resumes anything more.
-        cluster.wait_for("the killed run's workers to stop", lambda: not processes_of(inventory), timeout=60)
+        # must stop by itself (reboot_sequence.guard_run) before it drains, reboots or resumes anything more. What
+        # is asserted is that: the cluster as the kill left it until every worker is gone. How long that takes is
+        # the step a worker is in (one scheduler command, bounded by its timeout of 30 s, then its check), under
+        # load far more than the poll; a worker still there after that is shown with where it waits (/proc).
+        after_kill = cluster.sinfo()
+        changed = {}
+
+        def workers_gone():
+            now = cluster.sinfo()
+            # a drain or a resume after the kill (the victim's reboot may change its state, not return it to service)
+            changed.update({n: v for n, v in now.items() if (v[0] == "idle") != (after_kill.get(n, v)[0] == "idle")})
+            return not processes_of(inventory)
+
+        try:
+            cluster.wait_for("the killed run's workers to stop", workers_gone, timeout=120, interval=0.5)
+        except SlurmError as exc:
+            raise AssertionError("%s; still running: %s" % (exc, where_waiting(processes_of(inventory)))) from exc
+        assert changed == {}, ("a worker of the killed run changed the cluster after the kill", after_kill, changed)
         assert len(drained) == 1, (drained, output[-3000:])
         victim, (_state, reason) = next(iter(drained.items()))
         assert reason.startswith("gpunode.tuning: reboot for"), reason
@@ -472,7 +544,9 @@ def test_two_rollouts_at_once_over_the_same_hosts_reboot_each_node_once_and_neve
 
 def test_two_rollouts_over_disjoint_hosts_of_one_partition_share_the_fleet_budget(fresh, tmp_path):
     """Issue 42: budget 1 with the fleet scope (the default): run A over n1, n2 and run B over n3, at once, each
-    with its own report directory; the budget counts every node of the partition, so never two out."""
+    with its own report directory; the budget counts every node of the partition: never two rebooted at once, and
+    two out only for the moment two runs drained at once before one stepped back (the runs share no lock; the
+    scheduler is all they both read)."""
     cluster = fresh
     hosts = ["n1", "n2", "n3"]
     roots, _inventory, _reports = build_fleet(tmp_path, {}, hosts=hosts)
@@ -483,7 +557,8 @@ def test_two_rollouts_over_disjoint_hosts_of_one_partition_share_the_fleet_budge
         second = start_rollout(cluster, inventory_b)
         out_a = first.communicate(timeout=400)[0]
         out_b = second.communicate(timeout=400)[0]
-    assert seen.errors == [] and seen.max_out_of_service == 1, seen.peak
+    assert seen.errors == []
+    assert_budget_held_for_reboots(seen, watcher, budget=1)
     assert_each_rebooted_once_and_drained(watcher, hosts)
     assert first.returncode == 0, out_a[-5000:]
     assert second.returncode == 0, out_b[-5000:]

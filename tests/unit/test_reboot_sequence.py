@@ -641,3 +641,28 @@ def test_the_command_backend_reads_the_host_again_right_before_the_reboot():
     answers["check"] = 1  # someone put it back into the load balancer
     with pytest.raises(ClaimLost, match="back in service: our claim on it ended"):
         backend.holds("a")
+
+
+def test_a_slurm_command_that_did_not_reach_the_controller_is_asked_again_within_retry_for():
+    """Issue 42 under load: slurmctld restarting is asked again (every scheduler read and write of the sequence goes
+    through _call), each retry noted; any other error, or the controller silent past retry_for, still fails clearly."""
+    fake = FakeSlurm()
+    answers = iter([(1, "", "slurm_load_partitions: Unable to contact slurm controller (connect failure)"),
+                    (124, "", "")])
+    pauses = []
+
+    def run(argv, timeout):
+        return next(answers, None) or fake(argv, timeout)
+
+    backend = SlurmBackend(run, {h: h for h in HOSTS}, retry_for=30, pause=pauses.append)
+    assert backend.states(HOSTS)["out_of_service"] == [] and len(backend.retried) == 2 and len(pauses) == 2
+    silent = SlurmBackend(lambda argv, timeout: (1, "", "Unable to contact slurm controller"), {"n1": "n1"},
+                          retry_for=0.2, pause=lambda s: time.sleep(0.05))
+    with pytest.raises(SequenceError, match="Unable to contact slurm controller .the controller did not answer for 0"):
+        silent.states(["n1"])
+    assert silent.retried
+    refused = SlurmBackend(lambda argv, timeout: (1, "", "slurm_update error: Access/permission denied"),
+                           {"n1": "n1"}, retry_for=30, pause=pauses.append)
+    with pytest.raises(SequenceError, match="permission denied$"):
+        refused.drain("n1", "gpunode.tuning: reboot")
+    assert refused.retried == []

@@ -11,6 +11,7 @@ renews the reason (and its time) of a drained node without draining it again.
 
 from __future__ import annotations
 
+import re
 import time
 
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
@@ -22,6 +23,10 @@ from ansible_collections.gpunode.tuning.plugins.plugin_utils.drain import (
 )
 
 SINFO_STAMPED = ["env", "SLURM_TIME_FORMAT=%s", "sinfo", "-N", "-h", "-o", "%N|%T|%H|%P|%E"]
+# What a Slurm command prints when it did not reach slurmctld (restarting, failing over to its backup): the
+# command had no effect, so it is asked again (``retry_for``). Exit status 124: ``timeout`` killed it.
+UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"
+                         r"Connection refused|Communication connection failure|Connection timed out", re.I)
 
 
 class SlurmBackend(Backend):
@@ -33,18 +38,31 @@ class SlurmBackend(Backend):
 
     name = "slurm"
 
-    def __init__(self, run, node_of: dict, timeout: float = COMMAND_TIMEOUT, claim: dict | None = None,
-                 fleet_partitions: list | None = None):
+    def __init__(self, run, node_of: dict, timeout: float = COMMAND_TIMEOUT, claim: dict | None = None,  # noqa: PLR0913
+                 fleet_partitions: list | None = None, retry_for: float = 0.0, pause=time.sleep):
         self.run, self.node_of, self.timeout = run, node_of, timeout
         self.claim, self.fleet_partitions = claim, fleet_partitions
         self._reasons: dict = {}
         self._renewed: dict = {}
+        # ``retry_for``: how long a command that did not reach slurmctld is asked again (every ``pause``d second)
+        # before it fails the sequence; ``retried``: those errors, so a caller never believes the first answer
+        # after one (Slurm's state right after a restart is not yet settled).
+        self.retry_for, self.pause = retry_for, pause
+        self.retried: list = []
 
     def _call(self, argv: list) -> str:
-        rc, out, err = self.run(argv, self.timeout)
-        if rc != 0:
-            raise SequenceError("%s exited %s: %s" % (" ".join(argv), rc, (err or out).strip()[-400:]))
-        return out
+        end = time.monotonic() + self.retry_for
+        while True:
+            rc, out, err = self.run(argv, self.timeout)
+            if rc == 0:
+                return out
+            text = (err or out).strip()[-400:]
+            if not (rc == 124 or UNREACHABLE.search(text)) or time.monotonic() >= end:
+                waited = " (the controller did not answer for %d s)" % self.retry_for if self.retry_for and (
+                    rc == 124 or UNREACHABLE.search(text)) else ""
+                raise SequenceError("%s exited %s: %s%s" % (" ".join(argv), rc, text, waited))
+            self.retried.append("%s: %s" % (" ".join(argv), text))
+            self.pause(min(2.0, max(end - time.monotonic(), 0.01)))
 
     def nodes(self, names=None) -> dict:
         picked = ["-n", ",".join(names)] if names else []
