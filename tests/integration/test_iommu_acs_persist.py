@@ -14,7 +14,7 @@ from support.nodes import build_node
 from support.playbooks import assert_ok, run_playbook
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
+from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs_plan as acs_plan
 
 DROPIN = "etc/default/grub.d/60-gpunode-tuning.cfg"
 ACS_ARG = "pci=disable_acs_redir=0000:40:01.1;0000:60:01.1"
@@ -55,7 +55,7 @@ def test_persistent_kernel_args_pending_until_the_reboot(tmp_path):
     for n in os.listdir(groups):
         with open(os.path.join(groups, n, "type"), "w") as fh:
             fh.write("identity\n")
-    assert acs.boot(Node(root), {"mode": "disable_redirect", "allow_empty": True})[0]
+    assert acs_plan.boot(Node(root), {"mode": "disable_redirect", "allow_empty": True})[0]
     applied = ("applied", ACS_ARG)
     assert verify_states(inventory) == {"iommu.mode": ("applied", "iommu=pt"), BRIDGES[0]: applied,
                                         BRIDGES[1]: applied}
