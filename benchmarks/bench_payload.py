@@ -271,7 +271,7 @@ def table(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--only", default="tune,verify,rollout", help="comma-separated: tune, verify, rollout")
     parser.add_argument("--json", help="write the raw figures here")
     parser.add_argument("--files", action="store_true", help="list each run's compiled files with their bytes")

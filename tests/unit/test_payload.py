@@ -106,7 +106,7 @@ def test_an_apply_run_compiles_no_verification_code(tmp_path):
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(FAMILIES_DIR, "*_verify.py"))
                                         + glob.glob(os.path.join(FAMILIES_DIR, "*_plan.py"))
                                         + glob.glob(os.path.join(FAMILIES_DIR, "*_restore.py"))),
-                         ids=lambda p: os.path.basename(p))
+                         ids=os.path.basename)
 def test_the_verification_half_is_shipped(path):
     """Ansible's packer ships a module the files named in import statements (anywhere in a file): the family's
     file must name its halves in one, never only through importlib."""

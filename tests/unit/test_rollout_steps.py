@@ -92,7 +92,7 @@ STEPS = [["health"], ["tune"], ["verify", "record"]]
 def test_one_call_and_steps_leave_the_same_record_reports_and_node(build_node, roll, case, node, check):
     node = dict({"cpus": 4, "gpus": 2}, **node)
     preset = node.pop("preset", "audited-epyc-8gpu")
-    roots = [build_node(preset, **node) for _ in range(2)]
+    roots = [build_node(preset, **node) for _copy in range(2)]
     one, one_action, one_reports = roll(roots[0], ONE, check)
     steps, steps_action, steps_reports = roll(roots[1], STEPS, check)
     record = one["rollout_result"]

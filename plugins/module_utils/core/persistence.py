@@ -12,7 +12,7 @@ import stat
 from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as node_files
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (  # noqa: F401 (Concern: re-exported)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (  # noqa: F401 (Concern: re-exported)  # pylint: disable=unused-import
     Call,
     Concern,
     FamilyError,

@@ -13,7 +13,6 @@ from typing import Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_release import (  # noqa: F401 (re-exported)
     parse_release,
-    release_text,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import SYSFS_CPU, Node, read_small
 

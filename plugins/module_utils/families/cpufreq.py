@@ -9,11 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import (  # noqa: F401 (cpu_vendor: re-exported)
-    ARM64_VENDOR,
-    cpu_vendor,
-    driver_family,
-)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import cpu_vendor  # noqa: F401 (re-exported)
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import (
     AMD_PSTATE_MODES,
     CPUFREQ_DIR,

@@ -18,8 +18,6 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import
     open_node,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.modprobe_log import (  # noqa: F401 (re-exported)
-    PEERMEM_MESSAGE,
-    PEERMEM_NAMES,
     KmsgCursor,
     classify_failure,
     classify_unload_failure,
