@@ -23,6 +23,8 @@ EXPECTED_CHANGES = [
     r"sys/devices/system/cpu/cpufreq/policy\d+/scaling_governor",
     r"proc/sys/(%s)" % "|".join(SYSCTLS),
     r"sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
+    # the preset's PCIe ASPM policy (the simulated GPU links have ASPM off already: no link attribute is written)
+    r"sys/module/pcie_aspm/parameters/policy",
     # nvidia_peermem's failed load logs an error, as the kernel would.
     r"dev/kmsg",
     r"var/lib/gpunode-tuning",
@@ -84,6 +86,10 @@ def test_sysctls_and_numa_balancing(node):
 def test_transparent_hugepages(node):
     assert "[madvise]" in node.read("sys/kernel/mm/transparent_hugepage/enabled")
     assert "[defer+madvise]" in node.read("sys/kernel/mm/transparent_hugepage/defrag")
+
+
+def test_aspm_policy_is_performance(node):
+    assert "[performance]" in node.read("sys/module/pcie_aspm/parameters/policy")
 
 
 def test_nvidia_peermem_not_loaded_and_logged(node):

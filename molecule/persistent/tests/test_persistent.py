@@ -26,7 +26,7 @@ UNIT = "gpunode-tuning-boot.service"
 BOOT_SCRIPT = "usr/local/lib/gpunode-tuning/apply-boot-tuning.sh"  # the runner: Python, 0.1 name kept
 BOOT_DESIRED = "/etc/gpunode-tuning/desired.json"
 # The boot families in the registry's order (gpu_locality refreshes topology.json at boot).
-FAMILIES = ["pcie_mrrs", "pcie_acs", "cpuidle", "cpufreq", "thp", "gpu_locality"]
+FAMILIES = ["pcie_mrrs", "pcie_acs", "pcie_aspm", "cpuidle", "cpufreq", "thp", "gpu_locality"]
 
 
 def _conf_lines(text):
