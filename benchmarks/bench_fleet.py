@@ -72,9 +72,7 @@ CONTROLLER_ONLY = {"ansible.builtin.validate_argument_spec", "ansible.builtin.se
                    "ansible.builtin.include_tasks"}
 
 
-# --------------------------------------------------------------------------------------------
-# Running ansible-playbook and measuring it
-# --------------------------------------------------------------------------------------------
+# -- Running ansible-playbook and measuring it
 
 
 def ansible_env():
@@ -234,9 +232,7 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-# --------------------------------------------------------------------------------------------
-# P1 + P2: runtime tuning small and big, and the no-op playbook, interleaved per round
-# --------------------------------------------------------------------------------------------
+# -- P1 + P2: runtime tuning small and big, and the no-op playbook, interleaved per round
 
 
 def noop_playbook(kind):
@@ -302,9 +298,7 @@ def bench_runtime_fleet(workdir, hosts, rounds):
             "cpu": {k: statistics.median(v) for k, v in cpus.items()}, "rounds": rounds, "walls": walls, "cpus": cpus}
 
 
-# --------------------------------------------------------------------------------------------
-# P3: the naive baseline at several CPU counts
-# --------------------------------------------------------------------------------------------
+# -- P3: the naive baseline at several CPU counts
 
 
 def linear_fit(points):
@@ -337,9 +331,7 @@ def bench_naive(workdir, cpu_counts, gpus):
     return points
 
 
-# --------------------------------------------------------------------------------------------
-# P4: tuning_info on the large node
-# --------------------------------------------------------------------------------------------
+# -- P4: tuning_info on the large node
 
 
 def bench_facts(workdir, repeat):
@@ -353,9 +345,7 @@ def bench_facts(workdir, repeat):
             "kmsg_records_read": facts.get("kernel_log", {}).get("records_total")}
 
 
-# --------------------------------------------------------------------------------------------
-# P5: the rollout over simulated fleets
-# --------------------------------------------------------------------------------------------
+# -- P5: the rollout over simulated fleets
 
 
 def bench_rollout(workdir, sizes):
@@ -437,9 +427,7 @@ def bench_ansible_floor(workdir, sizes):
     return rows
 
 
-# --------------------------------------------------------------------------------------------
-# The table
-# --------------------------------------------------------------------------------------------
+# -- The table
 
 
 def verdict(value, target):

@@ -132,7 +132,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 # core._zipload first, for its side effect: module_utils is compiled once per run, not twice.
 # pylint: disable-next=unused-import
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, family  # noqa: F401
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, calls  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings
 
 
@@ -141,7 +141,7 @@ def build_module():
 
 
 def main():
-    family.run_module(build_module(), gpu_settings.run)
+    calls.run_module(build_module(), gpu_settings.run)
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 # core._zipload first, for its side effect: module_utils is compiled once per run, not twice.
 # pylint: disable-next=unused-import
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, family  # noqa: F401
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import _zipload, calls  # noqa: F401
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import tunables
 
 
@@ -212,7 +212,7 @@ def build_module():
 
 
 def main():
-    family.run_module(build_module(), tunables.run)
+    calls.run_module(build_module(), tunables.run)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate impor
     describe_characters,
     forbidden_characters,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard, guard_files
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families, boot, guard, guard_files
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import reboot
 
 PREFIX = "gpunode_tuning_"
@@ -72,9 +72,9 @@ def combination_problems(values: dict, entry_point: str = "main") -> list:
     """
     out = [line for fam in registry.FAMILIES if fam.role_problems is not None for line in fam.role_problems(values)]
     for name, check in (("gpunode_tuning_boot_unit_before", validate_boot.systemd_unit_names),
-                        ("gpunode_tuning_boot_script", validate.absolute_path),
-                        ("gpunode_tuning_boot_python", validate.absolute_path),
-                        ("gpunode_tuning_udev_rule", validate.absolute_path)):
+                        ("gpunode_tuning_boot_script", validate_boot.absolute_path),
+                        ("gpunode_tuning_boot_python", validate_boot.absolute_path),
+                        ("gpunode_tuning_udev_rule", validate_boot.absolute_path)):
         # What the boot unit and the udev rule are written with: they run as root at every boot and hot-add.
         if values.get(name) is not None:
             try:
@@ -105,7 +105,7 @@ def guard_problems(values: dict, entry_point: str = "main") -> list:
     textfile_dir = values.get("gpunode_tuning_guard_textfile_dir")
     if textfile_dir:
         try:
-            validate.absolute_path(textfile_dir)
+            validate_boot.absolute_path(textfile_dir)
         except validate.ValidationError as exc:
             out.append("value of gpunode_tuning_guard_textfile_dir: %s (or \"\" for no metrics)" % exc)
     return out
@@ -149,7 +149,7 @@ def _variable_of(entry: str, key: str, known) -> str | None:
     if key in selector:
         return selector[key]
     fam = next((f for f in registry.FAMILIES if entry in (f.name, f.boot_key) or entry in f.tags), None)
-    stems = [entry] + ([*registry.selecting_tags(fam), fam.name.split("_")[0]] if fam else [])
+    stems = [entry] + ([*all_families.selecting_tags(fam), fam.name.split("_")[0]] if fam else [])
     candidates = ["%s%s_%s" % (PREFIX, stem, key) for stem in stems if key] + ["%s%s" % (PREFIX, s) for s in stems]
     candidates += ["%s%s_args" % (PREFIX, s) for s in stems]
     return next((c for c in candidates if c in known), None)
@@ -158,7 +158,7 @@ def _variable_of(entry: str, key: str, known) -> str | None:
 def desired_problems(desired: dict, known) -> list:
     """The precheck's lines for what the families' validators find in ``desired`` (judged without the node)."""
     out = []
-    for entry, key, message in registry.desired_problems(desired):
+    for entry, key, message in all_families.desired_problems(desired):
         name = _variable_of(entry, key, known)
         plain = key in dict(SELECTOR_VARIABLES) or name is None or name.endswith("_" + key)
         where = name if plain or not key else "%s (%s)" % (name, key)
@@ -184,7 +184,7 @@ def verify_options(values: dict, desired: dict, host: str, verified_at: str, gat
               "verified_at": verified_at}
     if values.get("gpunode_tuning_kmsg_since") is not None:
         verify["kmsg_since"] = values["gpunode_tuning_kmsg_since"]
-    return {"pci_selector": _gpu_selector_options(values), **registry.facts_options(desired),
+    return {"pci_selector": _gpu_selector_options(values), **all_families.facts_options(desired),
             "command_timeouts": values.get("gpunode_tuning_command_timeouts"),
             "kmsg_levels": values["gpunode_tuning_kmsg_levels"], "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"],
             "root": values["gpunode_tuning_root"], "desired": desired, "verify": verify}
@@ -199,7 +199,7 @@ def health_options(values: dict, desired: dict, host: str) -> dict:
     since = values.get("gpunode_tuning_kmsg_since")
     return {"pci_selector": _gpu_selector_options(values), "kmsg_levels": values["gpunode_tuning_kmsg_levels"],
             "kmsg_ignore": values["gpunode_tuning_kmsg_ignore"], "root": values["gpunode_tuning_root"],
-            "desired": {name: desired.get(name) for name in registry.health_families()},
+            "desired": {name: desired.get(name) for name in all_families.health_families()},
             "command_timeouts": values.get("gpunode_tuning_command_timeouts"),
             "verify": {"kmsg_since": 0 if since is None else since,
                        "gpu": bool(values["gpunode_tuning_verify_gpu_enabled"]), "host": host}}

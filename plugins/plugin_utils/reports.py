@@ -5,7 +5,7 @@
 Shared by the action gpunode.tuning.verify_reports (the role's verify_report.yml) and the rollout's one
 task per host (action gpunode.tuning.tuning_flow, flow ``rollout``): the role's report templates are
 rendered with the host's variables (what ``ansible.builtin.template`` would render, byte for byte) and
-the files are written by module_utils/core/files.py (created directory, temporary file and rename,
+the files are written by module_utils/core/file_updates.py (created directory, temporary file and rename,
 changed only when the content or mode changes, nothing written in check mode).
 """
 
@@ -18,7 +18,7 @@ import re
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as report_files
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import file_updates as report_files
 from ansible_collections.gpunode.tuning.plugins.plugin_utils import ansible_compat
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import persist
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families, persist
 
 # The flows with a task of their own tag and one of their families' tags.
 TAGGED_FLOWS = ("runtime", "persistent", "rollback")
@@ -33,7 +33,7 @@ def run_tags(task_vars: Mapping) -> tuple:
 
 def family_tags(fam) -> set:
     """Tags that select a family: its name and its settings' tags."""
-    return set(registry.selecting_tags(fam))
+    return set(all_families.selecting_tags(fam))
 
 
 def tags_select(tags: Iterable[str], only: Iterable[str] | None, skip: Iterable[str] | None) -> bool:
@@ -89,16 +89,16 @@ def flow_task_tags(flow: str) -> list:
     concern_tags = [t for c in persist.concerns() for t in (c.name, *c.tags)]
     if flow == "runtime":
         return _unique(t for fam in registry.FAMILIES if fam.runtime_options is not None
-                       for t in registry.selecting_tags(fam))
+                       for t in all_families.selecting_tags(fam))
     if flow == "persistent":
         return _unique(concern_tags)
     if flow == "rollback":
         return _unique(["runtime", "persistent"] + [t for fam in registry.FAMILIES if fam.restore_options is not None
-                                                    for t in registry.selecting_tags(fam)] + concern_tags)
+                                                    for t in all_families.selecting_tags(fam)] + concern_tags)
     if flow == "reboot":
         return _unique(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
                        or fam.persist_reboots
-                       for t in registry.selecting_tags(fam))
+                       for t in all_families.selecting_tags(fam))
     raise KeyError("no family task for flow %r; known: %s, reboot" % (flow, ", ".join(TAGGED_FLOWS)))
 
 

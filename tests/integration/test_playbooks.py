@@ -39,9 +39,7 @@ from support.trees import snapshot, tree_changes
 ROLE = os.path.join(REPO, "roles", "tuning")
 
 
-# --------------------------------------------------------------------------------------------
-# Static checks (no playbook run)
-# --------------------------------------------------------------------------------------------
+# -- Static checks (no playbook run)
 
 
 def test_argument_spec_defaults_match():
@@ -77,9 +75,7 @@ def test_presets_have_the_same_knobs():
     assert set(choices) == set(presets)
 
 
-# --------------------------------------------------------------------------------------------
-# Playbook runs
-# --------------------------------------------------------------------------------------------
+# -- Playbook runs
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import calls, command
 
 
 def script(tmp_path, name, body):
@@ -83,7 +83,7 @@ def test_the_runner_applies_each_kinds_limit(tmp_path):
 def test_the_boot_runners_commands_are_bounded_too(tmp_path, monkeypatch):
     monkeypatch.setitem(command.DEFAULT_TIMEOUTS, "nvidia_smi", 0.5)
     smi = script(tmp_path, "nvidia-smi", "import time; time.sleep(600)")
-    assert family.run_argv([smi]).timed_out
+    assert calls.run_argv([smi]).timed_out
 
 
 def test_a_module_with_bad_timeouts_fails_before_running_anything(run_module, build_node):

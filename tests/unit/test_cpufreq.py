@@ -207,9 +207,7 @@ def test_validate_mode_switch_to_passive_defers_the_governor_check(build_node):
     assert plan["mode"] == (cpu_freq.AMD_PSTATE_STATUS, "amd_pstate_mode", "passive")
 
 
-# ---------------------------------------------------------------------------------------------
-# CPUs without a vendor pstate driver (arm64), and the applicability rule
-# ---------------------------------------------------------------------------------------------
+# -- CPUs without a vendor pstate driver (arm64), and the applicability rule
 
 ARM64_CPUINFO = ["processor\t: 0\n", "BogoMIPS\t: 2000.00\n", "Features\t: fp asimd evtstrm aes\n",
                  "CPU implementer\t: 0x41\n", "CPU architecture: 8\n", "CPU variant\t: 0x0\n",
@@ -382,9 +380,7 @@ def fake_kernel(monkeypatch):
     return writes
 
 
-# ---------------------------------------------------------------------------------------------
-# Every preset
-# ---------------------------------------------------------------------------------------------
+# -- Every preset
 
 
 @pytest.mark.parametrize("preset", FREQ_PRESETS)
@@ -474,9 +470,7 @@ def test_no_cpufreq_is_unsupported_unless_required(build_node, run_module, diges
     assert digest(root) == before
 
 
-# ---------------------------------------------------------------------------------------------
-# Driver, mode, EPP ordering
-# ---------------------------------------------------------------------------------------------
+# -- Driver, mode, EPP ordering
 
 
 def test_amd_pstate_on_acpi_cpufreq_asks_for_a_reboot_and_changes_nothing(build_node, run_module, digest):
@@ -603,9 +597,7 @@ def test_write_that_does_not_take_fails_and_the_rest_is_applied(build_node, run_
     assert read(root, CPU + "/cpufreq/boost") == "0"
 
 
-# ---------------------------------------------------------------------------------------------
-# Bad inputs
-# ---------------------------------------------------------------------------------------------
+# -- Bad inputs
 
 BAD_INPUTS = [
     ("audited-epyc-8gpu", {"governor": "turbo"},
@@ -650,9 +642,7 @@ def test_bad_inputs_fail_naming_what_is_allowed_and_write_nothing(build_node, ru
     assert digest(root) == before
 
 
-# ---------------------------------------------------------------------------------------------
-# A preset's knob for another driver: not applicable, with the reason, never an error
-# ---------------------------------------------------------------------------------------------
+# -- A preset's knob for another driver: not applicable, with the reason, never an error
 
 # (preset, args, {setting: reason fragment} of the settings that do not apply, reboot kernel args)
 NOT_APPLICABLE = [
@@ -742,9 +732,7 @@ def test_boost_without_a_boost_file_is_not_applicable(build_node, run_module, di
     assert set(policy_values(root, "scaling_governor").values()) == {"performance"}
 
 
-# ---------------------------------------------------------------------------------------------
-# arm64 (Grace: cppc_cpufreq, no vendor_id)
-# ---------------------------------------------------------------------------------------------
+# -- arm64 (Grace: cppc_cpufreq, no vendor_id)
 
 
 def test_arm64_native_keeps_cppc_cpufreq_and_applies_the_governor(build_node, run_module, digest):
@@ -796,9 +784,7 @@ def test_native_driver_resolves_per_vendor(build_node, run_module):
     assert res["settings"]["driver"]["desired"] == "intel_pstate"
 
 
-# ---------------------------------------------------------------------------------------------
-# Faults: one CPU's file immutable or gone never stops the others, and is named with its cause
-# ---------------------------------------------------------------------------------------------
+# -- Faults: one CPU's file immutable or gone never stops the others, and is named with its cause
 
 
 @contextlib.contextmanager
@@ -866,9 +852,7 @@ def test_restore_goes_on_past_what_it_cannot_restore_and_keeps_exactly_that(buil
     assert digest(root) == original
 
 
-# ---------------------------------------------------------------------------------------------
-# Check mode predicts the faults a real run would meet, and still writes nothing
-# ---------------------------------------------------------------------------------------------
+# -- Check mode predicts the faults a real run would meet, and still writes nothing
 
 
 def test_check_mode_fails_where_the_real_run_would_and_writes_nothing(build_node, run_module, digest):

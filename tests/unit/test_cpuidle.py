@@ -392,9 +392,7 @@ def test_arm64_psci_idle_latency_bounds_of_the_presets(build_node, run_module, d
     assert digest(root) == before
 
 
-# ---------------------------------------------------------------------------------------------
-# Faults: one CPU's file immutable or gone never stops the others, and is named with its cause
-# ---------------------------------------------------------------------------------------------
+# -- Faults: one CPU's file immutable or gone never stops the others, and is named with its cause
 
 
 @contextlib.contextmanager
@@ -461,9 +459,7 @@ def test_restore_goes_on_past_what_it_cannot_restore_and_keeps_exactly_that(buil
     assert digest(root) == original
 
 
-# ---------------------------------------------------------------------------------------------
-# Check mode predicts the faults a real run would meet, and still writes nothing
-# ---------------------------------------------------------------------------------------------
+# -- Check mode predicts the faults a real run would meet, and still writes nothing
 
 
 def make_faults(root):

@@ -189,9 +189,7 @@ def test_the_4x_per_gpu_rows_after_the_warnings_are_gpu_results(real):
     assert pcie["notes"][0].endswith("Reset GPU. Restart DCGM. Rerun diagnostics.")
 
 
-# ---------------------------------------------------------------------------------------------
-# Edge cases (stand-ins built from the real layout)
-# ---------------------------------------------------------------------------------------------
+# -- Edge cases (stand-ins built from the real layout)
 
 HEAD = ("+---------------------------+------------------------------------------------+\n"
         "| Diagnostic                | Result                                         |\n"

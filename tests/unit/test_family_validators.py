@@ -19,6 +19,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import family,
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import node as node_module
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import cpufreq, cpuidle, pcie_mrrs, tunables
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_acs as acs
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 
 JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
@@ -141,8 +142,8 @@ def test_every_entry_of_the_desired_state_has_one_validator():
 
 
 def test_the_role_desired_state_passes():
-    assert registry.desired_problems(GOOD) == []
-    assert registry.desired_problems({}) == []  # no entry, no problem
+    assert all_families.desired_problems(GOOD) == []
+    assert all_families.desired_problems({}) == []  # no entry, no problem
 
 
 @pytest.mark.parametrize("entry,value,key,fragment", BAD, ids=["%s-%d" % (b[0], i) for i, b in enumerate(BAD)])
@@ -156,7 +157,7 @@ def test_every_problem_of_the_desired_state_is_listed_with_its_entry():
     desired = dict(GOOD, pcie_mrrs=dict(GOOD["pcie_mrrs"], bdfs=["bogus", "41:00.0", "zz"]),
                    gpu_settings={"power_limits": {"bogus": 300}, "locked_clocks": {"min": 1500}},
                    kernel_cmdline=["pci=disable_acs_redir=ZZZZ:00:01.1"])
-    problems = registry.desired_problems(desired)
+    problems = all_families.desired_problems(desired)
     assert [(e, k) for e, k, _m in problems] == [("pcie_mrrs", "bdfs"), ("pcie_mrrs", "bdfs"),
                                                  ("kernel_cmdline", "0"), ("gpu_settings", "power_limits"),
                                                  ("gpu_settings", "locked_clocks")]

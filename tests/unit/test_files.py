@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import files
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import file_updates, files
 
 
 def entries(directory):
@@ -62,19 +62,19 @@ def test_fsync_flushes_the_file_and_then_its_directory_only_when_asked(tmp_path,
 
 def test_write_file_does_nothing_in_check_mode_and_nothing_when_unchanged(tmp_path):
     path = str(tmp_path / "host.md")
-    assert files.write_file(path, b"a\n", check_mode=True) == "created"
+    assert file_updates.write_file(path, b"a\n", check_mode=True) == "created"
     assert entries(tmp_path) == []
-    assert files.write_file(path, b"a\n") == "created"
+    assert file_updates.write_file(path, b"a\n") == "created"
     before = os.stat(path)
-    assert files.write_file(path, b"a\n") is None
+    assert file_updates.write_file(path, b"a\n") is None
     assert os.stat(path).st_ino == before.st_ino  # not rewritten
-    assert files.write_file(path, b"b\n", check_mode=True) == "updated"
+    assert file_updates.write_file(path, b"b\n", check_mode=True) == "updated"
     assert (tmp_path / "host.md").read_bytes() == b"a\n"
-    assert files.write_file(path, b"b\n", fsync=True) == "updated"
+    assert file_updates.write_file(path, b"b\n", fsync=True) == "updated"
     assert (tmp_path / "host.md").read_bytes() == b"b\n" and entries(tmp_path) == ["host.md"]
 
 
 def test_write_file_names_the_path_when_the_directory_refuses(tmp_path):
     missing = str(tmp_path / "no-such-dir" / "host.md")
-    with pytest.raises(files.ReportError, match="cannot write file %s: No such file or directory" % missing):
-        files.write_file(missing, b"a\n", what="file")
+    with pytest.raises(file_updates.ReportError, match="cannot write file %s: No such file or directory" % missing):
+        file_updates.write_file(missing, b"a\n", what="file")

@@ -11,7 +11,7 @@ import yaml
 
 from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, journal, registry_tables
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import persist
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families, persist
 from ansible_collections.gpunode.tuning.plugins.modules import tuning_info, tuning_persist
 
 
@@ -33,7 +33,7 @@ def test_the_parts_are_the_registrys():
     described = next(d for d in doc["description"] if d.startswith("The concerns, in the order they run"))
     for concern in persist.concerns():
         assert "V(%s) %s" % (concern.name, concern.description) in described
-    assert registry_tables.PER_CPU_KEYS == registry.per_cpu_keys() == journal.PER_CPU_KEYS
+    assert registry_tables.PER_CPU_KEYS == all_families.per_cpu_keys() == journal.PER_CPU_KEYS
 
 
 def copy_parts(tmp_path):

@@ -42,9 +42,7 @@ def capture(name):
     return {k: "\n".join(v) for k, v in sections.items()} if sections else text
 
 
-# ---------------------------------------------------------------------------------------------
-# A sysfs tree from `lspci -tv`
-# ---------------------------------------------------------------------------------------------
+# -- A sysfs tree from `lspci -tv`
 
 _TOKEN = re.compile(r"\[(?P<domain>[0-9a-f]{4}):(?P<root>[0-9a-f]{2})\]|\[(?P<bus>[0-9a-f]{2})(?:-[0-9a-f]{2})?\]"
                     r"|(?<=-)(?P<fn>[0-9a-f]{2}\.[0-7])(?=-|  |$)")
@@ -164,9 +162,7 @@ def matrix_check(node, cap):
     return wrong, seen, loc, topo
 
 
-# ---------------------------------------------------------------------------------------------
-# Real machines: lspci -tv and nvidia-smi topo -m of the same node
-# ---------------------------------------------------------------------------------------------
+# -- Real machines: lspci -tv and nvidia-smi topo -m of the same node
 
 
 def test_lspci_tree_of_the_asus_capture_nests_functions_below_their_bridges():
@@ -275,9 +271,7 @@ def test_an_affinity_range_with_the_gpus_node_agrees():
     assert "NUMA affinity 6 (sysfs: 7)" in gpu_locality_verify.affinity_disagreement(gpu, {"cpus": None, "numa": "6"})
 
 
-# ---------------------------------------------------------------------------------------------
-# Layouts real nodes have that the presets do not
-# ---------------------------------------------------------------------------------------------
+# -- Layouts real nodes have that the presets do not
 
 
 def P(*components):
@@ -373,9 +367,7 @@ def test_virtual_functions_are_left_out_and_nics_without_rdma_are_nearest_only_w
     assert loc["gpus"][0]["nearest_nvme"] is None
 
 
-# ---------------------------------------------------------------------------------------------
-# The 2-socket preset: its layout, IRQs, irqbalance, the -1 variant
-# ---------------------------------------------------------------------------------------------
+# -- The 2-socket preset: its layout, IRQs, irqbalance, the -1 variant
 
 # The preset's layout (tools/simnode/topology.py, _switches_topology): GPU -> (NUMA node, root port, switch,
 # nearest NIC, relation, nearest NVMe, relation).
@@ -503,9 +495,7 @@ def test_the_launch_hints_are_the_engines_documented_options(build_node):
     assert "- 0000:15:00.0 (mlx5_0, ibp21s0): 4 of 16 MSI-X IRQ(s) served only on another NUMA node" in text
 
 
-# ---------------------------------------------------------------------------------------------
-# topology.json: the document, the module (persistent flow) and the boot step
-# ---------------------------------------------------------------------------------------------
+# -- topology.json: the document, the module (persistent flow) and the boot step
 
 
 def schema():
@@ -606,6 +596,7 @@ def test_a_hanging_nvidia_smi_is_cut_off(build_node):
 
 def test_the_family_is_registered_with_its_hooks():
     from ansible_collections.gpunode.tuning.plugins.module_utils import registry
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 
     fam = registry.by_name("gpu_locality")
     assert fam.module == "gpu_locality" and fam.read is gpu_locality.read and fam.boot is gpu_locality.boot
@@ -613,7 +604,7 @@ def test_the_family_is_registered_with_its_hooks():
     # The verification half is imported when first called (family.later): resolve() gives what a field stands for.
     assert family.resolve(fam.export) is gpu_locality_verify.export
     assert family.resolve(fam.report) is gpu_locality_verify.report
-    assert ("gpu_locality", fam) in registry.boot_families()
+    assert ("gpu_locality", fam) in all_families.boot_families()
 
 
 def test_odd_or_missing_files_leave_the_values_unknown_and_never_stop_the_read(build_node):

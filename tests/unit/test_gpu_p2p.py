@@ -140,12 +140,12 @@ def test_failing_nvbandwidth_is_a_finding():
 
 
 def test_the_guard_keeps_no_bandwidth_floor_so_it_never_runs_a_bandwidth_benchmark(build_node):
-    # registry.node_desired is what the guard's config keeps of the desired state (flows/guard_files.py).
-    from ansible_collections.gpunode.tuning.plugins.module_utils import registry  # noqa: PLC0415
+    # all_families.node_desired is what the guard's config keeps of the desired state (flows/guard_files.py).
+    from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families  # noqa: PLC0415
 
     node = Node(build_node("audited-epyc-8gpu", cpus=4))
     desired = {"gpu_p2p": {"min_gbps": 300.0}, "numa_balancing": 0}
-    kept = registry.node_desired(desired, node)
+    kept = all_families.node_desired(desired, node)
     assert kept["gpu_p2p"] == {"min_gbps": None} and kept["numa_balancing"] == 0
     assert desired["gpu_p2p"] == {"min_gbps": 300.0}  # the role's own desired state is not changed
-    assert registry.node_desired({"gpu_p2p": {"min_gbps": None}}, node) == {"gpu_p2p": {"min_gbps": None}}
+    assert all_families.node_desired({"gpu_p2p": {"min_gbps": None}}, node) == {"gpu_p2p": {"min_gbps": None}}

@@ -9,6 +9,7 @@ import pytest
 import simnode
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import amd_settings, family
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import calls as core_calls
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_settings, gpu_settings_verify
 
@@ -277,12 +278,12 @@ def _amd_state(root):
 def _amd_calls(monkeypatch):
     """Record every argv the module runs (the runner still runs them)."""
     calls = []
-    real = family.run_argv
+    real = core_calls.run_argv
 
     def spy(argv, *a, **kw):
         calls.append(list(argv))
         return real(argv, *a, **kw)
-    monkeypatch.setattr(family, "run_argv", spy)
+    monkeypatch.setattr(core_calls, "run_argv", spy)
     return calls
 
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import kernel_cmdline
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 
 WANT = {"amd": ["pci=realloc=off"], "nvidia": ["nvidia.NVreg_Test=1"]}
 KEY = kernel_cmdline.GPU_VENDOR_KEY
@@ -29,7 +29,7 @@ def test_the_node_decides_by_the_gpus_on_its_bus(build_node, preset, kwargs, ven
     pc = SimpleNamespace(node=node, desired={KEY: WANT}, settings={KEY: WANT})
     assert kernel_cmdline.gpu_vendor_kernel_args(pc) == args
     assert kernel_cmdline.gpu_vendor_kernel_args(pc, remove=True) == ["pci=realloc=off", "nvidia.NVreg_Test=1"]
-    kept = registry.node_desired({KEY: {"amd": ["pci=realloc=off"]}, "numa_balancing": 0}, node)
+    kept = all_families.node_desired({KEY: {"amd": ["pci=realloc=off"]}, "numa_balancing": 0}, node)
     assert kept == ({KEY: {"amd": ["pci=realloc=off"]}, "numa_balancing": 0} if "amd" in vendors
                     else {"numa_balancing": 0})
 

@@ -102,9 +102,7 @@ def node(build_node):
     return _node
 
 
-# --------------------------------------------------------------------------------------------
-# Xid events since boot
-# --------------------------------------------------------------------------------------------
+# -- Xid events since boot
 
 
 def test_xid_events_read_real_kernel_lines():
@@ -146,9 +144,7 @@ def test_xid_counters_grow_within_a_boot_and_restart_at_the_next():
     assert rebuilt["counts"] == {"0000:44:00.0": {"79": 1}}
 
 
-# --------------------------------------------------------------------------------------------
-# The guard run
-# --------------------------------------------------------------------------------------------
+# -- The guard run
 
 
 def test_guard_is_read_only_and_writes_status_and_metrics(node):
@@ -392,9 +388,7 @@ def test_a_later_sysctl_file_and_a_failed_boot_unit_are_named_as_causes(node):
                   source="/etc/sysctl.d/cloud-optimization.conf") == [1]
 
 
-# --------------------------------------------------------------------------------------------
-# Pure parts: the config, the units, the metrics text
-# --------------------------------------------------------------------------------------------
+# -- Pure parts: the config, the units, the metrics text
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("5min", 300), ("30s", 30), ("1h 30min", 5400), ("90", 90),

@@ -34,9 +34,7 @@ def read_swappiness(root):
         return fh.read().strip()
 
 
-# ---------------------------------------------------------------------------------------------
-# The path stays inside the root
-# ---------------------------------------------------------------------------------------------
+# -- The path stays inside the root
 
 ESCAPES = [
     "/../outside/journal.json",
@@ -109,9 +107,7 @@ def test_the_live_root_resolves_paths_as_the_kernel_does():
         "/nonexistent-gpunode-journal.json"
 
 
-# ---------------------------------------------------------------------------------------------
-# A journal of the wrong shape
-# ---------------------------------------------------------------------------------------------
+# -- A journal of the wrong shape
 
 SHAPES = {
     "a list": [],
@@ -188,9 +184,7 @@ def test_a_journal_that_is_not_json_keeps_the_old_message_and_says_what_to_do(no
     assert WHAT_TO_DO in result["msg"]
 
 
-# ---------------------------------------------------------------------------------------------
-# The API other modules use is unchanged
-# ---------------------------------------------------------------------------------------------
+# -- The API other modules use is unchanged
 
 
 def test_record_save_reload_roundtrip(node_root):

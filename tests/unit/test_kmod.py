@@ -10,7 +10,7 @@ import os
 import pytest
 from ansible.module_utils import basic
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, module_params
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import kmod
 
@@ -151,7 +151,7 @@ def test_same_module_twice_is_rejected():
     ("4096", "512", False), ("1", None, False),
 ])
 def test_same_param_value(requested, current, same):
-    assert kmod.same_param_value(requested, current) is same
+    assert (module_params.compare(requested, current) == module_params.SAME) is same
 
 
 def test_modprobe_args_never_a_shell_string():

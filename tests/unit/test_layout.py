@@ -217,9 +217,7 @@ def test_every_family_calls_its_name_NAME():
         assert module.NAME == fam.name and not hasattr(module, "FAMILY"), fam.name
 
 
-# ---------------------------------------------------------------------------------------------
-# No family named outside its own files, the registry and the generated parts (issue 29)
-# ---------------------------------------------------------------------------------------------
+# -- No family named outside its own files, the registry and the generated parts (issue 29)
 #
 # A family's own files are families/<name>.py and its module plugins/modules/<module>.py. Anywhere
 # else in plugins/ a family's name (its registry name, its report families, its settings' tags and

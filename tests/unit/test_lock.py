@@ -15,7 +15,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock, lock_holder
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(REPO, ".collections")
@@ -60,7 +62,7 @@ def said(proc, within=20.0):
 @pytest.fixture
 def node(tmp_path):
     """A node root (an empty directory) and its lock path."""
-    return str(tmp_path), lock.lock_path(str(tmp_path))
+    return str(tmp_path), writers.lock_file(Node(str(tmp_path)))
 
 
 @pytest.fixture
@@ -84,9 +86,7 @@ def holder(node):
             stream.close()
 
 
-# ---------------------------------------------------------------------------------------------
-# Two writers at once
-# ---------------------------------------------------------------------------------------------
+# -- Two writers at once
 
 
 def test_a_second_writer_waits_then_fails_naming_the_holder(node, holder):
@@ -140,9 +140,9 @@ def test_a_dead_holder_does_not_block(node, holder):
     proc = holder("boot")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    stale = lock.read_holder(node[1])
+    stale = lock_holder.read_holder(node[1])
     assert stale["flow"] == "boot" and stale["pid"] == proc.pid and stale["alive"] is False  # its record stays
-    assert "that process no longer runs" in lock.holder_text(stale)
+    assert "that process no longer runs" in lock_holder.holder_text(stale)
     with lock.NodeLock(node[1], "persistent", timeout=0) as taken:
         assert taken.waited < 1 and read_record(node[1])["flow"] == "persistent"
     assert not os.path.exists(node[1])
@@ -163,9 +163,7 @@ def test_two_writers_at_once_never_interleave(node):
         assert fh.read() == "120"
 
 
-# ---------------------------------------------------------------------------------------------
-# The record, the directories, check mode
-# ---------------------------------------------------------------------------------------------
+# -- The record, the directories, check mode
 
 
 def read_record(path):
@@ -182,7 +180,7 @@ def test_the_holder_records_itself_and_creates_what_is_missing(node):
         assert taken.created == [os.path.join(root, d) for d in ("var", "var/lib", "var/lib/gpunode-tuning")]
         assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-        assert lock.read_holder(path)["alive"] is True
+        assert lock_holder.read_holder(path)["alive"] is True
     assert os.listdir(root) == []  # lock file and the three directories it made are gone
 
 
@@ -215,11 +213,11 @@ def test_only_directories_above_the_lock_are_handed_over(node):
 
 
 def test_check_mode_takes_and_creates_nothing(node):
-    with lock.node_lock(node[1], "persistent", check_mode=True) as taken:
-        assert taken is None
+    with writers.writing(Node(node[0]), None, "persistent", check_mode=True) as taken:
+        assert taken.lock is None
     assert os.listdir(node[0]) == []
-    with lock.node_lock(node[1], "persistent") as taken:
-        assert taken.held and os.path.exists(node[1])
+    with writers.writing(Node(node[0]), None, "persistent") as taken:
+        assert taken.lock.held and os.path.exists(node[1])
     assert os.listdir(node[0]) == []
 
 
@@ -234,13 +232,13 @@ def test_the_same_process_takes_it_again_nested(node):
 
 def test_read_holder_never_creates_and_ignores_garbage(node):
     root, path = node
-    assert lock.read_holder(path) is None and os.listdir(root) == []
+    assert lock_holder.read_holder(path) is None and os.listdir(root) == []
     os.makedirs(os.path.dirname(path))
     for garbage in (b"", b"{not json", b"[1]", b'{"pid": "x"}', b"\xff\xfe"):
         with open(path, "wb") as fh:
             fh.write(garbage)
-        assert lock.read_holder(path) is None
-    assert lock.holder_text(None) == "a run that has not written its record yet"
+        assert lock_holder.read_holder(path) is None
+    assert lock_holder.holder_text(None) == "a run that has not written its record yet"
 
 
 def test_a_file_replaced_under_a_waiter_is_not_taken(node):
@@ -258,22 +256,24 @@ def test_a_file_replaced_under_a_waiter_is_not_taken(node):
 
 
 @pytest.mark.parametrize("path, why", [
-    ("var/lib/gpunode-tuning/.lock", "must be absolute"),
-    ("/var/lib/\ngpunode-tuning/.lock", "control character"),
-    ("/../../etc/.lock", "not a file below the node root"),
-    ("/", "not a file below the node root"),
+    ("var/lib/gpunode-tuning/journal.json", "must be absolute"),
+    ("/var/lib/\ngpunode-tuning/journal.json", "control character"),
+    ("/../../etc/journal.json", "outside the node root"),
+    ("/", "the node root"),
 ])
-def test_lock_path_stays_below_the_root(tmp_path, path, why):
+def test_the_lock_stays_below_the_root(tmp_path, path, why):
+    """The lock is the file next to the journal, whose path must stay below the node root (journal.resolve_path)."""
     with pytest.raises(lock.LockError, match=why):
-        lock.lock_path(str(tmp_path), path)
+        writers.lock_file(Node(str(tmp_path)), path)
 
 
 def test_a_symlink_out_of_the_root_is_refused(tmp_path):
     os.makedirs(tmp_path / "node" / "var")
     os.symlink(str(tmp_path / "elsewhere"), str(tmp_path / "node" / "var" / "lib"))
-    with pytest.raises(lock.LockError, match="not a file below the node root"):
-        lock.lock_path(str(tmp_path / "node"))
-    assert lock.lock_path(str(tmp_path / "node"), "/run/.lock") == str(tmp_path / "node" / "run" / ".lock")
+    with pytest.raises(lock.LockError, match="outside the node root"):
+        writers.lock_file(Node(str(tmp_path / "node")))
+    lock_file = writers.lock_file(Node(str(tmp_path / "node")), "/run/journal.json")
+    assert lock_file == str(tmp_path / "node" / "run" / ".lock")
     assert lock.next_to("/n/var/lib/gpunode-tuning/journal.json") == "/n/var/lib/gpunode-tuning/.lock"
 
 

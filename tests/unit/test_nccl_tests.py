@@ -10,10 +10,10 @@ import pytest
 from simnode import nccl as simnode_nccl
 from support.p2p import rows as p2p_rows
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, family, nccl_tests
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import gpu_p2p
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 
 REAL = os.path.join(os.path.dirname(__file__), os.pardir, "data", "real")
 CAPTURES = (
@@ -171,7 +171,8 @@ def test_bad_desired_is_refused_naming_what_is_allowed():
 
 def test_the_guard_never_runs_it(build_node):
     node = Node(build_node("audited-epyc-8gpu", cpus=4))
-    kept = registry.node_desired({"gpu_p2p": {"min_gbps": 40.0, "nccl_tests": PATH, "min_busbw_gbps": 20.0}}, node)
+    desired = {"gpu_p2p": {"min_gbps": 40.0, "nccl_tests": PATH, "min_busbw_gbps": 20.0}}
+    kept = all_families.node_desired(desired, node)
     assert kept["gpu_p2p"] == {"min_gbps": None, "nccl_tests": None, "min_busbw_gbps": None}
     assert gpu_p2p.gpu_commands(kept) == gpu_p2p.gpu_commands({"gpu_p2p": {}})
 

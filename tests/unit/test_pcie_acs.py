@@ -75,9 +75,7 @@ def immutable(path):
         subprocess.run(["chattr", "-i", path], check=False)
 
 
-# ---------------------------------------------------------------------------------------------
-# Decoding and paths
-# ---------------------------------------------------------------------------------------------
+# -- Decoding and paths
 
 
 @pytest.mark.skipif(LSPCI is None, reason="lspci (pciutils) is not installed")
@@ -160,9 +158,7 @@ def test_gpu_and_nic_under_one_switch_only_gpu_ports_change(build_node, run_modu
     assert skipped == ["0000:16:00.0"]
 
 
-# ---------------------------------------------------------------------------------------------
-# The module
-# ---------------------------------------------------------------------------------------------
+# -- The module
 
 
 @needs_setpci
@@ -268,9 +264,7 @@ def test_unmanaged_reads_and_writes_nothing(build_node, run_module, digest):
     assert not failed and not result["changed"] and digest(root) == snapshot
 
 
-# ---------------------------------------------------------------------------------------------
-# Verification and boot
-# ---------------------------------------------------------------------------------------------
+# -- Verification and boot
 
 
 class _Ctx:

@@ -20,6 +20,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import No
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm as aspm
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_plan as aspm_plan
 from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_verify as aspm_verify
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows.verification import Context
 
 GPUS = ("0000:41:00.0", "0000:61:00.0")
@@ -268,7 +269,7 @@ def test_boot_reapplies_links_and_policy_without_a_journal(build_node):
 
 def test_the_family_is_registered_with_its_tag_variables_and_role_rules():
     fam = registry.by_name(aspm.NAME)
-    assert registry.selecting_tags(fam) == ("pcie_aspm",) and fam.boot is not None and fam.kernel_args is not None
+    assert all_families.selecting_tags(fam) == ("pcie_aspm",) and fam.boot is not None and fam.kernel_args is not None
     values = {"gpunode_tuning_pcie_aspm_policy": "performance", "gpunode_tuning_pcie_aspm_links": "off",
               "gpunode_tuning_pcie_aspm_persist": "kernel_arg", "gpunode_tuning_kernel_cmdline_enabled": False}
     assert aspm_plan.from_role(values, {"selector": {}})[aspm.NAME]["persist"] == "kernel_arg"

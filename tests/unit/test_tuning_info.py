@@ -43,9 +43,7 @@ def write(root, rel, text):
         fh.write(text + "\n")
 
 
-# ---------------------------------------------------------------------------------------------
-# Every preset: the facts are what simnode wrote
-# ---------------------------------------------------------------------------------------------
+# -- Every preset: the facts are what simnode wrote
 
 
 @pytest.mark.parametrize("preset", sorted(simnode.PRESETS))
@@ -218,9 +216,7 @@ def test_check_mode_same_result_and_tree_untouched(build_node, run_module, diges
     assert digest(root) == before
 
 
-# ---------------------------------------------------------------------------------------------
-# Aggregation over CPUs
-# ---------------------------------------------------------------------------------------------
+# -- Aggregation over CPUs
 
 
 def test_cpuidle_disabled_counts_and_cpulists(build_node, run_module):
@@ -292,9 +288,7 @@ def test_tiny_vm_has_nothing_to_tune(build_node, run_module):
     assert f["platform"]["nvidia_driver"] == {"version": None, "flavor": None, "source": None}
 
 
-# ---------------------------------------------------------------------------------------------
-# PCI selection
-# ---------------------------------------------------------------------------------------------
+# -- PCI selection
 
 
 def test_pci_selector_variants(build_node, run_module):
@@ -331,9 +325,7 @@ def test_unreadable_config_does_not_hide_other_devices(build_node, run_module):
     assert devs[0]["error"].startswith("cannot read %s" % cfg)
 
 
-# ---------------------------------------------------------------------------------------------
-# sysctls, modules, persistenced
-# ---------------------------------------------------------------------------------------------
+# -- sysctls, modules, persistenced
 
 
 def test_sysctls_whitespace_and_missing(build_node, run_module):
@@ -365,9 +357,7 @@ def test_persistenced_found_by_truncated_comm(build_node, run_module):
     assert f["gpu_health"]["persistenced"] == {"running": True, "pids": [4242]}
 
 
-# ---------------------------------------------------------------------------------------------
-# Kernel log through the module
-# ---------------------------------------------------------------------------------------------
+# -- Kernel log through the module
 
 
 def test_kernel_log_levels_since_and_ignore(build_node, run_module):
@@ -404,9 +394,7 @@ def test_kernel_log_unavailable_is_not_fatal(build_node, run_module):
     assert f["cpu"]["online_count"] == 2  # the other sections are still there
 
 
-# ---------------------------------------------------------------------------------------------
-# Bad input fails before reading, with the allowed values in the message
-# ---------------------------------------------------------------------------------------------
+# -- Bad input fails before reading, with the allowed values in the message
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -440,9 +428,7 @@ def test_cidr_rule_without_netaddr_names_the_library(build_node, run_module, mon
     assert facts_of(run_module, build_node("tiny-vm"), kmsg_ignore=[{"pattern": "vxlan"}])["kernel_log"]["available"]
 
 
-# ---------------------------------------------------------------------------------------------
-# Cost: a 384-CPU, 16-GPU node with a 100000-record kernel log
-# ---------------------------------------------------------------------------------------------
+# -- Cost: a 384-CPU, 16-GPU node with a 100000-record kernel log
 
 
 def test_large_node_is_cheap(build_node, run_module):
@@ -460,9 +446,7 @@ def test_large_node_is_cheap(build_node, run_module):
     assert elapsed < 2.0, "tuning_info took %.2f s" % elapsed
 
 
-# ---------------------------------------------------------------------------------------------
-# arm64: no vendor_id, no physical id in /proc/cpuinfo
-# ---------------------------------------------------------------------------------------------
+# -- arm64: no vendor_id, no physical id in /proc/cpuinfo
 
 
 def test_arm64_vendor_is_cpu_freqs_and_sockets_come_from_the_topology(build_node, run_module):
@@ -491,9 +475,7 @@ def test_sockets_fall_back_to_cpuinfo_without_topology(build_node, run_module):
     assert facts_of(run_module, root)["cpu"]["sockets"] == simnode.PRESETS["audited-epyc-8gpu"]["sockets"] == 2
 
 
-# ---------------------------------------------------------------------------------------------
-# desired: the verification in the same call (module_utils/flows/verify.py)
-# ---------------------------------------------------------------------------------------------
+# -- desired: the verification in the same call (module_utils/flows/verify.py)
 
 DESIRED = {
     "pcie_mrrs": {"mrrs": 4096},

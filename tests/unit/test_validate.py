@@ -120,33 +120,33 @@ def test_unit_name_list_names_every_bad_one():
 @pytest.mark.parametrize("path", ["relative/x", "/a b", "/a/../b", "/a/..", "/a\n", "/a%i", "/a'b", "", None])
 def test_absolute_path_refuses(path):
     with pytest.raises(v.ValidationError, match="allowed is an absolute path"):
-        v.absolute_path(path)
+        vb.absolute_path(path)
 
 
 def test_absolute_path_accepts():
-    assert v.absolute_path("/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
+    assert vb.absolute_path("/usr/local/lib/gpunode-tuning/apply-boot-tuning.sh")
 
 
 def test_write_problem(tmp_path):
     target = tmp_path / "d" / "f.conf"
-    assert v.write_problem(str(target)) is None  # a missing directory is created by the writers
+    assert vb.write_problem(str(target)) is None  # a missing directory is created by the writers
     (tmp_path / "d").mkdir()
-    assert v.write_problem(str(target)) is None
+    assert vb.write_problem(str(target)) is None
     target.mkdir()
-    assert "is a directory" in v.write_problem(str(target))
+    assert "is a directory" in vb.write_problem(str(target))
     target.rmdir()
     (tmp_path / "file").write_text("")
-    assert "is not a directory" in v.write_problem(str(tmp_path / "file" / "x.conf"))
+    assert "is not a directory" in vb.write_problem(str(tmp_path / "file" / "x.conf"))
     target.write_text("x\n")
     subprocess.run(["chattr", "+i", str(target)], check=True)
     try:
-        assert "cannot be replaced (immutable attribute or permissions)" in v.write_problem(str(target))
+        assert "cannot be replaced (immutable attribute or permissions)" in vb.write_problem(str(target))
     finally:
         subprocess.run(["chattr", "-i", str(target)], check=True)
     subprocess.run(["chattr", "+i", str(tmp_path / "d")], check=True)
     try:
-        assert "does not accept new files" in v.write_problem(str(target))
-        assert "does not exist and" in v.write_problem(str(tmp_path / "d" / "sub" / "x.conf"))
+        assert "does not accept new files" in vb.write_problem(str(target))
+        assert "does not exist and" in vb.write_problem(str(tmp_path / "d" / "sub" / "x.conf"))
     finally:
         subprocess.run(["chattr", "-i", str(tmp_path / "d")], check=True)
     assert os.path.exists(str(target))
@@ -206,11 +206,11 @@ def test_cpulist_refuses(text):
 def test_pci_selectors_are_the_modules_rules_normalized_as_sysfs_shows_them():
     from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import DeviceSelector
 
-    assert v.pci_id("10DE") == "0x10de" and v.pci_id("0x2330") == "0x2330" and v.pci_id("de") == "0x00de"
+    assert vb.pci_id("10DE") == "0x10de" and vb.pci_id("0x2330") == "0x2330" and vb.pci_id("de") == "0x00de"
     # The same values setpci_mrrs selects with.
     sel = DeviceSelector(vendor="10DE", device="0x2330", class_prefixes=["0302"], bdfs=["41:00.0"])
     assert (sel.vendors, sel.device, sel.class_prefixes, sel.bdfs) == (
-        [v.pci_id("10DE")], v.pci_id("0x2330"), ["0302"], ["0000:41:00.0"])
+        [vb.pci_id("10DE")], vb.pci_id("0x2330"), ["0302"], ["0000:41:00.0"])
     # Several vendors: a device of any of them matches (NVIDIA's and AMD's GPUs in one selector).
     both = DeviceSelector(vendor=["10de", "0x1002"])
     assert both.vendors == ["0x10de", "0x1002"]
@@ -219,9 +219,9 @@ def test_pci_selectors_are_the_modules_rules_normalized_as_sysfs_shows_them():
 
 
 @pytest.mark.parametrize("call,value,fragment", [
-    (v.pci_id, '10de" RUN+="/bin/x', "must be a 4-digit hex PCI id such as 10de or 0x10de"),
-    (v.pci_id, "10de0", "must be a 4-digit hex PCI id"),
-    (v.pci_id, "10de\nx", "must be a 4-digit hex PCI id"),
+    (vb.pci_id, '10de" RUN+="/bin/x', "must be a 4-digit hex PCI id such as 10de or 0x10de"),
+    (vb.pci_id, "10de0", "must be a 4-digit hex PCI id"),
+    (vb.pci_id, "10de\nx", "must be a 4-digit hex PCI id"),
 ])
 def test_pci_selectors_refuse(call, value, fragment):
     with pytest.raises(v.ValidationError) as exc:
@@ -232,7 +232,7 @@ def test_pci_selectors_refuse(call, value, fragment):
 def test_validators_normalize_what_the_boot_files_get():
     assert v.cpulist("0-2,5") == [0, 1, 2, 5]
     with pytest.raises(v.ValidationError, match="value must be"):
-        v.pci_id("")
+        vb.pci_id("")
     with pytest.raises(v.ValidationError, match="idle state name 'x\"; touch /tmp/x' is invalid: allowed is an idle "
                                                 "state name"):
         v.cstate_names(["C2", 'x"; touch /tmp/x'])

@@ -19,7 +19,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from ansible_collections.gpunode.tuning.plugins.action.verify_reports import ActionModule
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as report_files
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import file_updates as report_files
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
 
 HOST = "node-a"

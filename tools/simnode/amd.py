@@ -7,9 +7,7 @@ import json
 from .machine import PciFunction, Preset, is_gpu
 from .tree import Tree
 
-# ---------------------------------------------------------------------------------------------
-# The node-local amd-smi (AMD Instinct presets)
-# ---------------------------------------------------------------------------------------------
+# -- The node-local amd-smi (AMD Instinct presets)
 
 # GPU faults of an AMD node (build(amd_faults={kind: [GPU index, ...]}), --amd-fault KIND=I[,J]).
 AMD_FAULTS = {

@@ -16,9 +16,7 @@ from .cpu import CPU_BASE, cpufreq_family, set_cpufreq_driver
 from .kernel import kernel_runs_amd_pstate
 from .tree import Tree, read_rel
 
-# ---------------------------------------------------------------------------------------------
-# Simulated reboot (issue 30): what a boot of the node would bring, from the files the tuning left
-# ---------------------------------------------------------------------------------------------
+# -- Simulated reboot (issue 30): what a boot of the node would bring, from the files the tuning left
 
 REBOOT_NEVER_RETURNS = "var/lib/simnode/reboot-never-returns"
 

@@ -8,9 +8,7 @@ from .cpu import cpu_node
 from .machine import PciFunction, Preset, is_gpu
 from .tree import Tree, cpulist
 
-# ---------------------------------------------------------------------------------------------
-# IOMMU groups and vfio-pci (the P2P path: ACS isolates what vfio-pci passes through)
-# ---------------------------------------------------------------------------------------------
+# -- IOMMU groups and vfio-pci (the P2P path: ACS isolates what vfio-pci passes through)
 
 IOMMU_TYPES = ("identity", "DMA", "DMA-FQ")
 
@@ -47,9 +45,7 @@ def write_iommu_vfio(t: Tree, p: Preset, funcs: list, iommu: str | None, vfio: l
         os.symlink(os.path.relpath(group, device(f.bdf)), os.path.join(device(f.bdf), "iommu_group"))
 
 
-# ---------------------------------------------------------------------------------------------
-# GPU locality: local CPUs, device names, MSI/MSI-X IRQs and their affinities, irqbalance
-# ---------------------------------------------------------------------------------------------
+# -- GPU locality: local CPUs, device names, MSI/MSI-X IRQs and their affinities, irqbalance
 
 MSI_IRQ_BASE = 200  # the first MSI/MSI-X IRQ number (legacy INTx numbers are below, see write_pci)
 IRQBALANCE_PID = 3104

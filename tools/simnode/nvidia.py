@@ -7,9 +7,7 @@ import json
 from .machine import Preset
 from .tree import Tree
 
-# ---------------------------------------------------------------------------------------------
-# GPU faults and the node-local nvidia-smi
-# ---------------------------------------------------------------------------------------------
+# -- GPU faults and the node-local nvidia-smi
 
 # build(gpu_faults={kind: [GPU index, ...]}): what a sick GPU looks like on this node.
 GPU_FAULTS = {

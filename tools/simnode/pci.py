@@ -8,9 +8,7 @@ import struct
 from .machine import PciFunction, is_gpu
 from .tree import Tree
 
-# ---------------------------------------------------------------------------------------------
-# PCI configuration space
-# ---------------------------------------------------------------------------------------------
+# -- PCI configuration space
 
 PCIE_PORT_TYPE = {"endpoint": 0x0, "root_port": 0x4, "upstream": 0x5, "downstream": 0x6}
 

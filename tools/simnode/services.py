@@ -87,9 +87,7 @@ def write_benchmark(root: str, kind: str = "normal") -> str:
     return t.path(BENCHMARK_BIN)
 
 
-# ---------------------------------------------------------------------------------------------
-# The node's own boot configuration: a sysctl file of its image, the state of a systemd unit
-# ---------------------------------------------------------------------------------------------
+# -- The node's own boot configuration: a sysctl file of its image, the state of a systemd unit
 
 # What a cloud image ships (NVIDIA/aicr#239: Ubuntu 24.04.4 AMIs have /etc/sysctl.d/cloud-optimization.conf
 # with vm.swappiness=60). Its name sorts after 90-gpunode-tuning.conf, so it wins at boot.

@@ -64,9 +64,7 @@ def epp_allowed(epp: Any) -> bool:
                                                           and int(epp) <= EPP_RAW_MAX))
 
 
-# ---------------------------------------------------------------------------------------------
-# Pure planning
-# ---------------------------------------------------------------------------------------------
+# -- Pure planning
 
 
 def driver_for_mode(family: str, mode: str) -> str:
@@ -229,9 +227,7 @@ def group_by_value(values: dict) -> dict:
     return {value: format_cpulist(cpus) for value, cpus in sorted(groups.items())}
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading the node
-# ---------------------------------------------------------------------------------------------
+# -- Reading the node
 
 
 class Policy:
@@ -327,9 +323,7 @@ def boost_value(boost_file: str, boost: bool) -> str:
     return "1" if boost else "0"
 
 
-# ---------------------------------------------------------------------------------------------
-# Validation (before any write)
-# ---------------------------------------------------------------------------------------------
+# -- Validation (before any write)
 
 
 def validate(params: dict, freq: NodeFreq, vendor: str | None, node: Node | None = None) -> dict:

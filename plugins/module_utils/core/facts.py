@@ -46,9 +46,7 @@ class FactsError(ValueError):
     """An option is invalid; the message names the allowed values."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Cheap reads: one open and one read per attribute, no text-layer objects.
-# ---------------------------------------------------------------------------------------------
+# -- Cheap reads: one open and one read per attribute, no text-layer objects.
 
 
 def read_all(path: str) -> str | None:
@@ -68,9 +66,7 @@ def int_or_none(text: str | None) -> int | None:
         return None
 
 
-# ---------------------------------------------------------------------------------------------
-# Option validation
-# ---------------------------------------------------------------------------------------------
+# -- Option validation
 
 
 def build_selector(spec: dict | None) -> DeviceSelector:
@@ -87,9 +83,7 @@ def build_selector(spec: dict | None) -> DeviceSelector:
         raise FactsError("pci_selector: %s" % exc) from exc
 
 
-# ---------------------------------------------------------------------------------------------
-# Sections
-# ---------------------------------------------------------------------------------------------
+# -- Sections
 
 
 def os_facts(node: Node) -> dict:
@@ -252,9 +246,7 @@ def pci_facts(node: Node, selector: DeviceSelector, listed: list | None = None) 
     }
 
 
-# ---------------------------------------------------------------------------------------------
-# Everything
-# ---------------------------------------------------------------------------------------------
+# -- Everything
 
 
 def gather(node: Node, pci_selector: dict | None = None, kmsg_since: float = 0.0,

@@ -7,15 +7,11 @@ How it works and why: docs/dev/node-code.md, "core/family.py".
 
 from __future__ import annotations
 
-import shutil
 from typing import Any, Callable, NamedTuple
-
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 
 # The state of one setting in verification (docs/verify.md).
 STATES = ("applied", "pending_reboot", "drifted", "not_applicable", "unsupported")
 # PATH of the boot re-apply: a boot unit's environment is not a login shell's.
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class FamilyError(Exception):
@@ -238,36 +234,3 @@ def warn_not_applicable(call: Call, reasons: dict) -> None:
     for key, why in sorted(reasons.items()):
         if key not in preset:
             call.warn("%s=%s does not apply on this node: %s" % (key, call.params.get(key), why))
-
-
-def module_call(module: Any) -> Call:
-    """The Call of an AnsibleModule (duck-typed: this file imports nothing of Ansible)."""
-    try:
-        run = command.runner(module.params.get("command_timeouts"))
-    except command.TimeoutsError as exc:
-        raise FamilyError(str(exc), {"changed": False}) from None
-    return Call(params=module.params, check_mode=module.check_mode, diff=module._diff, warn=module.warn,
-                run_command=run, atomic_move=module.atomic_move, lookup=module)
-
-
-def run_module(module: Any, run: Callable[[Call], dict]) -> None:
-    """The one shape of a family's module: options in, one family call, its result or its error out."""
-    try:
-        result = run(module_call(module))
-    except FamilyError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**result)
-
-
-class SystemLookup:
-    """What ``Node.bin_path`` asks of a module, without one: a lookup on the system PATH (boot re-apply)."""
-
-    @staticmethod
-    def get_bin_path(name: str) -> str | None:
-        return shutil.which(name, path=SYSTEM_PATH)
-
-
-def run_argv(argv: list) -> tuple:
-    """``(rc, stdout, stderr)`` of a command in the C locale on the system PATH (boot re-apply), bounded by
-    the default timeout of its kind (``command.DEFAULT_TIMEOUTS``)."""
-    return command.run(argv, command.DEFAULT_TIMEOUTS[command.kind_of(argv)], {"PATH": SYSTEM_PATH})

@@ -14,13 +14,11 @@ import json
 import os
 import socket
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 DEFAULT_LOCK = "/var/lib/gpunode-tuning/.lock"
 DEFAULT_TIMEOUT = 60.0  # seconds a second writer waits before it fails naming the holder
 POLL_INTERVAL = 0.2  # seconds between two tries while waiting
-RECORD_LIMIT = 4096  # bytes of the holder record read back (it is a few dozen)
 FLOW_NAME_LIMIT = 64
 # (pid, lock path) -> the outermost NodeLock this process holds on it (nested takes reuse it).
 _HELD: dict = {}
@@ -38,26 +36,7 @@ class LockTimeout(LockError):
         self.path, self.holder, self.waited = path, holder, waited
 
 
-# ---------------------------------------------------------------------------------------------
-# Paths and the holder record
-# ---------------------------------------------------------------------------------------------
-
-
-def lock_path(root: str, path: str = DEFAULT_LOCK) -> str:
-    """The lock file's full path below the node ``root``; LockError when ``path`` is not absolute,
-    holds a control character, or leaves the root (``..`` or a symlink on the way)."""
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise LockError("the lock path must be absolute on the node, got %r" % (path,))
-    if any(ord(c) < 32 or ord(c) == 127 for c in path):
-        raise LockError("the lock path %r contains a control character; give a path such as %s" % (path, DEFAULT_LOCK))
-    base = os.path.abspath(root)
-    full = os.path.normpath(os.path.join(base, path.lstrip("/")))
-    real_base = os.path.realpath(base)
-    for candidate, within in ((full, base), (os.path.realpath(full), real_base)):
-        if candidate == within or os.path.commonpath([candidate, within]) != within:
-            raise LockError("the lock path %s resolves to %s, not a file below the node root %s; give a path such "
-                            "as %s" % (path, os.path.realpath(full), root, DEFAULT_LOCK))
-    return full
+# -- Paths and the holder record
 
 
 def next_to(journal_path: str, name: str = ".lock") -> str:
@@ -72,55 +51,7 @@ def holder_record(flow: str, clock: Callable[[], float] = time.time) -> dict:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "since": now}
 
 
-def read_holder(path: str) -> dict | None:
-    """The holder record in the lock file at ``path``, without taking the lock and without creating anything; None when
-    there is no file or no readable record."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, RECORD_LIMIT)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        record = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
-        return None
-    record["alive"] = _alive(record["pid"]) if record.get("host") == socket.gethostname() else None
-    return record
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: it exists
-    return True
-
-
-def holder_text(holder: dict | None, clock: Callable[[], float] = time.time) -> str:
-    """``"the persistent run (pid 4242 on node7, since 2026-11-29T15:00:00Z, 12 s ago)"`` of a record."""
-    if not holder:
-        return "a run that has not written its record yet"
-    ago = ""
-    if isinstance(holder.get("since"), (int, float)):
-        ago = ", %d s ago" % max(0, round(clock() - holder["since"]))
-    stale = "; that process no longer runs" if holder.get("alive") is False else ""
-    return "the %s run (pid %s on %s, since %s%s%s)" % (
-        holder.get("flow") or "unnamed", holder.get("pid"), holder.get("host") or "an unknown host",
-        holder.get("started") or "an unknown time", ago, stale)
-
-
-# ---------------------------------------------------------------------------------------------
-# The lock
-# ---------------------------------------------------------------------------------------------
+# -- The lock
 
 
 def _checked(flow: str, timeout: float, poll: float) -> None:
@@ -176,7 +107,9 @@ class NodeLock:
                 continue  # the holder unlinked that file on release: open (or make) the new one at once
             if not told and self.on_wait is not None:
                 told = True
-                self.on_wait(read_holder(self.path))
+                from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock_holder
+
+                self.on_wait(lock_holder.read_holder(self.path))
             self.sleep(min(self.poll, self.timeout - self.waited))
         self.waited, self._fd, self.held = self.clock() - start, fd, True
         _HELD[(os.getpid(), self.path)] = self
@@ -232,10 +165,12 @@ class NodeLock:
             pass  # a full disk: the lock holds all the same; messages then say the holder is unknown
 
     def _timeout(self) -> LockTimeout:
-        holder = read_holder(self.path)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock_holder
+
+        holder = lock_holder.read_holder(self.path)
         message = ("the node lock %s is held by %s; this %s run waited %.1f s for it and stops before writing "
                    "anything: run it again when that run has finished"
-                   % (self.path, holder_text(holder), self.flow, self.waited))
+                   % (self.path, lock_holder.holder_text(holder), self.flow, self.waited))
         self._remove_directories(self.created)  # only those we made and left empty
         return LockTimeout(message, self.path, holder, self.waited)
 
@@ -289,17 +224,3 @@ def _same_file(fd: int, path: str) -> bool:
     except OSError:
         return False
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
-
-
-@contextmanager
-def node_lock(path: str, flow: str, check_mode: bool = False, timeout: float = DEFAULT_TIMEOUT,
-              poll: float = POLL_INTERVAL, on_wait: Callable[[dict | None], None] | None = None
-              ) -> Iterator[NodeLock | None]:
-    """``with node_lock(path, "persistent", check_mode=module.check_mode) as lock:`` the flow's writes."""
-    if check_mode:
-        _checked(flow, timeout, poll)
-        yield None
-        return
-    lock = NodeLock(path, flow, timeout=timeout, poll=poll, on_wait=on_wait)
-    with lock:
-        yield lock

@@ -70,9 +70,7 @@ LINK_SPEEDS = {1: "2.5 GT/s", 2: "5.0 GT/s", 3: "8.0 GT/s", 4: "16.0 GT/s", 5: "
 _BDF_RE = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([01][0-9a-fA-F])\.([0-7])$")
 _HEX_RE = re.compile(r"^(?:0[xX])?([0-9a-fA-F]+)$")
 
-# ---------------------------------------------------------------------------------------------
-# Encoding and decoding
-# ---------------------------------------------------------------------------------------------
+# -- Encoding and decoding
 
 
 def encode_mrrs(size: int) -> int:
@@ -152,9 +150,7 @@ def decode_pcie(config_bytes: bytes) -> dict | None:
     }
 
 
-# ---------------------------------------------------------------------------------------------
-# Input validation and selection
-# ---------------------------------------------------------------------------------------------
+# -- Input validation and selection
 
 
 def normalize_bdf(text: str) -> str:
@@ -294,9 +290,7 @@ def _as_hex(value, digits):
     return "0x%0*x" % (digits, int(str(value), 16))
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading the node
-# ---------------------------------------------------------------------------------------------
+# -- Reading the node
 
 
 def _read_int(text, default):
@@ -342,9 +336,7 @@ def pcie_bus_perf(node: Node) -> bool:
     return False
 
 
-# ---------------------------------------------------------------------------------------------
-# setpci
-# ---------------------------------------------------------------------------------------------
+# -- setpci
 
 
 class Setpci:
@@ -403,9 +395,7 @@ class Setpci:
         return self.run(self._argv(groups))
 
 
-# ---------------------------------------------------------------------------------------------
-# Faults of one device: each failed device is named with its own cause
-# ---------------------------------------------------------------------------------------------
+# -- Faults of one device: each failed device is named with its own cause
 
 _ROOT_HINT = "run the module as root (become: true)"
 
@@ -523,9 +513,7 @@ def select_devices(node: Node, selector: DeviceSelector) -> list[dict]:
     return [d for d in devices if selector.matches(d)]
 
 
-# ---------------------------------------------------------------------------------------------
-# The ACS extended capability and the bridges above a device (peer-to-peer traffic between GPUs)
-# ---------------------------------------------------------------------------------------------
+# -- The ACS extended capability and the bridges above a device (peer-to-peer traffic between GPUs)
 
 
 def find_ext_capability(cfg: bytes, cap_id: int) -> int | None:
@@ -587,9 +575,7 @@ def listed(node: Node, query: object = None) -> list:
     return list(devices) if devices is not None else list_devices(node)
 
 
-# ---------------------------------------------------------------------------------------------
-# The IOMMU that translates the devices' DMA
-# ---------------------------------------------------------------------------------------------
+# -- The IOMMU that translates the devices' DMA
 
 
 def iommu_group(node: Node, bdf: str) -> tuple:

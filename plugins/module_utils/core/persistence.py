@@ -11,6 +11,7 @@ import os
 import stat
 from typing import Any, Callable, NamedTuple
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import file_updates
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as node_files
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (  # noqa: F401 (Concern: re-exported)  # pylint: disable=unused-import
     Call,
@@ -59,7 +60,7 @@ class NodeFiles:
 
     def _ensure_dir(self, directory: str) -> bool:
         missing = node_files.missing_dirs(directory)
-        created = node_files.ensure_dir(directory, self.check_mode, what="directory")
+        created = file_updates.ensure_dir(directory, self.check_mode, what="directory")
         if created and not self.check_mode and self.on_created is not None:
             self.on_created(missing)
         return created
@@ -84,8 +85,8 @@ class NodeFiles:
         full = self._full(path)
         try:
             created = self._ensure_dir(os.path.dirname(full))
-            change = node_files.write_file(full, text.encode("utf-8"), self.check_mode, mode, what="file")
-        except node_files.ReportError as exc:
+            change = file_updates.write_file(full, text.encode("utf-8"), self.check_mode, mode, what="file")
+        except file_updates.ReportError as exc:
             raise FamilyError(str(exc)) from None
         if change:
             self.changes[path] = change
@@ -111,7 +112,7 @@ class NodeFiles:
                 os.symlink(target, full)
             except OSError as exc:
                 raise FamilyError("cannot link %s to %s: %s" % (path, target, node_files.os_error(exc))) from None
-            except node_files.ReportError as exc:
+            except file_updates.ReportError as exc:
                 raise FamilyError("cannot link %s to %s: %s" % (path, target, exc)) from None
         return True
 

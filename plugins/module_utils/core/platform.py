@@ -158,18 +158,6 @@ def parse_nvidia_version(text: str | None) -> dict:
     return {"version": None, "flavor": None, "arch": None}
 
 
-def parse_modinfo(text: str | None) -> dict:
-    """``modinfo nvidia``: ``{version, license, flavor}`` (license ``Dual MIT/GPL``: open; ``NVIDIA``: proprietary)."""
-    fields = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() in ("version", "license") and key.strip() not in fields:
-            fields[key.strip()] = value.strip()
-    lic = fields.get("license")
-    flavor = {"Dual MIT/GPL": "open", "NVIDIA": "proprietary"}.get(lic) if lic else None
-    return {"version": fields.get("version"), "license": lic, "flavor": flavor}
-
-
 def nvidia_driver(node: Node) -> dict:
     """The loaded NVIDIA driver: ``{version, flavor, source}`` from the two files (flavour: the proc file only)."""
     parsed = parse_nvidia_version(read_small(node.path("proc/driver/nvidia/version")))

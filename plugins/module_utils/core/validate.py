@@ -7,13 +7,11 @@ How it works and why: docs/dev/node-code.md, "core/validate.py".
 
 from __future__ import annotations
 
-import os
 import re
 import unicodedata
 from typing import Any, Callable
 
 # The PCI id rule is setpci_mrrs's own (one definition); here it only gets this module's error type.
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import normalize_hex_id
 
 # Unicode categories never allowed: controls (C0, DEL, C1: newline, tab, escape ...), invisible
 # format characters (bidi overrides, zero-width), and the line/paragraph separators that
@@ -42,9 +40,6 @@ KMOD_PARAM_VALUE_RE = re.compile(r"[A-Za-z0-9_.,:/+@%=-]{1,256}")
 KMOD_PARAM_VALUE_ALLOWED = (
     "1 to 256 of letters, digits and , . _ : / + @ % = - (no whitespace, quotes, control or shell characters)")
 
-PATH_RE = re.compile(r"/[A-Za-z0-9_.+@:/-]*")
-PATH_ALLOWED = ("an absolute path of letters, digits and _ . + @ : - / (no whitespace, quotes, '%', control "
-                "characters or '..')")
 
 # The names the kernel shows in cpuidle/stateN/name: POLL, C1E, C6_ACPI (intel_idle), WFI,
 # cpu-sleep-0 (psci_idle, from the device tree).
@@ -197,59 +192,6 @@ def cpulist(text: object) -> list[int]:
             raise bad
         cpus.update(range(low, high + 1))
     return sorted(cpus)
-
-
-# --- PCI selectors ------------------------------------------------------------------------------
-
-
-def pci_id(value: object) -> str:
-    """A vendor or device id as sysfs shows it (``0x10de``), from hex text with or without ``0x``."""
-    try:
-        return normalize_hex_id(value, "value")
-    except ValueError as exc:
-        raise ValidationError(str(exc)) from None
-
-
-# --- paths --------------------------------------------------------------------------------------
-
-
-def absolute_path(path: object) -> str:
-    """An absolute path that can stand unquoted in a unit file, a udev rule or a shell line."""
-    if (not isinstance(path, str) or not PATH_RE.fullmatch(path) or "/../" in path + "/"
-            or "/./" in path + "/"):
-        raise ValidationError("path %r is invalid: allowed is %s" % (path, PATH_ALLOWED))
-    return path
-
-
-def write_problem(path: str) -> str | None:
-    """Why a file at the absolute ``path`` could not be written, or None when it looks writable."""
-    if os.path.lexists(path) and not os.path.isfile(path):
-        kind = "a directory" if os.path.isdir(path) else "not a regular file"
-        return "%s is %s" % (path, kind)
-    directory = os.path.dirname(path)
-    existing = directory
-    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return "%s is not a directory" % existing
-    if not os.access(existing, os.W_OK | os.X_OK):
-        if existing != directory:
-            return "its directory %s does not exist and %s does not accept new files (%s)" % (
-                directory, existing, _refusal(existing))
-        return "its directory %s does not accept new files (%s)" % (directory, _refusal(directory))
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        return "%s cannot be replaced (%s)" % (path, _refusal(path))
-    return None
-
-
-def _refusal(path: str) -> str:
-    """The likely cause of a refused write: a read-only mount, else an immutable flag or permissions."""
-    try:
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
-            return "read-only file system"
-    except OSError:
-        pass
-    return "immutable attribute or permissions"
 
 
 def sysfs_name(name: str) -> str:

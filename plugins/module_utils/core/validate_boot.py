@@ -1,17 +1,24 @@
 # Copyright: (c) 2026, gpunode.tuning contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Validators of what the boot configuration takes: kernel command-line arguments and systemd unit names.
+"""Validators of what the boot configuration takes: kernel command-line arguments, systemd unit names, the paths
+of the files the persistent flow, the boot unit and the guard write (and whether such a file can be written), the
+PCI ids of a udev rule.
 
 Apart from core/validate.py so that a run that only applies does not compile them: the command-line family, the
-boot unit (flows/boot.py) and the controller import them.
+plan halves, the boot unit and the guard (flows/) and the controller import them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import normalize_hex_id
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, each
 
+PATH_RE = re.compile(r"/[A-Za-z0-9_.+@:/-]*")
+PATH_ALLOWED = ("an absolute path of letters, digits and _ . + @ : - / (no whitespace, quotes, '%', control "
+                "characters or '..')")
 KERNEL_ARG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,:/+@%=~^-]{0,255}")
 KERNEL_ARG_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # The one argument that needs ';': pci=disable_acs_redir= with a list of PCI addresses (the kernel's
@@ -86,3 +93,50 @@ def systemd_unit_name(name: object) -> str:
 def systemd_unit_names(names: object) -> list[str]:
     """Validate a list of unit names; the error lists every invalid one."""
     return each(names, systemd_unit_name, "unit names", UNIT_NAME_ALLOWED)
+
+
+def pci_id(value: object) -> str:
+    """A vendor or device id as sysfs shows it (``0x10de``), from hex text with or without ``0x``."""
+    try:
+        return normalize_hex_id(value, "value")
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def absolute_path(path: object) -> str:
+    """An absolute path that can stand unquoted in a unit file, a udev rule or a shell line."""
+    if (not isinstance(path, str) or not PATH_RE.fullmatch(path) or "/../" in path + "/"
+            or "/./" in path + "/"):
+        raise ValidationError("path %r is invalid: allowed is %s" % (path, PATH_ALLOWED))
+    return path
+
+
+def write_problem(path: str) -> str | None:
+    """Why a file at the absolute ``path`` could not be written, or None when it looks writable."""
+    if os.path.lexists(path) and not os.path.isfile(path):
+        kind = "a directory" if os.path.isdir(path) else "not a regular file"
+        return "%s is %s" % (path, kind)
+    directory = os.path.dirname(path)
+    existing = directory
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return "%s is not a directory" % existing
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing != directory:
+            return "its directory %s does not exist and %s does not accept new files (%s)" % (
+                directory, existing, _refusal(existing))
+        return "its directory %s does not accept new files (%s)" % (directory, _refusal(directory))
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "%s cannot be replaced (%s)" % (path, _refusal(path))
+    return None
+
+
+def _refusal(path: str) -> str:
+    """The likely cause of a refused write: a read-only mount, else an immutable flag or permissions."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except OSError:
+        pass
+    return "immutable attribute or permissions"

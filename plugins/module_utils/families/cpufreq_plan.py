@@ -9,6 +9,7 @@ applies (docs/dev/adding-a-family.md).
 
 from __future__ import annotations
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.calls import SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu import cpu_vendor
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq import (
     CPUFREQ_DIR,
@@ -16,7 +17,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.cpu_freq impor
     driver_kernel_args,
     validate,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call, SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Call
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpufreq import (
     NAME,

@@ -262,45 +262,18 @@ def failure_message(failed: dict, restore: bool = False, check_mode: bool = Fals
     return head + "; ".join(parts)
 
 
-def _latency_problem(value) -> str | None:
+def latency_problem(value) -> str | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         return "max_latency_us must be an integer >= 0 (microseconds), got %r" % (value,)
     return None
-
-
-def desired_problems(want) -> list:
-    """``Family.validate`` of ``desired["cpuidle"]``: ``{disable: [names], max_latency_us, cpus}``."""
-    shape = contract.entry_problem(NAME, want, "disable, max_latency_us, cpus")
-    if shape or want is None:
-        return shape
-    out = []
-    names = want.get("disable")
-    if names is not None:
-        try:
-            validate.cstate_names(names)
-        except validate.ValidationError as exc:
-            out.append(("disable", str(exc)))
-    problem = _latency_problem(want.get("max_latency_us"))
-    if problem:
-        out.append(("max_latency_us", problem))
-    elif names and want.get("max_latency_us") is not None:
-        out.append(("max_latency_us", "disable (%s) and max_latency_us (%r) exclude each other: give state names "
-                    "or a latency bound" % (names, want["max_latency_us"])))
-    cpus = want.get("cpus")
-    if cpus not in (None, ""):
-        try:
-            validate.cpulist(cpus)
-        except validate.ValidationError as exc:
-            out.append(("cpus", str(exc)))
-    return out
 
 
 def _check_params(params):
     """FamilyError on option combinations that cannot be planned, before the node is read."""
     names, max_latency = params["disable"], params["max_latency_us"]
     problem = None
-    if _latency_problem(max_latency):
-        problem = _latency_problem(max_latency)
+    if latency_problem(max_latency):
+        problem = latency_problem(max_latency)
     elif max_latency is not None and params["state"] == ENABLED:
         problem = ("state=enabled cannot be combined with max_latency_us: a latency bound both disables (exit "
                    "latency above it) and enables (the others); use disable=[names] with state=enabled")
@@ -309,7 +282,10 @@ def _check_params(params):
     elif names is not None and any(not n or not n.strip() for n in names):
         problem = "disable contains an empty state name; give names such as POLL, C1, C2"
     elif names is not None:
-        problem = contract.problems_text(desired_problems({"disable": names})) or None
+        try:
+            validate.cstate_names(names)
+        except validate.ValidationError as exc:
+            problem = "disable: %s" % exc
     if problem:
         raise contract.FamilyError(problem)
 
@@ -461,5 +437,5 @@ DEFINITION = Family(
     drifted_cpus=contract.later(_verification, "drifted_cpus"),
     summary=summary,
     items="states",
-    validate={NAME: desired_problems},
+    validate={NAME: contract.later(_plan_half, "desired_problems")},
 )

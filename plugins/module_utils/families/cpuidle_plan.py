@@ -9,6 +9,7 @@ applies (docs/dev/adding-a-family.md).
 
 from __future__ import annotations
 
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import validate
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, format_cpulist
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpuidle import (
@@ -17,12 +18,40 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.families.cpuidle im
     apply_writes,
     failure_message,
     idle_driver,
+    latency_problem,
     plan_by_latency,
     plan_by_names,
     plan_writes,
     read_states,
     select_cpus,
 )
+
+
+def desired_problems(want) -> list:
+    """``Family.validate`` of ``desired["cpuidle"]``: ``{disable: [names], max_latency_us, cpus}``."""
+    shape = contract.entry_problem(NAME, want, "disable, max_latency_us, cpus")
+    if shape or want is None:
+        return shape
+    out = []
+    names = want.get("disable")
+    if names is not None:
+        try:
+            validate.cstate_names(names)
+        except validate.ValidationError as exc:
+            out.append(("disable", str(exc)))
+    problem = latency_problem(want.get("max_latency_us"))
+    if problem:
+        out.append(("max_latency_us", problem))
+    elif names and want.get("max_latency_us") is not None:
+        out.append(("max_latency_us", "disable (%s) and max_latency_us (%r) exclude each other: give state names "
+                    "or a latency bound" % (names, want["max_latency_us"])))
+    cpus = want.get("cpus")
+    if cpus not in (None, ""):
+        try:
+            validate.cpulist(cpus)
+        except validate.ValidationError as exc:
+            out.append(("cpus", str(exc)))
+    return out
 
 
 def from_role(v: dict, shared: dict) -> dict:

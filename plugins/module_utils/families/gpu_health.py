@@ -19,14 +19,10 @@ NAME = "gpu_health"
 AER_RATE = "aer_correctable_per_hour"  # correctable AER errors per hour above which a device fails (core/aer.py)
 
 
-# ---------------------------------------------------------------------------------------------
-# nvidia-smi health fields (a node with nvidia-smi)
-# ---------------------------------------------------------------------------------------------
+# -- nvidia-smi health fields (a node with nvidia-smi)
 
 
-# ---------------------------------------------------------------------------------------------
-# The family
-# ---------------------------------------------------------------------------------------------
+# -- The family
 
 
 def desired_problems(want: Any) -> list:

@@ -30,9 +30,10 @@ import re
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
+    calls,
     command,
     family,
-    files,
+    file_updates,
     persistence,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
@@ -77,9 +78,7 @@ _SMI_BUS_ID = re.compile(r"^0*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-# ---------------------------------------------------------------------------------------------
-# Small reads: one open and one read per attribute
-# ---------------------------------------------------------------------------------------------
+# -- Small reads: one open and one read per attribute
 
 
 def _int(text: str | None) -> int | None:
@@ -96,9 +95,7 @@ def _listdir(path: str) -> list:
         return []
 
 
-# ---------------------------------------------------------------------------------------------
-# PCI paths and the relation of two devices
-# ---------------------------------------------------------------------------------------------
+# -- PCI paths and the relation of two devices
 
 
 def parse_path(components: list) -> dict:
@@ -167,9 +164,7 @@ def device_path(node: Node, bdf: str) -> tuple:
     return parse_path(rel.split(os.sep)), real
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading the node
-# ---------------------------------------------------------------------------------------------
+# -- Reading the node
 
 
 def cpuset(text: str | None) -> set:
@@ -311,9 +306,7 @@ def irqbalance_facts(node: Node) -> dict:
     return {"running": bool(pids), "pids": sorted(pids), "cmdline": cmdline}
 
 
-# ---------------------------------------------------------------------------------------------
-# The facts
-# ---------------------------------------------------------------------------------------------
+# -- The facts
 
 
 def _located(dev: dict, nodes: dict, online: set) -> dict:
@@ -388,9 +381,7 @@ def read(node: Node, selector: DeviceSelector | None = None, query: Any = None) 
     }
 
 
-# ---------------------------------------------------------------------------------------------
-# nvidia-smi's numbering of the GPUs (the export's nvidia_smi_index)
-# ---------------------------------------------------------------------------------------------
+# -- nvidia-smi's numbering of the GPUs (the export's nvidia_smi_index)
 
 
 def parse_smi_query(text: str | None) -> dict:
@@ -404,9 +395,7 @@ def parse_smi_query(text: str | None) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# The desired state's entry
-# ---------------------------------------------------------------------------------------------
+# -- The desired state's entry
 
 
 def validate(want: Any) -> dict:
@@ -430,9 +419,7 @@ def validate(want: Any) -> dict:
     return {"remote_irqs_fail": bool(want.get("remote_irqs_fail")), "export": path}
 
 
-# ---------------------------------------------------------------------------------------------
-# The export document (topology.json)
-# ---------------------------------------------------------------------------------------------
+# -- The export document (topology.json)
 
 
 def _export_near(near: dict | None) -> dict | None:
@@ -468,9 +455,7 @@ def export_document(loc: dict, smi_index: dict) -> dict:
             "gpus": gpus, "nics": nics, "nvme": nvme}
 
 
-# ---------------------------------------------------------------------------------------------
-# Writing topology.json on the node: the module (persistent flow) and the boot runner
-# ---------------------------------------------------------------------------------------------
+# -- Writing topology.json on the node: the module (persistent flow) and the boot runner
 
 
 def query_smi(node: Node, lookup: Any = None, timeout: int = SMI_TIMEOUT) -> dict | None:
@@ -479,10 +464,10 @@ def query_smi(node: Node, lookup: Any = None, timeout: int = SMI_TIMEOUT) -> dic
     A simulated node answers only through the nvidia-smi it ships, never the controller's.
     """
     try:
-        smi = node.bin_path(lookup or family.SystemLookup, "nvidia-smi", "nvidia-utils", host=False)
+        smi = node.bin_path(lookup or calls.SystemLookup, "nvidia-smi", "nvidia-utils", host=False)
     except BinaryNotFound:
         return None
-    rc, stdout, stderr = command.run([smi, *SMI_QUERY], timeout, {"PATH": family.SYSTEM_PATH})
+    rc, stdout, stderr = command.run([smi, *SMI_QUERY], timeout, {"PATH": calls.SYSTEM_PATH})
     return {"rc": rc, "stdout": stdout, "stderr": stderr}
 
 
@@ -517,9 +502,9 @@ def write_export(node: Node, path: str, document: dict, check_mode: bool = False
     except OSError as exc:
         raise NodeError("cannot read %s: %s" % (full, exc.strerror or exc)) from exc
     try:
-        files.ensure_dir(os.path.dirname(full), check_mode, what="directory")
-        change = files.write_file(full, text.encode("utf-8"), check_mode, what="file")
-    except files.ReportError as exc:
+        file_updates.ensure_dir(os.path.dirname(full), check_mode, what="directory")
+        change = file_updates.write_file(full, text.encode("utf-8"), check_mode, what="file")
+    except file_updates.ReportError as exc:
         raise NodeError(str(exc)) from exc
     return bool(change), before, text
 

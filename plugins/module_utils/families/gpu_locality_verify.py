@@ -51,9 +51,7 @@ type: dict
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
-# ---------------------------------------------------------------------------------------------
-# nvidia-smi (where it answered): topo -m's affinity columns
-# ---------------------------------------------------------------------------------------------
+# -- nvidia-smi (where it answered): topo -m's affinity columns
 
 def parse_topo(text: str | None) -> dict:
     """``nvidia-smi topo -m``: its columns, per row the link cells and the CPU/NUMA affinity, the NIC legend.
@@ -131,9 +129,7 @@ def affinity_disagreement(gpu: dict, smi: dict | None) -> str | None:
     return "nvidia-smi topo -m gives %s" % "; ".join(problems) if problems else None
 
 
-# ---------------------------------------------------------------------------------------------
-# Verification
-# ---------------------------------------------------------------------------------------------
+# -- Verification
 
 def wanted(desired: dict | None) -> dict | None:
     """The validated ``desired["gpu_locality"]``, or None when the family is not part of the desired state.
@@ -271,9 +267,7 @@ def row_vendor(row: dict, facts: dict) -> str | None:
     return ((facts.get("pci") or {}).get("gpu_vendors") or {}).get(row["name"])
 
 
-# ---------------------------------------------------------------------------------------------
-# The export (topology.json) and the report section
-# ---------------------------------------------------------------------------------------------
+# -- The export (topology.json) and the report section
 
 def export(facts: dict, desired: dict, ctx: Any = None) -> dict:
     """``{"topology.json": document}`` for the verification's exports (the host's <host>.topology.json)."""

@@ -28,6 +28,7 @@ from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     amd_settings,
+    calls,
     command,
     family,
     nvidia_smi,
@@ -560,7 +561,7 @@ def boot(node: Node, want: dict) -> tuple:
     if want is None:
         return True, "nothing to re-apply (the partitions are verified only)"
     params = dict(want, root=node.root, journal=None, restore=False)
-    call = family.Call(params=params, run_command=family.run_argv, lookup=family.SystemLookup())
+    call = family.Call(params=params, run_command=calls.run_argv, lookup=calls.SystemLookup())
     try:
         result = run(call)
     except family.FamilyError as exc:

@@ -52,8 +52,8 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
     NodeError,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, write_problem
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate_boot import kernel_argument
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate_boot import kernel_argument, write_problem
 
 STATES = ("present", "absent")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import command, module_params
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import command
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import Family
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import (
@@ -117,15 +117,15 @@ def is_builtin_listed(node: Node, name: str) -> bool:
     return False
 
 
-def same_param_value(requested: Any, current: str | None) -> bool:
-    """Whether a requested and a sysfs parameter value agree (core/module_params.py: bools show as Y/N)."""
-    return module_params.compare(requested, current) == module_params.SAME
-
-
 def param_drift(node: Node, name: str, params: dict) -> tuple[dict, list]:
     """``(drift, unsupported)``: the parameters whose loaded value differs, ``{param: {requested, current}}``, and
-    those the module does not show in /sys/module (they cannot be compared, and are never a reason to reboot)."""
-    wanted = {k: param_string(v) for k, v in (params or {}).items()}
+    those the module does not show in /sys/module (they cannot be compared, and are never a reason to reboot).
+    core/module_params.py is imported only when there are parameters to compare."""
+    if not params:
+        return {}, []
+    from ansible_collections.gpunode.tuning.plugins.module_utils.core import module_params
+
+    wanted = {k: param_string(v) for k, v in params.items()}
     found = module_params.states(node, name, wanted)
     drift = {k: {"requested": v["requested"], "current": v["current"]} for k, v in found.items()
              if v["state"] == module_params.DIFFERS}

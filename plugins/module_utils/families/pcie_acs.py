@@ -53,9 +53,7 @@ DESIRED_OPTIONS = ("mode", "vendor", "device", "class_prefixes", "bdfs")
 ARGUMENT_SPEC.update(family.preset_options_spec(DESIRED_OPTIONS))
 
 
-# ---------------------------------------------------------------------------------------------
-# Decoding
-# ---------------------------------------------------------------------------------------------
+# -- Decoding
 
 
 def kernel_arg(bridges: list) -> str:
@@ -63,9 +61,7 @@ def kernel_arg(bridges: list) -> str:
     return "pci=disable_acs_redir=" + ";".join(sorted(bridges))
 
 
-# ---------------------------------------------------------------------------------------------
-# The GPU paths
-# ---------------------------------------------------------------------------------------------
+# -- The GPU paths
 
 
 def driver_of(path: str) -> str | None:
@@ -132,9 +128,7 @@ def gpu_paths(node: Node, selector: pci.DeviceSelector, query: object = None) ->
     return {"gpus": gpus, "bridges": bridges, "vfio_devices": vfio}
 
 
-# ---------------------------------------------------------------------------------------------
-# The module's run: validate, plan, journal, write with a mask, read back
-# ---------------------------------------------------------------------------------------------
+# -- The module's run: validate, plan, journal, write with a mask, read back
 
 
 def mode_problems(want: dict) -> list:
@@ -439,9 +433,7 @@ def run(call: family.Call) -> dict:
         raise family.FamilyError(str(exc), {"changed": False}) from None
 
 
-# ---------------------------------------------------------------------------------------------
-# Boot re-apply (its verification is pcie_acs_verify.py)
-# ---------------------------------------------------------------------------------------------
+# -- Boot re-apply (its verification is pcie_acs_verify.py)
 
 
 def summary(result: dict) -> str:

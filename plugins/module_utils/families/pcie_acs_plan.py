@@ -9,7 +9,7 @@ applies (docs/dev/adding-a-family.md).
 
 from __future__ import annotations
 
-from ansible_collections.gpunode.tuning.plugins.module_utils.core import family, pci
+from ansible_collections.gpunode.tuning.plugins.module_utils.core import calls, family, pci
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_acs import (
     NAME,
@@ -90,8 +90,8 @@ def boot(node: Node, want: dict) -> tuple:
     """Re-apply ``desired["pcie_acs"]`` at boot (firmware and the kernel set redirect again): ``(ok, message)``."""
     if (want.get("mode") or "disable_redirect") != "disable_redirect":
         return True, "mode %s: ACS is left as it is" % want.get("mode")
-    call = family.Call(params=dict(want, restore=False, journal=None), run_command=family.run_argv,
-                       lookup=family.SystemLookup())
+    call = family.Call(params=dict(want, restore=False, journal=None), run_command=calls.run_argv,
+                       lookup=calls.SystemLookup())
     try:
         result = execute(call, node, check_params(call.params), None, False)
     except family.FamilyError as exc:

@@ -204,12 +204,12 @@ def device_selector(params: dict) -> pci.DeviceSelector:
                               class_prefixes=params.get("class_prefixes"), bdfs=params.get("bdfs"))
 
 
-def _item(name: str, path: str, before: Any, after: Any) -> dict:
+def plan_item(name: str, path: str, before: Any, after: Any) -> dict:
     return {"name": name, "path": "/" + path, "before": before, "after": after, "changed": before != after,
             "skipped": False, "failed": False, "reason": ""}
 
 
-def _attr_path(bdf: str, attr: str) -> str:
+def attr_path(bdf: str, attr: str) -> str:
     return "%s/%s/link/%s" % (SYSFS_PCI_DEVICES, bdf, attr)
 
 
@@ -224,7 +224,7 @@ def plan(facts: dict, policy: str | None, links: str) -> tuple:
             reasons["policy"] = "this kernel offers the policies %s, not %s" % (
                 ", ".join(facts["policies"]) or "none", policy)
         else:
-            items.append(_item(KEY_POLICY, POLICY_FILE, facts["policy"], policy))
+            items.append(plan_item(KEY_POLICY, POLICY_FILE, facts["policy"], policy))
     if links == "off":
         with_attrs = [lk for lk in facts["links"].values() if lk["attrs"]]
         if not with_attrs and links_reason(facts):
@@ -232,7 +232,7 @@ def plan(facts: dict, policy: str | None, links: str) -> tuple:
         for link in sorted(with_attrs, key=lambda lk: lk["down"]):
             for attr in reversed(ATTRS):
                 if attr in link["attrs"]:
-                    items.append(_item("%s/%s" % (link["down"], attr), _attr_path(link["down"], attr),
+                    items.append(plan_item("%s/%s" % (link["down"], attr), attr_path(link["down"], attr),
                                        link["attrs"][attr], 0))
     return items, reasons
 
@@ -306,35 +306,14 @@ def simulate_link_control(node: Node) -> None:
                 fh.write(struct.pack("<H", (value & ~LNKCTL_ASPM_MASK) | (bits & dev["aspm_support_bits"])))
 
 
-def _restore_items(node: Node, journal: Any) -> list:
-    """The journaled originals as items: the policy first, then the links, L1 before its substates."""
-    originals = journal.entries(NAME) if journal is not None else {}
-    items = []
-    if KEY_POLICY in originals:
-        items.append(_item(KEY_POLICY, POLICY_FILE, parse_policy(read_small(node.path(POLICY_FILE)))["current"],
-                           originals[KEY_POLICY]))
-    order = {a: i for i, a in enumerate(ATTRS)}
-    for key in sorted((k for k in originals if k != KEY_POLICY), key=lambda k: (k.split("/")[0],
-                                                                                order.get(k.split("/")[-1], 9))):
-        bdf, _sep, attr = key.partition("/")
-        path = _attr_path(bdf, attr)
-        text = read_small(node.path(path))
-        if text is None or attr not in ATTRS:
-            item = _item(key, path, None, originals[key])
-            item.update(changed=False, skipped=True, reason="recorded in the journal but not on the node; kept")
-            items.append(item)
-            continue
-        items.append(_item(key, path, int(text.strip()) if text.strip() in ("0", "1") else text.strip(),
-                           originals[key]))
-    return items
-
-
 def execute(call: family.Call, node: Node, journal: Any, selector: pci.DeviceSelector | None) -> dict:
     """Plan (or the journal's originals), journal, write and read back; the result. FamilyError when an item failed."""
     params, restore = call.params, bool(call.params.get("restore"))
     reasons, facts = {}, None
     if restore:
-        items = _restore_items(node, journal)
+        from ansible_collections.gpunode.tuning.plugins.module_utils.families import pcie_aspm_restore
+
+        items = pcie_aspm_restore.restore_items(node, journal)
     else:
         facts = scan(node, selector)
         if not facts["gpus"] and not params.get("allow_empty") and params.get("links") == "off":
@@ -377,11 +356,6 @@ def run(call: family.Call) -> dict:
         return execute(call, node, journal, selector)
     except NodeError as exc:
         raise family.FamilyError(str(exc), {"changed": False}) from None
-
-
-def kernel_arg(policy: str) -> str:
-    """The kernel argument that sets the policy at boot."""
-    return "pcie_aspm.policy=%s" % policy
 
 
 def summary(result: dict) -> str:

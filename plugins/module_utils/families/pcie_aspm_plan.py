@@ -19,10 +19,14 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_aspm 
     POLICIES,
     device_selector,
     execute,
-    kernel_arg,
     params_problems,
     scan,
 )
+
+
+def kernel_arg(policy: str) -> str:
+    """The kernel argument that sets the policy at boot."""
+    return "pcie_aspm.policy=%s" % policy
 
 
 def desired_problems(want: Any) -> list:

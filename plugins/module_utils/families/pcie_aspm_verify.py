@@ -19,10 +19,10 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import No
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_aspm import (
     KEY_POLICY,
     NAME,
-    kernel_arg,
     links_reason,
     scan,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.families.pcie_aspm_plan import kernel_arg
 
 ASPM_DISABLED = "ASPM Disabled"
 FACTS_DOC = r"""

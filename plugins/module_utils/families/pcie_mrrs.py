@@ -43,9 +43,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (  
 NAME = "pcie_mrrs"
 
 
-# ---------------------------------------------------------------------------------------------
-# The MRRS task: plan, journal, write, read back
-# ---------------------------------------------------------------------------------------------
+# -- The MRRS task: plan, journal, write, read back
 
 
 class MrrsError(ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import SystemLookup, run_argv
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.calls import SystemLookup, run_argv
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.pci import (
     DeviceSelector,

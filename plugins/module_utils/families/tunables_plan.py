@@ -15,11 +15,8 @@ from typing import Any
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import family as contract
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import (
-    ValidationError,
-    absolute_path,
-    write_problem,
-)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate_boot import absolute_path, write_problem
 from ansible_collections.gpunode.tuning.plugins.module_utils.families.tunables import (
     NAME,
     TunableError,

@@ -35,10 +35,11 @@ from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import lock, persistence, validate, validate_boot
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import Node, NodeError
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 
 VERSION = 1
 # The desired-state keys boot re-applies, in order (the registry's families with a boot function).
-FAMILIES = tuple(key for key, _fam in registry.boot_families())
+FAMILIES = tuple(key for key, _fam in all_families.boot_families())
 PREFIX = "gpunode-tuning-boot"
 DEFAULT_JOURNAL = "/var/lib/gpunode-tuning/journal.json"
 
@@ -55,7 +56,7 @@ def _say(line):
 
 def boot_state(desired: dict) -> dict:
     """The part of a desired state that boot re-applies: ``version`` and each boot family that is set."""
-    known = {fam.name for fam in registry.FAMILIES} | set(FAMILIES) | set(registry.report_titles()) \
+    known = {fam.name for fam in registry.FAMILIES} | set(FAMILIES) | set(all_families.report_titles()) \
         | {key for fam in registry.FAMILIES for key in (fam.validate or {})}
     unknown = sorted(set(desired) - known - {"version"})
     if unknown:
@@ -103,9 +104,9 @@ def boot_each(node: Node, desired: dict, only: list | None = None, bdf: str | No
     families that re-apply on hot-plug (``Family.hotplug``). A failure does not stop the others. The
     guard re-applies drifted families with this too (gpunode_tuning_guard_reapply).
     """
-    hotplug = {fam.name for fam in registry.hotplug_families()}
+    hotplug = {fam.name for fam in all_families.hotplug_families()}
     out = []
-    for key, fam in registry.boot_families():
+    for key, fam in all_families.boot_families():
         want = desired.get(key)
         if want is None or (only is not None and fam.name not in only):
             continue
@@ -150,7 +151,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         except ValueError as exc:
             parser.error(str(exc))
     if args.bdf is not None:
-        hotplug = {fam.name for fam in registry.hotplug_families()}
+        hotplug = {fam.name for fam in all_families.hotplug_families()}
         if not args.only or not set(args.only) <= hotplug:
             parser.error("--bdf needs --only with families that re-apply on hot-plug (%s)"
                          % ", ".join(sorted(hotplug)))
@@ -346,8 +347,8 @@ def runner_text(sources: dict) -> str:
 def _boot_settings(settings: dict) -> tuple:
     """The validated (python, script, before units) the unit and the rule are written with."""
     try:
-        python = validate.absolute_path(settings["boot_python"])
-        script = validate.absolute_path(settings["boot_script"])
+        python = validate_boot.absolute_path(settings["boot_python"])
+        script = validate_boot.absolute_path(settings["boot_script"])
         before = validate_boot.systemd_unit_names(settings.get("boot_unit_before") or [])
     except validate.ValidationError as exc:
         raise FamilyError("%s; nothing was written" % exc) from None
@@ -360,7 +361,7 @@ def journal_argument(settings: dict) -> str:
     if journal == DEFAULT_JOURNAL:
         return ""
     try:
-        return " --journal %s" % validate.absolute_path(journal)
+        return " --journal %s" % validate_boot.absolute_path(journal)
     except validate.ValidationError as exc:
         raise FamilyError("gpunode_tuning_journal: %s; nothing was written" % exc) from None
 
@@ -386,7 +387,7 @@ def unit_text(settings: dict) -> str:
 
 def hotplug_wanted(desired: dict) -> list:
     """The families the udev rule re-applies for ``desired``: those that re-apply on hot-plug and are set."""
-    return [fam for fam in registry.hotplug_families() if desired.get(fam.boot_key or fam.name) not in (None, {})]
+    return [fam for fam in all_families.hotplug_families() if desired.get(fam.boot_key or fam.name) not in (None, {})]
 
 
 def rule_text(settings: dict, desired: dict) -> str:
@@ -400,7 +401,7 @@ def rule_text(settings: dict, desired: dict) -> str:
     if any(not fam.hotplug(desired.get(fam.boot_key or fam.name)) for fam in families):
         vendors = []  # a family that takes any vendor: no vendor key
     try:
-        vendors = [validate.pci_id(v) for v in vendors]
+        vendors = [validate_boot.pci_id(v) for v in vendors]
     except validate.ValidationError as exc:
         raise FamilyError("gpunode_tuning_gpu_vendors: %s; nothing was written" % exc) from None
     only = "".join(" --only %s" % fam.name for fam in families)
@@ -464,7 +465,7 @@ def persist_udev(pc) -> dict:
     if not (pc.settings.get("udev_enabled") and hotplug_wanted(boot_wanted(pc))):
         return {"changed": False, "skipped": True,
                 "reason": "the udev rule is off, or no family that re-applies on hot-plug (%s) is re-applied at boot"
-                          % ", ".join(fam.name for fam in registry.hotplug_families())}
+                          % ", ".join(fam.name for fam in all_families.hotplug_families())}
     if pc.files.write(rule, rule_text(pc.settings, pc.desired)):
         persistence.run_command(pc, ["udevadm", "control", "--reload"], "reloading udev rules")
     return {}
@@ -484,9 +485,9 @@ UDEV_DOC = "a udev rule that re-applies the hot-plug families (Family.hotplug) o
 def concerns() -> list:
     """The boot unit's and the udev rule's concerns; their tags follow the registry's boot families."""
     # A family that re-applies one of its settings at boot (tunables: THP) is selected by that setting's tag.
-    boot_tags = {tag for _key, fam in registry.boot_families()
-                 for tag in ((fam.name, fam.boot_key) if fam.boot_key else registry.selecting_tags(fam))}
-    hotplug_tags = {tag for fam in registry.hotplug_families() for tag in registry.selecting_tags(fam)}
+    boot_tags = {tag for _key, fam in all_families.boot_families()
+                 for tag in ((fam.name, fam.boot_key) if fam.boot_key else all_families.selecting_tags(fam))}
+    hotplug_tags = {tag for fam in all_families.hotplug_families() for tag in all_families.selecting_tags(fam)}
     return [persistence.Concern("boot_unit", tuple(sorted(boot_tags | {"boot_unit"})), persist_boot_unit,
                                 remove_boot_unit, description=BOOT_UNIT_DOC),
             persistence.Concern("udev", tuple(sorted(hotplug_tags | {"udev"})), persist_udev, remove_udev,

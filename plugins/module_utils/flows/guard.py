@@ -37,7 +37,6 @@ import sys
 import time
 from typing import Any, Callable
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     aer,
     amd_health,
@@ -49,19 +48,17 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core import (
     nvidia_smi,
     pci,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.calls import SYSTEM_PATH, SystemLookup
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.facts import FactsError
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import (
-    SYSTEM_PATH,
-    EvaluationError,
-    SystemLookup,
-)
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import EvaluationError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     BinaryNotFound,
     Node,
     NodeError,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, absolute_path
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard_metrics
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate_boot import absolute_path
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families, boot, guard_metrics
 from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verify as verify_node
 
 VERSION = 1
@@ -93,9 +90,7 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-# ---------------------------------------------------------------------------------------------
-# The config file (written by the persistent flow: guard_files.config_document)
-# ---------------------------------------------------------------------------------------------
+# -- The config file (written by the persistent flow: guard_files.config_document)
 
 
 def validate_config(data: Any, where: str = "the guard config") -> dict:
@@ -148,9 +143,7 @@ def load_config(path: str) -> dict:
     return validate_config(data, path)
 
 
-# ---------------------------------------------------------------------------------------------
-# Commands on the node: the node's own (a simulated node's stand-ins), each with a timeout
-# ---------------------------------------------------------------------------------------------
+# -- Commands on the node: the node's own (a simulated node's stand-ins), each with a timeout
 
 
 def command_tools(node: Node, timeout: int) -> verify_node.Tools:
@@ -169,9 +162,7 @@ def command_tools(node: Node, timeout: int) -> verify_node.Tools:
     return verify_node.Tools(find, run)
 
 
-# ---------------------------------------------------------------------------------------------
-# Xid events since boot (a counter per GPU and code, by kernel-log sequence number)
-# ---------------------------------------------------------------------------------------------
+# -- Xid events since boot (a counter per GPU and code, by kernel-log sequence number)
 
 
 def xid_events(data: bytes, after_seq: int = -1) -> list:
@@ -239,9 +230,7 @@ def update_xids(previous: dict | None, boot_id: str, data: bytes | None, gpus: l
     return {"boot_id": boot_id, "available": data is not None, "last_seq": top, "counts": counts, "serious": serious}
 
 
-# ---------------------------------------------------------------------------------------------
-# The status: pure functions of a verification result and the previous status
-# ---------------------------------------------------------------------------------------------
+# -- The status: pure functions of a verification result and the previous status
 
 
 def selected_gpus(facts: dict | None, vendor: str | None = None) -> list:
@@ -271,7 +260,7 @@ def health_findings(settings: list, vendors: dict | None = None) -> list:
     it finds at fault there); a finding of the node as a whole (a DCGM verdict) has ``gpu`` "". ``vendor``: the
     GPU's on the bus (``vendors``, facts' ``pci.gpu_vendors``), else the row's.
     """
-    health = registry.health_families()
+    health = all_families.health_families()
     vendors = vendors or {}
     out = []
     for s in settings:
@@ -379,7 +368,7 @@ def _nvidia_memory(probe: dict, out: dict) -> None:
 def drifted_cpus(s: dict, online: int) -> int | None:
     """How many CPUs a per-CPU setting is wrong on (0 when applied), as its family counts them
     (``Family.drifted_cpus``); None for any other setting."""
-    fam = registry.of_report(s["family"])
+    fam = all_families.of_report(s["family"])
     if fam is None or fam.drifted_cpus is None:
         return None
     return fam.drifted_cpus(s, online)
@@ -475,9 +464,7 @@ def gpu_bars(facts: dict | None) -> list:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# One run
-# ---------------------------------------------------------------------------------------------
+# -- One run
 
 
 def verify_once(node: Node, config: dict, tools: verify_node.Tools) -> tuple:
@@ -496,7 +483,7 @@ def verify_once(node: Node, config: dict, tools: verify_node.Tools) -> tuple:
 
 def reapply_plan(result: dict, desired: dict) -> dict:
     """The boot families to re-apply: those with a drifted setting that runtime tuning brings (not a reboot)."""
-    report_to_key = registry.boot_report_families()
+    report_to_key = all_families.boot_report_families()
     keys = {report_to_key[s["family"]] for s in result.get("settings") or []
             if s["state"] == "drifted" and s.get("runtime", True) and s["family"] in report_to_key}
     state = boot.boot_state(desired)
@@ -544,9 +531,7 @@ def run(node: Node, config: dict, tools: verify_node.Tools, previous: dict | Non
     return build_status(config, outcome, previous, clock())
 
 
-# ---------------------------------------------------------------------------------------------
-# Files: the lock, the previous status (written by core/files.py's replace_file: readers never see half)
-# ---------------------------------------------------------------------------------------------
+# -- Files: the lock, the previous status (written by core/files.py's replace_file: readers never see half)
 
 
 def read_previous(path: str) -> dict | None:

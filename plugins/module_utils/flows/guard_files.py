@@ -28,14 +28,14 @@ import os
 import re
 from typing import Any
 
-from ansible_collections.gpunode.tuning.plugins.module_utils import registry
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import files as node_files
 from ansible_collections.gpunode.tuning.plugins.module_utils.core import persistence
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import FamilyError
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.journal import Journal
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import NodeError
-from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError, absolute_path
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate import ValidationError
+from ansible_collections.gpunode.tuning.plugins.module_utils.core.validate_boot import absolute_path
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families, boot, guard
 
 SERVICE = "gpunode-tuning-guard.service"
 TIMER = "gpunode-tuning-guard.timer"
@@ -201,7 +201,7 @@ def options_of(pc) -> dict:
             "textfile_dir": s.get("guard_textfile_dir") or "", "interval": s.get("guard_interval", "5min"),
             "reapply": bool(s.get("guard_reapply")), "preset": s.get("preset"), "host": inputs.get("host"),
             "collection_version": inputs.get("collection_version"),
-            "desired": registry.node_desired(pc.desired, pc.node),
+            "desired": all_families.node_desired(pc.desired, pc.node),
             "facts": inputs.get("facts"), "verify": inputs.get("verify")}
 
 

@@ -24,6 +24,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.persistence im
     PersistCall,
     as_role_options,
 )
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 
 
 def persist_call(node, call, desired: dict, settings: dict, make_call: Callable[..., Any]) -> PersistCall:
@@ -110,7 +111,7 @@ def concerns() -> list:
     from ansible_collections.gpunode.tuning.plugins.module_utils.flows import boot, guard_files
 
     arg_tags = tuple(t for fam in registry.FAMILIES if fam.kernel_args is not None or fam.reboot_only
-                     for t in registry.selecting_tags(fam))
+                     for t in all_families.selecting_tags(fam))
     out = [fam.persist for fam in registry.FAMILIES if fam.persist is not None]
     out = [c._replace(tags=tuple(sorted(set(c.tags + arg_tags)))) if c.kernel_args else c for c in out]
     return out + boot.concerns() + [guard_files.CONCERN]

@@ -35,17 +35,18 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.family import 
     normalize_value,
 )
 from ansible_collections.gpunode.tuning.plugins.module_utils.core.kernel_args import has_arg
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families
 
 # Verdicts a caller can gate on (evaluate_host's gate): the whole desired state, or what runtime
 # tuning can apply (the runtime rollout, which cannot switch a cpufreq driver or add kernel arguments).
 GATES = ("full", "runtime")
 # Report families only the persistent flow and a reboot bring (from the registry, registry.py).
-REBOOT_ONLY_FAMILIES = registry.reboot_only()
+REBOOT_ONLY_FAMILIES = all_families.reboot_only()
 # Report families in report order, with their titles; the fleet summary has one column per family.
-FAMILY_TITLES = registry.report_titles()
+FAMILY_TITLES = all_families.report_titles()
 FAMILIES = tuple(FAMILY_TITLES)
 # Report families whose drifted and reset-pending rows are health findings (the rollout's health gate).
-HEALTH_FAMILIES = registry.health_families()
+HEALTH_FAMILIES = all_families.health_families()
 # Kernel-log classes (module_utils/core/kernel_log.py) that fail verification by default.
 # The role's default too (defaults/main.yml): Xids are judged by gpu_health (the serious ones fail).
 DEFAULT_FAIL_CLASSES = ("aer", "fallen_off_bus")
@@ -56,9 +57,7 @@ KMSG_CLASSES = ("aer", "xid", "fallen_off_bus", "lockdown", "module_failure", "n
 VerificationError = EvaluationError
 
 
-# ---------------------------------------------------------------------------------------------
-# Small parsers (text read from the node)
-# ---------------------------------------------------------------------------------------------
+# -- Small parsers (text read from the node)
 
 
 def parse_sysctl_conf(text: str | None) -> dict[str, str]:
@@ -133,9 +132,7 @@ def kmsg_since(journal: Any = None, boot_id: str | None = None, override: float 
             "detail": "since boot (the last runtime tuning, %s, was in an earlier boot)" % marker.get("time")}
 
 
-# ---------------------------------------------------------------------------------------------
-# Settings
-# ---------------------------------------------------------------------------------------------
+# -- Settings
 
 
 class Context:
@@ -211,9 +208,7 @@ def _dropin_arguments(cmdline):
     return ([], None) if text is None else (parse_dropin(text)[1], None)
 
 
-# ---------------------------------------------------------------------------------------------
-# Host and fleet
-# ---------------------------------------------------------------------------------------------
+# -- Host and fleet
 
 
 def kernel_log_section(kernel_log: dict | None, since_info: dict | None = None,
@@ -444,7 +439,7 @@ def mark_runtime(settings: list[dict], facts: dict) -> list[dict]:
     for s in settings:
         rows_of.setdefault(s["family"], []).append(s)
     for report, rows in rows_of.items():
-        fam = registry.of_report(report)
+        fam = all_families.of_report(report)
         for s in rows:
             if report in REBOOT_ONLY_FAMILIES:
                 s["runtime"] = False
@@ -485,7 +480,7 @@ def parse_unit_state(unit: str, text: str | None) -> dict:
 
 
 # Report families that the boot unit brings back at boot (the registry's boot functions).
-BOOT_REPORT_FAMILIES = tuple(registry.boot_report_families())
+BOOT_REPORT_FAMILIES = tuple(all_families.boot_report_families())
 
 
 def mark_boot_unit_failed(settings: list[dict], unit_state: dict | None) -> list[dict]:

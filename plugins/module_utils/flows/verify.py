@@ -38,7 +38,7 @@ from ansible_collections.gpunode.tuning.plugins.module_utils.core.node import (
     Node,
     parse_cpulist,
 )
-from ansible_collections.gpunode.tuning.plugins.module_utils.flows import verification
+from ansible_collections.gpunode.tuning.plugins.module_utils.flows import all_families, verification
 
 # The ``verify`` option's defaults: the role's defaults for the same paths and switches.
 VERIFY_DEFAULTS = {
@@ -116,7 +116,7 @@ def gather(node: Node, pci_selector: dict | None = None, detail: bool = False, *
     (``Family.read_options``: ``sysctls``, ``modules``), each checked before anything is read; an unknown
     one is a TypeError, as for a function. Raises ``FactsError`` or ``NodeError``.
     """
-    checks = registry.read_options()
+    checks = all_families.read_options()
     family_options = {}
     for key in [k for k in options if k in checks]:
         value = options.pop(key)
