@@ -59,7 +59,7 @@ lint: $(SETUP_TESTS)
 UNIT_WORKERS ?= 2
 unit: $(SETUP_TESTS)
 	@if [[ ! -d tests/unit ]]; then echo "unit: no tests/unit directory"; exit 0; fi; \
-	rc=0; $(PY) -m pytest -q -n $(UNIT_WORKERS) tests/unit || rc=$$?; \
+	rc=0; $(PY) -m pytest -q --durations=10 -n $(UNIT_WORKERS) tests/unit || rc=$$?; \
 	if (( rc == 5 )); then echo "unit: no tests collected"; rc=0; fi; \
 	exit $$rc
 
@@ -67,7 +67,7 @@ unit: $(SETUP_TESTS)
 # pytest-xdist workers: each test builds its own nodes under its own tmp_path.
 INTEGRATION_WORKERS ?= 2
 integration: $(SETUP_TESTS)
-	@$(PY) -m pytest -q -p no:cacheprovider -n $(INTEGRATION_WORKERS) tests/integration
+	@$(PY) -m pytest -q --durations=20 -p no:cacheprovider -n $(INTEGRATION_WORKERS) tests/integration
 
 # The tests whose behaviour differs by ansible-core version (scripts/matrix.py MATRIX_UNIT and
 # MATRIX_TESTS) on every supported one, each in its own environment under .cache/matrix (created on

@@ -97,6 +97,23 @@ mkdir -p "$CACHE_DIR"
 # One builder at a time per cache (two CI jobs on one machine share it).
 exec 9>"$CACHE_DIR/.lock"
 flock 9
+# The missing root filesystems are built side by side (debootstrap waits on the mirror and on dpkg, one release
+# does not fill 2 CPUs: 74 s for both instead of 111 s on a fresh machine), then imported one by one.
+builds=()
+for release in "${RELEASES[@]}"; do
+    tarball=$CACHE_DIR/$release-$(cache_key "$release").tar
+    if ! podman image exists "$IMAGE:$release-$(cache_key "$release")" && [[ ! -s $tarball ]]; then
+        (
+            start=$SECONDS
+            build_rootfs_tar "$release" "$tarball"
+            log "built $tarball in $((SECONDS - start)) s"
+        ) &
+        builds+=("$!:$release")
+    fi
+done
+for build in "${builds[@]}"; do
+    wait "${build%%:*}" || die "building the ${build#*:} root filesystem failed (see above)"
+done
 for release in "${RELEASES[@]}"; do
     ensure_image "$release"
 done
