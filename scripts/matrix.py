@@ -26,7 +26,7 @@ own Python, then MATRIX_TESTS (flows from tests/integration) with GPUNODE_ANSIBL
 version's bin directory. It prints one line per version; logs go to reports/matrix/. The version
 of the shared .venv (requirements.txt) runs MATRIX_UNIT only: the unit and integration stages run
 everything with it (MATRIX_SHARED=all: the whole selection there too).
-Environment: MATRIX_JOBS, MATRIX_SHARED, MATRIX_PYTHON_<V> (e.g. MATRIX_PYTHON_2_21=/usr/bin/python3.13:
+Environment: MATRIX_JOBS, MATRIX_SHARED, MATRIX_FLOWS, MATRIX_PYTHON_<V> (e.g. MATRIX_PYTHON_2_21=/usr/bin/python3.13:
 the interpreter for version V's environment, instead of the one found).
 """
 
@@ -405,9 +405,19 @@ def shared_version():
     return ".".join(pinned(os.path.join(REPO, "requirements.txt"), "ansible-core").split(".")[:2])
 
 
+# The versions that run MATRIX_TESTS besides MATRIX_UNIT: both ends of each group of cores that behave alike
+# (docs/compatibility.md, "What holds on which core": 2.16 to 2.18, 2.19, 2.20 and 2.21), and 2.19 through the
+# shared .venv's whole integration stage. 2.17 and 2.20, each between two tested cores of its group, run MATRIX_UNIT
+# (MATRIX_FLOWS=all: the flows on every version, about 2 minutes more on 2 CPUs).
+FLOWS_VERSIONS = ("2.16", "2.18", "2.21")
+
+
 def selection(version):
-    """``(unit tests, integration tests)`` for ``version``: the shared .venv's runs MATRIX_UNIT only."""
+    """``(unit tests, integration tests)`` for ``version``: the shared .venv's runs MATRIX_UNIT only, and so does a
+    version outside FLOWS_VERSIONS unless MATRIX_FLOWS=all."""
     if version == shared_version() and os.environ.get("MATRIX_SHARED") != "all":
+        return MATRIX_UNIT, []
+    if version not in FLOWS_VERSIONS and os.environ.get("MATRIX_FLOWS") != "all" and version != shared_version():
         return MATRIX_UNIT, []
     return MATRIX_UNIT, MATRIX_TESTS
 

@@ -44,11 +44,17 @@ def test_the_shared_venv_is_a_matrix_version_with_its_pins():
     assert matrix.pinned(bundle, "ansible") == matrix.pinned(shared, "ansible")
 
 
-def test_the_shared_version_runs_the_in_process_tests_only():
-    # The unit and integration stages run everything on it already.
+def test_the_flows_run_at_both_ends_of_each_group_of_alike_cores(monkeypatch):
+    # The unit and integration stages run everything on the shared version already.
+    monkeypatch.delenv("MATRIX_FLOWS", raising=False)
+    monkeypatch.delenv("MATRIX_SHARED", raising=False)
     assert matrix.selection(matrix.shared_version()) == (matrix.MATRIX_UNIT, [])
-    for version in set(VERSIONS) - {matrix.shared_version()}:
-        assert matrix.selection(version) == (matrix.MATRIX_UNIT, matrix.MATRIX_TESTS)
+    flows = {v for v in VERSIONS if matrix.selection(v)[1] == matrix.MATRIX_TESTS}
+    assert flows == set(matrix.FLOWS_VERSIONS) and {VERSIONS[0], VERSIONS[-1]} <= flows
+    # The last core before 2.19's templating and the shared 2.19 itself (docs/compatibility.md) are both tested.
+    assert "2.18" in flows and matrix.shared_version() == "2.19"
+    monkeypatch.setenv("MATRIX_FLOWS", "all")
+    assert {v for v in VERSIONS if matrix.selection(v)[1]} == set(VERSIONS) - {matrix.shared_version()}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
