@@ -233,7 +233,7 @@ def plan(facts: dict, policy: str | None, links: str) -> tuple:
             for attr in reversed(ATTRS):
                 if attr in link["attrs"]:
                     items.append(plan_item("%s/%s" % (link["down"], attr), attr_path(link["down"], attr),
-                                       link["attrs"][attr], 0))
+                                           link["attrs"][attr], 0))
     return items, reasons
 
 

@@ -28,7 +28,7 @@ def restore_items(node: Node, journal: Any) -> list:
     items = []
     if KEY_POLICY in originals:
         items.append(plan_item(KEY_POLICY, POLICY_FILE, parse_policy(read_small(node.path(POLICY_FILE)))["current"],
-                                originals[KEY_POLICY]))
+                               originals[KEY_POLICY]))
     order = {a: i for i, a in enumerate(ATTRS)}
     for key in sorted((k for k in originals if k != KEY_POLICY), key=lambda k: (k.split("/")[0],
                                                                                 order.get(k.split("/")[-1], 9))):
@@ -41,5 +41,5 @@ def restore_items(node: Node, journal: Any) -> list:
             items.append(item)
             continue
         items.append(plan_item(key, path, int(text.strip()) if text.strip() in ("0", "1") else text.strip(),
-                                originals[key]))
+                               originals[key]))
     return items
