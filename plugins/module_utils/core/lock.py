@@ -16,7 +16,6 @@ import socket
 import time
 from typing import Callable, Iterable
 
-DEFAULT_LOCK = "/var/lib/gpunode-tuning/.lock"
 DEFAULT_TIMEOUT = 60.0  # seconds a second writer waits before it fails naming the holder
 POLL_INTERVAL = 0.2  # seconds between two tries while waiting
 FLOW_NAME_LIMIT = 64

@@ -263,6 +263,7 @@ def failure_message(failed: dict, restore: bool = False, check_mode: bool = Fals
 
 
 def latency_problem(value) -> str | None:
+    """What is wrong with a max_latency_us value, or None."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         return "max_latency_us must be an integer >= 0 (microseconds), got %r" % (value,)
     return None
