@@ -101,8 +101,9 @@ flock 9
 # does not fill 2 CPUs: 74 s for both instead of 111 s on a fresh machine), then imported one by one.
 builds=()
 for release in "${RELEASES[@]}"; do
-    tarball=$CACHE_DIR/$release-$(cache_key "$release").tar
-    if ! podman image exists "$IMAGE:$release-$(cache_key "$release")" && [[ ! -s $tarball ]]; then
+    key=$(cache_key "$release")
+    tarball=$CACHE_DIR/$release-$key.tar
+    if ! podman image exists "$IMAGE:$release-$key" && [[ ! -s $tarball ]]; then
         (
             start=$SECONDS
             build_rootfs_tar "$release" "$tarball"
